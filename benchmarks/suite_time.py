@@ -1,0 +1,96 @@
+"""Benchmark: how long the generated suite takes on CPU, and where the time goes.
+
+Runs, each in a fresh interpreter and --repeat times (median reported):
+  1. import vLLM's GDN backend (what every run pays first),
+  2. import + build every builder the generated modules need,
+  3. the whole generated suite under pytest.
+Prints the suite time and the share spent importing vLLM and building builders.
+The target (issue #2): the whole generated suite under 60 s on a 2-core machine.
+
+Usage: .venv/bin/python benchmarks/suite_time.py [--repeat 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+IMPORT_ONLY = """
+import time
+t = time.perf_counter()
+from gdn_review import harness
+harness.prepare_platform()
+import vllm.v1.attention.backends.gdn_attn
+print(time.perf_counter() - t)
+"""
+
+IMPORT_AND_BUILD = """
+import importlib.util, sys, time
+t = time.perf_counter()
+from gdn_review import harness
+harness.prepare_platform()
+import vllm.v1.attention.backends.gdn_attn
+for path in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location("generated", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    harness.prepare_builders("cpu", module.CASES.values())
+print(time.perf_counter() - t)
+"""
+
+
+def timed_python(code: str, *args: str) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def timed_suite() -> float:
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "generated_tests", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"generated suite failed (exit {result.returncode}):\n{result.stdout[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the measurements here")
+    args = parser.parse_args()
+    modules = sorted(str(p) for p in (ROOT / "generated_tests").glob("test_*.py"))
+    timed_suite()  # warm the file cache and vLLM's own caches once
+    samples = {"import_vllm": [], "import_and_builders": [], "suite": []}
+    for index in range(args.repeat):
+        samples["import_vllm"].append(timed_python(IMPORT_ONLY))
+        samples["import_and_builders"].append(timed_python(IMPORT_AND_BUILD, *modules))
+        samples["suite"].append(timed_suite())
+        print(f"run {index + 1}/{args.repeat}: suite {samples['suite'][-1]:.1f} s", file=sys.stderr)
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    builders = median["import_and_builders"] - median["import_vllm"]
+    rest = median["suite"] - median["import_and_builders"]
+    print(f"machine: {os.cpu_count()} cores; {len(modules)} generated module(s); median of {args.repeat}")
+    print(f"generated suite (pytest, wall)  {median['suite']:7.2f} s   100%")
+    print(f"  importing vLLM                {median['import_vllm']:7.2f} s   {median['import_vllm'] / median['suite']:5.1%}")
+    print(f"  building builders             {builders:7.2f} s   {builders / median['suite']:5.1%}")
+    print(f"  everything else (tests, pytest) {rest:5.2f} s   {rest / median['suite']:5.1%}")
+    print(f"target: under 60 s -> {'met' if median['suite'] < 60 else 'NOT met'} ({median['suite'] / 60:.0%} of it)")
+    if args.json:
+        args.json.write_text(json.dumps({"samples": samples, "median": median, "cores": os.cpu_count()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""gdn-review: pull-request review reports turned into checked knowledge."""

@@ -1,0 +1,236 @@
+"""Records -> pytest module source: render, parse, then write (or only compare).
+
+Rendering is deterministic: the same records give byte-identical modules.
+Record strings reach the module only through the ``py`` filter, which writes
+Python literals; ids become names only after validation. Every module is
+``ast.parse``d before it is written, writes go through a temp file and a
+rename, and only files carrying the generator's banner are ever replaced or
+removed.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import keyword
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import jinja2
+
+from gdn_review.kb import Record, load_kb
+
+BANNER_MARK = "# gdn-review: generated module"
+DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+MODULE_TEMPLATE = "test_module.py.j2"
+
+
+class GenerateError(Exception):
+    """The generator cannot produce a valid module (template or record problem)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What generation would do to the output folder."""
+
+    write: dict[Path, str]  # path -> new content (only files that change)
+    unchanged: list[Path]
+    remove: list[Path]  # generated files of records that no longer exist
+    foreign: list[Path]  # files in the way that lack our banner
+
+    @property
+    def stale(self) -> list[Path]:
+        return sorted(list(self.write) + self.remove)
+
+
+LINE_WIDTH = 96
+
+
+def _flat_literal(value) -> str:
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: str(kv[0]))
+        return "{" + ", ".join(f"{_flat_literal(k)}: {_flat_literal(v)}" for k, v in items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_flat_literal(v) for v in value) + "]"
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    raise GenerateError(f"cannot write {type(value).__name__} as a Python literal")
+
+
+def py_literal(value, indent: int = 0) -> str:
+    """A Python literal for plain data: deterministic (sorted keys), one item a line when long.
+
+    Strings are written by ``repr``, so record text can never become code.
+    """
+    flat = _flat_literal(value)
+    if indent + len(flat) <= LINE_WIDTH or not isinstance(value, (dict, list, tuple)) or not value:
+        text = flat
+    else:
+        pad = " " * (indent + 4)
+        if isinstance(value, dict):
+            items = sorted(value.items(), key=lambda kv: str(kv[0]))
+            body = "".join(f"{pad}{_flat_literal(k)}: {py_literal(v, indent + 4)},\n" for k, v in items)
+            text = "{\n" + body + " " * indent + "}"
+        else:
+            body = "".join(f"{pad}{py_literal(v, indent + 4)},\n" for v in value)
+            text = "[\n" + body + " " * indent + "]"
+    ast.literal_eval(text)  # refuses anything that is not a plain literal
+    return text
+
+
+def identifier(value: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", value)
+    if keyword.iskeyword(name):
+        name += "_"
+    return name
+
+
+def module_name(record: Record) -> str:
+    return f"test_pr_{record.pr.number}.py"
+
+
+def _check_data(record: Record, claim) -> dict:
+    check = claim.check.model_dump(mode="json")
+    check.pop("kind")
+    return check
+
+
+def _risks_for(record: Record, claim_id: str, case_id: str | None) -> list[str]:
+    """Risks a test addresses: it checks one of the risk's claims, on one of its cases."""
+    found = []
+    for risk in record.risks:
+        if claim_id not in risk.claims:
+            continue
+        if case_id is None or not risk.cases or case_id in risk.cases:
+            found.append(risk.id)
+    return sorted(found)
+
+
+def module_context(record: Record, source: str) -> dict:
+    """Everything the module template needs, as plain data."""
+    claims = []
+    names: dict[str, str] = {}
+    for claim in record.claims:
+        name = f"test_{identifier(claim.id)}_{claim.check.kind}"
+        if name in names:
+            raise GenerateError(f"{source}: claims {names[name]!r} and {claim.id!r} both become {name}(); rename one")
+        names[name] = claim.id
+        check = _check_data(record, claim)
+        params = [
+            {"id": case_id, "risks": _risks_for(record, claim.id, case_id)} for case_id in check.get("cases", [])
+        ]
+        claims.append(
+            {
+                "id": claim.id,
+                "text": claim.text,
+                "kind": claim.check.kind,
+                "function": name,
+                "releases": claim.releases,
+                "check": check,
+                "params": params,
+                "risks": _risks_for(record, claim.id, None),
+                "deviations": [d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
+            }
+        )
+    cases = {case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True) for case in record.cases}
+    return {
+        # The banner names the record; keep it to path characters (it is a comment line).
+        "source": re.sub(r"[^A-Za-z0-9_./-]", "_", source),
+        "record": record,
+        "number": record.pr.number,
+        "title": record.pr.title,
+        "claims": claims,
+        "cases": dict(sorted(cases.items())),
+        "expectations": {case.id: dict(sorted(case.expect.items())) for case in record.cases if case.expect},
+        "kinds": sorted({c["kind"] for c in claims}),
+    }
+
+
+def environment(templates: Path = DEFAULT_TEMPLATES) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["py"] = py_literal
+    env.filters["ident"] = identifier
+    return env
+
+
+def render_module(record: Record, source: str, templates: Path = DEFAULT_TEMPLATES) -> str:
+    """The module source for one record; parsed before it is returned."""
+    try:
+        text = environment(templates).get_template(MODULE_TEMPLATE).render(**module_context(record, source))
+    except jinja2.TemplateNotFound as error:
+        raise GenerateError(f"template not found: {error.name} (in {templates})") from None
+    except jinja2.TemplateError as error:
+        raise GenerateError(f"template error rendering {source}: {error}") from None
+    text = re.sub(r"\n{4,}", "\n\n\n", text)
+    try:
+        ast.parse(text, filename=module_name(record))
+    except SyntaxError as error:
+        raise GenerateError(f"rendered module for {source} is not valid Python: line {error.lineno}: {error.msg}") from None
+    if BANNER_MARK not in text.splitlines()[1]:
+        raise GenerateError(f"template {MODULE_TEMPLATE} must put {BANNER_MARK!r} on line 2")
+    return text
+
+
+def has_banner(path: Path) -> bool:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            head = [handle.readline() for _ in range(3)]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(line.strip() == BANNER_MARK for line in head)
+
+
+def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Plan:
+    """Compare what the records render to with what is in ``out_dir``."""
+    records = load_kb(kb_dir)
+    wanted: dict[Path, str] = {}
+    for path, record in records.items():
+        # Named relative to the kb folder's own name, so output never depends on where it lies.
+        source = f"{Path(kb_dir).name}/{path.name}"
+        wanted[out_dir / module_name(record)] = render_module(record, source, templates)
+    write, unchanged, foreign = {}, [], []
+    for path, text in sorted(wanted.items()):
+        if path.exists():
+            if not has_banner(path):
+                foreign.append(path)
+                continue
+            if path.read_text(encoding="utf-8") == text:
+                unchanged.append(path)
+                continue
+        write[path] = text
+    remove = sorted(
+        p for p in out_dir.glob("test_*.py") if p not in wanted and has_banner(p)
+    ) if out_dir.is_dir() else []
+    return Plan(write=write, unchanged=unchanged, remove=remove, foreign=foreign)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(text)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def apply(result: Plan) -> None:
+    """Carry out a plan: write changed modules, remove modules of removed records."""
+    if result.foreign:
+        names = ", ".join(str(p) for p in result.foreign)
+        raise GenerateError(f"refusing to overwrite files without the gdn-review banner: {names}")
+    for path, text in result.write.items():
+        _atomic_write(path, text)
+    for path in result.remove:
+        path.unlink()

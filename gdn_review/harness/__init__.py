@@ -1,0 +1,36 @@
+"""The only part of gdn-review that imports vLLM.
+
+Generated tests import from here and nothing else of ours. Everything the
+harness returns is plain data (ints, lists, dicts), so a test compares values,
+not tensors, and the evidence can be written as JSON.
+"""
+
+from gdn_review.harness.environment import (
+    cuda_skip_reason,
+    device_skip_reason,
+    environment,
+    prepare_platform,
+    target_source,
+)
+from gdn_review.harness.builders import BuilderSettings, make_builder
+from gdn_review.harness.releases import active_deviation, release_in_range, vllm_release
+from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
+from gdn_review.harness.strategies import random_batches
+
+__all__ = [
+    "BuildRun",
+    "BuilderSettings",
+    "active_deviation",
+    "build_case",
+    "count_sync_warnings",
+    "cuda_skip_reason",
+    "device_skip_reason",
+    "environment",
+    "make_builder",
+    "prepare_builders",
+    "prepare_platform",
+    "random_batches",
+    "release_in_range",
+    "target_source",
+    "vllm_release",
+]

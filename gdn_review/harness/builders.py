@@ -1,0 +1,146 @@
+"""A real GDNAttentionMetadataBuilder from a real VllmConfig.
+
+The model is a tiny hybrid (Qwen3-Next) config written to a temp folder by
+``transformers``: no weights are loaded, only the config is read. Constructor
+arguments that differ between vLLM releases are passed only where the
+installed release accepts them; ``build()`` itself is never re-implemented.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import tempfile
+
+from gdn_review.harness.environment import prepare_platform
+
+
+@dataclasses.dataclass(frozen=True)
+class BuilderSettings:
+    """What a case needs of the builder: device and speculative config."""
+
+    device: str = "cpu"
+    speculative_tokens: int | None = None  # None: no speculative config at all
+    max_num_seqs: int = 8
+    max_model_len: int = 256
+    block_size: int = 16
+
+    @property
+    def block_table_columns(self) -> int:
+        # cdiv(max_model_len, block_size) columns, as the runner allocates them;
+        # never fewer than the 1 + k state slots a speculative row reads.
+        columns = -(-self.max_model_len // self.block_size)
+        return max(columns, 1 + (self.speculative_tokens or 0))
+
+
+def _accepted_kwargs(cls, **kwargs):
+    """Keep only the keyword arguments this release's ``cls`` accepts."""
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return kwargs
+    return {name: value for name, value in kwargs.items() if name in parameters}
+
+
+@functools.cache
+def _model_dir() -> str:
+    from transformers import Qwen3NextConfig
+
+    folder = tempfile.mkdtemp(prefix="gdn-review-model-")
+    Qwen3NextConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        linear_num_value_heads=2,
+        linear_num_key_heads=1,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_conv_kernel_dim=4,
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        max_position_embeddings=1024,
+    ).save_pretrained(folder)
+    return folder
+
+
+@functools.cache
+def _model_config(max_model_len: int):
+    from vllm.config import ModelConfig
+
+    return ModelConfig(
+        **_accepted_kwargs(
+            ModelConfig,
+            model=_model_dir(),
+            tokenizer=None,
+            skip_tokenizer_init=True,
+            max_model_len=max_model_len,
+            dtype="float32",
+            # Eager: no full CUDA graphs, so CUDA metadata is not padded to a
+            # graph's batch size and compares field by field with CPU runs.
+            enforce_eager=True,
+        )
+    )
+
+
+def _vllm_config(settings: BuilderSettings):
+    from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+
+    speculative = None
+    if settings.speculative_tokens is not None:
+        speculative = SpeculativeConfig(
+            **_accepted_kwargs(
+                SpeculativeConfig,
+                method="ngram",
+                num_speculative_tokens=settings.speculative_tokens,
+                prompt_lookup_max=2,
+                prompt_lookup_min=1,
+            )
+        )
+    scheduler = SchedulerConfig(
+        **_accepted_kwargs(
+            SchedulerConfig,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=max(2048, settings.max_model_len),
+            max_model_len=settings.max_model_len,
+            is_encoder_decoder=False,
+        )
+    )
+    return VllmConfig(
+        model_config=_model_config(settings.max_model_len),
+        device_config=DeviceConfig(device=settings.device),
+        cache_config=CacheConfig(**_accepted_kwargs(CacheConfig, block_size=settings.block_size)),
+        scheduler_config=scheduler,
+        speculative_config=speculative,
+    )
+
+
+@functools.cache
+def make_builder(settings: BuilderSettings):
+    """The real builder for ``settings``; built once per process and reused."""
+    prepare_platform()
+    import torch
+    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    spec = MambaSpec(
+        **_accepted_kwargs(
+            MambaSpec,
+            block_size=settings.block_size,
+            shapes=((4, 4),),
+            dtypes=(torch.float32,),
+            num_speculative_blocks=settings.speculative_tokens or 0,
+        )
+    )
+    return GDNAttentionMetadataBuilder(
+        spec, ["model.layers.0.linear_attn"], _vllm_config(settings), torch.device(settings.device)
+    )

@@ -1,0 +1,78 @@
+"""Where the checks run: platform set-up, device availability, versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+
+def prepare_platform() -> None:
+    """Tell vLLM its platform before it is first imported.
+
+    Without a GPU, vLLM must be told ``cpu`` or it reaches for pinned memory
+    and fails with "Found no NVIDIA driver". An explicit setting wins.
+    """
+    if "VLLM_TARGET_DEVICE" in os.environ:
+        return
+    import torch
+
+    os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cuda_skip_reason() -> str | None:
+    """None when CUDA can be used, else why not (shown as the skip reason)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        built = torch.version.cuda or "no CUDA"
+        return f"needs CUDA: no CUDA device on this machine (torch {torch.__version__}, built with {built})"
+    if os.environ.get("VLLM_TARGET_DEVICE", "cuda") != "cuda":
+        return f"needs CUDA: VLLM_TARGET_DEVICE={os.environ['VLLM_TARGET_DEVICE']} pins vLLM to another platform"
+    return None
+
+
+def device_skip_reason(device: str) -> str | None:
+    if device == "cpu":
+        return None
+    if device == "cuda":
+        return cuda_skip_reason()
+    return f"unknown device {device!r} (expected 'cpu' or 'cuda')"
+
+
+def environment() -> dict:
+    """Versions and origins of what the checks ran against, as plain data."""
+    prepare_platform()
+    import torch
+    import vllm
+
+    from gdn_review.harness.releases import vllm_release
+
+    vllm_path = os.path.dirname(os.path.abspath(vllm.__file__))
+    import site
+
+    installed_roots = [os.path.abspath(p) for p in site.getsitepackages()]
+    from_site = any(vllm_path.startswith(root + os.sep) for root in installed_roots)
+    source = "installed distribution" if from_site else "unpacked on PYTHONPATH (not the installed distribution)"
+    return {
+        "vllm_version": str(vllm_release()),
+        "vllm_path": vllm_path,
+        "vllm_source": source,
+        "torch_version": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+
+
+def target_source(relative_path: str) -> tuple[str, str]:
+    """Path and text of a file of the loaded vLLM, e.g. ``vllm/v1/attention/backends/gdn_attn.py``."""
+    prepare_platform()
+    import vllm
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(vllm.__file__)))
+    path = os.path.join(package_root, relative_path)
+    with open(path, encoding="utf-8") as handle:
+        return path, handle.read()

@@ -1,0 +1,40 @@
+"""Release ranges (``>=0.29,<0.32``) evaluated against the vLLM that is loaded."""
+
+from __future__ import annotations
+
+import functools
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from gdn_review.harness.environment import prepare_platform
+
+
+@functools.cache
+def vllm_release() -> Version:
+    """The loaded vLLM's release, without local or dev suffixes (0.33.0+cpu -> 0.33.0)."""
+    prepare_platform()
+    import vllm
+
+    return Version(Version(vllm.__version__).base_version)
+
+
+def release_in_range(releases: str | None) -> bool:
+    """True when the loaded vLLM falls in ``releases`` (None or "" means every release)."""
+    if not releases:
+        return True
+    return SpecifierSet(releases).contains(vllm_release(), prereleases=True)
+
+
+def active_deviation(deviations: list[dict], selector: str, value: str) -> dict | None:
+    """The known deviation that applies to this release and ``value`` of ``selector``.
+
+    A deviation without a list under ``selector`` applies to every value.
+    """
+    for deviation in deviations:
+        if not release_in_range(deviation.get("releases")):
+            continue
+        chosen = deviation.get(selector)
+        if not chosen or value in chosen:
+            return deviation
+    return None

@@ -1,0 +1,279 @@
+"""Load records from YAML with errors that name file, line, column and field.
+
+YAML is read with the safe loader only. The node tree (which keeps line
+numbers) is walked alongside pydantic's error locations, so an error points at
+the key or value that is wrong; duplicate keys, which plain YAML silently
+collapses, are errors too.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.version import Version
+from pydantic import BaseModel, ValidationError
+
+from gdn_review.kb.errors import RecordError, RecordErrors
+from gdn_review.kb.models import Record
+
+Loc = tuple[Any, ...]
+
+
+def _field_path(loc: Loc) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int, int]:
+    """1-based line and column of the YAML node at ``loc`` (or its nearest ancestor)."""
+    if root is None:
+        return 1, 1
+    node = root
+    for position, item in enumerate(loc):
+        last = position == len(loc) - 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(item):
+                    node = key if (last and at_key) else value
+                    break
+            # An item not found (a union tag, a missing key) leaves us at the parent.
+        elif isinstance(node, yaml.SequenceNode) and isinstance(item, int) and item < len(node.value):
+            node = node.value[item]
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            if key.value in seen:
+                found.append((path + (key.value,), key))
+            seen.add(key.value)
+            _duplicate_keys(value, path + (key.value,), found)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _duplicate_keys(item, path + (index,), found)
+
+
+def _allowed_keys(loc: Loc) -> list[str]:
+    """Field names of the model that owns the last element of ``loc`` (for 'unknown key' hints)."""
+    from typing import get_args, get_origin
+
+    model: Any = Record
+    for item in loc[:-1]:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        if isinstance(item, int):
+            continue
+        field = model.model_fields.get(str(item))
+        if field is None:
+            kind = model.model_fields.get("kind")
+            if kind is not None and item in get_args(kind.annotation):
+                continue  # a discriminated union's tag ('op_budget'), already resolved
+            return []
+        annotation = field.annotation
+        model = _unwrap(annotation, get_args, get_origin, next_tag=_next_tag(loc, item))
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return sorted(model.model_fields)
+    return []
+
+
+def _next_tag(loc: Loc, item: Any) -> Any:
+    index = loc.index(item)
+    return loc[index + 1] if index + 1 < len(loc) else None
+
+
+def _unwrap(annotation, get_args, get_origin, next_tag=None):
+    """Find the model class inside list[...], X | None, Annotated[...] and unions."""
+    candidates = [annotation]
+    while candidates:
+        current = candidates.pop(0)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            kind = current.model_fields.get("kind")
+            if kind is None or next_tag is None or next_tag in get_args(kind.annotation):
+                return current
+            continue
+        candidates.extend(get_args(current))
+    return None
+
+
+def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) -> list[RecordError]:
+    errors = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            allowed = _allowed_keys(loc)
+            hint = f" (allowed here: {', '.join(allowed)})" if allowed else ""
+            message = f"unknown key {str(loc[-1])!r}{hint}"
+            line, column = _locate(root, loc, at_key=True)
+        elif kind == "missing":
+            message = "required field is missing"
+            line, column = _locate(root, loc[:-1])
+        elif kind == "union_tag_invalid":
+            context = item.get("ctx", {})
+            message = f"unknown check kind {context.get('tag')!r} (expected one of: {context.get('expected_tags')})"
+            line, column = _locate(root, loc + ("kind",))
+        else:
+            message = item["msg"]
+            if "input" in item and not isinstance(item["input"], (dict, list)):
+                message += f" (got {item['input']!r})"
+            line, column = _locate(root, loc)
+        field = _field_path(tuple(x for x in loc if not _is_union_tag(x)))
+        errors.append(RecordError(file, line, column, field, message))
+    return errors
+
+
+def _is_union_tag(item: Any) -> bool:
+    return item in {"op_budget", "equivalence", "invariant", "gpu_sync"} or (
+        isinstance(item, str) and item.startswith(("function-", "list[", "int", "str"))
+    )
+
+
+def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
+    """What types alone cannot say: unique ids, references that resolve, consistent rows."""
+    problems: list[tuple[Loc, str]] = []
+    if stem != str(record.pr.number):
+        problems.append((("pr", "number"), f"record file is named {stem!r} but pr.number is {record.pr.number}; name it {record.pr.number}.yaml"))
+    if Version(record.target.base_release) >= Version(record.target.head_release):
+        problems.append((("target", "head_release"), f"head_release {record.target.head_release} must be later than base_release {record.target.base_release}"))
+
+    def unique(kind: str, ids: list[str]) -> None:
+        seen: set[str] = set()
+        for index, item in enumerate(ids):
+            if item in seen:
+                problems.append(((kind, index, "id"), f"duplicate id {item!r}"))
+            seen.add(item)
+
+    unique("claims", [c.id for c in record.claims])
+    unique("cases", [c.id for c in record.cases])
+    unique("risks", [r.id for r in record.risks])
+    case_ids = {c.id for c in record.cases}
+    claim_ids = {c.id for c in record.claims}
+
+    def known(loc: Loc, kind: str, wanted: list[str], have: set[str]) -> None:
+        for index, item in enumerate(wanted):
+            if item not in have:
+                options = ", ".join(sorted(have)) or "none defined"
+                problems.append((loc + (index,), f"no {kind} with id {item!r} (known: {options})"))
+
+    for c_index, case in enumerate(record.cases):
+        for r_index, row in enumerate(case.rows):
+            loc = ("cases", c_index, "rows", r_index, "drafted")
+            if row.drafted is not None and case.speculative_tokens is None:
+                problems.append((loc, "a row cannot draft tokens in a case without speculative_tokens"))
+            elif row.drafted is not None and row.drafted > case.speculative_tokens:
+                problems.append((loc, f"drafted {row.drafted} exceeds speculative_tokens {case.speculative_tokens}"))
+        if len(case.rows) + case.padded_rows > case.max_num_seqs:
+            problems.append((("cases", c_index, "rows"), f"{len(case.rows)} rows + {case.padded_rows} padded exceed max_num_seqs {case.max_num_seqs}"))
+
+    for index, claim in enumerate(record.claims):
+        check = claim.check
+        base: Loc = ("claims", index, "check")
+        check_cases = getattr(check, "cases", [])
+        known(base + ("cases",), "case", check_cases, case_ids)
+        if check.kind == "equivalence":
+            for c_index, case_id in enumerate(check_cases):
+                if case_id in case_ids and not record.case(case_id).expect:
+                    problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields"))
+        for d_index, deviation in enumerate(claim.known_deviations):
+            d_loc: Loc = ("claims", index, "known_deviations", d_index)
+            known(d_loc + ("cases",), "case of this claim's check", deviation.cases, set(check_cases))
+            if deviation.properties:
+                have = set(getattr(check, "properties", []))
+                known(d_loc + ("properties",), "property of this claim's check", deviation.properties, have)
+    for index, risk in enumerate(record.risks):
+        known(("risks", index, "cases"), "case", risk.cases, case_ids)
+        known(("risks", index, "claims"), "claim", risk.claims, claim_ids)
+        unique_mutants = [m.id for m in risk.mutants]
+        if len(set(unique_mutants)) != len(unique_mutants):
+            problems.append((("risks", index, "mutants"), "mutant ids must be unique within a risk"))
+    for index, relation in enumerate(record.related):
+        known(("related", index, "claims"), "claim", relation.claims, claim_ids)
+        known(("related", index, "cases"), "case", relation.cases, case_ids)
+    return problems
+
+
+def parse_record(text: str, file: str) -> Record:
+    """A record from YAML text; raises RecordErrors naming every problem."""
+    stem = Path(file).stem
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        problem = error.problem or "unreadable YAML"
+        if error.context:
+            where = error.context_mark
+            started = f" (started at line {where.line + 1}, column {where.column + 1})" if where and where != mark else ""
+            problem = f"{error.context}{started}: {problem}"
+        # A constructor error is a tag the safe loader refuses (records are plain data).
+        what = "unsupported YAML tag" if isinstance(error, yaml.constructor.ConstructorError) else "YAML syntax error"
+        raise RecordErrors([RecordError(file, line, column, "", f"{what}: {problem}")]) from None
+    except yaml.YAMLError as error:
+        raise RecordErrors([RecordError(file, 1, 1, "", f"YAML error: {error}")]) from None
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else type(data).__name__
+        raise RecordErrors([RecordError(file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}")])
+
+    duplicates: list[tuple[Loc, yaml.Node]] = []
+    _duplicate_keys(root, (), duplicates)
+    errors = [
+        RecordError(file, node.start_mark.line + 1, node.start_mark.column + 1, _field_path(loc), f"duplicate key {loc[-1]!r}")
+        for loc, node in duplicates
+    ]
+    try:
+        record = Record.model_validate(data)
+    except ValidationError as error:
+        raise RecordErrors(errors + _pydantic_errors(file, root, error)) from None
+    for loc, message in _cross_references(record, stem):
+        line, column = _locate(root, loc)
+        errors.append(RecordError(file, line, column, _field_path(loc), message))
+    if errors:
+        raise RecordErrors(errors)
+    return record
+
+
+def load_record(path: str | os.PathLike) -> Record:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RecordErrors([RecordError(str(path), 1, 1, "", f"cannot read: {error}")]) from None
+    return parse_record(text, str(path))
+
+
+def record_paths(kb_dir: str | os.PathLike) -> list[Path]:
+    return sorted(p for p in Path(kb_dir).glob("*.yaml") if p.is_file())
+
+
+def load_kb(kb_dir: str | os.PathLike) -> dict[Path, Record]:
+    """Every record in ``kb_dir``; all errors of all files are collected before raising."""
+    folder = Path(kb_dir)
+    if not folder.is_dir():
+        raise RecordErrors([RecordError(str(folder), 1, 1, "", "no such knowledge-base folder")])
+    records: dict[Path, Record] = {}
+    errors: list[RecordError] = []
+    numbers: dict[int, Path] = {}
+    for path in record_paths(folder):
+        try:
+            record = load_record(path)
+        except RecordErrors as failure:
+            errors.extend(failure.errors)
+            continue
+        if record.pr.number in numbers:
+            errors.append(RecordError(str(path), 1, 1, "pr.number", f"PR {record.pr.number} is already recorded in {numbers[record.pr.number]}"))
+        numbers[record.pr.number] = path
+        records[path] = record
+    if errors:
+        raise RecordErrors(errors)
+    return records

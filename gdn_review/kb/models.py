@@ -1,0 +1,211 @@
+"""Typed models of a record (one PR's YAML file in ``kb/``).
+
+Everything here is data: strings from a record reach generated code only as
+Python literals, and ids are restricted to ``^[A-Za-z0-9_.-]+$`` because they
+become test names and file names.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=80)]
+Text = Annotated[str, StringConstraints(min_length=1)]
+
+
+def _release(value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise ValueError(f"{value!r} is not a release number (for example '0.29.0')") from None
+    return value
+
+
+def _release_range(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"{value!r} is not a release range (for example '>=0.29,<0.32')") from None
+    if not value.strip():
+        raise ValueError("an empty release range; leave the field out to mean every release")
+    return value
+
+
+Release = Annotated[str, AfterValidator(_release)]
+ReleaseRange = Annotated[str, AfterValidator(_release_range)]
+OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+$")]
+
+# Fields of a build() snapshot that a case may state expectations for.
+ExpectField = Literal[
+    "path",
+    "num_prefills",
+    "num_prefill_tokens",
+    "num_decodes",
+    "num_decode_tokens",
+    "num_spec_decodes",
+    "num_spec_decode_tokens",
+    "num_actual_tokens",
+    "spec_state_rows",
+    "non_spec_state_rows",
+    "prefill_state_rows",
+    "spec_query_start_loc",
+    "non_spec_query_start_loc",
+    "prefill_query_start_loc",
+    "has_initial_state",
+    "prefill_has_initial_state",
+    "num_accepted_tokens",
+    "spec_token_indx",
+    "non_spec_token_indx",
+]
+
+InvariantProperty = Literal[
+    "fallback_condition",
+    "partition",
+    "spec_rows_match_drafts",
+    "counts_add_up",
+    "indices_in_bounds",
+    "deterministic",
+]
+
+RelationKind = Literal[
+    "same-area", "supersedes", "superseded-by", "changes-claim", "fixes", "fixed-by", "depends-on"
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PullRequest(Strict):
+    number: Annotated[int, Field(gt=0)]
+    repo: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
+    title: Text
+    merged_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")]
+    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]
+    source_report: str | None = None
+
+
+class Target(Strict):
+    file: Text
+    symbol: Text
+    base_release: Release = Field(description="last release without the PR")
+    head_release: Release = Field(description="first release with the PR")
+
+
+class Row(Strict):
+    seq_len: Annotated[int, Field(ge=1)]
+    query_len: Annotated[int, Field(ge=1)]
+    drafted: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="draft tokens of a speculating row; null: the row does not speculate (-1)"
+    )
+    accepted: Annotated[int, Field(ge=1)] = 1
+    prefilling: bool | None = None
+
+
+class Case(Strict):
+    id: Id
+    text: Text
+    speculative_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="k of the speculative config; null: no speculative config"
+    )
+    drafts: Literal["given", "none"] = Field(
+        default="given", description="none: build() gets num_decode_draft_tokens_cpu=None"
+    )
+    rows: Annotated[list[Row], Field(min_length=1)]
+    padded_rows: Annotated[int, Field(ge=0)] = 0
+    max_num_seqs: Annotated[int, Field(ge=1)] = 8
+    releases: ReleaseRange | None = None
+    expect: dict[ExpectField, Any] = Field(default_factory=dict)
+
+
+class OpBudgetCheck(Strict):
+    kind: Literal["op_budget"]
+    budget: Annotated[dict[OpName, Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    cases: Annotated[list[Id], Field(min_length=1)]
+
+
+class EquivalenceCheck(Strict):
+    kind: Literal["equivalence"]
+    cases: Annotated[list[Id], Field(min_length=1)]
+
+
+class InvariantCheck(Strict):
+    kind: Literal["invariant"]
+    properties: Annotated[list[InvariantProperty], Field(min_length=1)]
+    speculative_tokens: Annotated[list[Annotated[int, Field(ge=1, le=8)]], Field(min_length=1)] = [1, 2, 3]
+    max_rows: Annotated[int, Field(ge=1, le=64)] = 8
+    examples: Annotated[int, Field(ge=1, le=1000)] = 40
+
+
+class GpuSyncCheck(Strict):
+    kind: Literal["gpu_sync"]
+    max_syncs: Annotated[int, Field(ge=0)]
+    cases: Annotated[list[Id], Field(min_length=1)]
+
+
+Check = Annotated[
+    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck],
+    Field(discriminator="kind"),
+]
+
+
+class KnownDeviation(Strict):
+    releases: ReleaseRange | None = None
+    cases: list[Id] = Field(default_factory=list, description="only these cases (empty: all)")
+    properties: list[InvariantProperty] = Field(default_factory=list, description="only these invariants")
+    reason: Text
+    measured: str | None = None
+
+
+class Claim(Strict):
+    id: Id
+    text: Text
+    source: str | None = Field(default=None, description="where the report states it")
+    releases: ReleaseRange | None = None
+    note: str | None = None
+    check: Check
+    known_deviations: list[KnownDeviation] = Field(default_factory=list)
+
+
+class Mutant(Strict):
+    id: Id
+    find: Text
+    replace: str
+    count: Annotated[int, Field(ge=1)] = 1
+    releases: ReleaseRange | None = None
+
+
+class Risk(Strict):
+    id: Id
+    text: Text
+    cases: list[Id] = Field(default_factory=list)
+    claims: list[Id] = Field(default_factory=list)
+    mutants: list[Mutant] = Field(default_factory=list)
+
+
+class Relation(Strict):
+    number: Annotated[int, Field(gt=0)]
+    title: Text
+    relation: RelationKind
+    note: str | None = None
+    from_release: Release | None = None
+    claims: list[Id] = Field(default_factory=list)
+    cases: list[Id] = Field(default_factory=list)
+
+
+class Record(Strict):
+    schema_version: Literal[1] = 1
+    pr: PullRequest
+    target: Target
+    summary: str | None = None
+    claims: Annotated[list[Claim], Field(min_length=1)]
+    cases: list[Case] = Field(default_factory=list)
+    risks: list[Risk] = Field(default_factory=list)
+    related: list[Relation] = Field(default_factory=list)
+
+    def case(self, case_id: str) -> Case:
+        return next(c for c in self.cases if c.id == case_id)

@@ -1,0 +1,63 @@
+"""Shared helpers for gdn-review's own tests."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# The golden output folder holds generated modules: compared as files, never collected.
+collect_ignore_glob = ["golden/*"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A small valid record; tests break it in one place at a time.
+MINIMAL = textwrap.dedent(
+    """\
+    schema_version: 1
+    pr:
+      number: 7
+      repo: vllm-project/vllm
+      title: A small PR
+      merged_at: "2026-01-02 03:04"
+      url: https://example.invalid/pr/7
+    target:
+      file: vllm/v1/attention/backends/gdn_attn.py
+      symbol: GDNAttentionMetadataBuilder.build
+      base_release: 0.28.0
+      head_release: 0.29.0
+    claims:
+      - id: C1
+        text: One ge per build.
+        check:
+          kind: op_budget
+          budget: {aten.ge: 1}
+          cases: [spec]
+    cases:
+      - id: spec
+        text: Two spec decodes.
+        speculative_tokens: 2
+        rows:
+          - {seq_len: 10, query_len: 3, drafted: 2}
+          - {seq_len: 12, query_len: 3, drafted: 2}
+    risks:
+      - id: R1
+        text: Something could break.
+        cases: [spec]
+        claims: [C1]
+    """
+)
+
+
+@pytest.fixture
+def write_record(tmp_path):
+    """Write record text as <tmp>/kb/<name> and return the kb folder."""
+
+    def write(text: str, name: str = "7.yaml") -> Path:
+        kb = tmp_path / "kb"
+        kb.mkdir(exist_ok=True)
+        (kb / name).write_text(text, encoding="utf-8")
+        return kb
+
+    return write

@@ -1,0 +1,156 @@
+"""The generator: golden files, determinism, literal-only record text, --check, safe writes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from gdn_review import generate
+from gdn_review.kb import load_record, parse_record
+from tests.conftest import MINIMAL, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def test_golden_modules_are_up_to_date():
+    plan = generate.plan(GOLDEN / "kb", GOLDEN / "generated")
+    assert not plan.stale and not plan.foreign, (
+        f"golden files differ: {[str(p) for p in plan.stale]}; after an intended template change run "
+        "scripts/regenerate-goldens and review the diff"
+    )
+    assert plan.unchanged == [GOLDEN / "generated" / "test_pr_1.py"]
+
+
+def test_bundled_kb_modules_are_up_to_date():
+    plan = generate.plan(ROOT / "kb", ROOT / "generated_tests")
+    assert not plan.stale, f"run `gdn-review generate`: stale {[str(p) for p in plan.stale]}"
+
+
+def test_rendering_is_deterministic():
+    record = load_record(GOLDEN / "kb" / "1.yaml")
+    first = generate.render_module(record, "kb/1.yaml")
+    second = generate.render_module(load_record(GOLDEN / "kb" / "1.yaml"), "kb/1.yaml")
+    assert first == second
+    assert first.splitlines()[1] == generate.BANNER_MARK
+    assert "DO NOT EDIT" in first.splitlines()[0] and "kb/1.yaml" in first.splitlines()[0]
+
+
+HOSTILE = [
+    '"""; import os; os.system("echo pwned")',
+    "'''\nimport os\n'''",
+    "back\\slash \\n \\x00 and {{ jinja }} {% if %} {# c #}",
+    'quote " and \' mixed \\" end\\',
+    "line one\nline two\r\n\ttab",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_record_text_is_only_a_string_literal(text):
+    record = parse_record(MINIMAL, "7.yaml")
+    claim = record.claims[0].model_copy(update={"text": text})
+    case = record.cases[0].model_copy(update={"text": text})
+    pr = record.pr.model_copy(update={"title": text})
+    hostile = record.model_copy(update={"claims": [claim], "cases": [case], "pr": pr})
+    source = generate.render_module(hostile, "kb/7.yaml\nimport os")
+    tree = ast.parse(source)
+    imports = sorted(
+        alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    )
+    assert imports == ["gdn_review.harness", "pytest"]
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    assert "os" not in names
+    constants = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert ast.literal_eval(constants["CLAIM_C1"]) == text
+    assert ast.literal_eval(constants["TITLE"]) == text
+    assert source.splitlines()[0].endswith("kb/7.yaml_import_os. DO NOT EDIT: edit the record, then run `gdn-review generate`.")
+
+
+def test_py_literal_sorts_keys_and_round_trips():
+    value = {"b": [1, None, True], "a": {"z": "x'\"", "y": 2.5}}
+    text = generate.py_literal(value)
+    assert ast.literal_eval(text) == value
+    assert text.index("'a'") < text.index("'b'")
+    with pytest.raises(generate.GenerateError):
+        generate.py_literal({"x": object()})
+
+
+def test_plan_write_check_orphan_and_foreign(tmp_path, write_record):
+    kb = write_record(MINIMAL)
+    out = tmp_path / "out"
+    plan = generate.plan(kb, out)
+    assert list(plan.write) == [out / "test_pr_7.py"]
+    generate.apply(plan)
+    assert generate.plan(kb, out).stale == []
+
+    # Edit the record: the module is stale, and nothing is written by planning.
+    before = (out / "test_pr_7.py").read_text()
+    (kb / "7.yaml").write_text(MINIMAL.replace("One ge per build.", "Still one ge."))
+    assert generate.plan(kb, out).stale == [out / "test_pr_7.py"]
+    assert (out / "test_pr_7.py").read_text() == before
+
+    # A module whose record is gone is an orphan; a file without the banner is never touched.
+    (out / "test_pr_99.py").write_text("# gdn-review: generated module\n")
+    (out / "test_handwritten.py").write_text("def test_mine():\n    pass\n")
+    plan = generate.plan(kb, out)
+    assert plan.remove == [out / "test_pr_99.py"]
+    generate.apply(plan)
+    assert not (out / "test_pr_99.py").exists()
+    assert (out / "test_handwritten.py").exists()
+
+    (out / "test_pr_7.py").write_text("# written by hand\n")
+    plan = generate.plan(kb, out)
+    assert plan.foreign == [out / "test_pr_7.py"]
+    with pytest.raises(generate.GenerateError, match="without the gdn-review banner"):
+        generate.apply(plan)
+    assert (out / "test_pr_7.py").read_text() == "# written by hand\n"
+
+
+def test_template_error_writes_nothing(tmp_path, write_record):
+    kb = write_record(MINIMAL)
+    templates = tmp_path / "templates"
+    (templates / "checks").mkdir(parents=True)
+    (templates / "test_module.py.j2").write_text("# banner\n# gdn-review: generated module\nx = (\n")
+    out = tmp_path / "out"
+    with pytest.raises(generate.GenerateError, match="not valid Python"):
+        generate.plan(kb, out, templates)
+    assert not out.exists()
+
+
+def test_unknown_check_kind_template_is_named(tmp_path, write_record):
+    kb = write_record(MINIMAL)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "test_module.py.j2").write_text(
+        (ROOT / "templates" / "test_module.py.j2").read_text()
+    )
+    with pytest.raises(generate.GenerateError, match="checks/op_budget.py.j2"):
+        generate.plan(kb, tmp_path / "out", templates)
+
+
+def test_claim_ids_that_collide_as_names_are_refused():
+    text = MINIMAL.replace("claims: [C1]", "claims: [C-1]").replace("  - id: C1\n", "  - id: C-1\n", 1)
+    text = text.replace("cases:\n  - id: spec", "  - id: C_1\n    text: Same name.\n    check: {kind: op_budget, budget: {aten.ge: 1}, cases: [spec]}\ncases:\n  - id: spec")
+    record = parse_record(text, "7.yaml")
+    with pytest.raises(generate.GenerateError, match="both become test_C_1_op_budget"):
+        generate.render_module(record, "kb/7.yaml")
+
+
+def test_every_claim_and_risk_of_the_bundled_record_gets_a_test():
+    record = load_record(ROOT / "kb" / "52078.yaml")
+    context = generate.module_context(record, "kb/52078.yaml")
+    for claim in context["claims"]:
+        assert claim["params"] or claim["kind"] == "invariant", claim["id"]
+    covered = {risk for claim in context["claims"] for risk in claim["risks"]}
+    covered |= {risk for claim in context["claims"] for param in claim["params"] for risk in param["risks"]}
+    assert covered == {risk.id for risk in record.risks}

@@ -1,0 +1,91 @@
+"""The harness against the real vLLM builder (CPU here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gdn_review import harness
+
+SPEC = {
+    "speculative_tokens": 2,
+    "rows": [
+        {"seq_len": 10, "query_len": 3, "drafted": 2, "accepted": 2},
+        {"seq_len": 20, "query_len": 5},
+    ],
+    "padded_rows": 1,
+}
+PLAIN = {"rows": [{"seq_len": 10, "query_len": 1}, {"seq_len": 20, "query_len": 5}]}
+
+
+def test_builder_is_vllms_own_and_built_once():
+    settings = harness.BuilderSettings(device="cpu", speculative_tokens=2)
+    builder = harness.make_builder(settings)
+    assert type(builder).__module__ == "vllm.v1.attention.backends.gdn_attn"
+    assert type(builder).__name__ == "GDNAttentionMetadataBuilder"
+    assert builder.use_spec_decode and builder.num_spec == 2
+    assert harness.make_builder(settings) is builder
+
+
+def test_build_case_snapshots_rows_and_counts_ops():
+    run = harness.build_case("cpu", SPEC)
+    assert run.metadata["path"] == "spec"
+    assert run.metadata["spec_state_rows"] == [0]
+    assert run.metadata["non_spec_state_rows"] == [1, 2]  # the prefill and the padded row
+    assert run.metadata["num_accepted_tokens"] == [2]
+    assert run.rows == 2 and run.padded_rows == 1
+    assert run.ops.get("aten.ge", 0) >= 1  # the `>= 0` mask, seen by the dispatch mode
+    plain = harness.build_case("cpu", PLAIN)
+    assert plain.metadata["path"] == "non_spec" and "aten.ge" not in plain.ops
+
+
+def test_release_ranges_against_loaded_vllm():
+    release = harness.vllm_release()
+    assert harness.release_in_range(None) and harness.release_in_range("")
+    assert harness.release_in_range(f"=={release}")
+    assert not harness.release_in_range(f"<{release}")
+
+
+def test_active_deviation_selects_by_release_and_value():
+    release = harness.vllm_release()
+    deviations = [
+        {"releases": f"<{release}", "cases": ["a"], "reason": "old"},
+        {"releases": f">={release}", "cases": ["b"], "reason": "new"},
+        {"reason": "every case"},
+    ]
+    assert harness.active_deviation(deviations, "cases", "b")["reason"] == "new"
+    assert harness.active_deviation(deviations, "cases", "a")["reason"] == "every case"
+    assert harness.active_deviation(deviations[:2], "cases", "a") is None
+
+
+def test_environment_names_versions():
+    env = harness.environment()
+    assert env["vllm_version"] == str(harness.vllm_release())
+    assert env["torch_version"] and env["python"]
+    assert env["vllm_source"] in {"installed distribution", "unpacked on PYTHONPATH (not the installed distribution)"}
+
+
+def test_cuda_skip_reason_on_this_machine():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA; the reason is for machines without it")
+    reason = harness.device_skip_reason("cuda")
+    assert reason.startswith("needs CUDA: no CUDA device")
+    assert harness.device_skip_reason("cpu") is None
+    assert "unknown device" in harness.device_skip_reason("tpu")
+
+
+def test_mutants_of_the_bundled_record_apply_to_the_loaded_release():
+    """Each mutant's find text occurs exactly `count` times in the loaded target file."""
+    from gdn_review.kb import load_record
+    from tests.conftest import ROOT
+
+    record = load_record(ROOT / "kb" / "52078.yaml")
+    path, source = harness.target_source(record.target.file)
+    checked = 0
+    for risk in record.risks:
+        for mutant in risk.mutants:
+            if harness.release_in_range(mutant.releases):
+                assert source.count(mutant.find) == mutant.count, f"{risk.id}/{mutant.id} in {path}"
+                checked += 1
+    assert checked >= 3

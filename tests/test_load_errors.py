@@ -1,0 +1,129 @@
+"""Broken records and the exact messages people get for them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gdn_review.kb import RecordErrors, load_kb, parse_record
+from tests.conftest import MINIMAL
+
+
+def broken(old: str, new: str) -> str:
+    assert old in MINIMAL, old
+    return MINIMAL.replace(old, new, 1)
+
+
+TABLE = [
+    (
+        "syntax error",
+        broken("  title: A small PR\n", "  title: [unclosed\n"),
+        ["7.yaml:6:12: YAML syntax error: while parsing a flow sequence (started at line 5, column 10): expected ',' or ']', but got ':'"],
+    ),
+    (
+        "unknown top-level key",
+        broken("schema_version: 1\n", "schema_version: 1\nreviewer: me\n"),
+        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, pr, related, risks, schema_version, summary, target)"],
+    ),
+    (
+        "unknown key in a check",
+        broken("      budget: {aten.ge: 1}\n", "      budget: {aten.ge: 1}\n      max: 3\n"),
+        ["7.yaml:19:7: claims[0].check.max: unknown key 'max' (allowed here: budget, cases, kind)"],
+    ),
+    (
+        "wrong type",
+        broken("  number: 7\n", "  number: seven\n"),
+        ["7.yaml:3:11: pr.number: Input should be a valid integer, unable to parse string as an integer (got 'seven')"],
+    ),
+    (
+        "missing field",
+        broken("  symbol: GDNAttentionMetadataBuilder.build\n", ""),
+        ["7.yaml:9:3: target.symbol: required field is missing"],
+    ),
+    (
+        "duplicate key",
+        broken("  repo: vllm-project/vllm\n", "  repo: vllm-project/vllm\n  repo: other/repo\n"),
+        ["7.yaml:5:3: pr.repo: duplicate key 'repo'"],
+    ),
+    (
+        "duplicate claim id",
+        broken("cases:\n", "  - id: C1\n    text: Again.\n    check: {kind: equivalence, cases: [spec]}\ncases:\n"),
+        [
+            "7.yaml:20:9: claims[1].id: duplicate id 'C1'",
+            "7.yaml:22:40: claims[1].check.cases[0]: case 'spec' states no expect: an equivalence check needs expected fields",
+        ],
+    ),
+    (
+        "dangling case of a risk",
+        broken("    cases: [spec]\n    claims: [C1]\n", "    cases: [spec, nowhere]\n    claims: [C1]\n"),
+        ["7.yaml:30:19: risks[0].cases[1]: no case with id 'nowhere' (known: spec)"],
+    ),
+    (
+        "dangling claim of a risk",
+        broken("    claims: [C1]\n", "    claims: [C9]\n"),
+        ["7.yaml:31:14: risks[0].claims[0]: no claim with id 'C9' (known: C1)"],
+    ),
+    (
+        "bad release range",
+        broken("  - id: C1\n", "  - id: C1\n    releases: newer than 0.29\n"),
+        ["7.yaml:15:15: claims[0].releases: Value error, 'newer than 0.29' is not a release range (for example '>=0.29,<0.32') (got 'newer than 0.29')"],
+    ),
+    (
+        "id that cannot become a name",
+        broken("  - id: C1\n", "  - id: \"C1; import os\"\n").replace("claims: [C1]", "claims: [\"C1; import os\"]"),
+        [
+            "7.yaml:14:9: claims[0].id: String should match pattern '^[A-Za-z0-9_.-]+$' (got 'C1; import os')",
+            "7.yaml:31:14: risks[0].claims[0]: String should match pattern '^[A-Za-z0-9_.-]+$' (got 'C1; import os')",
+        ],
+    ),
+    (
+        "more drafts than k",
+        broken("{seq_len: 10, query_len: 3, drafted: 2}", "{seq_len: 10, query_len: 4, drafted: 3}"),
+        ["7.yaml:25:46: cases[0].rows[0].drafted: drafted 3 exceeds speculative_tokens 2"],
+    ),
+    (
+        "unknown check kind",
+        broken("      kind: op_budget\n", "      kind: vibes\n"),
+        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync')"],
+    ),
+    (
+        "empty file",
+        "",
+        ["7.yaml:1:1: a record is a mapping with pr, target, claims...; got an empty file"],
+    ),
+]
+
+
+@pytest.mark.parametrize("text, messages", [pytest.param(t, m, id=name) for name, t, m in TABLE])
+def test_broken_record_message(text, messages):
+    with pytest.raises(RecordErrors) as failure:
+        parse_record(text, "7.yaml")
+    assert [str(e) for e in failure.value.errors] == messages
+
+
+def test_minimal_record_is_valid():
+    record = parse_record(MINIMAL, "7.yaml")
+    assert record.pr.number == 7 and [c.id for c in record.claims] == ["C1"]
+
+
+def test_file_name_must_match_pr_number():
+    with pytest.raises(RecordErrors) as failure:
+        parse_record(MINIMAL, "8.yaml")
+    assert str(failure.value.errors[0]) == "8.yaml:3:11: pr.number: record file is named '8' but pr.number is 7; name it 7.yaml"
+
+
+def test_every_error_of_every_file_is_collected(write_record):
+    write_record(broken("  number: 7\n", "  number: seven\n").replace("kind: op_budget", "kind: vibes"))
+    kb = write_record(MINIMAL.replace("number: 7", "number: 9").replace("reviewer", ""), name="9.yaml")
+    (kb / "10.yaml").write_text("pr: [\n", encoding="utf-8")
+    with pytest.raises(RecordErrors) as failure:
+        load_kb(kb)
+    files = sorted({e.file.rsplit("/", 1)[-1] for e in failure.value.errors})
+    assert files == ["10.yaml", "7.yaml"]
+    assert len([e for e in failure.value.errors if e.file.endswith("7.yaml")]) == 2
+
+
+def test_safe_load_only():
+    # A Python object tag is a YAML error, never constructed.
+    with pytest.raises(RecordErrors) as failure:
+        parse_record("!!python/object/apply:os.system ['echo hi']\n", "7.yaml")
+    assert str(failure.value).startswith("7.yaml:1:1: unsupported YAML tag: could not determine a constructor")
