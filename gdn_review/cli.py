@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from gdn_review import generate as generator
-from gdn_review.kb import RecordErrors, load_kb, record_schema
+from gdn_review.kb import RecordErrors, incomplete, load_kb, record_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -52,6 +52,9 @@ def main() -> None:
 def validate(kb_dir: Path) -> None:
     """Check every record: types, unknown keys, duplicate ids, references.
 
+    A draft record (from `gdn-review import`) is well-formed but incomplete:
+    each open TODO is listed and the exit code is 1.
+
     \b
     Examples:
       gdn-review validate
@@ -64,8 +67,17 @@ def validate(kb_dir: Path) -> None:
         sys.exit(EXIT_BAD_INPUT)
     if not records:
         raise BadInput(f"no records (*.yaml) in {kb_dir}")
+    open_items = 0
     for path, record in records.items():
-        click.echo(f"ok  {path}  PR #{record.pr.number}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
+        todos = incomplete(path, record)
+        open_items += len(todos)
+        state = "ok   " if not todos else "draft"
+        click.echo(f"{state}  {path}  PR #{record.pr.number}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
+        for todo in todos:
+            click.echo(f"  incomplete: {todo}", err=True)
+    if open_items:
+        click.echo(f"{open_items} open TODO(s): the record(s) above are drafts, not yet checkable", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 @main.command(name="generate")
@@ -96,6 +108,8 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
         for path in result.foreign:
             click.echo(f"foreign  {path}: exists without the gdn-review banner; move it away, it will not be overwritten", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    for path in result.drafts:
+        click.echo(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)", err=True)
     if check:
         for path in result.write:
             state = "stale" if path.exists() else "missing"

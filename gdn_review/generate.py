@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jinja2
 
-from gdn_review.kb import Record, load_kb
+from gdn_review.kb import Record, is_draft, load_kb
 
 BANNER_MARK = "# gdn-review: generated module"
 DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -39,6 +39,7 @@ class Plan:
     unchanged: list[Path]
     remove: list[Path]  # generated files of records that no longer exist
     foreign: list[Path]  # files in the way that lack our banner
+    drafts: list[Path] = dataclasses.field(default_factory=list)  # records skipped: open TODOs
 
     @property
     def stale(self) -> list[Path]:
@@ -193,7 +194,11 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
     """Compare what the records render to with what is in ``out_dir``."""
     records = load_kb(kb_dir)
     wanted: dict[Path, str] = {}
+    drafts: list[Path] = []
     for path, record in records.items():
+        if is_draft(record):
+            drafts.append(path)  # half a module would be worse than none
+            continue
         # Named relative to the kb folder's own name, so output never depends on where it lies.
         source = f"{Path(kb_dir).name}/{path.name}"
         wanted[out_dir / module_name(record)] = render_module(record, source, templates)
@@ -207,10 +212,10 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
                 unchanged.append(path)
                 continue
         write[path] = text
-    remove = sorted(
-        p for p in out_dir.glob("test_*.py") if p not in wanted and has_banner(p)
-    ) if out_dir.is_dir() else []
-    return Plan(write=write, unchanged=unchanged, remove=remove, foreign=foreign)
+    # A draft's old module (if any) stays until the draft is complete again.
+    keep = set(wanted) | {out_dir / module_name(records[p]) for p in drafts}
+    remove = sorted(p for p in out_dir.glob("test_*.py") if p not in keep and has_banner(p)) if out_dir.is_dir() else []
+    return Plan(write=write, unchanged=unchanged, remove=remove, foreign=foreign, drafts=drafts)
 
 
 def _atomic_write(path: Path, text: str) -> None:

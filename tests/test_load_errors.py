@@ -22,7 +22,7 @@ TABLE = [
     (
         "unknown top-level key",
         broken("schema_version: 1\n", "schema_version: 1\nreviewer: me\n"),
-        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, pr, related, risks, schema_version, summary, target)"],
+        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, pr, related, report, risks, schema_version, summary, target)"],
     ),
     (
         "unknown key in a check",
@@ -83,7 +83,7 @@ TABLE = [
     (
         "unknown check kind",
         broken("      kind: op_budget\n", "      kind: vibes\n"),
-        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync')"],
+        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'TODO')"],
     ),
     (
         "empty file",

@@ -92,8 +92,10 @@ class PullRequest(Strict):
 class Target(Strict):
     file: Text
     symbol: Text
-    base_release: Release = Field(description="last release without the PR")
-    head_release: Release = Field(description="first release with the PR")
+    # Optional only so that a draft (imported) record can leave them open; a
+    # record without them is incomplete (see kb.completeness).
+    base_release: Release | None = Field(default=None, description="last release without the PR")
+    head_release: Release | None = Field(default=None, description="first release with the PR")
 
 
 class Row(Strict):
@@ -147,8 +149,15 @@ class GpuSyncCheck(Strict):
     cases: Annotated[list[Id], Field(min_length=1)]
 
 
+class TodoCheck(Strict):
+    """A claim not yet turned into a check (drafts from `gdn-review import`)."""
+
+    kind: Literal["TODO"]
+    hint: str | None = Field(default=None, description="what the check should measure")
+
+
 Check = Annotated[
-    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck],
+    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, TodoCheck],
     Field(discriminator="kind"),
 ]
 
@@ -197,11 +206,39 @@ class Relation(Strict):
     cases: list[Id] = Field(default_factory=list)
 
 
+class KeyFile(Strict):
+    path: Text
+    note: str | None = None
+
+
+class CodeSnippet(Strict):
+    """Reference text from the report; never executed, never rendered into tests."""
+
+    file: str | None = None
+    code: Text
+
+
+class ReportNotes(Strict):
+    """What the review report says beyond claims and risks, kept for people."""
+
+    summary: str | None = None
+    recommendation: str | None = None
+    motivation: str | None = None
+    implementation: list[str] = Field(default_factory=list)
+    key_files: list[KeyFile] = Field(default_factory=list)
+    key_symbols: list[str] = Field(default_factory=list)
+    code_snippets: list[CodeSnippet] = Field(default_factory=list)
+    discussion: str | None = None
+    impact: str | None = None
+    risk_flags: list[str] = Field(default_factory=list)
+
+
 class Record(Strict):
     schema_version: Literal[1] = 1
     pr: PullRequest
     target: Target
     summary: str | None = None
+    report: ReportNotes | None = None
     claims: Annotated[list[Claim], Field(min_length=1)]
     cases: list[Case] = Field(default_factory=list)
     risks: list[Risk] = Field(default_factory=list)

@@ -1,0 +1,46 @@
+"""Is a record complete enough to generate tests from? Drafts (imported) are not.
+
+A draft is well-formed YAML that still has open items: checks of kind TODO,
+target releases not yet known. ``validate`` lists each item; ``generate``
+skips drafts with a warning instead of rendering half a module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gdn_review.kb.errors import RecordError
+from gdn_review.kb.load import _field_path, _locate
+from gdn_review.kb.models import Record
+
+
+def open_items(record: Record) -> list[tuple[tuple, str]]:
+    """(field location, what is missing) for every open item of a record."""
+    items: list[tuple[tuple, str]] = []
+    for field in ("base_release", "head_release"):
+        if getattr(record.target, field) is None:
+            items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR?)"))
+    for index, claim in enumerate(record.claims):
+        if claim.check.kind == "TODO":
+            hint = f" ({claim.check.hint})" if claim.check.hint else ""
+            items.append((("claims", index, "check"), f"TODO: claim {claim.id} has no check yet{hint}"))
+    return items
+
+
+def is_draft(record: Record) -> bool:
+    return bool(open_items(record))
+
+
+def incomplete(path: Path, record: Record) -> list[RecordError]:
+    """Open items of a loaded record, located at file:line:col."""
+    items = open_items(record)
+    if not items:
+        return []
+    root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    errors = []
+    for loc, message in items:
+        line, column = _locate(root, loc)
+        errors.append(RecordError(str(path), line, column, _field_path(loc), message))
+    return errors
