@@ -140,5 +140,35 @@ def schema() -> None:
     click.echo(json.dumps(record_schema(), indent=2, sort_keys=True))
 
 
+@main.command(name="import")
+@click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out_path", default=None, type=click.Path(path_type=Path), help="Where the draft goes: a file named <number>.yaml or a folder.  [default: kb/<number>.yaml]")
+@click.option("--force", is_flag=True, help="Replace the file if it exists.")
+def import_command(report_path: Path, out_path: Path | None, force: bool) -> None:
+    """Turn a review report (markdown) into a draft record.
+
+    Reads the PR's metadata, summary, motivation, implementation, key files,
+    code snippets, discussion, risks and related PRs. Each sentence that
+    states a checkable effect becomes a claim with a TODO check; the target
+    releases are left open. Complete the draft by hand, then validate it.
+
+    \b
+    Examples:
+      gdn-review import report.md                     # -> kb/<number>.yaml
+      gdn-review import report.md --out /tmp/drafts   # -> /tmp/drafts/<number>.yaml
+      gdn-review import report.md --force             # replace an existing record
+      gdn-review validate                             # lists the draft's open TODOs
+    """
+    from gdn_review.importers.review_report import ReportImportError, write_draft
+    from gdn_review.kb import load_record, open_items
+
+    try:
+        path = write_draft(report_path, out_path, force)
+    except ReportImportError as error:
+        raise BadInput(str(error)) from None
+    todos = len(open_items(load_record(path)))
+    click.echo(f"wrote {path} (draft: {todos} open TODOs; run gdn-review validate)")
+
+
 if __name__ == "__main__":
     main()
