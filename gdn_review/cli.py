@@ -6,13 +6,17 @@ Exit codes: 0 ok, 1 a check failed (stale modules, failing claims), 2 bad input 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import click
 
 from gdn_review import generate as generator
+from gdn_review import report as reporting
+from gdn_review import runner
 from gdn_review.kb import RecordErrors, incomplete, load_kb, record_schema
+from gdn_review.plugin import DEFAULT_EVIDENCE
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -44,6 +48,8 @@ def main() -> None:
       gdn-review generate                 # kb/*.yaml -> generated_tests/test_pr_N.py
       gdn-review generate --check         # exit 1 if generated_tests/ is stale
       gdn-review schema > record.schema.json
+      gdn-review run                      # generate --check, run the suite, write reports/
+      gdn-review report --format json     # verdicts from the last run's evidence
     """
 
 
@@ -126,6 +132,155 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
     for path in result.remove:
         click.echo(f"removed  {path}")
     click.echo(f"{len(result.write)} written, {len(result.remove)} removed, {len(result.unchanged)} unchanged")
+
+FAIL_ON_CHOICES = ("uncovered", "fails", "unverified")
+
+
+def _fail_on(value: str) -> set[str]:
+    chosen = {item.strip() for item in value.split(",") if item.strip()}
+    unknown = chosen - set(FAIL_ON_CHOICES)
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(sorted(unknown))}; choose from {', '.join(FAIL_ON_CHOICES)}")
+    return chosen
+
+
+fail_on_option = click.option(
+    "--fail-on",
+    default="fails",
+    show_default=True,
+    help="Comma list of what makes the exit code 1: fails, unverified, uncovered.",
+)
+
+
+def _load_records(kb_dir: Path, numbers: tuple[int, ...]):
+    try:
+        records = load_kb(kb_dir)
+    except RecordErrors as failure:
+        _print_record_errors(failure)
+        sys.exit(EXIT_BAD_INPUT)
+    if numbers:
+        missing = set(numbers) - {r.pr.number for r in records.values()}
+        if missing:
+            raise BadInput(f"no record for PR {', '.join(map(str, sorted(missing)))} in {kb_dir}")
+        records = {p: r for p, r in records.items() if r.pr.number in numbers}
+    if not records:
+        raise BadInput(f"no records (*.yaml) in {kb_dir}")
+    return records
+
+
+def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: set[str]) -> int:
+    try:
+        evidence = reporting.load_evidence(list(evidence_paths))
+    except reporting.ReportError as error:
+        raise BadInput(str(error)) from None
+    written, reports = reporting.write_reports(records, evidence, out_dir, fmt)
+    for data in reports:
+        verdicts = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
+        coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
+        click.echo(f"PR #{data['number']}: claims {verdicts}; risks {coverage}")
+    for path in written:
+        click.echo(f"report   {path}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and fmt == "markdown":
+        with open(summary, "a", encoding="utf-8") as stream:
+            for path in written:
+                stream.write(path.read_text(encoding="utf-8") + "\n")
+        click.echo(f"appended to GITHUB_STEP_SUMMARY ({summary})")
+    tripped = reporting.failures(reports, fail_on)
+    for line in tripped:
+        click.echo(f"fail-on: {line}", err=True)
+    return EXIT_FAILED if tripped else EXIT_OK
+
+
+@main.command()
+@kb_option
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--evidence", "evidence_paths", type=click.Path(path_type=Path), multiple=True, help=f"Evidence JSON (repeatable; default {DEFAULT_EVIDENCE}).")
+@click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@fail_on_option
+def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_on: str) -> None:
+    """Write a risk report per record from evidence, plus reports/index.md.
+
+    Each report says, claim by claim, holds / fails / known deviation / not
+    applicable / unverified (with the reason and measured values), and, risk
+    by risk, uncovered / targeted / passing with what is missing.
+
+    \b
+    Examples:
+      gdn-review report
+      gdn-review report --record 52078 --evidence cpu.json --evidence gpu.json
+      gdn-review report --format json --out /tmp/reports
+      gdn-review report --fail-on fails,uncovered      # for CI
+    """
+    conditions = _fail_on(fail_on)
+    records = _load_records(kb_dir, numbers)
+    sys.exit(_write_reports(records, evidence_paths or (DEFAULT_EVIDENCE,), out_dir, fmt, conditions))
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@kb_option
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option("-k", "keyword", default=None, help="pytest -k expression: run only matching tests (others are reported 'not run').")
+@click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON goes.")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
+@fail_on_option
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fail_on, pytest_args) -> None:
+    """Check the generated tests are current, run them on the installed vLLM, write reports.
+
+    Exit 0 when every claim that was checked holds or is a known deviation;
+    1 when a claim fails (or whatever --fail-on adds); 2 on bad input.
+    Arguments after `--` go to pytest.
+
+    \b
+    Examples:
+      gdn-review run
+      gdn-review run -k pure_spec_decode          # one case; other claims: "unverified: not run"
+      gdn-review run --record 52078 --write
+      gdn-review run --fail-on fails,unverified,uncovered -- -x
+    """
+    conditions = _fail_on(fail_on)
+    records = _load_records(kb_dir, numbers)
+    try:
+        plan = generator.plan(kb_dir, out_dir)
+    except RecordErrors as failure:
+        _print_record_errors(failure)
+        sys.exit(EXIT_BAD_INPUT)
+    except generator.GenerateError as error:
+        raise BadInput(str(error)) from None
+    if plan.foreign:
+        raise BadInput(f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}")
+    if plan.stale and not write:
+        for path in plan.stale:
+            click.echo(f"stale  {path}", err=True)
+        click.echo("generated tests are out of date: run `gdn-review generate` (or `gdn-review run --write`)", err=True)
+        sys.exit(EXIT_FAILED)
+    if plan.stale:
+        generator.apply(plan)
+        click.echo(f"regenerated {len(plan.write)} module(s), removed {len(plan.remove)}")
+    modules = [out_dir / generator.module_name(r) for p, r in records.items() if p not in plan.drafts]
+    for path in plan.drafts:
+        click.echo(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)", err=True)
+    if not modules:
+        raise BadInput("no complete record to run (only drafts)")
+    command = runner.pytest_command(modules, evidence_path, keyword, pytest_args)
+    click.echo(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: {' '.join(command[2:])}")
+    code = runner.run_pytest(command)
+    if code == runner.NO_TESTS:
+        click.echo("pytest collected no test (exit 5): nothing was checked", err=True)
+    elif code not in runner.RAN_EXIT_CODES:
+        click.echo(f"pytest stopped with exit code {code} (usage or internal error); see its output above", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if not Path(evidence_path).exists():
+        raise BadInput(f"pytest wrote no evidence at {evidence_path}")
+    click.echo("[2/2] writing risk reports")
+    status = _write_reports(records, (evidence_path,), reports_dir, "markdown", conditions)
+    if code == runner.NO_TESTS:
+        status = EXIT_FAILED
+    sys.exit(status)
 
 
 @main.command()

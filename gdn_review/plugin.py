@@ -1,0 +1,197 @@
+"""pytest plugin: claim / risk / case markers and measured values -> evidence JSON.
+
+Registered through the ``pytest11`` entry point, so any pytest run in this
+environment that executes a generated test writes evidence: per test its
+outcome (passed, failed, xfailed, skipped, deselected...), the reason, and the
+``measured`` / ``expected`` values the test recorded with ``record_property``;
+per claim and per risk the tests that address it; and the environment (vLLM
+version and where it was loaded from, torch, device, Python, git revision of
+kb/). Runs without any generated test write nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+EVIDENCE_FORMAT = "gdn-review-evidence/1"
+DEFAULT_EVIDENCE = Path(".gdn-review") / "evidence.json"
+
+MARKERS = [
+    "claim(id): the record claim a generated test checks",
+    "risk(*ids): the record risks a generated test addresses",
+    "case(id): the named batch (case) a generated test runs",
+    "record(number): the PR number of the record a generated module comes from",
+    "cuda: needs a CUDA device; skipped with the reason on CPU",
+]
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("gdn-review", "gdn-review evidence")
+    group.addoption(
+        "--gdn-evidence",
+        default=None,
+        metavar="PATH",
+        help=f"write the evidence JSON here (default: {DEFAULT_EVIDENCE}, only when a generated test ran)",
+    )
+    group.addoption("--gdn-no-evidence", action="store_true", help="write no evidence file")
+
+
+def pytest_configure(config):
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    if config.getoption("gdn_no_evidence") or hasattr(config, "workerinput"):
+        return
+    config.pluginmanager.register(EvidenceCollector(config), "gdn-review-evidence")
+
+
+def _marker_arg(item, name):
+    marker = item.get_closest_marker(name)
+    return marker.args[0] if marker and marker.args else None
+
+
+def _test_entry(item) -> dict | None:
+    record = _marker_arg(item, "record")
+    claim = _marker_arg(item, "claim")
+    if record is None or claim is None:
+        return None
+    risks = sorted({risk for marker in item.iter_markers("risk") for risk in marker.args})
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    device = params.get("device") or ("cuda" if item.get_closest_marker("cuda") else None)
+    return {
+        "nodeid": item.nodeid,
+        "record": record,
+        "claim": claim,
+        "risks": risks,
+        "case": _marker_arg(item, "case") or params.get("case_id"),
+        "property": params.get("prop"),
+        "device": device,
+        "outcome": "not run",
+        "reason": None,
+        "measured": None,
+        "expected": None,
+        "duration_s": 0.0,
+    }
+
+
+def _reason(report) -> str:
+    """The one line a person needs: skip reason, xfail reason or the failure's message."""
+    if getattr(report, "wasxfail", None):
+        return report.wasxfail
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        return crash.message.strip().splitlines()[0] if crash.message.strip() else "failed"
+    text = str(longrepr or "").strip()
+    return text.splitlines()[-1] if text else ""
+
+
+class EvidenceCollector:
+    def __init__(self, config):
+        self.config = config
+        self.tests: dict[str, dict] = {}
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        for item in items:
+            entry = _test_entry(item)
+            if entry is not None:
+                self.tests[item.nodeid] = entry
+
+    def pytest_deselected(self, items):
+        for item in items:
+            entry = _test_entry(item)
+            if entry is not None:
+                entry["outcome"] = "deselected"
+                entry["reason"] = "not run: deselected"
+                self.tests[item.nodeid] = entry
+
+    def pytest_runtest_logreport(self, report):
+        entry = self.tests.get(report.nodeid)
+        if entry is None:
+            return
+        properties = dict(report.user_properties)
+        for name in ("measured", "expected"):
+            if name in properties:
+                entry[name] = properties[name]
+        if report.when == "call":
+            entry["duration_s"] = round(report.duration, 4)
+        if report.when == "setup":
+            if report.skipped:
+                entry["outcome"], entry["reason"] = "skipped", _reason(report)
+            elif report.failed:
+                entry["outcome"], entry["reason"] = "error", _reason(report)
+        elif report.when == "call":
+            if getattr(report, "wasxfail", None) is not None:
+                entry["outcome"] = "xfailed" if report.skipped else "xpassed"
+                entry["reason"] = report.wasxfail
+            elif report.skipped:
+                entry["outcome"], entry["reason"] = "skipped", _reason(report)
+            else:
+                entry["outcome"] = report.outcome
+                entry["reason"] = _reason(report) if report.failed else None
+        elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
+            entry["outcome"], entry["reason"] = "error", _reason(report)
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if not self.tests:
+            return
+        path = Path(self.config.getoption("gdn_evidence") or self.config.rootpath / DEFAULT_EVIDENCE)
+        evidence = {
+            "format": EVIDENCE_FORMAT,
+            "started_at": self.started.isoformat(timespec="seconds"),
+            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "pytest_exit_status": int(exitstatus),
+            "arguments": list(self.config.invocation_params.args),
+            "environment": _environment(self.config.rootpath),
+            "tests": [self.tests[nodeid] for nodeid in sorted(self.tests)],
+            "claims": _index(self.tests.values(), lambda t: [t["claim"]]),
+            "risks": _index(self.tests.values(), lambda t: t["risks"]),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.tmp")
+        temp.write_text(json.dumps(evidence, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        os.replace(temp, path)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("-", f"gdn-review evidence: {path} ({len(self.tests)} tests)")
+
+
+def _index(tests, keys) -> dict:
+    """record:id -> the tests that address it and how they ended."""
+    index: dict[str, dict] = {}
+    for test in tests:
+        for key in keys(test):
+            slot = index.setdefault(f"{test['record']}:{key}", {"tests": [], "outcomes": {}})
+            slot["tests"].append(test["nodeid"])
+            slot["outcomes"][test["outcome"]] = slot["outcomes"].get(test["outcome"], 0) + 1
+    for slot in index.values():
+        slot["tests"].sort()
+    return dict(sorted(index.items()))
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _environment(root: Path) -> dict:
+    from gdn_review import harness  # vLLM is already imported by the tests that ran
+
+    environment = harness.environment()
+    revision = _git(root, "rev-parse", "HEAD")
+    dirty = _git(root, "status", "--porcelain", "--", "kb")
+    environment["kb_revision"] = revision
+    environment["kb_dirty"] = bool(dirty) if dirty is not None else None
+    return environment

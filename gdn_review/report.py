@@ -1,0 +1,371 @@
+"""Evidence JSON + records -> verdicts per claim, coverage per risk -> markdown or JSON.
+
+Plain functions, no I/O beyond reading evidence and writing report files.
+A verdict is only as strong as what ran: a claim holds when every test that
+could run for it ran and passed; a claim of which only some tests ran (the
+others deselected) stays unverified; tests skipped for want of CUDA are named
+but do not demote what ran on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import jinja2
+
+from gdn_review.generate import DEFAULT_TEMPLATES, module_context
+from gdn_review.kb import Record, is_draft
+
+EVIDENCE_FORMAT = "gdn-review-evidence/1"
+RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
+FAILED = {"failed", "error", "xpassed"}
+VERDICTS = ("holds", "fails", "known deviation", "not applicable", "unverified")
+COVERAGE = ("uncovered", "targeted", "passing")
+
+
+class ReportError(Exception):
+    """Evidence that cannot be read (bad input)."""
+
+
+@dataclasses.dataclass
+class Evidence:
+    tests: list[dict]
+    environments: list[dict]
+    finished_at: list[str]
+    sources: list[str]
+
+
+def load_evidence(paths: list[Path]) -> Evidence:
+    """Merge evidence files; each test keeps a pointer to the environment it ran in."""
+    tests, environments, finished, sources = [], [], [], []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ReportError(f"{path}: no such evidence file (run `gdn-review run` or pytest on generated_tests/ first)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ReportError(f"{path}: cannot read evidence: {error}") from None
+        if not isinstance(data, dict) or data.get("format") != EVIDENCE_FORMAT:
+            raise ReportError(f"{path}: not gdn-review evidence (expected format {EVIDENCE_FORMAT!r})")
+        if not isinstance(data.get("tests"), list):
+            raise ReportError(f"{path}: evidence has no 'tests' list")
+        index = len(environments)
+        environments.append(data.get("environment") or {})
+        finished.append(str(data.get("finished_at", "")))
+        sources.append(str(path))
+        for test in data["tests"]:
+            if not isinstance(test, dict) or "record" not in test or "claim" not in test:
+                raise ReportError(f"{path}: a test entry lacks 'record' or 'claim': {str(test)[:120]}")
+            tests.append({**test, "environment": index})
+    return Evidence(tests, environments, finished, sources)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def _label(test: dict) -> str:
+    return test.get("case") or test.get("property") or test["nodeid"].rsplit("[", 1)[-1].rstrip("]")
+
+
+def _compact(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_compact(v)}" for k, v in value.items())
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def _check_summary(claim) -> str:
+    check = claim.check
+    if check.kind == "op_budget":
+        budget = ", ".join(f"{op} ≤ {limit}" for op, limit in check.budget.items())
+        return f"op_budget: {budget} per build() on {_n(len(check.cases), 'case')}"
+    if check.kind == "equivalence":
+        return f"equivalence: expected metadata on {_n(len(check.cases), 'case')}"
+    if check.kind == "invariant":
+        return f"invariant: {len(check.properties)} properties on random valid batches (Hypothesis) and every named case"
+    if check.kind == "gpu_sync":
+        return f"gpu_sync: ≤ {check.max_syncs} host-device syncs per build() on {_n(len(check.cases), 'case')} (CUDA)"
+    return "TODO: no check yet"
+
+
+def _measured_summary(claim, ran: list[dict]) -> str:
+    if not ran:
+        return "not measured"
+    counts = Counter(t["outcome"] for t in ran)
+    as_expected = counts["passed"]
+    parts = [f"{as_expected}/{len(ran)} as expected"]
+    if counts["xfailed"]:
+        parts.append(f"{counts['xfailed']} known deviation")
+    if claim.check.kind == "op_budget":
+        for op, limit in claim.check.budget.items():
+            values = sorted({t["measured"][op] for t in ran if isinstance(t.get("measured"), dict) and op in t["measured"]})
+            if values:
+                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+                parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
+    return "; ".join(parts)
+
+
+def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
+    """(verdict, reason) of one claim from the tests that address it."""
+    if claim.check.kind == "TODO":
+        return "unverified", "draft: the claim has no check yet"
+    if not tests:
+        return "unverified", "no test ran (none collected: run the generated module for this record)"
+    ran = [t for t in tests if t["outcome"] in RAN]
+    deselected = [t for t in tests if t["outcome"] == "deselected"]
+    skipped = [t for t in tests if t["outcome"] == "skipped"]
+    not_applicable = [t for t in skipped if (t.get("reason") or "").startswith("not applicable")]
+    needs_cuda = [t for t in skipped if (t.get("reason") or "").startswith("needs CUDA")]
+    other_skips = [t for t in skipped if t not in not_applicable and t not in needs_cuda]
+    failing = [t for t in ran if t["outcome"] in FAILED]
+    if failing:
+        first = failing[0]
+        return "fails", f"{len(failing)} of {len(ran)} tests fail; first: {_label(first)} ({first.get('device')}): {first.get('reason') or first['outcome']}"
+    if ran:
+        if deselected or other_skips:
+            return "unverified", (
+                f"only {_n(len(ran), 'test')} ran ({len(deselected)} not run: deselected"
+                + (f", {len(other_skips)} skipped" if other_skips else "")
+                + "); those that ran "
+                + ("pass" if not any(t["outcome"] == "xfailed" for t in ran) else "pass or deviate as known")
+            )
+        note = f" ({_n(len(needs_cuda), 'CUDA test')} not run: needs CUDA)" if needs_cuda else ""
+        deviations = [t for t in ran if t["outcome"] == "xfailed"]
+        if deviations:
+            reasons = sorted({(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations})
+            where = ", ".join(sorted({_label(t) for t in deviations}))
+            return "known deviation", f"holds on {len(ran) - len(deviations)} of {len(ran)}; deviates on {where}: {' / '.join(reasons)}{note}"
+        return "holds", f"{'all ' if len(ran) > 1 else ''}{_n(len(ran), 'test')} pass{'es' if len(ran) == 1 else ''}{note}"
+    if not_applicable and not (deselected or needs_cuda or other_skips):
+        return "not applicable", not_applicable[0]["reason"]
+    if needs_cuda and not deselected:
+        return "unverified", "needs CUDA: " + needs_cuda[0]["reason"].removeprefix("needs CUDA: ")
+    if deselected:
+        return "unverified", "not run: deselected"
+    return "unverified", "skipped: " + (other_skips or skipped)[0].get("reason", "")
+
+
+def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[str]]:
+    """(coverage, what is missing) of one risk."""
+    missing: list[str] = []
+    if not has_tests:
+        return "uncovered", ["no claim and case of the record address it: add a case or a claim that checks it"]
+    ran = [t for t in tests if t["outcome"] in RAN]
+    failing = [t for t in ran if t["outcome"] in FAILED]
+    passing = [t for t in ran if t["outcome"] == "passed"]
+    deselected = sum(t["outcome"] == "deselected" for t in tests)
+    needs_cuda = sum(t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") for t in tests)
+    if failing:
+        missing.append(f"{len(failing)} failing: " + ", ".join(sorted({_label(t) for t in failing})))
+    if not tests:
+        missing.append("its tests did not run in this evidence")
+    if deselected:
+        missing.append(f"{_n(deselected, 'test')} not run (deselected)")
+    if needs_cuda:
+        missing.append(f"{_n(needs_cuda, 'test')} need{'s' if needs_cuda == 1 else ''} CUDA")
+    if risk.mutants:
+        count = f"{len(risk.mutants)} mutant" + ("s" if len(risk.mutants) != 1 else "")
+        missing.append(f"{count} declared, not yet run against the tests (no mutation verification)")
+    else:
+        missing.append("no mutant embodies it: coverage cannot be mutation-verified")
+    # Passing means every test of it that could run here ran, and none failed.
+    level = "passing" if passing and not failing and not deselected else "targeted"
+    if level == "targeted" and ran and not failing and not passing:
+        missing.insert(0, "only known deviations ran")
+    return level, missing
+
+
+def report_data(record: Record, evidence: Evidence) -> dict:
+    """Everything a report says about one record, as plain data."""
+    mine = [t for t in evidence.tests if t["record"] == record.pr.number]
+    environments = sorted({evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN})
+    claims = []
+    for claim in record.claims:
+        tests = [t for t in mine if t["claim"] == claim.id]
+        ran = [t for t in tests if t["outcome"] in RAN]
+        verdict, reason = claim_verdict(claim, tests)
+        claims.append(
+            {
+                "id": claim.id,
+                "text": claim.text,
+                "check": _check_summary(claim),
+                "kind": claim.check.kind,
+                "releases": claim.releases or "all",
+                "verdict": verdict,
+                "reason": reason,
+                "measured": _measured_summary(claim, ran),
+                "vllm": ", ".join(sorted({_release(evidence, t) for t in ran})) or "—",
+                "devices": ", ".join(sorted({t.get("device") or "?" for t in ran})) or "—",
+                "note": claim.note,
+                "tests": [
+                    {
+                        "label": _label(t),
+                        "device": t.get("device") or "?",
+                        "outcome": t["outcome"],
+                        "measured": _compact(t.get("measured")),
+                        "expected": _compact(t.get("expected")),
+                        "reason": t.get("reason") or "",
+                    }
+                    for t in sorted(tests, key=lambda t: (t.get("device") or "", _label(t), t["nodeid"]))
+                    if t["outcome"] in RAN or claim.check.kind == "gpu_sync"
+                ],
+            }
+        )
+    context = module_context(record, "report") if not is_draft(record) else {"claims": []}
+    addressed = {risk for c in context["claims"] for risk in c["risks"]}
+    addressed |= {risk for c in context["claims"] for p in c["params"] for risk in p["risks"]}
+    risks = []
+    for risk in record.risks:
+        tests = [t for t in mine if risk.id in t.get("risks", [])]
+        coverage, missing = risk_coverage(risk, tests, risk.id in addressed)
+        outcomes = Counter(t["outcome"] for t in tests)
+        risks.append(
+            {
+                "id": risk.id,
+                "text": risk.text,
+                "cases": risk.cases,
+                "claims": risk.claims,
+                "tests": len(tests),
+                "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none",
+                "coverage": coverage,
+                "missing": missing,
+            }
+        )
+    return {
+        "number": record.pr.number,
+        "title": record.pr.title,
+        "repo": record.pr.repo,
+        "url": record.pr.url,
+        "merged_at": record.pr.merged_at,
+        "base_release": record.target.base_release or "TODO",
+        "head_release": record.target.head_release or "TODO",
+        "target": f"{record.target.file} ({record.target.symbol})",
+        "draft": is_draft(record),
+        "related": [r.model_dump(mode="json") for r in record.related],
+        "environments": _environment_lines(evidence, mine),
+        "vllm_versions": environments,
+        "claims": claims,
+        "risks": risks,
+        "verdict_counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
+        "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
+        "next_steps": _next_steps(claims, risks),
+        "finished_at": max(evidence.finished_at, default=""),
+        "tests_total": len(mine),
+    }
+
+
+def _release(evidence: Evidence, test: dict) -> str:
+    env = evidence.environments[test["environment"]]
+    version = env.get("vllm_version", "?")
+    return version if env.get("vllm_source", "").startswith("installed") else f"{version} (unpacked)"
+
+
+def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
+    used = sorted({t["environment"] for t in tests})
+    lines = []
+    for index in used:
+        env = evidence.environments[index]
+        revision = (env.get("kb_revision") or "unknown")[:10]
+        dirty = " (kb/ has uncommitted changes)" if env.get("kb_dirty") else ""
+        device = env.get("cuda_device") or ("cuda" if env.get("cuda_available") else "cpu only")
+        lines.append(
+            f"vLLM {env.get('vllm_version', '?')} ({env.get('vllm_source', '?')}), torch {env.get('torch_version', '?')}, "
+            f"device: {device}, Python {env.get('python', '?')}, kb/ at {revision}{dirty}"
+        )
+    return lines
+
+
+def _next_steps(claims: list[dict], risks: list[dict]) -> list[str]:
+    steps = []
+    for claim in claims:
+        if claim["verdict"] == "fails":
+            steps.append(f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or record the deviation with its measured reason.")
+    for claim in claims:
+        if claim["verdict"] == "unverified":
+            hint = " Run the suite on a machine with a CUDA GPU." if "needs CUDA" in claim["reason"] else ""
+            steps.append(f"Claim {claim['id']} is unverified: {claim['reason']}.{hint}")
+    for risk in risks:
+        if risk["coverage"] == "uncovered":
+            steps.append(f"Risk {risk['id']} is uncovered: {risk['missing'][0]}.")
+        elif risk["coverage"] == "targeted":
+            steps.append(f"Risk {risk['id']} is only targeted: {'; '.join(risk['missing'][:2])}.")
+    for claim in claims:
+        if claim["verdict"] == "known deviation":
+            steps.append(f"Claim {claim['id']} is a known deviation (see its row): decide whether the claim's wording or vLLM should change.")
+    return steps
+
+
+def _cell(value) -> str:
+    """Text safe inside a markdown table cell."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>").strip()
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(DEFAULT_TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["cell"] = _cell
+    return env
+
+
+def render_markdown(data: dict) -> str:
+    return _environment().get_template("report.md.j2").render(**data)
+
+
+def render_index(reports: list[dict]) -> str:
+    return _environment().get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+        stream.write(text)
+    os.replace(temp, path)
+
+
+def write_reports(records: dict[Path, Record], evidence: Evidence, out_dir: Path, fmt: str = "markdown") -> tuple[list[Path], list[dict]]:
+    """One report per record plus an index; returns the paths written and the report data."""
+    reports = [report_data(record, evidence) for record in sorted(records.values(), key=lambda r: r.pr.number)]
+    written = []
+    for data in reports:
+        if fmt == "json":
+            path = out_dir / f"{data['number']}.json"
+            _atomic_write(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        else:
+            path = out_dir / f"{data['number']}.md"
+            _atomic_write(path, render_markdown(data))
+        written.append(path)
+    if fmt == "markdown":
+        index = out_dir / "index.md"
+        _atomic_write(index, render_index(reports))
+        written.append(index)
+    return written, reports
+
+
+def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
+    """What in the reports trips the chosen --fail-on conditions."""
+    found = []
+    for data in reports:
+        for claim in data["claims"]:
+            if claim["verdict"] == "fails" and "fails" in fail_on:
+                found.append(f"PR {data['number']} claim {claim['id']} fails")
+            if claim["verdict"] == "unverified" and "unverified" in fail_on:
+                found.append(f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}")
+        for risk in data["risks"]:
+            if risk["coverage"] == "uncovered" and "uncovered" in fail_on:
+                found.append(f"PR {data['number']} risk {risk['id']} uncovered")
+    return found

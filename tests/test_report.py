@@ -1,0 +1,156 @@
+"""Risk reports: goldens on fixed evidence, verdict rules, valid markdown tables, CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gdn_review import report
+from gdn_review.cli import main
+from gdn_review.kb import load_kb, load_record
+from tests.conftest import ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+GOLDEN_RECORD = GOLDEN / "kb" / "1.yaml"
+
+
+def golden_reports(evidence_name: str, tmp_path: Path, fmt: str = "markdown") -> dict[str, str]:
+    evidence = report.load_evidence([GOLDEN / "evidence" / evidence_name])
+    written, _ = report.write_reports(load_kb(GOLDEN / "kb"), evidence, tmp_path, fmt)
+    return {path.name: path.read_text(encoding="utf-8") for path in written}
+
+
+@pytest.mark.parametrize(
+    "evidence_name, folder, fmt",
+    [("run.json", "reports", "markdown"), ("run.json", "reports", "json"), ("deselected.json", "reports/deselected", "markdown")],
+)
+def test_reports_match_goldens(evidence_name, folder, fmt, tmp_path):
+    for name, text in golden_reports(evidence_name, tmp_path, fmt).items():
+        expected = (GOLDEN / folder / name).read_text(encoding="utf-8")
+        assert text == expected, f"{folder}/{name} differs; after an intended change run scripts/regenerate-goldens"
+
+
+def test_verdicts_of_the_golden_run(tmp_path):
+    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "run.json"]))
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts == {"C1": "holds", "C2.equal-rows": "fails", "C3": "known deviation", "C4": "unverified"}
+    assert "needs CUDA" in next(c["reason"] for c in data["claims"] if c["id"] == "C4")
+    coverage = {r["id"]: r["coverage"] for r in data["risks"]}
+    assert coverage == {"R1": "passing", "R2": "passing", "R3": "uncovered"}
+    assert any(step.startswith("Risk R3 is uncovered") for step in data["next_steps"])
+    assert any(step.startswith("Claim C2.equal-rows fails") for step in data["next_steps"])
+
+
+def test_deselected_claim_is_unverified_not_holds():
+    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "deselected.json"]))
+    c1 = next(c for c in data["claims"] if c["id"] == "C1")
+    assert (c1["verdict"], c1["reason"]) == ("unverified", "not run: deselected")
+    r1 = next(r for r in data["risks"] if r["id"] == "R1")
+    assert r1["coverage"] == "targeted" and "2 tests not run (deselected)" in r1["missing"]
+
+
+def test_partly_run_claim_is_unverified():
+    claim = load_record(GOLDEN_RECORD).claims[0]
+    tests = [
+        {"nodeid": "a", "outcome": "passed", "case": "spec", "device": "cpu"},
+        {"nodeid": "b", "outcome": "deselected", "case": "plain", "device": "cpu", "reason": "not run: deselected"},
+    ]
+    verdict, reason = report.claim_verdict(claim, tests)
+    assert verdict == "unverified" and reason.startswith("only 1 test ran (1 not run: deselected)")
+
+
+def test_claim_without_tests_is_unverified_and_risk_without_tests_uncovered():
+    record = load_record(GOLDEN_RECORD)
+    assert report.claim_verdict(record.claims[0], [])[0] == "unverified"
+    assert report.risk_coverage(record.risks[2], [], has_tests=False)[0] == "uncovered"
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Tables as rows of cells; asserts the GFM shape (header, separator, equal cell counts)."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+            continue
+        if current:
+            rows = [[cell.strip() for cell in re.split(r"(?<!\\)\|", row)[1:-1]] for row in current]
+            assert len(rows) >= 2 and all(re.fullmatch(r":?-{3,}:?", cell) for cell in rows[1]), current[:2]
+            assert {len(row) for row in rows} == {len(rows[0])}, f"ragged table: {current}"
+            tables.append([rows[0]] + rows[2:])
+            current = []
+    return tables
+
+
+def test_markdown_tables_are_valid_and_render_as_tables(tmp_path):
+    from markdown_it import MarkdownIt
+
+    for name, text in golden_reports("run.json", tmp_path).items():
+        tables = markdown_tables(text)
+        rendered = MarkdownIt("commonmark").enable("table").render(text)
+        assert rendered.count("<table>") == len(tables) > 0, name
+    claims_table = markdown_tables(golden_reports("run.json", tmp_path)["1.md"])[1]
+    assert [row[0] for row in claims_table[1:]] == ["C1", "C2.equal-rows", "C3", "C4"]
+
+
+def test_report_cli_fail_on_and_step_summary(tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    base = ["report", "--kb", str(GOLDEN / "kb"), "--evidence", str(GOLDEN / "evidence" / "run.json"), "--out", str(tmp_path / "r")]
+    runner = CliRunner()
+    result = runner.invoke(main, base)
+    assert result.exit_code == 1 and "fail-on: PR 1 claim C2.equal-rows fails" in result.output
+    assert "# PR #1:" in summary.read_text()
+    assert runner.invoke(main, base + ["--fail-on", ""]).exit_code == 0
+    result = runner.invoke(main, base + ["--fail-on", "uncovered"])
+    assert result.exit_code == 1 and "risk R3 uncovered" in result.output
+    assert runner.invoke(main, base + ["--fail-on", "everything"]).exit_code == 2
+
+
+def test_report_cli_bad_evidence_exits_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something else"}')
+    result = CliRunner().invoke(main, ["report", "--kb", str(GOLDEN / "kb"), "--evidence", str(bad), "--out", str(tmp_path)])
+    assert result.exit_code == 2 and f"{bad}: not gdn-review evidence" in result.output
+    result = CliRunner().invoke(main, ["report", "--kb", str(GOLDEN / "kb"), "--evidence", str(tmp_path / "nope.json")])
+    assert result.exit_code == 2 and "no such evidence file" in result.output
+
+
+def gdn_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    command = [
+        sys.executable, "-m", "gdn_review.cli", "run",
+        "--evidence", str(tmp_path / "evidence.json"), "--reports", str(tmp_path / "reports"), *args,
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    text = (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8") if (tmp_path / "reports" / "52078.md").exists() else ""
+    return done, text
+
+
+@pytest.mark.slow
+def test_run_writes_report_with_measured_op_counts(tmp_path):
+    done, text = gdn_run(tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    claims = markdown_tables(text)[1]
+    assert [row[0] for row in claims[1:]] == ["C1", "C2", "C3", "C4", "C5"]
+    assert all(re.match(r"\*\*(holds|known deviation|unverified|not applicable)\*\*", row[3]) for row in claims[1:])
+    release = json.loads((tmp_path / "evidence.json").read_text())["environment"]["vllm_version"]
+    assert f"vLLM {release}" in text
+    assert "| pure_spec_decode | cpu | passed | aten.ge: 1 | aten.ge: <= 1 |" in text
+    assert "| pure_spec_decode | cpu | passed | aten.bitwise_not: 1 | aten.bitwise_not: <= 1 |" in text
+    risks = markdown_tables(text)[-1]
+    assert [row[0] for row in risks[1:]] == ["R1", "R2", "R3"]
+
+
+@pytest.mark.slow
+def test_run_with_one_case_leaves_other_claims_unverified(tmp_path):
+    done, text = gdn_run(tmp_path, "-k", "pure_spec_decode")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    claims = {row[0]: row[3] for row in markdown_tables(text)[1][1:]}
+    assert not any(cell.startswith("**holds**") for cell in claims.values())
+    assert claims["C5"] == "**unverified**: not run: deselected"
+    assert claims["C1"].startswith("**unverified**: only 1 test ran (")
