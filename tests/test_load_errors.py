@@ -127,3 +127,17 @@ def test_safe_load_only():
     with pytest.raises(RecordErrors) as failure:
         parse_record("!!python/object/apply:os.system ['echo hi']\n", "7.yaml")
     assert str(failure.value).startswith("7.yaml:1:1: unsupported YAML tag: could not determine a constructor")
+
+
+def test_open_items_of_a_draft(write_record):
+    from gdn_review.kb import load_record, open_items
+
+    draft = MINIMAL.replace("  base_release: 0.28.0\n", "").replace("  file: vllm/v1/attention/backends/gdn_attn.py", "  file: TODO")
+    draft = draft.replace("      kind: op_budget\n      budget: {aten.ge: 1}\n      cases: [spec]\n", "      kind: TODO\n      hint: count ge\n")
+    kb = write_record(draft)
+    record = load_record(kb / "7.yaml")
+    assert [message for _, message in open_items(record)] == [
+        "TODO: target.file is not known yet",
+        "TODO: base_release is not set (which vLLM release lacks the PR?)",
+        "TODO: claim C1 has no check yet (count ge)",
+    ]

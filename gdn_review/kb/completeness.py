@@ -19,6 +19,9 @@ from gdn_review.kb.models import Record
 def open_items(record: Record) -> list[tuple[tuple, str]]:
     """(field location, what is missing) for every open item of a record."""
     items: list[tuple[tuple, str]] = []
+    for field in ("file", "symbol"):
+        if getattr(record.target, field).strip().upper().startswith("TODO"):
+            items.append((("target", field), f"TODO: target.{field} is not known yet"))
     for field in ("base_release", "head_release"):
         if getattr(record.target, field) is None:
             items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR?)"))
