@@ -32,6 +32,16 @@ def _print_record_errors(failure: RecordErrors) -> None:
     click.echo(f"{len(failure.errors)} error(s) in {files} file(s)", err=True)
 
 
+def _plan(kb_dir: Path, out_dir: Path, templates: Path) -> generator.Plan:
+    try:
+        return generator.plan(kb_dir, out_dir, templates)
+    except RecordErrors as failure:
+        _print_record_errors(failure)
+        sys.exit(EXIT_BAD_INPUT)
+    except generator.GenerateError as error:
+        raise BadInput(str(error)) from None
+
+
 kb_option = click.option(
     "--kb", "kb_dir", default="kb", show_default=True, type=click.Path(path_type=Path), help="Folder of YAML records."
 )
@@ -103,13 +113,7 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
       gdn-review generate --check          # in CI: fail when someone forgot to regenerate
       gdn-review generate --kb tests/golden/kb --out tests/golden/generated
     """
-    try:
-        result = generator.plan(kb_dir, out_dir, templates or generator.DEFAULT_TEMPLATES)
-    except RecordErrors as failure:
-        _print_record_errors(failure)
-        sys.exit(EXIT_BAD_INPUT)
-    except generator.GenerateError as error:
-        raise BadInput(str(error)) from None
+    result = _plan(kb_dir, out_dir, templates or generator.DEFAULT_TEMPLATES)
     if result.foreign:
         for path in result.foreign:
             click.echo(f"foreign  {path}: exists without the gdn-review banner; move it away, it will not be overwritten", err=True)
@@ -244,13 +248,7 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
     """
     conditions = _fail_on(fail_on)
     records = _load_records(kb_dir, numbers)
-    try:
-        plan = generator.plan(kb_dir, out_dir)
-    except RecordErrors as failure:
-        _print_record_errors(failure)
-        sys.exit(EXIT_BAD_INPUT)
-    except generator.GenerateError as error:
-        raise BadInput(str(error)) from None
+    plan = _plan(kb_dir, out_dir, generator.DEFAULT_TEMPLATES)
     if plan.foreign:
         raise BadInput(f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}")
     if plan.stale and not write:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import keyword
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import jinja2
 
+from gdn_review.files import atomic_write
 from gdn_review.kb import Record, is_draft, load_kb
 
 BANNER_MARK = "# gdn-review: generated module"
@@ -149,7 +148,8 @@ def module_context(record: Record, source: str) -> dict:
     }
 
 
-def environment(templates: Path = DEFAULT_TEMPLATES) -> jinja2.Environment:
+def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Environment:
+    """The Jinja environment of every template (modules and reports): strict, no autoescape."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates)),
         undefined=jinja2.StrictUndefined,
@@ -160,6 +160,7 @@ def environment(templates: Path = DEFAULT_TEMPLATES) -> jinja2.Environment:
     )
     env.filters["py"] = py_literal
     env.filters["ident"] = identifier
+    env.filters.update(filters)
     return env
 
 
@@ -218,24 +219,12 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
     return Plan(write=write, unchanged=unchanged, remove=remove, foreign=foreign, drafts=drafts)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def apply(result: Plan) -> None:
     """Carry out a plan: write changed modules, remove modules of removed records."""
     if result.foreign:
         names = ", ".join(str(p) for p in result.foreign)
         raise GenerateError(f"refusing to overwrite files without the gdn-review banner: {names}")
     for path, text in result.write.items():
-        _atomic_write(path, text)
+        atomic_write(path, text)
     for path in result.remove:
         path.unlink()

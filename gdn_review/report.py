@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-import jinja2
-
-from gdn_review.generate import DEFAULT_TEMPLATES, module_context
+from gdn_review.files import atomic_write
+from gdn_review.generate import environment, module_context
 from gdn_review.kb import Record, is_draft
 
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
@@ -308,33 +305,12 @@ def _cell(value) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>").strip()
 
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(DEFAULT_TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["cell"] = _cell
-    return env
-
-
 def render_markdown(data: dict) -> str:
-    return _environment().get_template("report.md.j2").render(**data)
+    return environment(cell=_cell).get_template("report.md.j2").render(**data)
 
 
 def render_index(reports: list[dict]) -> str:
-    return _environment().get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-        stream.write(text)
-    os.replace(temp, path)
+    return environment(cell=_cell).get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
 
 
 def write_reports(records: dict[Path, Record], evidence: Evidence, out_dir: Path, fmt: str = "markdown") -> tuple[list[Path], list[dict]]:
@@ -344,14 +320,14 @@ def write_reports(records: dict[Path, Record], evidence: Evidence, out_dir: Path
     for data in reports:
         if fmt == "json":
             path = out_dir / f"{data['number']}.json"
-            _atomic_write(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+            atomic_write(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         else:
             path = out_dir / f"{data['number']}.md"
-            _atomic_write(path, render_markdown(data))
+            atomic_write(path, render_markdown(data))
         written.append(path)
     if fmt == "markdown":
         index = out_dir / "index.md"
-        _atomic_write(index, render_index(reports))
+        atomic_write(index, render_index(reports))
         written.append(index)
     return written, reports
 

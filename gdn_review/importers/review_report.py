@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import yaml
 
+from gdn_review.files import atomic_write
 from gdn_review.kb.errors import RecordErrors
 from gdn_review.kb.load import parse_record
 
@@ -749,24 +748,6 @@ def write_draft(report_path: Path, out_path: Path | None = None, force: bool = F
             raise ReportImportError(f"{target}: a record of PR #{number} must be named {name} (or give a folder to --out)")
     if target.exists() and not force:
         raise ReportImportError(f"{target} exists; use --force to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
-        os.chmod(temp, _file_mode(target))
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write(target, text)
     return target
 
-
-def _file_mode(target: Path) -> int:
-    """The mode of the file replaced, or what a new file gets under the umask (mkstemp makes 0600)."""
-    try:
-        return target.stat().st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
