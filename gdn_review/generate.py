@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import keyword
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import jinja2
 
 from gdn_review.files import atomic_write
 from gdn_review.kb import Record, is_draft, load_kb
+from gdn_review.kb.models import python_name
 
 BANNER_MARK = "# gdn-review: generated module"
 DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -80,13 +80,6 @@ def py_literal(value, indent: int = 0) -> str:
     return text
 
 
-def identifier(value: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", value)
-    if keyword.iskeyword(name):
-        name += "_"
-    return name
-
-
 def module_name(record: Record) -> str:
     return f"test_pr_{record.pr.number}.py"
 
@@ -111,12 +104,9 @@ def _risks_for(record: Record, claim_id: str, case_id: str | None) -> list[str]:
 def module_context(record: Record, source: str) -> dict:
     """Everything the module template needs, as plain data."""
     claims = []
-    names: dict[str, str] = {}
     for claim in record.claims:
-        name = f"test_{identifier(claim.id)}_{claim.check.kind}"
-        if name in names:
-            raise GenerateError(f"{source}: claims {names[name]!r} and {claim.id!r} both become {name}(); rename one")
-        names[name] = claim.id
+        # The loader guarantees that distinct ids give distinct names.
+        name = f"test_{python_name(claim.id)}_{claim.check.kind}"
         check = _check_data(record, claim)
         params = [
             {"id": case_id, "risks": _risks_for(record, claim.id, case_id)} for case_id in check.get("cases", [])
@@ -159,7 +149,7 @@ def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Enviro
         autoescape=False,
     )
     env.filters["py"] = py_literal
-    env.filters["ident"] = identifier
+    env.filters["ident"] = python_name
     env.filters.update(filters)
     return env
 
@@ -168,6 +158,8 @@ def render_module(record: Record, source: str, templates: Path = DEFAULT_TEMPLAT
     """The module source for one record; parsed before it is returned."""
     try:
         text = environment(templates).get_template(MODULE_TEMPLATE).render(**module_context(record, source))
+    except GenerateError as error:
+        raise GenerateError(f"{source}: {error}") from None
     except jinja2.TemplateNotFound as error:
         raise GenerateError(f"template not found: {error.name} (in {templates})") from None
     except jinja2.TemplateError as error:

@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from gdn_review import generate
-from gdn_review.kb import load_record, parse_record
+from gdn_review.kb import RecordErrors, load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -140,9 +140,11 @@ def test_unknown_check_kind_template_is_named(tmp_path, write_record):
 def test_claim_ids_that_collide_as_names_are_refused():
     text = MINIMAL.replace("claims: [C1]", "claims: [C-1]").replace("  - id: C1\n", "  - id: C-1\n", 1)
     text = text.replace("cases:\n  - id: spec", "  - id: C_1\n    text: Same name.\n    check: {kind: op_budget, budget: {aten.ge: 1}, cases: [spec]}\ncases:\n  - id: spec")
-    record = parse_record(text, "7.yaml")
-    with pytest.raises(generate.GenerateError, match="both become test_C_1_op_budget"):
-        generate.render_module(record, "kb/7.yaml")
+    with pytest.raises(RecordErrors) as failure:
+        parse_record(text, "7.yaml")
+    assert [str(e) for e in failure.value.errors] == [
+        "7.yaml:20:9: claims[1].id: 'C_1' and 'C-1' both become the Python name 'C_1'; rename one"
+    ]
 
 
 def test_every_claim_and_risk_of_the_bundled_record_gets_a_test():

@@ -86,6 +86,21 @@ TABLE = [
         ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'TODO')"],
     ),
     (
+        "alias (and so no alias bomb)",
+        broken("  title: A small PR\n", "  title: &t A small PR\n  url2: *t\n"),
+        ["7.yaml:6:9: YAML aliases (*name) are not allowed in records: write the value out"],
+    ),
+    (
+        "integer too long to read",
+        broken("  number: 7\n", "  number: " + "9" * 5000 + "\n"),
+        ["7.yaml:1:1: YAML value cannot be read: Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit"],
+    ),
+    (
+        "expected value that is not plain data",
+        broken("    speculative_tokens: 2\n", "    speculative_tokens: 2\n    expect: {path: .nan}\n"),
+        ["7.yaml:24:20: cases[0].expect.path: Value error, expected values are null, true/false, integers, strings or lists of them; got float nan (got nan)"],
+    ),
+    (
         "empty file",
         "",
         ["7.yaml:1:1: a record is a mapping with pr, target, claims...; got an empty file"],
@@ -120,6 +135,12 @@ def test_every_error_of_every_file_is_collected(write_record):
     files = sorted({e.file.rsplit("/", 1)[-1] for e in failure.value.errors})
     assert files == ["10.yaml", "7.yaml"]
     assert len([e for e in failure.value.errors if e.file.endswith("7.yaml")]) == 2
+
+
+def test_deep_nesting_is_an_error_not_a_crash():
+    with pytest.raises(RecordErrors) as failure:
+        parse_record("[" * 3000 + "]" * 3000, "7.yaml")
+    assert str(failure.value) == "7.yaml:1:1: YAML nested too deeply to be a record"
 
 
 def test_safe_load_only():

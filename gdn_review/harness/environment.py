@@ -49,11 +49,7 @@ def environment() -> dict:
     from gdn_review.harness.releases import vllm_release
 
     vllm_path = os.path.dirname(os.path.abspath(vllm.__file__))
-    import site
-
-    installed_roots = [os.path.abspath(p) for p in site.getsitepackages()]
-    from_site = any(vllm_path.startswith(root + os.sep) for root in installed_roots)
-    source = "installed distribution" if from_site else "unpacked on PYTHONPATH (not the installed distribution)"
+    source = _vllm_source(vllm_path)
     return {
         "vllm_version": str(vllm_release()),
         "vllm_path": vllm_path,
@@ -65,6 +61,19 @@ def environment() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
     }
+
+
+def _vllm_source(vllm_path: str) -> str:
+    """Whether vLLM is pip's installed distribution or a wheel unpacked on PYTHONPATH."""
+    parent = os.path.dirname(vllm_path)
+    on_path = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    if parent in on_path:
+        return "unpacked on PYTHONPATH (not the installed distribution)"
+    installed = any(
+        name.startswith("vllm-") and name.endswith(".dist-info") and os.path.exists(os.path.join(parent, name, "INSTALLER"))
+        for name in os.listdir(parent)
+    )
+    return "installed distribution" if installed else f"loaded from {parent} (not installed by pip)"
 
 
 def target_source(relative_path: str) -> tuple[str, str]:

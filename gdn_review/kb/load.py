@@ -17,7 +17,7 @@ from packaging.version import Version
 from pydantic import BaseModel, ValidationError
 
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.models import Record
+from gdn_review.kb.models import Record, python_name
 
 Loc = tuple[Any, ...]
 
@@ -48,6 +48,11 @@ def _locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int
         elif isinstance(node, yaml.SequenceNode) and isinstance(item, int) and item < len(node.value):
             node = node.value[item]
     return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _aliases(text: str) -> list[yaml.Token]:
+    """Alias tokens (``*name``): records are written out in full, never by reference."""
+    return [token for token in yaml.scan(text, Loader=yaml.SafeLoader) if isinstance(token, yaml.AliasToken)]
 
 
 def _duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
@@ -158,6 +163,13 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
             seen.add(item)
 
     unique("claims", [c.id for c in record.claims])
+    # Claim ids become Python names in generated modules: two ids must not become one.
+    names: dict[str, str] = {}
+    for index, claim in enumerate(record.claims):
+        name = python_name(claim.id)
+        if name in names and names[name] != claim.id:
+            problems.append((("claims", index, "id"), f"{claim.id!r} and {names[name]!r} both become the Python name {name!r}; rename one"))
+        names.setdefault(name, claim.id)
     unique("cases", [c.id for c in record.cases])
     unique("risks", [r.id for r in record.risks])
     case_ids = {c.id for c in record.cases}
@@ -210,6 +222,10 @@ def parse_record(text: str, file: str) -> Record:
     """A record from YAML text; raises RecordErrors naming every problem."""
     stem = Path(file).stem
     try:
+        aliases = _aliases(text)
+        if aliases:
+            mark = aliases[0].start_mark
+            raise RecordErrors([RecordError(file, mark.line + 1, mark.column + 1, "", "YAML aliases (*name) are not allowed in records: write the value out")])
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:
@@ -225,6 +241,10 @@ def parse_record(text: str, file: str) -> Record:
         raise RecordErrors([RecordError(file, line, column, "", f"{what}: {problem}")]) from None
     except yaml.YAMLError as error:
         raise RecordErrors([RecordError(file, 1, 1, "", f"YAML error: {error}")]) from None
+    except RecursionError:
+        raise RecordErrors([RecordError(file, 1, 1, "", "YAML nested too deeply to be a record")]) from None
+    except ValueError as error:  # e.g. an integer with thousands of digits
+        raise RecordErrors([RecordError(file, 1, 1, "", f"YAML value cannot be read: {str(error)[:200]}")]) from None
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
         raise RecordErrors([RecordError(file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}")])

@@ -7,6 +7,8 @@ become test names and file names.
 
 from __future__ import annotations
 
+import keyword
+import re
 from typing import Annotated, Any, Literal, Union
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -14,6 +16,13 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=80)]
+
+
+def python_name(identifier: str) -> str:
+    """The Python name an id becomes in generated code ('C2.a-b' -> 'C2_a_b')."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", identifier)
+    return name + "_" if keyword.iskeyword(name) else name
+
 Text = Annotated[str, StringConstraints(min_length=1)]
 
 
@@ -35,6 +44,16 @@ def _release_range(value: str) -> str:
     return value
 
 
+def _plain_value(value: Any) -> Any:
+    """Expected values are plain data: null, booleans, integers, strings, lists of them."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, list):
+        return [_plain_value(item) for item in value]
+    raise ValueError(f"expected values are null, true/false, integers, strings or lists of them; got {type(value).__name__} {value!r}")
+
+
+PlainValue = Annotated[Any, AfterValidator(_plain_value)]
 Release = Annotated[str, AfterValidator(_release)]
 ReleaseRange = Annotated[str, AfterValidator(_release_range)]
 OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+$")]
@@ -121,7 +140,7 @@ class Case(Strict):
     padded_rows: Annotated[int, Field(ge=0)] = 0
     max_num_seqs: Annotated[int, Field(ge=1)] = 8
     releases: ReleaseRange | None = None
-    expect: dict[ExpectField, Any] = Field(default_factory=dict)
+    expect: dict[ExpectField, PlainValue] = Field(default_factory=dict)
 
 
 class OpBudgetCheck(Strict):
