@@ -264,6 +264,8 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
         click.echo(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)", err=True)
     if not modules:
         raise BadInput("no complete record to run (only drafts)")
+    # Evidence left by an earlier run must never be reported as this run's.
+    Path(evidence_path).unlink(missing_ok=True)
     command = runner.pytest_command(modules, evidence_path, keyword, pytest_args)
     click.echo(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: {' '.join(command[2:])}")
     code = runner.run_pytest(command)

@@ -24,6 +24,8 @@ from gdn_review.kb.models import python_name
 BANNER_MARK = "# gdn-review: generated module"
 DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 MODULE_TEMPLATE = "test_module.py.j2"
+# Every check runs on each of these devices (gpu_sync on CUDA only); CUDA skips without a GPU.
+DEVICES = ("cpu", "cuda")
 
 
 class GenerateError(Exception):
@@ -135,7 +137,29 @@ def module_context(record: Record, source: str) -> dict:
         "cases": dict(sorted(cases.items())),
         "expectations": {case.id: dict(sorted(case.expect.items())) for case in record.cases if case.expect},
         "kinds": sorted({c["kind"] for c in claims}),
+        "devices": list(DEVICES),
     }
+
+
+def expected_tests(record: Record) -> dict[str, list[dict]]:
+    """Per claim, the tests its generated module holds: label (case or property), device, risks.
+
+    The report compares evidence with this list, so a test that never ran (not
+    collected, deselected, session stopped) cannot be mistaken for one that passed.
+    """
+    expected: dict[str, list[dict]] = {}
+    for claim in module_context(record, "expected")["claims"]:
+        devices = ["cuda"] if claim["kind"] == "gpu_sync" else list(DEVICES)
+        if claim["kind"] == "invariant":
+            labels = [(prop, claim["risks"]) for prop in claim["check"]["properties"]]
+        elif claim["kind"] == "TODO":
+            labels = []
+        else:
+            labels = [(param["id"], param["risks"]) for param in claim["params"]]
+        expected[claim["id"]] = [
+            {"label": label, "device": device, "risks": risks} for label, risks in labels for device in devices
+        ]
+    return expected
 
 
 def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Environment:

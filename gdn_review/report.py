@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from gdn_review.files import atomic_write
-from gdn_review.generate import environment, module_context
+from gdn_review.generate import environment, expected_tests, module_context
 from gdn_review.kb import Record, is_draft
 
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
@@ -55,11 +55,37 @@ def load_evidence(paths: list[Path]) -> Evidence:
         environments.append(data.get("environment") or {})
         finished.append(str(data.get("finished_at", "")))
         sources.append(str(path))
-        for test in data["tests"]:
-            if not isinstance(test, dict) or "record" not in test or "claim" not in test:
-                raise ReportError(f"{path}: a test entry lacks 'record' or 'claim': {str(test)[:120]}")
-            tests.append({**test, "environment": index})
+        for position, test in enumerate(data["tests"]):
+            problem = _entry_problem(test)
+            if problem:
+                raise ReportError(f"{path}: tests[{position}]: {problem}")
+            tests.append({**test, "risks": list(test.get("risks") or []), "environment": index})
     return Evidence(tests, environments, finished, sources)
+
+
+OUTCOMES = RAN | {"skipped", "deselected", "not run"}
+
+
+def _entry_problem(test) -> str | None:
+    """What is wrong with one evidence test entry, or None."""
+    if not isinstance(test, dict):
+        return f"expected an object, got {type(test).__name__}"
+    kinds = {"nodeid": str, "record": int, "claim": str, "outcome": str}
+    for key, kind in kinds.items():
+        if not isinstance(test.get(key), kind) or isinstance(test.get(key), bool):
+            return f"{key!r} must be {'an integer' if kind is int else 'a string'}, got {test.get(key)!r}"
+    if test["outcome"] not in OUTCOMES:
+        return f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(OUTCOMES))})"
+    risks = test.get("risks", [])
+    if risks is not None and not (isinstance(risks, list) and all(isinstance(r, str) for r in risks)):
+        return f"'risks' must be a list of ids, got {risks!r}"
+    for key in ("measured", "expected"):
+        if test.get(key) is not None and not isinstance(test[key], dict):
+            return f"{key!r} must be an object, got {test[key]!r}"
+    for key in ("case", "property", "device", "reason"):
+        if test.get(key) is not None and not isinstance(test[key], str):
+            return f"{key!r} must be a string, got {test[key]!r}"
+    return None
 
 
 def _n(count: int, word: str) -> str:
@@ -102,7 +128,13 @@ def _measured_summary(claim, ran: list[dict]) -> str:
         parts.append(f"{counts['xfailed']} known deviation")
     if claim.check.kind == "op_budget":
         for op, limit in claim.check.budget.items():
-            values = sorted({t["measured"][op] for t in ran if isinstance(t.get("measured"), dict) and op in t["measured"]})
+            values = sorted(
+                {
+                    t["measured"][op]
+                    for t in ran
+                    if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(op), int)
+                }
+            )
             if values:
                 shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
                 parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
@@ -116,7 +148,7 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     if not tests:
         return "unverified", "no test ran (none collected: run the generated module for this record)"
     ran = [t for t in tests if t["outcome"] in RAN]
-    deselected = [t for t in tests if t["outcome"] == "deselected"]
+    not_run = [t for t in tests if t["outcome"] in {"deselected", "not run"}]
     skipped = [t for t in tests if t["outcome"] == "skipped"]
     not_applicable = [t for t in skipped if (t.get("reason") or "").startswith("not applicable")]
     needs_cuda = [t for t in skipped if (t.get("reason") or "").startswith("needs CUDA")]
@@ -126,9 +158,10 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
         first = failing[0]
         return "fails", f"{len(failing)} of {len(ran)} tests fail; first: {_label(first)} ({first.get('device')}): {first.get('reason') or first['outcome']}"
     if ran:
-        if deselected or other_skips:
+        if not_run or other_skips:
+            why = sorted({_not_run_reason(t) for t in not_run})
             return "unverified", (
-                f"only {_n(len(ran), 'test')} ran ({len(deselected)} not run: deselected"
+                f"only {_n(len(ran), 'test')} ran ({len(not_run)} {'; '.join(why) or 'not run'}"
                 + (f", {len(other_skips)} skipped" if other_skips else "")
                 + "); those that ran "
                 + ("pass" if not any(t["outcome"] == "xfailed" for t in ran) else "pass or deviate as known")
@@ -140,13 +173,21 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
             where = ", ".join(sorted({_label(t) for t in deviations}))
             return "known deviation", f"holds on {len(ran) - len(deviations)} of {len(ran)}; deviates on {where}: {' / '.join(reasons)}{note}"
         return "holds", f"{'all ' if len(ran) > 1 else ''}{_n(len(ran), 'test')} pass{'es' if len(ran) == 1 else ''}{note}"
-    if not_applicable and not (deselected or needs_cuda or other_skips):
+    # Nothing ran: say why, the release range first (CUDA variants of an
+    # out-of-range claim are out of range too).
+    if not_applicable:
         return "not applicable", not_applicable[0]["reason"]
-    if needs_cuda and not deselected:
+    if needs_cuda and not not_run:
         return "unverified", "needs CUDA: " + needs_cuda[0]["reason"].removeprefix("needs CUDA: ")
-    if deselected:
-        return "unverified", "not run: deselected"
-    return "unverified", "skipped: " + (other_skips or skipped)[0].get("reason", "")
+    if not_run:
+        return "unverified", _not_run_reason(not_run[0])
+    return "unverified", "skipped: " + (other_skips[0].get("reason") or "no reason given")
+
+
+def _not_run_reason(test: dict) -> str:
+    if test["outcome"] == "deselected":
+        return "not run: deselected"
+    return test.get("reason") or "not run: the session ended before it ran (-x, an interrupt or --collect-only)"
 
 
 def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[str]]:
@@ -157,14 +198,14 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[s
     ran = [t for t in tests if t["outcome"] in RAN]
     failing = [t for t in ran if t["outcome"] in FAILED]
     passing = [t for t in ran if t["outcome"] == "passed"]
-    deselected = sum(t["outcome"] == "deselected" for t in tests)
+    deselected = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
     needs_cuda = sum(t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") for t in tests)
     if failing:
         missing.append(f"{len(failing)} failing: " + ", ".join(sorted({_label(t) for t in failing})))
     if not tests:
         missing.append("its tests did not run in this evidence")
     if deselected:
-        missing.append(f"{_n(deselected, 'test')} not run (deselected)")
+        missing.append(f"{_n(deselected, 'test')} not run")
     if needs_cuda:
         missing.append(f"{_n(needs_cuda, 'test')} need{'s' if needs_cuda == 1 else ''} CUDA")
     if risk.mutants:
@@ -182,7 +223,10 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[s
 def report_data(record: Record, evidence: Evidence) -> dict:
     """Everything a report says about one record, as plain data."""
     mine = [t for t in evidence.tests if t["record"] == record.pr.number]
-    environments = sorted({evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN})
+    mine += _missing_tests(record, mine)
+    environments = sorted(
+        {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
+    )
     claims = []
     for claim in record.claims:
         tests = [t for t in mine if t["claim"] == claim.id]
@@ -258,6 +302,31 @@ def report_data(record: Record, evidence: Evidence) -> dict:
     }
 
 
+def _missing_tests(record: Record, present: list[dict]) -> list[dict]:
+    """Entries for the tests the record's module holds that the evidence never saw."""
+    if is_draft(record):
+        return []
+    seen = {(t["claim"], _label(t), t.get("device")) for t in present}
+    missing = []
+    for claim_id, tests in expected_tests(record).items():
+        for test in tests:
+            if (claim_id, test["label"], test["device"]) not in seen:
+                missing.append(
+                    {
+                        "nodeid": f"(not collected) {claim_id}[{test['device']}-{test['label']}]",
+                        "record": record.pr.number,
+                        "claim": claim_id,
+                        "risks": test["risks"],
+                        "case": test["label"],
+                        "device": test["device"],
+                        "outcome": "not run",
+                        "reason": "not run: not collected",
+                        "environment": None,
+                    }
+                )
+    return missing
+
+
 def _release(evidence: Evidence, test: dict) -> str:
     env = evidence.environments[test["environment"]]
     version = env.get("vllm_version", "?")
@@ -265,7 +334,7 @@ def _release(evidence: Evidence, test: dict) -> str:
 
 
 def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
-    used = sorted({t["environment"] for t in tests})
+    used = sorted({t["environment"] for t in tests if t["environment"] is not None})
     lines = []
     for index in used:
         env = evidence.environments[index]

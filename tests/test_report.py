@@ -52,7 +52,7 @@ def test_deselected_claim_is_unverified_not_holds():
     c1 = next(c for c in data["claims"] if c["id"] == "C1")
     assert (c1["verdict"], c1["reason"]) == ("unverified", "not run: deselected")
     r1 = next(r for r in data["risks"] if r["id"] == "R1")
-    assert r1["coverage"] == "targeted" and "2 tests not run (deselected)" in r1["missing"]
+    assert r1["coverage"] == "targeted" and "2 tests not run" in r1["missing"]
 
 
 def test_partly_run_claim_is_unverified():
@@ -63,6 +63,77 @@ def test_partly_run_claim_is_unverified():
     ]
     verdict, reason = report.claim_verdict(claim, tests)
     assert verdict == "unverified" and reason.startswith("only 1 test ran (1 not run: deselected)")
+
+
+def edited_evidence(tmp_path, edit) -> Path:
+    data = json.loads((GOLDEN / "evidence" / "run.json").read_text())
+    edit(data)
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def verdict_of(evidence_path, claim_id):
+    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([evidence_path]))
+    return next((c["verdict"], c["reason"]) for c in data["claims"] if c["id"] == claim_id)
+
+
+def test_tests_missing_from_evidence_make_a_claim_unverified(tmp_path):
+    # Only the C1 test ran (as when pytest is given one node id): C1 has no CUDA entry now.
+    def keep_one(data):
+        data["tests"] = [t for t in data["tests"] if t["claim"] == "C1" and t["device"] == "cpu"]
+
+    verdict, reason = verdict_of(edited_evidence(tmp_path, keep_one), "C1")
+    assert verdict == "unverified" and reason == "only 1 test ran (1 not run: not collected); those that ran pass"
+    assert verdict_of(edited_evidence(tmp_path, keep_one), "C3") == ("unverified", "not run: not collected")
+
+
+def test_tests_that_never_ran_make_a_claim_unverified(tmp_path):
+    def stop_early(data):
+        for test in data["tests"]:
+            if test["claim"] == "C3":
+                test.update(outcome="not run", reason=None)
+
+    verdict, reason = verdict_of(edited_evidence(tmp_path, stop_early), "C3")
+    assert verdict == "unverified" and reason.startswith("not run: the session ended before it ran")
+
+
+def test_out_of_range_release_is_not_applicable_even_with_cuda_skips(tmp_path):
+    def old_release(data):
+        for test in data["tests"]:
+            if test["claim"] == "C1" and test["device"] == "cpu":
+                test.update(outcome="skipped", reason="not applicable: claim C1 covers vLLM >=0.29; loaded 0.28.0", measured=None)
+
+    assert verdict_of(edited_evidence(tmp_path, old_release), "C1") == (
+        "not applicable",
+        "not applicable: claim C1 covers vLLM >=0.29; loaded 0.28.0",
+    )
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.pop("outcome"), "tests[0]: 'outcome' must be a string, got None"),
+        (lambda t: t.update(outcome="great"), "tests[0]: unknown outcome 'great'"),
+        (lambda t: t.update(risks="R1"), "tests[0]: 'risks' must be a list of ids, got 'R1'"),
+        (lambda t: t.update(measured=[1]), "tests[0]: 'measured' must be an object, got [1]"),
+        (lambda t: t.update(record="1"), "tests[0]: 'record' must be an integer, got '1'"),
+    ],
+)
+def test_malformed_evidence_entries_are_bad_input(tmp_path, edit, message):
+    path = edited_evidence(tmp_path, lambda data: edit(data["tests"][0]))
+    result = CliRunner().invoke(main, ["report", "--kb", str(GOLDEN / "kb"), "--evidence", str(path), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_run_never_reports_stale_evidence(tmp_path, monkeypatch):
+    from gdn_review import runner
+
+    stale = tmp_path / "evidence.json"
+    stale.write_text((GOLDEN / "evidence" / "run.json").read_text())
+    monkeypatch.setattr(runner, "run_pytest", lambda command: 0)  # a pytest that writes no evidence
+    result = CliRunner().invoke(main, ["run", "--evidence", str(stale), "--reports", str(tmp_path / "r")])
+    assert result.exit_code == 2 and f"pytest wrote no evidence at {stale}" in result.output
 
 
 def test_claim_without_tests_is_unverified_and_risk_without_tests_uncovered():

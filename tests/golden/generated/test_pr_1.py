@@ -62,7 +62,7 @@ def _known_deviation(request, deviations, selector, value):
 
 @pytest.fixture(
     scope="module",
-    params=[pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)],
+    params=[pytest.param('cpu', id='cpu'), pytest.param('cuda', id='cuda', marks=pytest.mark.cuda)],
 )
 def device(request):
     """The device build() runs on; its builders are made once here and reused by every test."""
