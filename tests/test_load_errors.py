@@ -101,6 +101,16 @@ TABLE = [
         ["7.yaml:24:20: cases[0].expect.path: Value error, expected values are null, true/false, integers, strings or lists of them; got float nan (got nan)"],
     ),
     (
+        "deviation expecting an op outside the budget",
+        broken("      cases: [spec]\n", "      cases: [spec]\n    known_deviations:\n      - reason: r\n        expect: {aten.gt: 2}\n", ),
+        ["7.yaml:22:27: claims[0].known_deviations[0].expect.aten.gt: 'aten.gt' is not in the budget (choose from aten.ge)"],
+    ),
+    (
+        "instead on a check that is not an invariant",
+        broken("      cases: [spec]\n", "      cases: [spec]\n    known_deviations:\n      - reason: r\n        instead: partition\n"),
+        ["7.yaml:22:18: claims[0].known_deviations[0].instead: instead is for invariant checks, not op_budget"],
+    ),
+    (
         "empty file",
         "",
         ["7.yaml:1:1: a record is a mapping with pr, target, claims...; got an empty file"],

@@ -150,9 +150,20 @@ def _rows_of(indices, columns: int) -> list[int] | None:
     return [(int(v) - 1) // columns if int(v) > 0 else -1 for v in values.tolist()]
 
 
+def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
+    """[row, slot] of every entry of a 2-D state-index tensor ([-1, -1] for NULL_BLOCK_ID)."""
+    if indices is None or indices.dim() != 2:
+        return None
+    return [
+        [[(int(v) - 1) // columns, (int(v) - 1) % columns] if int(v) > 0 else [-1, -1] for v in row]
+        for row in indices.detach().cpu().tolist()
+    ]
+
+
 def snapshot(metadata, columns: int) -> dict:
-    """The metadata as plain data, plus the rows each state-index tensor selects."""
+    """The metadata as plain data, plus the rows (and slots) each state-index tensor selects."""
     data = {f.name: _plain(getattr(metadata, f.name)) for f in dataclasses.fields(metadata)}
+    data["spec_state_cells"] = _cells_of(metadata.spec_state_indices_tensor, columns)
     data["path"] = "non_spec" if metadata.spec_sequence_masks is None else "spec"
     data["spec_state_rows"] = _rows_of(metadata.spec_state_indices_tensor, columns)
     data["non_spec_state_rows"] = _rows_of(metadata.non_spec_state_indices_tensor, columns)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from packaging.version import Version
 from pydantic import BaseModel, ValidationError
 
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.models import Record, python_name
+from gdn_review.kb.models import ExpectField, Record, python_name
 
 Loc = tuple[Any, ...]
 
@@ -70,8 +70,6 @@ def _duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node
 
 def _allowed_keys(loc: Loc) -> list[str]:
     """Field names of the model that owns the last element of ``loc`` (for 'unknown key' hints)."""
-    from typing import get_args, get_origin
-
     model: Any = Record
     for item in loc[:-1]:
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
@@ -85,7 +83,7 @@ def _allowed_keys(loc: Loc) -> list[str]:
                 continue  # a discriminated union's tag ('op_budget'), already resolved
             return []
         annotation = field.annotation
-        model = _unwrap(annotation, get_args, get_origin, next_tag=_next_tag(loc, item))
+        model = _unwrap(annotation, next_tag=_next_tag(loc, item))
     if isinstance(model, type) and issubclass(model, BaseModel):
         return sorted(model.model_fields)
     return []
@@ -96,7 +94,7 @@ def _next_tag(loc: Loc, item: Any) -> Any:
     return loc[index + 1] if index + 1 < len(loc) else None
 
 
-def _unwrap(annotation, get_args, get_origin, next_tag=None):
+def _unwrap(annotation, next_tag=None):
     """Find the model class inside list[...], X | None, Annotated[...] and unions."""
     candidates = [annotation]
     while candidates:
@@ -206,6 +204,7 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
             if deviation.properties:
                 have = set(getattr(check, "properties", []))
                 known(d_loc + ("properties",), "property of this claim's check", deviation.properties, have)
+            problems.extend(_deviation_problems(deviation, check, d_loc))
     for index, risk in enumerate(record.risks):
         known(("risks", index, "cases"), "case", risk.cases, case_ids)
         known(("risks", index, "claims"), "claim", risk.claims, claim_ids)
@@ -215,6 +214,24 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
     for index, relation in enumerate(record.related):
         known(("related", index, "claims"), "claim", relation.claims, claim_ids)
         known(("related", index, "cases"), "case", relation.cases, case_ids)
+    return problems
+
+
+def _deviation_problems(deviation, check, loc: Loc) -> list[tuple[Loc, str]]:
+    """A deviation's expect / instead must fit its claim's check kind."""
+    problems: list[tuple[Loc, str]] = []
+    if deviation.expect is not None:
+        if check.kind == "op_budget":
+            allowed = set(check.budget)
+        elif check.kind == "equivalence":
+            allowed = set(get_args(ExpectField))
+        else:
+            return [(loc + ("expect",), f"expect is for op_budget and equivalence checks, not {check.kind}")]
+        for key in deviation.expect:
+            if key not in allowed:
+                problems.append((loc + ("expect", key), f"{key!r} is not {'in the budget' if check.kind == 'op_budget' else 'an expect field'} (choose from {', '.join(sorted(allowed))})"))
+    if deviation.instead is not None and check.kind != "invariant":
+        problems.append((loc + ("instead",), f"instead is for invariant checks, not {check.kind}"))
     return problems
 
 

@@ -56,7 +56,9 @@ def _plain_value(value: Any) -> Any:
 PlainValue = Annotated[Any, AfterValidator(_plain_value)]
 Release = Annotated[str, AfterValidator(_release)]
 ReleaseRange = Annotated[str, AfterValidator(_release_range)]
-OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+$")]
+# One aten op, or alternatives counted together ("aten.bitwise_not|aten.logical_not"),
+# so a rewrite of the same computation with another op is still counted.
+OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+(\|aten\.[A-Za-z0-9_]+)*$")]
 
 # Fields of a build() snapshot that a case may state expectations for.
 ExpectField = Literal[
@@ -69,6 +71,7 @@ ExpectField = Literal[
     "num_spec_decode_tokens",
     "num_actual_tokens",
     "spec_state_rows",
+    "spec_state_cells",
     "non_spec_state_rows",
     "prefill_state_rows",
     "spec_query_start_loc",
@@ -83,6 +86,7 @@ ExpectField = Literal[
 
 InvariantProperty = Literal[
     "fallback_condition",
+    "fallback_without_speculating_rows",
     "partition",
     "spec_rows_match_drafts",
     "counts_add_up",
@@ -187,6 +191,14 @@ class KnownDeviation(Strict):
     properties: list[InvariantProperty] = Field(default_factory=list, description="only these invariants")
     reason: Text
     measured: str | None = None
+    expect: dict[str, PlainValue] | None = Field(
+        default=None,
+        description="what the deviating build measures now: op counts (op_budget) or metadata fields "
+        "(equivalence); a run that measures anything else fails instead of xfailing",
+    )
+    instead: InvariantProperty | None = Field(
+        default=None, description="invariant checks: the property that holds in place of the deviating one"
+    )
 
 
 class Claim(Strict):
