@@ -172,3 +172,38 @@ def test_open_items_of_a_draft(write_record):
         "TODO: base_release is not set (which vLLM release lacks the PR?)",
         "TODO: claim C1 has no check yet (count ge)",
     ]
+
+
+# Any text at all gives a record or RecordErrors: never another exception.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+LINES = MINIMAL.splitlines(keepends=True)
+
+
+@st.composite
+def mangled_records(draw):
+    lines = list(LINES)
+    for _ in range(draw(st.integers(1, 4))):
+        where = draw(st.integers(0, len(lines) - 1))
+        action = draw(st.sampled_from(["delete", "duplicate", "replace", "insert", "indent"]))
+        if action == "delete" and len(lines) > 1:
+            lines.pop(where)
+        elif action == "duplicate":
+            lines.insert(where, lines[where])
+        elif action == "replace":
+            lines[where] = draw(st.text(max_size=40)) + "\n"
+        elif action == "insert":
+            lines.insert(where, draw(st.sampled_from(["  - x\n", "a: &a 1\n", "b: *a\n", "{\n", "- [\n", "k: .nan\n", "  id: 9\n", "\t\n"])))
+        else:
+            lines[where] = "  " + lines[where]
+    return "".join(lines)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.one_of(st.text(max_size=300), mangled_records()))
+def test_any_text_gives_a_record_or_record_errors(text):
+    try:
+        parse_record(text, "7.yaml")
+    except RecordErrors as failure:
+        assert failure.errors and all(str(e).startswith("7.yaml:") for e in failure.errors)
