@@ -60,6 +60,7 @@ def main() -> None:
       gdn-review schema > record.schema.json
       gdn-review run                      # generate --check, run the suite, write reports/
       gdn-review report --format json     # verdicts from the last run's evidence
+      gdn-review import report.md         # a review report -> draft kb/N.yaml
     """
 
 

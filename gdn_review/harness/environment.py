@@ -13,6 +13,8 @@ def prepare_platform() -> None:
     Without a GPU, vLLM must be told ``cpu`` or it reaches for pinned memory
     and fails with "Found no NVIDIA driver". An explicit setting wins.
     """
+    # The model is a config in a local folder: never ask a hub for anything.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if "VLLM_TARGET_DEVICE" in os.environ:
         return
     import torch
