@@ -86,7 +86,7 @@ def module_name(record: Record) -> str:
     return f"test_pr_{record.pr.number}.py"
 
 
-def _check_data(record: Record, claim) -> dict:
+def _check_data(claim) -> dict:
     check = claim.check.model_dump(mode="json")
     check.pop("kind")
     return check
@@ -109,7 +109,7 @@ def module_context(record: Record, source: str) -> dict:
     for claim in record.claims:
         # The loader guarantees that distinct ids give distinct names.
         name = f"test_{python_name(claim.id)}_{claim.check.kind}"
-        check = _check_data(record, claim)
+        check = _check_data(claim)
         params = [
             {"id": case_id, "risks": _risks_for(record, claim.id, case_id)} for case_id in check.get("cases", [])
         ]

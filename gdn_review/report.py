@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from gdn_review.files import atomic_write
-from gdn_review.generate import environment, expected_tests, module_context
+from gdn_review.generate import environment, expected_tests
 from gdn_review.kb import Record, is_draft
 
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
@@ -198,14 +198,12 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[s
     ran = [t for t in tests if t["outcome"] in RAN]
     failing = [t for t in ran if t["outcome"] in FAILED]
     passing = [t for t in ran if t["outcome"] == "passed"]
-    deselected = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
+    not_run = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
     needs_cuda = sum(t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") for t in tests)
     if failing:
         missing.append(f"{len(failing)} failing: " + ", ".join(sorted({_label(t) for t in failing})))
-    if not tests:
-        missing.append("its tests did not run in this evidence")
-    if deselected:
-        missing.append(f"{_n(deselected, 'test')} not run")
+    if not_run:
+        missing.append(f"{_n(not_run, 'test')} not run")
     if needs_cuda:
         missing.append(f"{_n(needs_cuda, 'test')} need{'s' if needs_cuda == 1 else ''} CUDA")
     if risk.mutants:
@@ -214,7 +212,7 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[s
     else:
         missing.append("no mutant embodies it: coverage cannot be mutation-verified")
     # Passing means every test of it that could run here ran, and none failed.
-    level = "passing" if passing and not failing and not deselected else "targeted"
+    level = "passing" if passing and not failing and not not_run else "targeted"
     if level == "targeted" and ran and not failing and not passing:
         missing.insert(0, "only known deviations ran")
     return level, missing
@@ -222,8 +220,9 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[s
 
 def report_data(record: Record, evidence: Evidence) -> dict:
     """Everything a report says about one record, as plain data."""
+    expected = expected_tests(record) if not is_draft(record) else {}
     mine = [t for t in evidence.tests if t["record"] == record.pr.number]
-    mine += _missing_tests(record, mine)
+    mine += _missing_tests(record.pr.number, expected, mine)
     environments = sorted(
         {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
     )
@@ -259,9 +258,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 ],
             }
         )
-    context = module_context(record, "report") if not is_draft(record) else {"claims": []}
-    addressed = {risk for c in context["claims"] for risk in c["risks"]}
-    addressed |= {risk for c in context["claims"] for p in c["params"] for risk in p["risks"]}
+    addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
     risks = []
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
@@ -302,19 +299,17 @@ def report_data(record: Record, evidence: Evidence) -> dict:
     }
 
 
-def _missing_tests(record: Record, present: list[dict]) -> list[dict]:
+def _missing_tests(number: int, expected: dict[str, list[dict]], present: list[dict]) -> list[dict]:
     """Entries for the tests the record's module holds that the evidence never saw."""
-    if is_draft(record):
-        return []
     seen = {(t["claim"], _label(t), t.get("device")) for t in present}
     missing = []
-    for claim_id, tests in expected_tests(record).items():
+    for claim_id, tests in expected.items():
         for test in tests:
             if (claim_id, test["label"], test["device"]) not in seen:
                 missing.append(
                     {
                         "nodeid": f"(not collected) {claim_id}[{test['device']}-{test['label']}]",
-                        "record": record.pr.number,
+                        "record": number,
                         "claim": claim_id,
                         "risks": test["risks"],
                         "case": test["label"],
