@@ -76,11 +76,6 @@ TABLE = [
         ],
     ),
     (
-        "more drafts than k",
-        broken("{seq_len: 10, query_len: 3, drafted: 2}", "{seq_len: 10, query_len: 4, drafted: 3}"),
-        ["7.yaml:25:46: cases[0].rows[0].drafted: drafted 3 exceeds speculative_tokens 2"],
-    ),
-    (
         "unknown check kind",
         broken("      kind: op_budget\n", "      kind: vibes\n"),
         ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'TODO')"],

@@ -16,6 +16,7 @@ import yaml
 from packaging.version import Version
 from pydantic import BaseModel, ValidationError
 
+from gdn_review.kb.batch_rules import FIELD_RULES, case_problems
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.models import ExpectField, Record, python_name
 
@@ -129,6 +130,8 @@ def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) 
             message = item["msg"]
             if "input" in item and not isinstance(item["input"], (dict, list)):
                 message += f" (got {item['input']!r})"
+            if len(loc) == 5 and loc[0] == "cases" and loc[2] == "rows" and loc[4] in FIELD_RULES:
+                message += f" (rule {FIELD_RULES[loc[4]]})"
             line, column = _locate(root, loc)
         field = _field_path(tuple(x for x in loc if not _is_union_tag(x)))
         errors.append(RecordError(file, line, column, field, message))
@@ -142,7 +145,7 @@ def _is_union_tag(item: Any) -> bool:
 
 
 def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
-    """What types alone cannot say: unique ids, references that resolve, consistent rows."""
+    """What types alone cannot say: unique ids, references that resolve, batches vLLM can produce."""
     problems: list[tuple[Loc, str]] = []
     if stem != str(record.pr.number):
         problems.append((("pr", "number"), f"record file is named {stem!r} but pr.number is {record.pr.number}; name it {record.pr.number}.yaml"))
@@ -180,14 +183,7 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
                 problems.append((loc + (index,), f"no {kind} with id {item!r} (known: {options})"))
 
     for c_index, case in enumerate(record.cases):
-        for r_index, row in enumerate(case.rows):
-            loc = ("cases", c_index, "rows", r_index, "drafted")
-            if row.drafted is not None and case.speculative_tokens is None:
-                problems.append((loc, "a row cannot draft tokens in a case without speculative_tokens"))
-            elif row.drafted is not None and row.drafted > case.speculative_tokens:
-                problems.append((loc, f"drafted {row.drafted} exceeds speculative_tokens {case.speculative_tokens}"))
-        if len(case.rows) + case.padded_rows > case.max_num_seqs:
-            problems.append((("cases", c_index, "rows"), f"{len(case.rows)} rows + {case.padded_rows} padded exceed max_num_seqs {case.max_num_seqs}"))
+        problems.extend((("cases", c_index) + loc, message) for loc, message in case_problems(case))
 
     for index, claim in enumerate(record.claims):
         check = claim.check

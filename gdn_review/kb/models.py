@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=80)]
 
@@ -107,9 +107,20 @@ class PullRequest(Strict):
     number: Annotated[int, Field(gt=0)]
     repo: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
     title: Text
-    merged_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")]
-    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]
+    merged_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")] | None = Field(
+        default=None, description="when the PR was merged (YYYY-MM-DD, optionally HH:MM[:SS]); leave it out while unknown"
+    )
+    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = Field(
+        default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
+    )
     source_report: str | None = None
+
+    @model_validator(mode="after")
+    def _default_url(self) -> PullRequest:
+        # The URL follows from repo and number; set once here (the model is frozen).
+        if self.url is None:
+            object.__setattr__(self, "url", f"https://github.com/{self.repo}/pull/{self.number}")
+        return self
 
 
 class Target(Strict):
@@ -122,13 +133,19 @@ class Target(Strict):
 
 
 class Row(Strict):
-    seq_len: Annotated[int, Field(ge=1)]
-    query_len: Annotated[int, Field(ge=1)]
+    """One request of a batch. What vLLM can produce is checked by kb.batch_rules."""
+
+    seq_len: Annotated[int, Field(ge=1, description="tokens of the sequence after this step: already computed + query_len")]
+    query_len: Annotated[int, Field(ge=1, description="tokens this step computes")]
     drafted: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, description="draft tokens of a speculating row; null: the row does not speculate (-1)"
+        default=None, description="draft tokens of a speculating row (0..k); null: the row does not speculate (-1)"
     )
-    accepted: Annotated[int, Field(ge=1)] = 1
-    prefilling: bool | None = None
+    accepted: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="tokens the row accepted at the previous step (1..k+1; 1 without speculation)"
+    )
+    prefilling: bool | None = Field(
+        default=None, description="still in its prompt (vLLM's is_prefilling); null: true for a row that does not speculate and has query_len > 1"
+    )
 
 
 class Case(Strict):
@@ -144,6 +161,11 @@ class Case(Strict):
     padded_rows: Annotated[int, Field(ge=0)] = 0
     max_num_seqs: Annotated[int, Field(ge=1)] = 8
     releases: ReleaseRange | None = None
+    allow_impossible: Text | None = Field(
+        default=None,
+        description="why this batch is one vLLM never produces, on purpose (a robustness check); "
+        "the batch rules are not applied to it, and a case that breaks none of them must not say this",
+    )
     expect: dict[ExpectField, PlainValue] = Field(default_factory=dict)
 
 
