@@ -256,16 +256,21 @@ def test_repo_from_the_link_and_odd_dates():
     assert record.target.file == "TODO" and record.claims[0].text.startswith("TODO:")
 
 
+def test_merge_time_and_link_may_be_missing():
+    text, record = draft_of("# PR #9 x\n- 仓库：a/b\n- 标题：T\n")
+    assert "merged_at" not in text and "url" not in text
+    assert (record.pr.merged_at, record.pr.url) == (None, "https://github.com/a/b/pull/9")
+
+
 @pytest.mark.parametrize(
     ("report", "message"),
     [
         ("", "no PR number found"),
-        ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n", "no link found"),
+        ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n", "r.md: PR #9: no repository"),
         ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：ftp://x/y\n", "not an http(s) address"),
         ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n", "no repository"),
         ("# PR #9 x\n- 仓库：a b\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n", "r.md:2: repository 'a b'"),
         ("# PR #9 x\n- 仓库：a/b\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n", "no title"),
-        ("# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 原文链接：https://example.com/9\n", "no merge time"),
         ("# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 合并时间：yesterday\n- 原文链接：https://example.com/9\n", "r.md:4: merge time 'yesterday' is not a date"),
         ("# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 合并时间：2026-13-40\n- 原文链接：https://example.com/9\n", "is not a date"),
     ],

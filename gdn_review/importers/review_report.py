@@ -2,16 +2,16 @@
 
 A review report looks like ``seeds/pr-52078-review-report.md``: a title line
 ``# PR #52078 完整报告``, metadata bullets (``- 仓库：``, ``- 标题：``,
-``- 合并时间：``, ``- 原文链接：``; English labels Repository / Title / Merged /
-Link work too) and sections (执行摘要, 功能与动机, 实现拆解, 关键源码片段,
-评论区精华, 风险与影响, 关联脉络, or their English names). Sections may be
-missing, reordered, repeated or unknown (unknown ones are ignored).
+``- 合并时间：``, ``- 原文链接：``, or Repository / Title / Merged / Link) and
+sections (执行摘要, 功能与动机, 实现拆解, 关键源码片段, 评论区精华, 风险与影响,
+关联脉络, or their English names) that may be missing, reordered, repeated or
+unknown (unknown ones are ignored). The markdown is parsed by ``markdown-it-py``
+(CommonMark, with source line numbers).
 
 The result is a *draft*: a record that loads, but whose claims have checks of
-kind ``TODO`` and whose target names no releases yet. ``gdn-review validate``
-lists those open items; ``gdn-review generate`` skips the draft until a person
-has completed it. Nothing from the report becomes code: code snippets are kept
-as plain strings under ``report.code_snippets``.
+kind ``TODO`` and whose target names no releases yet; ``gdn-review validate``
+lists those open items and ``gdn-review generate`` skips the draft. Nothing
+from the report becomes code: code snippets stay plain strings.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 import yaml
+from markdown_it import MarkdownIt
 
 from gdn_review.files import atomic_write
 from gdn_review.kb.errors import RecordErrors
@@ -32,28 +33,57 @@ class ReportImportError(Exception):
     """A report that cannot give a draft record; the message says why and where."""
 
 
-# --------------------------------------------------------------------------- text
+# ---------------------------------------------------------------- markdown -> blocks
 
-
-# Characters a YAML stream cannot carry (or that YAML reads as line breaks), removed
-# up front so that every string of the draft reads back exactly as it was written.
+# Characters a YAML stream cannot carry (or reads as line breaks), removed up front
+# so that every string of the draft reads back exactly as it was written.
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufeff\ufffe\uffff]")
 _BREAKS = re.compile("\r\n|[\r\x85\u2028\u2029]")
+# Block structure only: the text of headings and paragraphs is read raw (labels, `code`, **marks**).
+_MARKDOWN = MarkdownIt("commonmark").disable(["inline", "text_join"])
 
 
-def _normalize(text: str) -> list[str]:
-    text = _BREAKS.sub("\n", text)
-    text = _UNSAFE.sub("", text)
-    return [line.rstrip() for line in text.split("\n")]
+@dataclasses.dataclass
+class _Heading:
+    level: int
+    text: str
 
 
-def _printable(value: str) -> str:
-    """A string safe to put into a YAML comment (one line, printable)."""
-    return "".join(ch if ch.isprintable() else "?" for ch in value)
+@dataclasses.dataclass
+class _Fence:
+    code: str
 
 
-def _has_word(text: str) -> bool:
-    return any(ch.isalnum() for ch in text)
+@dataclasses.dataclass
+class _Block:
+    """A paragraph, or the first paragraph of a list item (``item``), and its first line."""
+
+    text: str
+    line: int
+    item: bool = False
+    ordered: bool = False
+
+
+def _parse(text: str) -> list[_Heading | _Fence | _Block]:
+    text = _UNSAFE.sub("", _BREAKS.sub("\n", text))
+    tokens = _MARKDOWN.parse("\n".join(line.rstrip() for line in text.split("\n")))
+    events: list[_Heading | _Fence | _Block] = []
+    lists: list[bool] = []  # open lists, innermost last: ordered?
+    for index, token in enumerate(tokens):
+        if token.type.endswith("list_open"):
+            lists.append(token.type == "ordered_list_open")
+        elif token.type.endswith("list_close"):
+            lists.pop()
+        elif token.type == "heading_open":
+            events.append(_Heading(int(token.tag[1]), tokens[index + 1].content.strip()))
+        elif token.type == "fence":
+            events.append(_Fence(token.content))
+        elif token.type == "paragraph_open":
+            content = " ".join(part.strip() for part in tokens[index + 1].content.split("\n")).strip()
+            item = tokens[index - 1].type == "list_item_open"
+            if content:
+                events.append(_Block(content, token.map[0] + 1, item, item and lists[-1]))
+    return events
 
 
 def _unmark(text: str) -> str:
@@ -63,81 +93,6 @@ def _unmark(text: str) -> str:
 
 def _looks_like_path(text: str) -> bool:
     return bool(text) and not any(ch.isspace() for ch in text) and ("/" in text or "." in text)
-
-
-# ------------------------------------------------------------------ markdown scan
-
-
-@dataclasses.dataclass
-class _Heading:
-    level: int
-    text: str
-    line: int
-
-
-@dataclasses.dataclass
-class _Fence:
-    code: list[str]
-    line: int
-
-
-@dataclasses.dataclass
-class _Line:
-    text: str
-    line: int
-
-
-def _heading(line: str) -> tuple[int, str] | None:
-    stripped = line.lstrip(" ")
-    if len(line) - len(stripped) > 3 or not stripped.startswith("#"):
-        return None
-    level = len(stripped) - len(stripped.lstrip("#"))
-    rest = stripped[level:]
-    if level > 6 or (rest and rest[0] not in " \t"):
-        return None
-    text = rest.strip()
-    closed = text.rstrip("#")
-    if not closed or closed[-1] in " \t":
-        text = closed.strip()
-    return level, text
-
-
-def _fence_open(line: str) -> tuple[str, int] | None:
-    stripped = line.lstrip(" ")
-    if len(line) - len(stripped) > 3 or not stripped.startswith(("```", "~~~")):
-        return None
-    char = stripped[0]
-    count = len(stripped) - len(stripped.lstrip(char))
-    if char == "`" and "`" in stripped[count:]:
-        return None  # an inline code span, not a fence
-    return char, count
-
-
-def _fence_close(line: str, char: str, count: int) -> bool:
-    stripped = line.strip()
-    return len(stripped) >= count and stripped == char * len(stripped)
-
-
-def _scan(lines: list[str]) -> list[_Heading | _Fence | _Line]:
-    events: list[_Heading | _Fence | _Line] = []
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        fence = _fence_open(line)
-        if fence:
-            start = index + 1
-            index += 1
-            code = []
-            while index < len(lines) and not _fence_close(lines[index], *fence):
-                code.append(lines[index])
-                index += 1
-            events.append(_Fence(code, start))
-            index += 1  # the closing fence (an unclosed fence runs to the end)
-            continue
-        heading = _heading(line)
-        events.append(_Heading(heading[0], heading[1], index + 1) if heading else _Line(line, index + 1))
-        index += 1
-    return events
 
 
 _SECTION_NAMES = {
@@ -153,17 +108,16 @@ _SECTION_NAMES = {
 }
 _SECTIONS = {name: kind for kind, names in _SECTION_NAMES.items() for name in names}
 _NUMBERING = re.compile(r"^(?:\d{1,3}[.)、]|[一二三四五六七八九十]{1,3}[、.])\s*")
+_PR_IN_HEADING = re.compile(r"\bPR\s*#\s*(\d{1,12})(?!\d)", re.IGNORECASE)
 
 
 def _section_kind(heading: str) -> str | None:
-    text = _unmark(heading).rstrip(":：").strip().lower()
-    text = _NUMBERING.sub("", text)
-    if text in _SECTIONS:
-        return _SECTIONS[text]
-    for part in re.split(r"\s*[/|（(]\s*", text):  # "Summary / 执行摘要", "执行摘要（Summary）"
-        part = _unmark(part.rstrip(")）"))
-        if part in _SECTIONS:
-            return _SECTIONS[part]
+    text = _NUMBERING.sub("", _unmark(heading).rstrip(":：").strip().lower())
+    # Whole heading, or one part of "Summary / 执行摘要", "执行摘要（Summary）".
+    for part in [text, *re.split(r"\s*[/|（(]\s*", text)]:
+        kind = _SECTIONS.get(_unmark(part.rstrip(")）")))
+        if kind:
+            return kind
     return None
 
 
@@ -175,15 +129,12 @@ class _Section:
     events: list = dataclasses.field(default_factory=list)
 
 
-_PR_IN_HEADING = re.compile(r"\bPR\s*#\s*(\d{1,12})(?!\d)", re.IGNORECASE)
-
-
-def _sections(events) -> tuple[list, list[_Section], tuple[int, int] | None]:
-    """(events outside any known section, known sections, (number, line) from a title heading)."""
-    outside: list = []
+def _sections(events) -> tuple[list[_Block], list[_Section], int | None]:
+    """(blocks outside any known section, known sections, the PR number of a title heading)."""
+    outside: list[_Block] = []
     sections: list[_Section] = []
     current: _Section | None = None
-    number: tuple[int, int] | None = None
+    number = None
     for event in events:
         if isinstance(event, _Heading):
             kind = _section_kind(event.text)
@@ -191,55 +142,27 @@ def _sections(events) -> tuple[list, list[_Section], tuple[int, int] | None]:
                 current = _Section(kind, _unmark(event.text), event.level)
                 sections.append(current)
                 continue
-            inside = current is not None and (
-                event.level > current.level or (current.kind == "code" and _looks_like_path(_unmark(event.text)))
-            )
-            if inside:
+            # A deeper heading stays in its section; so does a file name in the code section.
+            if current and (event.level > current.level or (current.kind == "code" and _looks_like_path(_unmark(event.text)))):
                 current.events.append(event)
                 continue
             current = None
             match = _PR_IN_HEADING.search(event.text)
             if number is None and match and int(match.group(1)) > 0:
-                number = (int(match.group(1)), event.line)
-            continue
-        (current.events if current else outside).append(event)
+                number = int(match.group(1))
+        elif current:
+            current.events.append(event)
+        elif isinstance(event, _Block):
+            outside.append(event)
     return outside, sections, number
 
 
-@dataclasses.dataclass
-class _Block:
-    text: str
-    line: int
-    item: bool  # a list item (else a paragraph)
-    ordered: bool = False
-
-
-_ITEM = re.compile(r"^[ \t]*([-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
-
-
-def _blocks(events) -> list[_Block]:
-    """List items and paragraphs; a line right after one continues it."""
-    blocks: list[_Block] = []
-    open_block: _Block | None = None
-    for event in events:
-        if not isinstance(event, _Line) or not event.text.strip():
-            open_block = None
-            continue
-        match = _ITEM.match(event.text)
-        if match:
-            open_block = _Block((match.group(2) or "").strip(), event.line, True, match.group(1)[0].isdigit())
-            blocks.append(open_block)
-        elif open_block is not None:
-            open_block.text = f"{open_block.text} {event.text.strip()}".strip()
-        else:
-            open_block = _Block(event.text.strip(), event.line, False)
-            blocks.append(open_block)
-    return [b for b in blocks if b.text]
+def _blocks(section: _Section) -> list[_Block]:
+    return [e for e in section.events if isinstance(e, _Block)]
 
 
 def _render(blocks: list[_Block]) -> str | None:
-    text = "\n".join(f"- {b.text}" if b.item else b.text for b in blocks).strip()
-    return text or None
+    return "\n".join(f"- {b.text}" if b.item else b.text for b in blocks).strip() or None
 
 
 def _label(text: str) -> tuple[str | None, str]:
@@ -251,8 +174,8 @@ def _label(text: str) -> tuple[str | None, str]:
     return _unmark(text[:cut]).lower(), text[cut + 1 :].strip().lstrip("*").strip()
 
 
-def _split_list(text: str) -> list[str]:
-    return [p for p in (_unmark(x) for x in re.split(r"\s*[,，、;；]\s*", text)) if p]
+def _split_list(text: str, separators: str = r"\s*[,，、;；]\s*") -> list[str]:
+    return [p for p in (_unmark(x) for x in re.split(separators, text)) if p]
 
 
 # --------------------------------------------------------------------- metadata
@@ -317,28 +240,17 @@ _CHECKABLE = [
      ("性能", "吞吐", "延迟", "加速", "performance", "throughput", "latency", "faster", "speedup", "speed-up")),
 ]
 _FALLBACK_HINT = "which check (op_budget, equivalence, invariant, gpu_sync) can test this sentence?"
+# A sentence ends at 。！？, or at .!? before a space or the end; never inside `code`.
+_SENTENCE = re.compile(r"(?:`[^`]*`?|[^`。！？.!?]|[.!?](?=[^ \t\n]))*(?:[。！？]|[.!?](?=[ \t\n]|$))?")
 
 
 def _sentences(text: str) -> list[str]:
-    """Sentences, split at 。！？ and at .!? before a space; never inside `code`."""
-    found: list[str] = []
-    start = 0
-    in_code = False
-    length = len(text)
-    for index, ch in enumerate(text):
-        if ch == "`":
-            in_code = not in_code
-        elif not in_code and (ch in "。！？" or (ch in ".!?" and (index + 1 == length or text[index + 1] in " \t\n"))):
-            found.append(text[start : index + 1])
-            start = index + 1
-    found.append(text[start:])
-    return [s.strip() for s in found if _has_word(s)]
+    return [s.strip() for s in _SENTENCE.findall(text) if any(ch.isalnum() for ch in s)]
 
 
 def _hint(sentence: str) -> str | None:
     lowered = sentence.lower()
-    hints = [hint for hint, words in _CHECKABLE if any(word in lowered for word in words)]
-    return "; or ".join(hints) if hints else None
+    return "; or ".join(hint for hint, words in _CHECKABLE if any(word in lowered for word in words)) or None
 
 
 def _claims(sources: list[tuple[str, str]]) -> list[dict]:
@@ -350,18 +262,15 @@ def _claims(sources: list[tuple[str, str]]) -> list[dict]:
     claims: list[dict] = []
     seen: set[str] = set()
     for sentence, where, hint in checkable:
-        if sentence in seen:
-            continue
-        seen.add(sentence)
-        claims.append({"id": f"C{len(claims) + 1}", "text": sentence, "source": where, "check": {"kind": "TODO", "hint": hint}})
-    if not claims:
-        claims.append({
-            "id": "C1",
-            "text": "TODO: the report states no claim that could be found; write what the PR claims.",
-            "source": "(none found)",
-            "check": {"kind": "TODO", "hint": _FALLBACK_HINT},
-        })
-    return claims
+        if sentence not in seen:
+            seen.add(sentence)
+            claims.append({"id": f"C{len(claims) + 1}", "text": sentence, "source": where, "check": {"kind": "TODO", "hint": hint}})
+    return claims or [{
+        "id": "C1",
+        "text": "TODO: the report states no claim that could be found; write what the PR claims.",
+        "source": "(none found)",
+        "check": {"kind": "TODO", "hint": _FALLBACK_HINT},
+    }]
 
 
 # ---------------------------------------------------------------- the sections
@@ -375,32 +284,30 @@ _IMPACT_LABELS = {"影响", "impact"}
 _FLAG_LABELS = {"风险标记", "标记", "risk flags", "flags", "risk tags", "tags"}
 _LINK = re.compile(r"\[([^\[\]\n]{0,300})\]\(([^()\s]{0,2000})\)")
 _RELATED = re.compile(r"^(?:PR\s*)?#\s*(\d{1,12})(?!\d)\s*(.*)$", re.IGNORECASE | re.DOTALL)
+_SYMBOL_SEPARATORS = r"[\s,，、;；]+"
 
 
-def _key_file(text: str) -> dict | None:
+def _key_file(text: str) -> list[dict]:
+    """`path` (or the first word) and what follows it as a note: [] when there is no path."""
     match = re.search(r"`([^`]+)`", text)
     if match:
         path, rest = match.group(1).strip(), text[match.end() :]
     else:
         head = re.split(r"[\s（(:：]", text.strip(), maxsplit=1)[0]
         path, rest = _unmark(head), text.strip()[len(head) :]
-    if not path:
-        return None
     paren = None
     inner = re.match(r"\s*[（(]([^（()）]*)[）)]", rest)
     if inner:
         paren, rest = inner.group(1).strip() or None, rest[inner.end() :]
     after = rest.strip().lstrip(":：").strip() or None
     note = f"{after} ({paren})" if after and paren else (after or paren)
-    return {"path": path, "note": note} if note else {"path": path}
-
-
-def _symbols(text: str) -> list[str]:
-    return [p for p in (_unmark(x) for x in re.split(r"[\s,，、;；]+", text)) if p]
+    return [{"path": path, "note": note} if note else {"path": path}] if path else []
 
 
 @dataclasses.dataclass
 class _Report:
+    """What the sections say; every field but the last three becomes report notes."""
+
     summary: str | None = None
     recommendation: str | None = None
     motivation: str | None = None
@@ -415,6 +322,10 @@ class _Report:
     related: list[dict] = dataclasses.field(default_factory=list)
     claim_sources: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
+    def notes(self) -> dict:
+        fields = [f.name for f in dataclasses.fields(self)][:-3]
+        return {name: getattr(self, name) for name in fields if getattr(self, name)}
+
 
 def _join(old: str | None, new: str | None) -> str | None:
     return "\n\n".join(x for x in (old, new) if x) or None
@@ -422,7 +333,7 @@ def _join(old: str | None, new: str | None) -> str | None:
 
 def _read_summary(report: _Report, section: _Section) -> None:
     loose = []
-    for block in _blocks(section.events):
+    for block in _blocks(section):
         label, value = _label(block.text)
         if label in _SUMMARY_LABELS and value:
             report.summary = _join(report.summary, value)
@@ -435,115 +346,86 @@ def _read_summary(report: _Report, section: _Section) -> None:
 
 
 def _read_motivation(report: _Report, section: _Section) -> None:
-    blocks = _blocks(section.events)
-    report.motivation = _join(report.motivation, _render(blocks))
-    report.claim_sources.extend((block.text, section.title) for block in blocks)
+    report.motivation = _join(report.motivation, _render(_blocks(section)))
+    report.claim_sources.extend((block.text, section.title) for block in _blocks(section))
 
 
 def _read_implementation(report: _Report, section: _Section) -> None:
-    label = None
-    for block in _blocks(section.events):
+    label = None  # the bullets after '关键文件：' name files, after '关键符号：' symbols
+    for block in _blocks(section):
         name, value = _label(block.text)
         if name in _FILES_LABELS or name in _SYMBOLS_LABELS:
             label = "files" if name in _FILES_LABELS else "symbols"
-            if value and label == "files":
-                entry = _key_file(value)
-                report.key_files.extend([entry] if entry else [])
-            elif value:
-                report.key_symbols.extend(_symbols(value))
-        elif block.item and label == "files" and not block.ordered:
-            entry = _key_file(block.text)
-            report.key_files.extend([entry] if entry else [])
-        elif block.item and label == "symbols" and not block.ordered:
-            report.key_symbols.extend(_symbols(block.text))
+            text = value
+        elif block.item and not block.ordered and label:
+            text = block.text
         else:
             label = None
             report.implementation.append(block.text)
+            continue
+        if label == "files" and text:
+            report.key_files.extend(_key_file(text))
+        elif text:
+            report.key_symbols.extend(_split_list(text, _SYMBOL_SEPARATORS))
 
 
 def _read_key_files(report: _Report, section: _Section) -> None:
-    for block in _blocks(section.events):
-        entry = _key_file(block.text)
-        report.key_files.extend([entry] if entry else [])
+    for block in _blocks(section):
+        report.key_files.extend(_key_file(block.text))
 
 
 def _read_key_symbols(report: _Report, section: _Section) -> None:
-    for block in _blocks(section.events):
-        report.key_symbols.extend(_symbols(block.text))
+    for block in _blocks(section):
+        report.key_symbols.extend(_split_list(block.text, _SYMBOL_SEPARATORS))
 
 
 def _read_code(report: _Report, section: _Section) -> None:
-    file = None
+    file = None  # a heading naming a file names the snippets under it
     for event in section.events:
         if isinstance(event, _Heading):
-            name = _unmark(event.text)
-            file = name if _looks_like_path(name) else None
-        elif isinstance(event, _Fence):
-            lines = list(event.code)
-            while lines and not lines[0].strip():
-                lines.pop(0)
-            while lines and not lines[-1].strip():
-                lines.pop()
-            if not lines:
-                continue
-            snippet: dict = {}
-            first = lines[0].strip()
+            file = _unmark(event.text) if _looks_like_path(_unmark(event.text)) else None
+        elif isinstance(event, _Fence) and event.code.strip():
+            code = event.code.lstrip("\n").rstrip()  # lines were stripped on the right: blank ones are empty
+            first = code.split("\n", 1)[0].strip()
             comment = _unmark(first.lstrip("#/").strip()) if first.startswith(("#", "//")) else ""
-            if file or _looks_like_path(comment):
-                snippet["file"] = file or comment
-            snippet["code"] = "\n".join(lines)
-            report.code_snippets.append(snippet)
+            snippet = {"file": file or comment} if file or _looks_like_path(comment) else {}
+            report.code_snippets.append({**snippet, "code": code})
 
 
 def _read_discussion(report: _Report, section: _Section) -> None:
-    report.discussion = _join(report.discussion, _render(_blocks(section.events)))
+    report.discussion = _join(report.discussion, _render(_blocks(section)))
 
 
 def _read_risks(report: _Report, section: _Section) -> None:
-    for block in _blocks(section.events):
+    for block in _blocks(section):
         label, value = _label(block.text)
         if label in _FLAG_LABELS:
             report.risk_flags.extend(_split_list(value))
-        elif label in _IMPACT_LABELS:
-            if value:
-                report.impact = _join(report.impact, value)
-                report.risks.append(value)
-                report.claim_sources.append((value, f"{section.title} ({label})"))
-        elif label in _RISK_LABELS:
-            if value:
-                report.risks.append(value)
-        else:
+        elif label in _IMPACT_LABELS and value:
+            report.impact = _join(report.impact, value)
+            report.risks.append(value)
+            report.claim_sources.append((value, f"{section.title} ({label})"))
+        elif label in _RISK_LABELS and value:
+            report.risks.append(value)
+        elif label not in _IMPACT_LABELS | _RISK_LABELS:
             report.risks.append(block.text)
 
 
 def _read_related(report: _Report, section: _Section) -> None:
-    for block in _blocks(section.events):
+    for block in _blocks(section):
         text = _LINK.sub(lambda m: m.group(1), block.text).strip().strip("*").strip()
         match = _RELATED.match(text)
         if not match or int(match.group(1)) == 0:
             continue
         number, rest = int(match.group(1)), match.group(2).replace("**", "").strip()
-        cuts = [p for p in (rest.find("："), rest.find(": ")) if p >= 0]
-        if rest.endswith(":"):
-            cuts.append(len(rest) - 1)
+        cuts = [p for p in (rest.find("："), rest.find(": ")) if p >= 0] + ([len(rest) - 1] if rest.endswith(":") else [])
         title, note = (rest[: min(cuts)].strip(), rest[min(cuts) + 1 :].strip()) if cuts else (rest, "")
         entry = {"number": number, "title": title or f"PR #{number} (no title in the report)", "relation": "same-area"}
-        if note:
-            entry["note"] = note
-        report.related.append(entry)
+        report.related.append({**entry, "note": note} if note else entry)
 
 
-_READERS = {
-    "summary": _read_summary,
-    "motivation": _read_motivation,
-    "implementation": _read_implementation,
-    "key_files": _read_key_files,
-    "key_symbols": _read_key_symbols,
-    "code": _read_code,
-    "discussion": _read_discussion,
-    "risks": _read_risks,
-    "related": _read_related,
-}
+# One reader per section kind: _read_<kind>.
+_READERS = {kind: globals()[f"_read_{kind}"] for kind in _SECTION_NAMES}
 
 
 # ------------------------------------------------------------------------ output
@@ -556,12 +438,9 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _represent_str)
+_Dumper.add_representer(
+    str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+)
 
 # Comments put before top-level keys (lines at column 0 are top-level keys only).
 _KEY_COMMENTS = {
@@ -573,77 +452,40 @@ _KEY_COMMENTS = {
 }
 
 
-def _dump(data: dict, literal: bool) -> str:
-    return yaml.dump(
-        data,
-        Dumper=_Dumper if literal else yaml.SafeDumper,
-        allow_unicode=True,
-        sort_keys=False,
-        default_flow_style=False,
-        width=2**30,
-    )
+def _printable(value: str) -> str:
+    """A string safe to put into a YAML comment (one line, printable)."""
+    return "".join(ch if ch.isprintable() else "?" for ch in value)
 
 
-def _header(data: dict, source: str) -> str:
-    pr = data["pr"]
-    claim_ids = [c["id"] for c in data["claims"]]
-    ids = ", ".join(claim_ids) if len(claim_ids) <= 8 else f"{claim_ids[0]}..{claim_ids[-1]}"
-    lines = [
+def _yaml(data: dict, source: str) -> str:
+    """The draft's text: a header of open TODOs, then the data with comments before its keys."""
+    for dumper in (_Dumper, yaml.SafeDumper):  # literal blocks read best; plain dumping is the fallback
+        body = yaml.dump(data, Dumper=dumper, allow_unicode=True, sort_keys=False, default_flow_style=False, width=2**30)
+        if yaml.safe_load(body) == data:
+            break
+    else:
+        raise ReportImportError(f"{source}: internal error: the draft does not read back as written (please report this)")
+    pr, ids = data["pr"], [c["id"] for c in data["claims"]]
+    header = [
         f"# DRAFT record of PR #{pr['number']} ({_printable(pr['repo'])}), imported by `gdn-review import`",
         f"# from {_printable(source) or '(unnamed report)'}.",
         "# A draft loads but is not yet checkable: `gdn-review validate` lists its open",
         "# TODOs and exits 1; `gdn-review generate` skips it. Open TODOs:",
         "#   - target.base_release, target.head_release: not in the report",
-        f"#   - claims {ids}: each check is `kind: TODO`",
+        f"#   - claims {', '.join(ids) if len(ids) <= 8 else f'{ids[0]}..{ids[-1]}'}: each check is `kind: TODO`",
         "#   - cases: none yet; risks name no cases or claims yet",
     ]
-    if data["target"]["file"] == "TODO" or data["target"]["symbol"] == "TODO":
-        lines.append("#   - target.file / target.symbol: not found in the report (they say TODO)")
-    return "\n".join(lines) + "\n"
-
-
-def _comment_keys(body: str) -> str:
-    out = []
-    for line in body.split("\n"):
-        if line in _KEY_COMMENTS:
-            out.append(_KEY_COMMENTS[line])
-        out.append(line)
-    return "\n".join(out)
-
-
-def _report_notes(report: _Report) -> dict:
-    notes = {
-        "summary": report.summary,
-        "recommendation": report.recommendation,
-        "motivation": report.motivation,
-        "implementation": report.implementation,
-        "key_files": report.key_files,
-        "key_symbols": report.key_symbols,
-        "code_snippets": report.code_snippets,
-        "discussion": report.discussion,
-        "impact": report.impact,
-        "risk_flags": report.risk_flags,
-    }
-    return {key: value for key, value in notes.items() if value}
+    if "TODO" in (data["target"]["file"], data["target"]["symbol"]):
+        header.append("#   - target.file / target.symbol: not found in the report (they say TODO)")
+    lines = [comment for line in body.split("\n") for comment in ([_KEY_COMMENTS[line]] if line in _KEY_COMMENTS else []) + [line]]
+    return "\n".join(header) + "\n" + "\n".join(lines)
 
 
 # ------------------------------------------------------------------------- API
 
 
-def import_report(text: str, source: str) -> str:
-    """The YAML text of a draft record made from a review report's markdown ``text``.
-
-    ``source`` names the report (it becomes ``pr.source_report`` and appears in
-    messages). Raises ReportImportError when the report lacks what a record
-    cannot do without: the PR number, title, merge time, link (and repository).
-    """
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = _normalize(text)
-    outside, sections, heading_number = _sections(_scan(lines))
-    meta = _metadata(_blocks(outside))
-    for key, value in _metadata([b for section in sections for b in _blocks(section.events)]).items():
-        meta.setdefault(key, value)  # a metadata line that strayed into a section still counts
+def _pull_request(meta: dict[str, tuple[str, int]], heading_number: int | None, source: str) -> dict:
+    """The record's pr fields; without a merge time or link it leaves them out (unknown; the GitHub pull page)."""
 
     def where(key: str) -> str:
         return f"{source}:{meta[key][1]}"
@@ -655,9 +497,8 @@ def import_report(text: str, source: str) -> str:
             raise ReportImportError(f"{where('url')}: link {meta['url'][0][:80]!r} is not an http(s) address")
         url = match.group(0).rstrip(".,;:!?")
     pull = _PULL.search(url) if url else None
-
     if heading_number:
-        number = heading_number[0]
+        number = heading_number
     elif pull and int(pull.group(3)) > 0:
         number = int(pull.group(3))
     else:
@@ -665,8 +506,6 @@ def import_report(text: str, source: str) -> str:
             f"{source}: no PR number found: expected a title line like '# PR #52078 ...' "
             "or a link line ('- 原文链接：' / '- Link:') ending in /pull/<number>"
         )
-    if url is None:
-        raise ReportImportError(f"{source}: PR #{number}: no link found: expected a line like '- 原文链接：https://...' or '- Link: https://...'")
     if "repo" in meta:
         repo = meta["repo"][0].replace("`", "").strip()
         if not _REPO.match(repo):
@@ -674,21 +513,39 @@ def import_report(text: str, source: str) -> str:
     elif pull:
         repo = f"{pull.group(1)}/{pull.group(2)}"
     else:
-        raise ReportImportError(f"{source}: PR #{number}: no repository: expected a line like '- 仓库：`vllm-project/vllm`' or '- Repository: vllm-project/vllm'")
+        raise ReportImportError(
+            f"{source}: PR #{number}: no repository: expected a line like '- 仓库：`vllm-project/vllm`' or '- Repository: vllm-project/vllm', "
+            "or a link ('- 原文链接：' / '- Link:') to .../<owner>/<name>/pull/<number>"
+        )
     title = _unquote(meta["title"][0]) if "title" in meta else ""
     if not title:
         raise ReportImportError(f"{source}: PR #{number}: no title: expected a line like '- 标题：...' or '- Title: ...'")
-    if "merged_at" not in meta:
-        raise ReportImportError(f"{source}: PR #{number}: no merge time: expected a line like '- 合并时间：2026-08-20 11:52' or '- Merged: 2026-08-20 11:52'")
-    merged_at = _merged_at(meta["merged_at"][0], where("merged_at"))
+    pr = {"number": number, "repo": repo, "title": title}
+    if "merged_at" in meta:
+        pr["merged_at"] = _merged_at(meta["merged_at"][0], where("merged_at"))
+    if url:
+        pr["url"] = url
+    return {**pr, "source_report": source}
 
+
+def import_report(text: str, source: str) -> str:
+    """The YAML text of a draft record made from a review report's markdown ``text``.
+
+    ``source`` names the report (it becomes ``pr.source_report`` and appears in
+    messages). Raises ReportImportError when the report lacks what a record
+    cannot do without: the PR number, its repository (a line or a pull link) and title.
+    """
+    outside, sections, heading_number = _sections(_parse(text))
+    meta = _metadata(outside)
+    for key, value in _metadata([b for section in sections for b in _blocks(section)]).items():
+        meta.setdefault(key, value)  # a metadata line that strayed into a section still counts
+    pr = _pull_request(meta, heading_number, source)
     report = _Report()
     for section in sections:
         _READERS[section.kind](report, section)
-
     data: dict = {
         "schema_version": 1,
-        "pr": {"number": number, "repo": repo, "title": title, "merged_at": merged_at, "url": url, "source_report": source},
+        "pr": pr,
         "target": {
             "file": report.key_files[0]["path"] if report.key_files else "TODO",
             "symbol": report.key_symbols[0] if report.key_symbols else "TODO",
@@ -698,21 +555,13 @@ def import_report(text: str, source: str) -> str:
         "risks": [{"id": f"R{i}", "text": text, "cases": [], "claims": []} for i, text in enumerate(report.risks, 1)],
         "related": report.related,
     }
-    notes = _report_notes(report)
-    if notes:
-        data["report"] = notes
-
-    for literal in (True, False):  # literal blocks read best; plain dumping is the fallback
-        body = _dump(data, literal)
-        if yaml.safe_load(body) == data:
-            break
-    else:
-        raise ReportImportError(f"{source}: internal error: the draft does not read back as written (please report this)")
-    result = _header(data, source) + _comment_keys(body)
+    if report.notes():
+        data["report"] = report.notes()
+    result = _yaml(data, source)
     try:
-        parse_record(result, f"{number}.yaml")
+        parse_record(result, f"{pr['number']}.yaml")
     except RecordErrors as failure:
-        raise ReportImportError(f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}") from None
+        raise ReportImportError(f"{source}: internal error: the draft of PR #{pr['number']} does not load:\n{failure}") from None
     return result
 
 
@@ -750,4 +599,3 @@ def write_draft(report_path: Path, out_path: Path | None = None, force: bool = F
         raise ReportImportError(f"{target} exists; use --force to replace it")
     atomic_write(target, text)
     return target
-
