@@ -326,5 +326,36 @@ def import_command(report_path: Path, out_path: Path | None, force: bool) -> Non
     click.echo(f"wrote {path} (draft: {todos} open TODOs; run gdn-review validate)")
 
 
+@main.command(name="export")
+@kb_option
+@click.option("--record", "number", required=True, type=int, help="PR number of the record to export.")
+@click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder the module is written to.")
+@click.option("--vllm-release", "release", default=None, metavar="X.Y.Z", help="Release whose known deviations become strict xfails.  [default: the installed vLLM]")
+def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None) -> None:
+    """Export a record's checks as one standalone test module for vLLM's tests/.
+
+    The module (test_gdn_pr_N.py) imports only the standard library, pytest,
+    torch and vLLM, so it runs in vLLM's own CI without gdn-review and without
+    network. Claims and cases outside the target release are left out; known
+    deviations of that release are strict xfails.
+
+    \b
+    Examples:
+      gdn-review export --record 52078 --out /tmp/x
+      cd /tmp/x && python -m pytest -q test_gdn_pr_52078.py
+      gdn-review export --record 52078 --out ~/vllm/tests/v1/attention --vllm-release 0.33.0
+    """
+    from gdn_review.export import ExportError, export
+
+    try:
+        path = export(kb_dir, number, out_dir, release)
+    except RecordErrors as failure:
+        _print_record_errors(failure)
+        sys.exit(EXIT_BAD_INPUT)
+    except ExportError as error:
+        raise BadInput(str(error)) from None
+    click.echo(f"wrote {path} (run: python -m pytest {path})")
+
+
 if __name__ == "__main__":
     main()

@@ -1,9 +1,14 @@
 """A real GDNAttentionMetadataBuilder from a real VllmConfig.
 
-The model is a tiny hybrid (Qwen3-Next) config written to a temp folder by
-``transformers``: no weights are loaded, only the config is read. Constructor
-arguments that differ between vLLM releases are passed only where the
-installed release accepts them; ``build()`` itself is never re-implemented.
+The model is a tiny hybrid (Qwen3-Next) config written to a temp folder as
+``config.json``: no weights are loaded, only the config is read (by vLLM,
+through ``transformers``). Constructor arguments that differ between vLLM
+releases are passed only where the installed release accepts them; ``build()``
+itself is never re-implemented.
+
+``gdn-review export`` copies these functions verbatim into standalone test
+modules (stdlib, torch and vLLM imports only), so they must stay free of
+gdn-review imports other than each other and ``prepare_platform``.
 """
 
 from __future__ import annotations
@@ -11,7 +16,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
+import os
 import tempfile
+
+import torch
 
 from gdn_review.harness.environment import prepare_platform
 
@@ -45,31 +54,36 @@ def _accepted_kwargs(cls, **kwargs):
     return {name: value for name, value in kwargs.items() if name in parameters}
 
 
+# A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
+# transformers fills in every field left out.
+MODEL_CONFIG = {
+    "model_type": "qwen3_next",
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "linear_num_value_heads": 2,
+    "linear_num_key_heads": 1,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 2,
+    "num_experts_per_tok": 1,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "max_position_embeddings": 1024,
+}
+
+
 @functools.cache
 def _model_dir() -> str:
-    from transformers import Qwen3NextConfig
-
     folder = tempfile.mkdtemp(prefix="gdn-review-model-")
-    Qwen3NextConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        layer_types=["linear_attention", "full_attention"],
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        linear_num_value_heads=2,
-        linear_num_key_heads=1,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
-        linear_conv_kernel_dim=4,
-        num_experts=2,
-        num_experts_per_tok=1,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-        max_position_embeddings=1024,
-    ).save_pretrained(folder)
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump(MODEL_CONFIG, handle, indent=2, sort_keys=True)
     return folder
 
 
@@ -93,7 +107,13 @@ def _model_config(max_model_len: int):
 
 
 def _vllm_config(settings: BuilderSettings):
-    from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
 
     speculative = None
     if settings.speculative_tokens is not None:
@@ -118,7 +138,9 @@ def _vllm_config(settings: BuilderSettings):
     return VllmConfig(
         model_config=_model_config(settings.max_model_len),
         device_config=DeviceConfig(device=settings.device),
-        cache_config=CacheConfig(**_accepted_kwargs(CacheConfig, block_size=settings.block_size)),
+        cache_config=CacheConfig(
+            **_accepted_kwargs(CacheConfig, block_size=settings.block_size)
+        ),
         scheduler_config=scheduler,
         speculative_config=speculative,
     )
@@ -128,7 +150,6 @@ def _vllm_config(settings: BuilderSettings):
 def make_builder(settings: BuilderSettings):
     """The real builder for ``settings``; built once per process and reused."""
     prepare_platform()
-    import torch
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import MambaSpec
 
@@ -142,5 +163,8 @@ def make_builder(settings: BuilderSettings):
         )
     )
     return GDNAttentionMetadataBuilder(
-        spec, ["model.layers.0.linear_attn"], _vllm_config(settings), torch.device(settings.device)
+        spec,
+        ["model.layers.0.linear_attn"],
+        _vllm_config(settings),
+        torch.device(settings.device),
     )

@@ -28,9 +28,13 @@ def cuda_skip_reason() -> str | None:
 
     if not torch.cuda.is_available():
         built = torch.version.cuda or "no CUDA"
-        return f"needs CUDA: no CUDA device on this machine (torch {torch.__version__}, built with {built})"
+        return (
+            "needs CUDA: no CUDA device on this machine "
+            f"(torch {torch.__version__}, built with {built})"
+        )
     if os.environ.get("VLLM_TARGET_DEVICE", "cuda") != "cuda":
-        return f"needs CUDA: VLLM_TARGET_DEVICE={os.environ['VLLM_TARGET_DEVICE']} pins vLLM to another platform"
+        target = os.environ["VLLM_TARGET_DEVICE"]
+        return f"needs CUDA: VLLM_TARGET_DEVICE={target} pins vLLM to another platform"
     return None
 
 
@@ -58,7 +62,9 @@ def environment() -> dict:
         "vllm_source": source,
         "torch_version": torch.__version__,
         "cuda_available": torch.cuda.is_available(),
-        "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_device": torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else None,
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -66,20 +72,33 @@ def environment() -> dict:
 
 
 def _vllm_source(vllm_path: str) -> str:
-    """Whether vLLM is pip's installed distribution or a wheel unpacked on PYTHONPATH."""
+    """Whether vLLM is pip's installed distribution or a wheel unpacked on PYTHONPATH"""
     parent = os.path.dirname(vllm_path)
-    on_path = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    on_path = {
+        os.path.abspath(p)
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if p
+    }
     if parent in on_path:
         return "unpacked on PYTHONPATH (not the installed distribution)"
     installed = any(
-        name.startswith("vllm-") and name.endswith(".dist-info") and os.path.exists(os.path.join(parent, name, "INSTALLER"))
+        name.startswith("vllm-")
+        and name.endswith(".dist-info")
+        and os.path.exists(os.path.join(parent, name, "INSTALLER"))
         for name in os.listdir(parent)
     )
-    return "installed distribution" if installed else f"loaded from {parent} (not installed by pip)"
+    return (
+        "installed distribution"
+        if installed
+        else f"loaded from {parent} (not installed by pip)"
+    )
 
 
 def target_source(relative_path: str) -> tuple[str, str]:
-    """Path and text of a file of the loaded vLLM, e.g. ``vllm/v1/attention/backends/gdn_attn.py``."""
+    """Path and text of a file of the loaded vLLM.
+
+    For example ``vllm/v1/attention/backends/gdn_attn.py``.
+    """
     prepare_platform()
     import vllm
 

@@ -2,8 +2,12 @@
 
 A case is plain data (as a record states it)::
 
-    {"speculative_tokens": 2, "drafts": "given", "padded_rows": 1,
-     "rows": [{"seq_len": 9, "query_len": 3, "drafted": 2}, ...]}
+    {
+        "speculative_tokens": 2,
+        "drafts": "given",
+        "padded_rows": 1,
+        "rows": [{"seq_len": 9, "query_len": 3, "drafted": 2}, ...],
+    }
 
 ``drafted`` is the row's draft count, or None for a row that does not
 speculate (vLLM's -1). Padded rows are zero-length rows at the back, as the
@@ -15,6 +19,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import warnings
+
+import torch
 
 from gdn_review.harness.builders import BuilderSettings, make_builder
 from gdn_review.harness.environment import prepare_platform
@@ -42,13 +48,20 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
 def _row_values(case: dict) -> list[dict]:
     rows = [dict(row) for row in case["rows"]]
     for _ in range(case.get("padded_rows", 0)):
-        rows.append({"seq_len": 0, "query_len": 0, "drafted": None, "accepted": 1, "padded": True})
+        rows.append(
+            {
+                "seq_len": 0,
+                "query_len": 0,
+                "drafted": None,
+                "accepted": 1,
+                "padded": True,
+            }
+        )
     return rows
 
 
 def _inputs(case: dict, settings: BuilderSettings):
-    """Keyword arguments for ``build()``, including a release-fitted CommonAttentionMetadata."""
-    import torch
+    """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     device = torch.device(settings.device)
@@ -62,11 +75,15 @@ def _inputs(case: dict, settings: BuilderSettings):
     columns = settings.block_table_columns
     # Entry (r, c) = r * columns + c + 1: every state index names its row, and
     # 0 (vLLM's NULL_BLOCK_ID) never appears as a real entry.
-    block_table = torch.arange(1, len(rows) * columns + 1, dtype=torch.int32).reshape(len(rows), columns)
+    block_table = torch.arange(1, len(rows) * columns + 1, dtype=torch.int32).reshape(
+        len(rows), columns
+    )
     # Unless a row says so, a row that does not speculate and has more than
     # one query token is a prefill (vLLM's is_prefilling).
     prefilling = [
-        row["prefilling"] if row.get("prefilling") is not None else (row.get("drafted") is None and row["query_len"] > 1)
+        row["prefilling"]
+        if row.get("prefilling") is not None
+        else (row.get("drafted") is None and row["query_len"] > 1)
         for row in rows
     ]
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
@@ -90,21 +107,33 @@ def _inputs(case: dict, settings: BuilderSettings):
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
     accepted = {f.name for f in dataclasses.fields(CommonAttentionMetadata) if f.init}
-    common = CommonAttentionMetadata(**{k: v for k, v in candidates.items() if k in accepted})
+    common = CommonAttentionMetadata(
+        **{k: v for k, v in candidates.items() if k in accepted}
+    )
 
     drafts = None
     num_accepted = None
-    if case.get("drafts", "given") == "given" and case.get("speculative_tokens") is not None:
+    if (
+        case.get("drafts", "given") == "given"
+        and case.get("speculative_tokens") is not None
+    ):
         drafts = torch.tensor(
-            [-1 if row.get("drafted") is None else row["drafted"] for row in rows], dtype=torch.int32
+            [-1 if row.get("drafted") is None else row["drafted"] for row in rows],
+            dtype=torch.int32,
         )
-        num_accepted = torch.tensor([row.get("accepted", 1) for row in rows], dtype=torch.int32).to(device)
-    return {
-        "common_prefix_len": 0,
-        "common_attn_metadata": common,
-        "num_accepted_tokens": num_accepted,
-        "num_decode_draft_tokens_cpu": drafts,
-    }, rows, columns
+        num_accepted = torch.tensor(
+            [row.get("accepted", 1) for row in rows], dtype=torch.int32
+        ).to(device)
+    return (
+        {
+            "common_prefix_len": 0,
+            "common_attn_metadata": common,
+            "num_accepted_tokens": num_accepted,
+            "num_decode_draft_tokens_cpu": drafts,
+        },
+        rows,
+        columns,
+    )
 
 
 class _OpCounter:
@@ -125,23 +154,26 @@ class _OpCounter:
 
 
 def _plain(value):
-    import torch
-
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().tolist()
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {
+            str(k): _plain(v)
+            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+        }
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+        }
     return f"<{type(value).__name__}>"
 
 
 def _rows_of(indices, columns: int) -> list[int] | None:
-    """Which batch rows a state-index tensor was gathered from (see the block table layout)."""
+    """Which batch rows a state-index tensor was gathered from (see the block table)."""
     if indices is None:
         return None
     values = indices.detach().cpu()
@@ -151,23 +183,34 @@ def _rows_of(indices, columns: int) -> list[int] | None:
 
 
 def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
-    """[row, slot] of every entry of a 2-D state-index tensor ([-1, -1] for NULL_BLOCK_ID)."""
+    """[row, slot] of every 2-D state-index entry; NULL_BLOCK_ID: [-1, -1]."""
     if indices is None or indices.dim() != 2:
         return None
     return [
-        [[(int(v) - 1) // columns, (int(v) - 1) % columns] if int(v) > 0 else [-1, -1] for v in row]
+        [
+            [(int(v) - 1) // columns, (int(v) - 1) % columns]
+            if int(v) > 0
+            else [-1, -1]
+            for v in row
+        ]
         for row in indices.detach().cpu().tolist()
     ]
 
 
 def snapshot(metadata, columns: int) -> dict:
-    """The metadata as plain data, plus the rows (and slots) each state-index tensor selects."""
-    data = {f.name: _plain(getattr(metadata, f.name)) for f in dataclasses.fields(metadata)}
+    """Metadata as plain data, and the rows (and slots) each state index selects."""
+    data = {
+        f.name: _plain(getattr(metadata, f.name)) for f in dataclasses.fields(metadata)
+    }
     data["spec_state_cells"] = _cells_of(metadata.spec_state_indices_tensor, columns)
     data["path"] = "non_spec" if metadata.spec_sequence_masks is None else "spec"
     data["spec_state_rows"] = _rows_of(metadata.spec_state_indices_tensor, columns)
-    data["non_spec_state_rows"] = _rows_of(metadata.non_spec_state_indices_tensor, columns)
-    data["prefill_state_rows"] = _rows_of(getattr(metadata, "prefill_state_indices", None), columns)
+    data["non_spec_state_rows"] = _rows_of(
+        metadata.non_spec_state_indices_tensor, columns
+    )
+    data["prefill_state_rows"] = _rows_of(
+        getattr(metadata, "prefill_state_indices", None), columns
+    )
     return data
 
 
@@ -201,8 +244,6 @@ def prepare_builders(device: str, cases) -> None:
 
 def count_sync_warnings(device: str, case: dict) -> int:
     """How many host-device synchronisations CUDA reports while ``build()`` runs."""
-    import torch
-
     settings = settings_for(case, device)
     builder = make_builder(settings)
     kwargs, _, _ = _inputs(case, settings)

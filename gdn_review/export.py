@@ -1,0 +1,602 @@
+"""A record -> one standalone pytest module for vLLM's own tests (``gdn-review export``).
+
+The exported module imports only the standard library, pytest, torch and vLLM:
+it runs wherever vLLM is installed, without gdn-review and without network.
+Its helpers (a real builder from a real VllmConfig, a case -> ``build()``
+inputs, the snapshot of what ``build()`` returns, seeded random batches, the
+invariant properties) are not written twice: they are the harness's own
+functions, read from ``gdn_review/harness/*.py`` and copied verbatim.
+
+The module is rendered from ``templates/export/``; record strings reach it only
+as string literals or escaped docstring text. It is written as ``ruff format``
+would write it at vLLM's settings (line length 88, double quotes, magic
+trailing commas), so the file passes ``ruff check`` and ``ruff format --check``
+without running ruff here. Known deviations are resolved for one target vLLM
+release (``--vllm-release``, default: the installed one): those of that
+release become strict xfails, claims and cases outside it are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import re
+import sys
+import unicodedata
+from pathlib import Path
+
+import jinja2
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from gdn_review import generate
+from gdn_review.files import atomic_write
+from gdn_review.kb import Record, is_draft, load_kb
+from gdn_review.kb.models import python_name
+
+TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
+MODULE_TEMPLATE = "test_module.py.j2"
+HARNESS = Path(__file__).resolve().parent / "harness"
+EXPORT_MARK = "Exported by gdn-review from "
+WIDTH = 88  # vLLM's ruff line length
+ALLOWED_IMPORTS = {"pytest", "torch", "vllm", "__future__"}
+# Third-party modules the template itself imports at the top of the module.
+TEMPLATE_IMPORTS = ("pytest", "torch")
+
+# Harness definitions copied into every exported module, in this order:
+# (file in gdn_review/harness/, names of its top-level definitions).
+HELPERS = (
+    ("environment.py", ("prepare_platform",)),
+    (
+        "builders.py",
+        (
+            "BuilderSettings",
+            "_accepted_kwargs",
+            "MODEL_CONFIG",
+            "_model_dir",
+            "_model_config",
+            "_vllm_config",
+            "make_builder",
+        ),
+    ),
+    (
+        "run.py",
+        (
+            "BuildRun",
+            "settings_for",
+            "_row_values",
+            "_inputs",
+            "_OpCounter",
+            "_plain",
+            "_rows_of",
+            "_cells_of",
+            "snapshot",
+            "build_case",
+            "prepare_builders",
+            "count_sync_warnings",
+        ),
+    ),
+)
+# ...and, for records with invariant checks, the seeded batches and every property.
+INVARIANT_HELPERS = (
+    ("strategies.py", ("draw_batch", "seeded_batches")),
+    ("properties.py", None),  # None: every top-level definition, in file order
+)
+
+
+class ExportError(Exception):
+    """The record cannot be exported (not found, a draft, nothing applies, bad helpers)."""
+
+
+# --- Python source as ruff formats it -------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Code:
+    """Source text placed as is inside a literal (a name, ``marks=X``)."""
+
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A call inside a literal, e.g. ``pytest.param("case", marks=X)``."""
+
+    function: str
+    args: tuple
+
+
+def width(text: str) -> int:
+    """Columns a line takes, as ruff counts them (East Asian wide characters: 2)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _escape(text: str, quote: str) -> str:
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif char == quote:
+            out.append("\\" + quote)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\t":
+            out.append("\\t")
+        elif not char.isprintable():
+            out.append(repr(char)[1:-1])
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def py_str(text: str) -> str:
+    """A string literal as ruff writes it: double quotes unless single ones escape less."""
+    quote = "'" if text.count('"') > text.count("'") else '"'
+    return quote + _escape(text, quote) + quote
+
+
+def _flat(value) -> str:
+    if isinstance(value, Code):
+        return value.text
+    if isinstance(value, Call):
+        return value.function + "(" + ", ".join(_flat(a) for a in value.args) + ")"
+    if isinstance(value, str):
+        return py_str(value)
+    if value is None or isinstance(value, (bool, int)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_flat(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_flat(k)}: {_flat(v)}" for k, v in value.items()) + "}"
+    raise ExportError(f"cannot write {type(value).__name__} as a Python literal")
+
+
+def _string_pieces(text: str, indent: int) -> list[str]:
+    """Split ``text`` at spaces into pieces whose literals fit a line at ``indent``."""
+    pieces, current = [], ""
+    for token in re.findall(r"\S+\s*|\s+", text):
+        if current and indent + width(py_str(current + token)) > WIDTH:
+            pieces.append(current)
+            current = ""
+        word = token.rstrip()
+        if not current and word and indent + width(py_str(token)) > WIDTH:
+            # A word longer than a line: a piece of its own, without spaces, which
+            # ruff's line-length rule lets pass; the spaces go to the next piece.
+            pieces.append(word)
+            token = token[len(word) :]
+        current += token
+    pieces.append(current)
+    return [piece for piece in pieces if piece]
+
+
+def literal(value, first: int = 0, indent: int = 0, trail: int = 0, rhs: bool = False) -> str:
+    """``value`` (plain data or Code) as Python source laid out as ruff lays it out.
+
+    ``first``: columns taken before the value on its first line; ``indent``: the
+    indentation of that line; ``trail``: columns after the value on its last line.
+    What fits stays on one line; a collection that does not is split one item a
+    line with a trailing comma; a string that does not becomes parenthesized
+    pieces (implicit concatenation), split at spaces. ``rhs``: the value is the
+    right-hand side of an assignment, which ruff puts in parentheses of its own
+    when that makes it fit.
+    """
+    flat = _flat(value)
+    if first + width(flat) + trail <= WIDTH:
+        return flat
+    inner = indent + 4
+    pad = " " * inner
+    if isinstance(value, str):
+        pieces = _string_pieces(value, inner)
+        if len(pieces) == 1:
+            if rhs and inner + width(flat) <= WIDTH:
+                return "(\n" + pad + flat + "\n" + " " * indent + ")"
+            return flat  # one word: nothing to split
+        body = "\n".join(pad + py_str(piece) for piece in pieces)
+        return "(\n" + body + "\n" + " " * indent + ")"
+    if isinstance(value, Call):
+        # Arguments on one line of their own if they fit there, else one a line.
+        joined = ", ".join(_flat(a) for a in value.args)
+        if inner + width(joined) <= WIDTH:
+            return f"{value.function}(\n{pad}{joined}\n" + " " * indent + ")"
+        items = [pad + literal(a, inner, inner, 1) + "," for a in value.args]
+        return value.function + "(\n" + "\n".join(items) + "\n" + " " * indent + ")"
+    if isinstance(value, list) and value:
+        items = [pad + literal(v, inner, inner, 1) + "," for v in value]
+        return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
+    if isinstance(value, dict) and value:
+        items = []
+        for key, item in value.items():
+            head = pad + _flat(key) + ": "
+            items.append(head + literal(item, width(head), inner, 1) + ",")
+        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
+    return flat
+
+
+def assignment(name: str, value) -> str:
+    """``NAME = value`` as ruff writes it."""
+    return f"{name} = " + literal(value, len(name) + 3, rhs=True)
+
+
+def _wrap(text: str, first: int, rest: int) -> list[str]:
+    """Greedy word wrap: the first line may take ``first`` columns, the others ``rest``."""
+    lines, current = [], ""
+    for word in text.split():
+        limit = first if not lines else rest
+        if current and width(current + " " + word) > limit:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    if current:
+        lines.append(current)
+    return lines
+
+
+def _doc_text(text: str) -> str:
+    """Record text made safe inside a triple-quoted docstring."""
+    text = " ".join(text.split())
+    out = []
+    quotes = 0  # unescaped quotes just written: a third would close the docstring
+    for index, char in enumerate(text):
+        quotes = quotes + 1 if char == '"' else 0
+        if char == "\\":
+            out.append("\\\\")
+        elif char == '"' and (quotes == 3 or index == len(text) - 1):
+            out.append('\\"')
+            quotes = 0
+        elif not char.isprintable():
+            out.append(repr(char)[1:-1])
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def docstring(paragraphs: list[str], indent: int = 0) -> str:
+    """A docstring: paragraphs wrapped to the line length, record text escaped.
+
+    Each paragraph is a string (wrapped) or a list of strings (one line each,
+    wrapped with a hanging indent of two spaces).
+    """
+    pad = " " * indent
+    lines: list[str] = []
+    for number, paragraph in enumerate(paragraphs):
+        if number:
+            lines.append("")
+        entries = [paragraph] if isinstance(paragraph, str) else paragraph
+        for entry in entries:
+            hang = "" if isinstance(paragraph, str) else "  "
+            first = WIDTH - indent - (3 if not lines else 0)
+            wrapped = _wrap(_doc_text(entry), first, WIDTH - indent - len(hang))
+            lines.extend([wrapped[0], *(hang + line for line in wrapped[1:])])
+    if len(lines) == 1 and indent + width(lines[0]) + 6 <= WIDTH:
+        return f'"""{lines[0]}"""'
+    body = "\n".join(pad + line if line else "" for line in lines[1:])
+    return f'"""{lines[0]}\n{body}\n{pad}"""' if body else f'"""{lines[0]}\n{pad}"""'
+
+
+# --- The harness's own source ----------------------------------------------------
+
+
+def _definitions(path: Path) -> dict[str, str]:
+    """Top-level definitions of a harness file: name -> source (decorators and the
+    comment lines just above included), in file order."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    found: dict[str, str] = {}
+    for node in ast.parse(text, filename=str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = node.name
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+        else:
+            continue
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        while start > 1 and lines[start - 2].lstrip().startswith("#"):
+            start -= 1
+        found[name] = "".join(lines[start - 1 : node.end_lineno]).rstrip() + "\n"
+    return found
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Modules a harness file imports at its top with a plain ``import x``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+
+
+def harness_helpers(invariants: bool, harness: Path = HARNESS) -> tuple[str, list[str]]:
+    """The harness definitions an exported module needs, as source, and the modules they use."""
+    parts, available = [], set()
+    groups = HELPERS + (INVARIANT_HELPERS if invariants else ())
+    for file_name, names in groups:
+        path = harness / file_name
+        definitions = _definitions(path)
+        available |= _module_imports(path)
+        chosen = list(definitions) if names is None else list(names)
+        missing = [name for name in chosen if name not in definitions]
+        if missing:
+            raise ExportError(f"gdn_review/harness/{file_name} no longer defines {', '.join(missing)} (see export.HELPERS)")
+        parts.extend(definitions[name] for name in chosen)
+    source = "\n\n".join(parts)
+    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    return source, sorted(module for module in available if module in used)
+
+
+# --- Record -> template context ------------------------------------------------
+
+
+def module_name(record: Record) -> str:
+    return f"test_gdn_pr_{record.pr.number}.py"
+
+
+def _in_range(releases: str | None, release: Version) -> bool:
+    return not releases or SpecifierSet(releases).contains(release, prereleases=True)
+
+
+def _active_deviation(claim, selector: str, value: str, release: Version):
+    """Index and deviation of ``claim`` that applies on ``release`` to ``value`` (or None)."""
+    for index, deviation in enumerate(claim.known_deviations):
+        if not _in_range(deviation.releases, release):
+            continue
+        chosen = getattr(deviation, selector)
+        if not chosen or value in chosen:
+            return index, deviation
+    return None
+
+
+def _risks(record: Record, claim_id: str) -> list:
+    return [risk for risk in record.risks if claim_id in risk.claims]
+
+
+KIND_TEXT = {
+    "op_budget": (
+        "Checked as an op budget: the aten ops build() executes on the case, counted "
+        "with a TorchDispatchMode, stay within {budget}."
+    ),
+    "equivalence": "Checked as equivalence: build() returns the case's expected fields (EXPECTED).",
+    "invariant": (
+        "Checked as an invariant: the property holds on every named case and on "
+        "{examples} random valid batches drawn from random.Random({seed})."
+    ),
+    "gpu_sync": (
+        "Checked on CUDA only: build() synchronises host and device at most {max_syncs} "
+        "times (torch.cuda.set_sync_debug_mode)."
+    ),
+}
+
+
+def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict | None:
+    check = claim.check
+    kind = check.kind
+    name = python_name(claim.id)
+    constant = name.upper()
+    deviations: dict[int, dict] = {}
+    params = []
+    pinned = {}
+    selector = "properties" if kind == "invariant" else "cases"
+    values = list(check.properties) if kind == "invariant" else [c for c in check.cases if c in cases]
+    for value in values:
+        found = _active_deviation(claim, selector, value, release)
+        if found is None:
+            params.append(value)
+            continue
+        index, deviation = found
+        mark = f"{constant}_KNOWN_DEVIATION" + (f"_{index + 1}" if len(claim.known_deviations) > 1 else "")
+        reason = f"known deviation on vLLM {release}: {deviation.reason}"
+        if deviation.measured:
+            reason += f" (measured: {deviation.measured})"
+        deviations[index] = {"name": mark, "reason": reason, "instead": deviation.instead}
+        params.append(Call("pytest.param", (value, Code(f"marks={mark}"))))
+        if deviation.expect is not None:
+            pinned[value] = dict(sorted(deviation.expect.items()))
+    if not params:
+        return None
+    seed = record.pr.number
+    paragraphs = [f"Claim {claim.id} of PR #{record.pr.number}: {claim.text}"]
+    data = check.model_dump(mode="json")
+    how = KIND_TEXT[kind].format(
+        budget=_flat(data.get("budget")), examples=data.get("examples"), seed=seed, max_syncs=data.get("max_syncs")
+    )
+    risks = _risks(record, claim.id)
+    if risks:
+        how += " Risks it addresses: " + ", ".join(risk.id for risk in risks) + " (module docstring)."
+    paragraphs.append(how)
+    for deviation in deviations.values():
+        paragraphs.append("Strict xfail, " + deviation["reason"])
+    instead = {}
+    for value in values:
+        found = _active_deviation(claim, selector, value, release)
+        if found is not None and found[1].instead:
+            instead[value] = found[1].instead
+    return {
+        "id": claim.id,
+        "kind": kind,
+        "constant": constant,
+        "function": f"test_{name.lower()}_{kind}",
+        "doc": docstring(paragraphs, 4),
+        "check": data,
+        "params": literal(params, 4, 4, 1),
+        "deviations": [
+            {
+                "name": d["name"],
+                "reason": literal(d["reason"], len("    reason="), 4, 1),
+            }
+            for _, d in sorted(deviations.items())
+        ],
+        "pinned": assignment(f"{constant}_PINNED", pinned) if pinned else None,
+        "budget": assignment(f"{constant}_BUDGET", dict(data.get("budget") or {})) if kind == "op_budget" else None,
+        "instead": assignment(f"{constant}_INSTEAD", instead) if instead else None,
+        "seed": seed,
+        "examples": data.get("examples"),
+        "speculative_tokens": _flat(data.get("speculative_tokens")),
+        "max_rows": data.get("max_rows"),
+        "max_syncs": data.get("max_syncs"),
+    }
+
+
+def _case_data(case) -> dict:
+    data = case.model_dump(mode="json", exclude={"id", "text", "expect", "releases", "allow_impossible"}, exclude_none=True)
+    data["rows"] = [dict(sorted(row.items())) for row in data["rows"]]
+    return dict(sorted(data.items()))
+
+
+def module_context(record: Record, source: str, release: Version, harness: Path = HARNESS) -> dict:
+    if is_draft(record):
+        raise ExportError(f"{source} is a draft (open TODOs): complete it first (gdn-review validate lists them)")
+    cases = {case.id: case for case in record.cases if _in_range(case.releases, release)}
+    claims, left_out = [], []
+    for claim in record.claims:
+        context = _claim_context(record, claim, release, cases) if _in_range(claim.releases, release) else None
+        if context is None:
+            why = f"covers vLLM {claim.releases}" if not _in_range(claim.releases, release) else "no case applies"
+            left_out.append(f"{claim.id} ({why})")
+        else:
+            claims.append(context)
+    if not claims:
+        raise ExportError(f"{source}: no claim applies to vLLM {release}: {', '.join(left_out)}")
+    for attribute in ("constant", "function"):
+        names = [c[attribute] for c in claims]
+        if len(set(names)) != len(names):
+            raise ExportError(f"{source}: claim ids that differ only in case give the same {attribute} name")
+    kinds = {c["kind"] for c in claims}
+    helpers, modules = harness_helpers("invariant" in kinds, harness)
+    stdlib = sorted(m for m in modules if m in sys.stdlib_module_names)
+    third_party = sorted(set(TEMPLATE_IMPORTS) | {m for m in modules if m not in sys.stdlib_module_names})
+    used_cases = sorted(cases) if "invariant" in kinds else sorted(
+        {c for claim in claims if claim["kind"] != "invariant" for c in claim["check"]["cases"] if c in cases}
+    )
+    expected = {
+        case_id: dict(sorted(cases[case_id].expect.items()))
+        for claim in claims
+        if claim["kind"] == "equivalence"
+        for case_id in claim["check"]["cases"]
+        if case_id in cases
+    }
+    risks = [f"{risk.id}: {risk.text}" for risk in record.risks if any(c["id"] in risk.claims for c in claims)]
+    title = f"Tests of GDNAttentionMetadataBuilder.build() from the review of vLLM PR #{record.pr.number}."
+    paragraphs = [title, [record.pr.title, f"https://github.com/{record.pr.repo}/pull/{record.pr.number}"]]
+    if record.summary:
+        paragraphs.append(record.summary)
+    paragraphs.append(
+        "Every test builds vLLM's real GDNAttentionMetadataBuilder from a real VllmConfig "
+        "(a tiny Qwen3-Next config written to a temporary folder: no weights, no network) "
+        "and checks what build() returns or executes, on CPU and, where there is one, on "
+        f"a CUDA device. Known deviations of vLLM {release} are strict xfails: the tests "
+        "stay green, and fail when a deviation disappears or changes."
+    )
+    if risks:
+        paragraphs.append(["Risks these tests address:", *risks])
+    if left_out:
+        paragraphs.append(f"Not exported (not applicable to vLLM {release}): " + ", ".join(left_out) + ".")
+    paragraphs.append(
+        f"{EXPORT_MARK}{source} for vLLM {release}. Change the record and export again "
+        f"rather than editing: gdn-review export --record {record.pr.number}"
+    )
+    return {
+        "doc": docstring(paragraphs),
+        "stdlib": stdlib,
+        "third_party": third_party,
+        "helpers": helpers,
+        "cases": assignment("CASES", {case_id: _case_data(cases[case_id]) for case_id in used_cases}),
+        "expected": assignment("EXPECTED", dict(sorted(expected.items()))) if expected else None,
+        "claims": claims,
+        "kinds": sorted(kinds),
+        "needs_device": bool(kinds - {"gpu_sync"}),
+    }
+
+
+def _undefined_names(tree: ast.Module) -> list[str]:
+    """Names read somewhere but bound nowhere in the module (a rough check; ruff does the rest)."""
+    bound = set(dir(builtins)) | {"__file__", "__name__"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return sorted(read - bound)
+
+
+def _check_module(text: str, name: str) -> None:
+    try:
+        tree = ast.parse(text, filename=name)
+    except SyntaxError as error:
+        raise ExportError(f"exported module {name} is not valid Python: line {error.lineno}: {error.msg}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+        else:
+            continue
+        for module in modules:
+            top = module.split(".")[0]
+            if top not in ALLOWED_IMPORTS and top not in sys.stdlib_module_names:
+                raise ExportError(f"exported module {name} imports {module} (line {node.lineno}): only the standard library, pytest, torch and vllm are allowed")
+    undefined = _undefined_names(tree)
+    if undefined:
+        raise ExportError(f"exported module {name} uses undefined names: {', '.join(undefined)}")
+
+
+def render(record: Record, source: str, release: str | Version, templates: Path = TEMPLATES, harness: Path = HARNESS) -> str:
+    """The exported module for ``record`` and target vLLM ``release``; checked before it is returned."""
+    try:
+        release = Version(str(release))
+    except InvalidVersion:
+        raise ExportError(f"{release!r} is not a vLLM release (for example 0.33.0)") from None
+    source = re.sub(r"[^A-Za-z0-9_./-]", "_", source)
+    context = module_context(record, source, release, harness)
+    env = generate.environment(templates, lit=literal, assign=assignment)
+    try:
+        text = env.get_template(MODULE_TEMPLATE).render(**context)
+    except jinja2.TemplateNotFound as error:
+        raise ExportError(f"template not found: {error.name} (in {templates})") from None
+    except jinja2.TemplateError as error:
+        raise ExportError(f"template error exporting {source}: {error}") from None
+    text = re.sub(r"\n{4,}", "\n\n\n", text)
+    _check_module(text, module_name(record))
+    return text
+
+
+def find_record(kb_dir: Path, number: int) -> tuple[str, Record]:
+    """The record of PR ``number`` in ``kb_dir`` and its source name (kb/N.yaml)."""
+    for path, record in load_kb(kb_dir).items():
+        if record.pr.number == number:
+            return f"{Path(kb_dir).name}/{path.name}", record
+    raise ExportError(f"no record of PR #{number} in {kb_dir}")
+
+
+def is_exported(path: Path) -> bool:
+    try:
+        head = path.read_text(encoding="utf-8")[:20000]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return EXPORT_MARK in head
+
+
+def export(kb_dir: Path, number: int, out_dir: Path, release: str | None = None) -> Path:
+    """Write ``out_dir/test_gdn_pr_N.py`` for the record of PR ``number``; return its path.
+
+    ``release``: the vLLM release whose known deviations become strict xfails
+    (default: the loaded vLLM). Only a file this command wrote may be replaced.
+    """
+    source, record = find_record(kb_dir, number)
+    if release is None:
+        from gdn_review.harness.releases import vllm_release
+
+        release = str(vllm_release())
+    text = render(record, source, release)
+    path = Path(out_dir) / module_name(record)
+    if path.exists() and not is_exported(path):
+        raise ExportError(f"refusing to overwrite {path}: it was not written by gdn-review export")
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        atomic_write(path, text)
+    return path
