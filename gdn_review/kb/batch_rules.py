@@ -9,8 +9,9 @@ on purpose (a robustness check) says why with ``allow_impossible: <reason>``;
 one that breaks none must not say it, so the waiver cannot hide a later break.
 
 Read and found NOT to hold for every runner or release (so not rules):
-- a speculating row's query_len is drafted + 1: V1 only; V2's adaptive
-  verification speculates on any decode with query_len <= k + 1;
+- a speculating row's query_len is drafted + 1: V1 only; V2 marks every
+  decode with query_len <= k + 1 as speculating (adaptive verification
+  changes query_len, not drafted);
 - a speculating row is not prefilling: V1 pads a prompt's last token with
   placeholder drafts (``pad_spec_decode``);
 - a 1-token decode in a speculative batch speculates (drafted 0): from 0.33's
