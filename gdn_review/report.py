@@ -22,7 +22,8 @@ EVIDENCE_FORMAT = "gdn-review-evidence/1"
 RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
 FAILED = {"failed", "error", "xpassed"}
 VERDICTS = ("holds", "fails", "known deviation", "not applicable", "unverified")
-COVERAGE = ("uncovered", "targeted", "passing")
+COVERAGE = ("uncovered", "targeted", "passing", "mutation-verified")
+MUTANT_STATUSES = ("killed", "survived", "timeout", "error", "not applicable", "equivalent")
 
 
 class ReportError(Exception):
@@ -35,11 +36,13 @@ class Evidence:
     environments: list[dict]
     finished_at: list[str]
     sources: list[str]
+    mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
+    mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
 
 
 def load_evidence(paths: list[Path]) -> Evidence:
     """Merge evidence files; each test keeps a pointer to the environment it ran in."""
-    tests, environments, finished, sources = [], [], [], []
+    tests, environments, finished, sources, mutants, mutation = [], [], [], [], [], {}
     for path in paths:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -60,7 +63,30 @@ def load_evidence(paths: list[Path]) -> Evidence:
             if problem:
                 raise ReportError(f"{path}: tests[{position}]: {problem}")
             tests.append({**test, "risks": list(test.get("risks") or []), "environment": index})
-    return Evidence(tests, environments, finished, sources)
+        section = data.get("mutation")
+        if section is not None:
+            if not isinstance(section, dict) or not isinstance(section.get("mutants"), list):
+                raise ReportError(f"{path}: 'mutation' must be an object with a 'mutants' list")
+            for position, mutant in enumerate(section["mutants"]):
+                problem = _mutant_problem(mutant)
+                if problem:
+                    raise ReportError(f"{path}: mutation.mutants[{position}]: {problem}")
+                mutants.append({**mutant, "environment": index})
+            for number, info in (section.get("records") or {}).items():
+                mutation[str(number)] = info
+    return Evidence(tests, environments, finished, sources, mutants, mutation)
+
+
+def _mutant_problem(mutant) -> str | None:
+    if not isinstance(mutant, dict):
+        return f"expected an object, got {type(mutant).__name__}"
+    if not isinstance(mutant.get("record"), int) or not isinstance(mutant.get("id"), str):
+        return "'record' (integer) and 'id' (string) are required"
+    if mutant.get("status") not in MUTANT_STATUSES:
+        return f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MUTANT_STATUSES)})"
+    if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(mutant.get("risks", []), list):
+        return "'killed_by' must be an object and 'risks' a list"
+    return None
 
 
 OUTCOMES = RAN | {"skipped", "deselected", "not run"}
@@ -190,8 +216,8 @@ def _not_run_reason(test: dict) -> str:
     return test.get("reason") or "not run: the session ended before it ran (-x, an interrupt or --collect-only)"
 
 
-def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[str]]:
-    """(coverage, what is missing) of one risk."""
+def risk_coverage(risk, tests: list[dict], has_tests: bool, mutants: list[dict] | None = None) -> tuple[str, list[str]]:
+    """(coverage, what is missing) of one risk; ``mutants``: its mutants' results (None: mutate never ran)."""
     missing: list[str] = []
     if not has_tests:
         return "uncovered", ["no claim and case of the record address it: add a case or a claim that checks it"]
@@ -206,16 +232,80 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool) -> tuple[str, list[s
         missing.append(f"{_n(not_run, 'test')} not run")
     if needs_cuda:
         missing.append(f"{_n(needs_cuda, 'test')} need{'s' if needs_cuda == 1 else ''} CUDA")
-    if risk.mutants:
-        count = f"{len(risk.mutants)} mutant" + ("s" if len(risk.mutants) != 1 else "")
-        missing.append(f"{count} declared, not yet run against the tests (no mutation verification)")
+    verified = False
+    declared = len(risk.mutants) + len(getattr(risk, "auto_mutants", []))
+    if mutants is None:
+        if declared:
+            missing.append(f"{_n(declared, 'mutant')} declared, not yet run against the tests (run `gdn-review mutate`)")
+        else:
+            missing.append("no mutant embodies it: coverage cannot be mutation-verified")
     else:
-        missing.append("no mutant embodies it: coverage cannot be mutation-verified")
+        applicable = [m for m in mutants if m["status"] not in {"not applicable", "equivalent"}]
+        unkilled = [m for m in applicable if m["status"] != "killed"]
+        for m in unkilled:
+            missing.append(f"mutant {m['id']} {m['status']}")
+        if not applicable:
+            missing.append("no mutant of it applies to this release: coverage cannot be mutation-verified here")
+        verified = bool(applicable) and not unkilled
     # Passing means every test of it that could run here ran, and none failed.
     level = "passing" if passing and not failing and not not_run else "targeted"
+    if level == "passing" and verified:
+        level = "mutation-verified"
     if level == "targeted" and ran and not failing and not passing:
         missing.insert(0, "only known deviations ran")
     return level, missing
+
+
+def _kill_cell(mutant: dict, claim_id: str) -> str:
+    if mutant["status"] != "killed" and mutant["status"] != "survived":
+        return "—"
+    killers = mutant.get("killed_by", {}).get(claim_id)
+    if killers:
+        return "killed"
+    return "passed" if claim_id in mutant.get("claims_passed", []) else "·"
+
+
+def mutation_data(record: Record, evidence: Evidence) -> dict | None:
+    """Kill matrix per risk, survivors with their diffs, unnamed survivors as missing tests."""
+    mine = [m for m in evidence.mutants if m["record"] == record.pr.number]
+    info = evidence.mutation.get(str(record.pr.number))
+    if not mine and info is None:
+        return None
+    claims = [c.id for c in record.claims]
+    rows = [
+        {
+            "id": m["id"],
+            "origin": m.get("origin", "record"),
+            "risks": m.get("risks", []),
+            "status": m["status"],
+            "reason": m.get("reason") or "",
+            "cells": [_kill_cell(m, claim) for claim in claims],
+            "tests_run": m.get("tests_run", 0),
+            "diff": m.get("diff") or "",
+            "claims_passed": m.get("claims_passed", []),
+            "duration_s": m.get("duration_s", 0.0),
+        }
+        for m in mine
+    ]
+    per_risk = [{"id": risk.id, "mutants": [r for r in rows if risk.id in r["risks"]]} for risk in record.risks]
+    return {
+        "release": (info or {}).get("release", "?"),
+        "claims": claims,
+        "risks": per_risk,
+        "counts": {s: sum(r["status"] == s for r in rows) for s in MUTANT_STATUSES},
+        "survivors": [r for r in rows if r["status"] in {"survived", "timeout", "error"}],
+        "missing_tests": [r for r in rows if r["status"] == "survived" and r["origin"] == "diff" and not r["risks"]],
+        "others": [r for r in rows if not r["risks"]],
+        "gone_hunks": (info or {}).get("gone_hunks", []),
+        "notes": (info or {}).get("notes", []),
+        "total": len(rows),
+    }
+
+
+def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
+    if mutants is None:
+        return None
+    return [m for m in mutants if risk.id in m.get("risks", [])]
 
 
 def report_data(record: Record, evidence: Evidence) -> dict:
@@ -259,10 +349,12 @@ def report_data(record: Record, evidence: Evidence) -> dict:
             }
         )
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
+    mutation = mutation_data(record, evidence)
+    ran_mutants = [m for m in evidence.mutants if m["record"] == record.pr.number] if mutation else None
     risks = []
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
-        coverage, missing = risk_coverage(risk, tests, risk.id in addressed)
+        coverage, missing = risk_coverage(risk, tests, risk.id in addressed, _risk_mutants(risk, ran_mutants))
         outcomes = Counter(t["outcome"] for t in tests)
         risks.append(
             {
@@ -281,7 +373,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         "title": record.pr.title,
         "repo": record.pr.repo,
         "url": record.pr.url,
-        "merged_at": record.pr.merged_at,
+        "merged_at": record.pr.merged_at or "unknown",
         "base_release": record.target.base_release or "TODO",
         "head_release": record.target.head_release or "TODO",
         "target": f"{record.target.file} ({record.target.symbol})",
@@ -293,7 +385,8 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         "risks": risks,
         "verdict_counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
-        "next_steps": _next_steps(claims, risks),
+        "mutation": mutation,
+        "next_steps": _next_steps(claims, risks, mutation),
         "finished_at": max(evidence.finished_at, default=""),
         "tests_total": len(mine),
     }
@@ -343,8 +436,10 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
     return lines
 
 
-def _next_steps(claims: list[dict], risks: list[dict]) -> list[str]:
+def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = None) -> list[str]:
     steps = []
+    for row in (mutation or {}).get("missing_tests", []):
+        steps.append(f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a case, an expected field or a property that catches it, or mark it equivalent with a reason.")
     for claim in claims:
         if claim["verdict"] == "fails":
             steps.append(f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or record the deviation with its measured reason.")
@@ -408,4 +503,8 @@ def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
         for risk in data["risks"]:
             if risk["coverage"] == "uncovered" and "uncovered" in fail_on:
                 found.append(f"PR {data['number']} risk {risk['id']} uncovered")
+        if "survived" in fail_on:
+            for row in (data.get("mutation") or {}).get("survivors", []):
+                if row["status"] == "survived":
+                    found.append(f"PR {data['number']} mutant {row['id']} survived")
     return found

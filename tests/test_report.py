@@ -28,7 +28,12 @@ def golden_reports(evidence_name: str, tmp_path: Path, fmt: str = "markdown") ->
 
 @pytest.mark.parametrize(
     "evidence_name, folder, fmt",
-    [("run.json", "reports", "markdown"), ("run.json", "reports", "json"), ("deselected.json", "reports/deselected", "markdown")],
+    [
+        ("run.json", "reports", "markdown"),
+        ("run.json", "reports", "json"),
+        ("deselected.json", "reports/deselected", "markdown"),
+        ("mutation.json", "reports/mutation", "markdown"),
+    ],
 )
 def test_reports_match_goldens(evidence_name, folder, fmt, tmp_path):
     for name, text in golden_reports(evidence_name, tmp_path, fmt).items():
@@ -45,6 +50,37 @@ def test_verdicts_of_the_golden_run(tmp_path):
     assert coverage == {"R1": "passing", "R2": "passing", "R3": "uncovered"}
     assert any(step.startswith("Risk R3 is uncovered") for step in data["next_steps"])
     assert any(step.startswith("Claim C2.equal-rows fails") for step in data["next_steps"])
+
+
+def test_killed_mutants_make_a_passing_risk_mutation_verified():
+    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "mutation.json"]))
+    coverage = {r["id"]: r["coverage"] for r in data["risks"]}
+    # R1: passing tests and its one applicable mutant killed; R2: its only mutant does not apply here.
+    assert coverage == {"R1": "mutation-verified", "R2": "passing", "R3": "uncovered"}
+    assert [m["id"] for m in data["mutation"]["missing_tests"]] == ["auto.drop_clause1.use_spec_decode.d6fb08"]
+    r1 = next(r for r in data["mutation"]["risks"] if r["id"] == "R1")
+    assert r1["mutants"][0]["cells"] == ["killed", "·", "passed", "·"]
+    assert report.failures([data], {"survived"}) == ["PR 1 mutant auto.drop_clause1.use_spec_decode.d6fb08 survived"]
+    assert report.failures([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
+
+
+def test_a_surviving_mutant_keeps_its_risk_below_mutation_verified(tmp_path):
+    evidence = json.loads((GOLDEN / "evidence" / "mutation.json").read_text(encoding="utf-8"))
+    evidence["mutation"]["mutants"][0].update(status="survived", killed_by={})
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence), encoding="utf-8")
+    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([path]))
+    r1 = next(r for r in data["risks"] if r["id"] == "R1")
+    assert r1["coverage"] == "passing" and "mutant m1 survived" in r1["missing"]
+
+
+def test_malformed_mutation_evidence_is_bad_input(tmp_path):
+    evidence = json.loads((GOLDEN / "evidence" / "mutation.json").read_text(encoding="utf-8"))
+    evidence["mutation"]["mutants"][1]["status"] = "zapped"
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence), encoding="utf-8")
+    with pytest.raises(report.ReportError, match=r"mutation.mutants\[1\]: unknown status 'zapped'"):
+        report.load_evidence([path])
 
 
 def test_deselected_claim_is_unverified_not_holds():

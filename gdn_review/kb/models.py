@@ -239,6 +239,10 @@ class Mutant(Strict):
     replace: str
     count: Annotated[int, Field(ge=1)] = 1
     releases: ReleaseRange | None = None
+    equivalent: str | None = Field(
+        default=None,
+        description="why this edit cannot change behaviour; such a mutant is reported as equivalent, not run",
+    )
 
 
 class Risk(Strict):
@@ -247,6 +251,10 @@ class Risk(Strict):
     cases: list[Id] = Field(default_factory=list)
     claims: list[Id] = Field(default_factory=list)
     mutants: list[Mutant] = Field(default_factory=list)
+    auto_mutants: list[Id] = Field(
+        default_factory=list,
+        description="ids of automatic mutants (from the PR's diff, see `gdn-review mutate --list`) that embody this risk",
+    )
 
 
 class Relation(Strict):
@@ -296,6 +304,11 @@ class Record(Strict):
     cases: list[Case] = Field(default_factory=list)
     risks: list[Risk] = Field(default_factory=list)
     related: list[Relation] = Field(default_factory=list)
+    equivalent_mutants: dict[Id, Text] = Field(
+        default_factory=dict,
+        description="automatic mutants (by id, see `gdn-review mutate --list`) that cannot change behaviour, "
+        "and why; they are reported as equivalent and not run",
+    )
 
     def case(self, case_id: str) -> Case:
         return next(c for c in self.cases if c.id == case_id)

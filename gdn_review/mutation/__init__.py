@@ -1,0 +1,195 @@
+"""Mutation testing of a record's risks: plant the bug, see a generated test fail.
+
+Stages (each a plain function; ``gdn-review mutate`` only calls them):
+``catalogue`` (the mutants of a record on the loaded release), ``run`` (the
+baseline suite and every runnable mutant, in-process with forked children),
+then the results go into the evidence JSON, from which ``report`` draws the
+kill matrix and the mutation-verified coverage of each risk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from gdn_review import releases
+from gdn_review.files import atomic_write
+from gdn_review.kb import Record, RecordErrors
+from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, record_mutants
+
+MUTATION_FORMAT = "gdn-review-mutation/1"
+
+
+class MutationError(Exception):
+    """Mutation testing cannot start (bad selection, failing baseline): said for people."""
+
+
+def catalogue(path: Path, record: Record, fetch: bool = True, say: Callable[[str], None] = print) -> Catalogue:
+    """The record's mutants on the loaded vLLM; RecordErrors when a record mutant's find is wrong."""
+    release, root = releases.loaded()
+    target = record.target.file
+    try:
+        loaded = (root / target).read_text(encoding="utf-8")
+    except OSError:
+        raise MutationError(f"the loaded vLLM {release} has no {target}") from None
+    sources: dict[str, str] = {}
+    notes: list[str] = []
+    for version in (record.target.base_release, record.target.head_release):
+        if not version or version == release:
+            continue
+        try:
+            sources[version] = releases.source(version, target, fetch=fetch, say=say)
+        except releases.ReleaseError as error:
+            notes.append(f"vLLM {version} unavailable: {error}")
+    for version in releases.cached_versions():
+        if version not in sources and version != release:
+            text = _quiet_source(version, target)
+            if text is not None:
+                sources[version] = text
+    problems = find_problems(path, record, {**sources, release: loaded})
+    if problems:
+        raise RecordErrors(problems)
+    mutants = record_mutants(record, release, loaded, sources)
+    gone: list[str] = []
+    base, head = record.target.base_release, record.target.head_release
+    base_text = loaded if base == release else sources.get(base)
+    head_text = loaded if head == release else sources.get(head)
+    if base_text is None or head_text is None:
+        notes.append(f"automatic mutants not derived: the sources of vLLM {base} and {head} are needed for the PR's diff")
+    else:
+        auto, gone = automatic(record, loaded, base_text, head_text)
+        mutants += auto
+        known = {m.id for m in auto}
+        for risk in record.risks:
+            for ident in risk.auto_mutants:
+                if ident not in known:
+                    notes.append(f"risk {risk.id} names automatic mutant {ident}, which the diff does not give on vLLM {release}")
+        for ident in record.equivalent_mutants:
+            if ident not in known:
+                notes.append(f"equivalent_mutants names {ident}, which the diff does not give on vLLM {release}")
+    return Catalogue(record.pr.number, release, target, mutants, gone, notes)
+
+
+def _quiet_source(version: str, target: str) -> str | None:
+    try:
+        return releases.source(version, target, fetch=False)
+    except releases.ReleaseError:
+        return None
+
+
+def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Catalogue:
+    """Only the mutants of ``risk`` and/or matching one of ``patterns`` (shell-style: 'auto.*')."""
+    mutants = found.mutants
+    if risk:
+        mutants = [m for m in mutants if risk in m.risks]
+    if patterns:
+        mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]
+    return dataclasses.replace(found, mutants=mutants)
+
+
+def result_entry(found: Catalogue, mutant: Mutant, result: dict | None) -> dict:
+    """One mutant's evidence: what it is, how it ended, which tests killed it."""
+    result = result or {}
+    status = mutant.status or result.get("status", "error")
+    reason = mutant.reason or result.get("reason") or ""
+    killed_by = result.get("killed_by", {})
+    if status == "killed" and not reason:
+        first = next(iter(killed_by.values()))[0]
+        reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
+    return {
+        "record": found.record,
+        "id": mutant.id,
+        "origin": mutant.origin,
+        "operator": mutant.operator,
+        "line": mutant.line,
+        "risks": mutant.risks,
+        "status": status,
+        "reason": reason,
+        "killed_by": killed_by,
+        "claims_passed": result.get("claims_passed", []),
+        "tests_run": result.get("tests_run", 0),
+        "duration_s": result.get("duration_s", 0.0),
+        "diff": mutant.diff,
+    }
+
+
+def write_evidence(evidence: Path, catalogues: list[Catalogue], entries: list[dict], settings: dict) -> None:
+    """Add the mutation results to the baseline run's evidence file, atomically."""
+    data = json.loads(Path(evidence).read_text(encoding="utf-8"))
+    data["mutation"] = {
+        "format": MUTATION_FORMAT,
+        **settings,
+        "records": {
+            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes} for c in catalogues
+        },
+        "mutants": entries,
+    }
+    atomic_write(Path(evidence), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def run(
+    catalogues: list[Catalogue],
+    modules: dict[int, Path],
+    keyword: str | None,
+    jobs: int,
+    timeout: float,
+    evidence: Path,
+    on_start: Callable[[int], None] = lambda total: None,
+    on_result: Callable[[dict], None] = lambda entry: None,
+) -> list[dict]:
+    """Baseline suite, then every runnable mutant; returns the evidence entries (also written)."""
+    from gdn_review.mutation import runner
+
+    runner.prepare_cpu()
+    from gdn_review.harness import mutation as loader
+
+    evidence = Path(evidence)
+    evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
+    staged = evidence.with_name(f".{evidence.name}.baseline")
+    args = runner.test_args([modules[c.record] for c in catalogues], keyword)
+    code, seconds = runner.baseline(args, staged)
+    if code != 0 or not staged.exists():
+        staged.unlink(missing_ok=True)
+        raise MutationError(
+            f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; "
+            "fix the suite or the record first (gdn-review run shows the failures)"
+        )
+    entries: list[dict] = []
+    total = sum(len(c.runnable()) for c in catalogues)
+    on_start(total)
+    for found in catalogues:
+        fixed = [m for m in found.mutants if m.status is not None]
+        for mutant in fixed:
+            entries.append(result_entry(found, mutant, None))
+        runnable = found.runnable()
+        record_args = runner.test_args([modules[found.record]], keyword)
+        relative = found.target_file
+        for mutant in runnable:
+            try:
+                mutant.code = loader.compile_source(relative, mutant.source)
+            except SyntaxError as error:
+                mutant.status, mutant.reason = "error", f"does not compile: line {error.lineno}: {error.msg}"
+        for mutant in [m for m in runnable if m.status == "error"]:
+            entry = result_entry(found, mutant, None)
+            entries.append(entry)
+            on_result(entry)
+
+        def finished(mutant, result, found=found):
+            entry = result_entry(found, mutant, result)
+            entries.append(entry)
+            on_result(entry)
+
+        runner.run_forked([m for m in runnable if m.status is None], relative, record_args, jobs, timeout, finished)
+    order = {(c.record, m.id): i for c in catalogues for i, m in enumerate(c.mutants)}
+    entries.sort(key=lambda e: order[(e["record"], e["id"])])
+    write_evidence(staged, catalogues, entries, {
+        "jobs": jobs, "timeout_s": timeout, "keyword": keyword, "baseline_s": round(seconds, 2),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    os.replace(staged, evidence)
+    return entries

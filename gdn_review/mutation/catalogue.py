@@ -1,0 +1,181 @@
+"""Which mutants a record has on the loaded release, and which of them can run.
+
+Two origins: the record's own mutants (exact find/replace edits, each under a
+risk) and automatic mutants from the PR's diff (see ``operators``). A mutant
+gets a fixed status before anything runs when it cannot run: ``equivalent``
+(the record says why), ``not applicable`` (outside its release range, or the
+code it edits changed after the PR), ``error`` (it does not compile). The
+rest are run by ``runner``.
+
+Record mutants are checked here too: a find must match exactly ``count``
+(1) times in the target file of every release in its range whose source is
+at hand; anything else is a record error naming the mutant, the release and
+the count, at the mutant's file:line:col.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from gdn_review.kb import Record, RecordError
+from gdn_review.kb.load import _locate
+from gdn_review.mutation import operators
+
+RUNNABLE = None  # status of a mutant that still has to run
+
+
+@dataclasses.dataclass
+class Mutant:
+    id: str
+    origin: str  # "record" or "diff"
+    risks: list[str]
+    diff: str  # the edit, as a short unified diff of the target file
+    source: str | None = None  # the whole mutated file (None when it cannot run)
+    status: str | None = RUNNABLE
+    reason: str = ""
+    operator: str | None = None
+    line: int | None = None
+    code: object = dataclasses.field(default=None, repr=False)  # compiled source, never serialised
+
+
+@dataclasses.dataclass
+class Catalogue:
+    record: int
+    release: str  # the loaded release the mutants apply to
+    target_file: str  # e.g. vllm/v1/attention/backends/gdn_attn.py
+    mutants: list[Mutant]
+    gone_hunks: list[str]  # PR hunks no longer in the loaded file (they yield no mutant)
+    notes: list[str]  # what could not be derived, and why
+
+    def runnable(self) -> list[Mutant]:
+        return [m for m in self.mutants if m.status is RUNNABLE]
+
+
+def edit_diff(original: str, mutated: str, name: str) -> str:
+    lines = difflib.unified_diff(
+        original.splitlines(keepends=True), mutated.splitlines(keepends=True), f"a/{name}", f"b/{name}", n=1
+    )
+    return "".join(lines)
+
+
+def _in_range(releases: str | None, version: str) -> bool:
+    return not releases or SpecifierSet(releases).contains(Version(version), prereleases=True)
+
+
+def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[RecordError]:
+    """Record errors for mutant finds that do not match ``count`` times on a release at hand.
+
+    ``sources``: release -> text of the record's target file. A mutant with a
+    range must match on every release of the range; one without a range must
+    match on the head release (later releases may have changed the code: that
+    makes it not applicable there, not wrong).
+    """
+    problems: list[RecordError] = []
+    root = None
+    for r_index, risk in enumerate(record.risks):
+        for m_index, mutant in enumerate(risk.mutants):
+            if mutant.equivalent:
+                continue
+            if mutant.releases:
+                versions = [v for v in sources if _in_range(mutant.releases, v)]
+            else:
+                versions = [v for v in sources if v == record.target.head_release]
+            for version in sorted(versions, key=Version):
+                found = sources[version].count(mutant.find)
+                if found == mutant.count:
+                    continue
+                if root is None:
+                    root = _yaml_root(path)
+                line, column = _locate(root, ("risks", r_index, "mutants", m_index, "find"))
+                where = f"vLLM {version}'s {record.target.file}"
+                expected = "exactly once" if mutant.count == 1 else f"exactly {mutant.count} times"
+                problems.append(
+                    RecordError(
+                        str(path), line, column, f"risks[{r_index}].mutants[{m_index}].find",
+                        f"mutant {mutant.id!r}: find matches {found} times in {where} (expected {expected}); "
+                        + ("copy the exact text, indentation and line breaks included" if found == 0 else "make it longer so it names one site"),
+                    )
+                )
+    return problems
+
+
+def _yaml_root(path: Path):
+    try:
+        return yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _changed_in(mutant, head: str | None, sources: dict[str, str]) -> str:
+    """Where the code a mutant edits disappeared, as precisely as the releases at hand tell."""
+    last_match = head
+    for version in sorted((v for v in sources if head is None or Version(v) > Version(head)), key=Version):
+        if sources[version].count(mutant.find) == mutant.count:
+            last_match = version
+            continue
+        if last_match is not None and _next_minor(last_match, version):
+            return f"the code changed in {version}"
+        return f"the code changed between {last_match or 'the head release'} and {version}"
+    return f"the code changed after {head or 'the head release'}"
+
+
+def _next_minor(previous: str, version: str) -> bool:
+    """True when ``version`` is the minor release right after ``previous`` (0.29.x -> 0.30.x)."""
+    a, b = Version(previous), Version(version)
+    return (b.major, b.minor) in {(a.major, a.minor + 1), (a.major, a.minor)}
+
+
+def record_mutants(record: Record, release: str, loaded: str, sources: dict[str, str]) -> list[Mutant]:
+    """The record's mutants on the loaded release ``release`` (whose target file is ``loaded``)."""
+    found = []
+    for risk in record.risks:
+        for mutant in risk.mutants:
+            entry = Mutant(mutant.id, "record", [risk.id], diff="")
+            matches = loaded.count(mutant.find)
+            if mutant.equivalent:
+                entry.status, entry.reason = "equivalent", mutant.equivalent
+            elif not _in_range(mutant.releases, release):
+                entry.status = "not applicable"
+                entry.reason = f"written for vLLM {mutant.releases}; loaded {release}"
+            elif matches == mutant.count:
+                entry.source = loaded.replace(mutant.find, mutant.replace)
+                entry.diff = edit_diff(loaded, entry.source, record.target.file)
+            else:
+                head = record.target.head_release
+                entry.status = "not applicable"
+                entry.reason = (
+                    _changed_in(mutant, head, {**sources, release: loaded})
+                    if matches == 0
+                    else f"find matches {matches} times in vLLM {release}"
+                )
+            if not entry.diff:
+                entry.diff = f"- {mutant.find}\n+ {mutant.replace}\n"
+            found.append(entry)
+    return found
+
+
+def automatic(record: Record, loaded: str, base: str, head: str) -> tuple[list[Mutant], list[str]]:
+    """Mutants from the PR's diff mapped onto the loaded file, and the hunks that are gone."""
+    hunks = operators.pr_hunks(base, head)
+    lines, gone = operators.map_hunks(hunks, loaded)
+    named: dict[str, list[str]] = {}
+    for risk in record.risks:
+        for ident in risk.auto_mutants:
+            named.setdefault(ident, []).append(risk.id)
+    equivalent = dict(record.equivalent_mutants)
+    mutants = []
+    for auto in operators.automatic_mutants(loaded, lines):
+        entry = Mutant(
+            auto.id, "diff", sorted(named.get(auto.id, [])), edit_diff(loaded, auto.source, record.target.file),
+            source=auto.source, operator=auto.operator, line=auto.line,
+        )
+        if auto.id in equivalent:
+            entry.status, entry.reason, entry.source = "equivalent", equivalent[auto.id], None
+        mutants.append(entry)
+    return mutants, [hunk.label() for hunk in gone]

@@ -1,0 +1,242 @@
+"""Run mutants against the generated tests: vLLM imported once, one forked child per mutant.
+
+The parent imports vLLM, runs the unmutated suite once (the baseline, which
+must pass and which warms every import and builder), then forks a child per
+mutant. The child loads the mutated source in memory in place of vLLM's
+module (``harness.mutation``), rebuilds the builders and runs the same tests
+under pytest; the parent is never mutated, and a child that crashes or hangs
+is the child's problem alone: past the per-mutant timeout it is killed and
+the next child starts from the same clean parent. Nothing is written to
+vLLM's files at any point.
+
+CUDA must not be initialised before a fork, so mutants run on CPU only
+(``prepare_cpu`` is called before vLLM is imported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+
+
+def prepare_cpu() -> None:
+    """Keep CUDA out of this process: forking after CUDA is initialised is unsafe."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+
+
+def test_args(modules: list[Path], keyword: str | None) -> list[str]:
+    args = [str(m) for m in modules]
+    return args + (["-k", keyword] if keyword else [])
+
+
+def baseline(args: list[str], evidence: Path) -> tuple[int, float]:
+    """The unmutated suite, in this process, with the evidence plugin: (pytest exit code, seconds)."""
+    started = time.monotonic()
+    code = pytest.main([*args, *PYTEST_ARGS, "--gdn-evidence", str(evidence)])
+    # Everything made so far is shared with every child: keep the collector off it
+    # (a full collection over vLLM's and torch's objects costs a child ~1.5 s).
+    gc.collect()
+    gc.freeze()
+    return int(code), time.monotonic() - started
+
+
+class KillCollector:
+    """pytest plugin of a mutant's run: which tests fail, per claim; stops a claim at its first kill.
+
+    Hypothesis tests run last (they are the slowest), so a cheap test kills first.
+    """
+
+    def __init__(self):
+        self.killed_by: dict[str, list[str]] = {}
+        self.messages: dict[str, str] = {}
+        self.passed: set[str] = set()
+        self.claims: dict[str, str] = {}  # nodeid -> claim
+        self.tests_run = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        for item in items:
+            marker = item.get_closest_marker("claim")
+            self.claims[item.nodeid] = str(marker.args[0]) if marker and marker.args else "(no claim)"
+        items.sort(key=lambda item: bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False)))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        if self.claims.get(item.nodeid) in self.killed_by:
+            pytest.skip("its claim is already killed by another test")
+
+    def pytest_runtest_logreport(self, report):
+        claim = self.claims.get(report.nodeid, "(no claim)")
+        if report.when == "call" or (report.when == "setup" and report.failed):
+            self.tests_run += 1
+        if report.failed:
+            self.killed_by.setdefault(claim, []).append(report.nodeid)
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else str(report.longrepr)
+            self.messages[report.nodeid] = (message.strip().splitlines() or ["failed"])[0][:300]
+        elif report.when == "call" and (report.passed or hasattr(report, "wasxfail")):
+            self.passed.add(claim)
+
+    def result(self, exit_code: int) -> dict:
+        if exit_code not in (0, 1):
+            return {"status": "error", "reason": f"pytest exit code {exit_code} under the mutant", "tests_run": self.tests_run}
+        return {
+            "status": "killed" if self.killed_by else "survived",
+            "killed_by": {claim: sorted(ids) for claim, ids in sorted(self.killed_by.items())},
+            "messages": self.messages,
+            "claims_passed": sorted(self.passed - set(self.killed_by)),
+            "tests_run": self.tests_run,
+        }
+
+
+def run_in_this_process(relative_path: str, code, args: list[str]) -> dict:
+    """Load the mutant here and run the tests (only ever in a throwaway process)."""
+    from gdn_review.harness import mutation
+
+    mutation.single_threaded()
+    try:
+        mutation.load_mutated(relative_path, code)
+    except Exception as error:  # the mutated module does not even load
+        return {"status": "killed", "killed_by": {"(import)": ["(module import)"]}, "messages": {"(module import)": f"{type(error).__name__}: {error}"[:300]}, "claims_passed": [], "tests_run": 0}
+    collector = KillCollector()
+    code = pytest.main([*args, *PYTEST_ARGS, "--gdn-no-evidence"], plugins=[collector])
+    return collector.result(int(code))
+
+
+def _child(relative_path: str, code, args: list[str], write_fd: int) -> None:
+    """Body of a forked child: never returns."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        result = run_in_this_process(relative_path, code, args)
+        with os.fdopen(write_fd, "w") as stream:
+            json.dump(result, stream)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+@dataclasses.dataclass
+class _Running:
+    mutant: object
+    pid: int
+    fd: int
+    started: float
+    data: bytearray = dataclasses.field(default_factory=bytearray)
+
+
+def run_forked(
+    mutants: list,
+    relative_path: str,
+    args: list[str],
+    jobs: int,
+    timeout: float,
+    on_result: Callable[[object, dict], None],
+) -> None:
+    """Run each mutant (with a compiled ``code``) in its own forked child, ``jobs`` at a time."""
+    pending = list(mutants)
+    running: dict[int, _Running] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                mutant = pending.pop(0)
+                read_fd, write_fd = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(read_fd)
+                    _child(relative_path, mutant.code, args, write_fd)
+                os.close(write_fd)
+                running[read_fd] = _Running(mutant, pid, read_fd, time.monotonic())
+            ready, _, _ = select.select(list(running), [], [], 0.2)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    running[fd].data.extend(chunk)
+                    continue
+                job = running.pop(fd)
+                os.close(fd)
+                _, status = os.waitpid(job.pid, 0)
+                on_result(job.mutant, _child_result(job, status))
+            now = time.monotonic()
+            for fd, job in list(running.items()):
+                if now - job.started > timeout:
+                    _kill(job)
+                    running.pop(fd)
+                    on_result(job.mutant, {"status": "timeout", "reason": f"no result within {timeout:g} s: killed", "duration_s": round(now - job.started, 2)})
+    except BaseException:
+        for job in running.values():
+            _kill(job)
+        raise
+
+
+def _kill(job: _Running) -> None:
+    try:
+        os.kill(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(job.pid, 0)
+    try:
+        os.close(job.fd)
+    except OSError:
+        pass
+
+
+def _child_result(job: _Running, status: int) -> dict:
+    duration = round(time.monotonic() - job.started, 2)
+    try:
+        result = json.loads(job.data.decode("utf-8"))
+    except ValueError:
+        signal_number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        how = f"signal {signal.Signals(signal_number).name}" if signal_number else f"exit status {os.WEXITSTATUS(status)}"
+        # A crash of the interpreter under the mutant is a detected failure.
+        result = {"status": "killed", "killed_by": {"(crash)": [f"(the test process died: {how})"]}, "messages": {}, "claims_passed": [], "tests_run": 0}
+    result["duration_s"] = duration
+    return result
+
+
+FRESH = """
+import json, sys
+from gdn_review.mutation import runner
+runner.prepare_cpu()
+path, source_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
+args = json.loads(sys.argv[4])
+from gdn_review.harness import mutation
+source = open(source_file, encoding="utf-8").read()
+result = runner.run_in_this_process(path, mutation.compile_source(path, source), args)
+open(out, "w", encoding="utf-8").write(json.dumps(result))
+"""
+
+
+def run_fresh_process(relative_path: str, source: str, args: list[str], cwd: Path, timeout: float = 600) -> dict:
+    """The same mutant in a fresh interpreter (imports vLLM anew): for parity checks and benchmarks."""
+    with tempfile.TemporaryDirectory(prefix="gdn-review-mutant-") as scratch:
+        source_file, out = Path(scratch) / "mutated.py.txt", Path(scratch) / "result.json"
+        source_file.write_text(source, encoding="utf-8")
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-c", FRESH, relative_path, str(source_file), str(out), json.dumps(args)],
+            cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        )
+        if not out.exists():
+            return {"status": "error", "reason": f"fresh process exit {done.returncode}: {done.stderr[-500:]}", "duration_s": round(time.monotonic() - started, 2)}
+        result = json.loads(out.read_text(encoding="utf-8"))
+        result["duration_s"] = round(time.monotonic() - started, 2)
+        return result

@@ -1,0 +1,287 @@
+"""The release cache: other vLLM releases' pure-Python sources, fetched once.
+
+Each release's wheel is fetched with ``pip download --no-deps`` (the ordinary
+client, so it goes through the same index and proxy settings as every other
+install), its sha256 compared with the hash the index publishes for it (pip's
+``--report`` of a dry-run install), its Python files unpacked into a temp
+folder beside the cache entry and checked against the wheel's own RECORD
+hashes, and only then renamed into place. A partial download or unpack is
+never used: an entry exists only once its ``.complete`` manifest does, and a
+manifest that no longer matches the files (a truncated or edited file) makes
+the entry be fetched again.
+
+Nothing here imports vLLM: the cached sources are read as text (diffs,
+mutants) or put first on ``PYTHONPATH`` of a subprocess (other releases).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from packaging.version import InvalidVersion, Version
+
+MANIFEST = ".complete"
+# Compiled extensions were built against that release's torch: only Python travels.
+KEEP_SUFFIXES = (".py", ".pyi", ".json", ".yaml", ".yml", ".txt", ".jinja", ".typed")
+
+
+class ReleaseError(Exception):
+    """A release that cannot be had (unknown, offline, corrupt): said for people."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    version: str
+    path: Path  # folder to put first on PYTHONPATH (holds vllm/)
+    wheel: str
+    sha256: str
+
+    def source(self, relative_path: str) -> str:
+        """Text of one file of this release, e.g. ``vllm/v1/attention/backends/gdn_attn.py``."""
+        file = self.path / relative_path
+        try:
+            return file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ReleaseError(f"vLLM {self.version} has no {relative_path}") from None
+
+
+def cache_root() -> Path:
+    """``$GDN_REVIEW_CACHE/releases`` (default ``~/.cache/gdn-review/releases``)."""
+    base = os.environ.get("GDN_REVIEW_CACHE")
+    if not base:
+        home = os.environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".cache", "gdn-review")
+    return Path(base) / "releases"
+
+
+def _checked_version(version: str) -> str:
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise ReleaseError(f"{version!r} is not a release number (for example 0.29.0)") from None
+    if parsed.local or str(parsed) != version.strip():
+        raise ReleaseError(f"{version!r}: give a plain release number, for example {parsed.base_version}")
+    return str(parsed)
+
+
+def cached(version: str, root: Path | None = None) -> Release | None:
+    """The complete, intact cache entry of ``version``, or None (nothing is fetched)."""
+    entry = (root or cache_root()) / _checked_version(version)
+    manifest = entry / MANIFEST
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for relative, digest in data.get("files", {}).items():
+        # Size first (cheap) for every file; the hash of the files a run reads is
+        # checked by _intact on demand.
+        try:
+            if (entry / relative).stat().st_size != digest[1]:
+                return None
+        except OSError:
+            return None
+    return Release(data["version"], entry, data["wheel"], data["sha256"])
+
+
+def cached_versions(root: Path | None = None) -> list[str]:
+    """Versions with a complete cache entry, oldest first."""
+    folder = root or cache_root()
+    if not folder.is_dir():
+        return []
+    found = []
+    for child in folder.iterdir():
+        try:
+            if (child / MANIFEST).is_file():
+                found.append(Version(child.name))
+        except InvalidVersion:
+            continue
+    return [str(v) for v in sorted(found)]
+
+
+def ensure(version: str, root: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
+    """The cache entry of ``version``, fetched and unpacked first if needed."""
+    version = _checked_version(version)
+    root = root or cache_root()
+    hit = cached(version, root)
+    if hit is not None:
+        return hit
+    say = say or (lambda message: print(message, file=sys.stderr))
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".fetch-{version}-", dir=root) as scratch:
+        scratch = Path(scratch)
+        expected = index_sha256(version)
+        say(f"release cache: fetching vLLM {version} (once; about 0.5 GB, Python files kept)")
+        wheel = download_wheel(version, scratch / "download")
+        actual = _sha256(wheel)
+        if expected and actual != expected:
+            raise ReleaseError(f"vLLM {version}: {wheel.name} has sha256 {actual}, the index says {expected}: not used")
+        staged = scratch / "unpacked"
+        files = unpack_python(wheel, staged)
+        manifest = {"version": version, "wheel": wheel.name, "sha256": actual, "index_sha256": expected, "files": files}
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        target = root / version
+        if target.exists():  # an incomplete or damaged entry: replaced whole
+            shutil.rmtree(target)
+        os.rename(staged, target)
+    say(f"release cache: vLLM {version} ready in {target}")
+    release = cached(version, root)
+    if release is None:
+        raise ReleaseError(f"vLLM {version}: the cache entry at {target} did not verify after unpacking")
+    return release
+
+
+def _pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+
+
+def _pip_failure(version: str, done: subprocess.CompletedProcess) -> ReleaseError:
+    text = (done.stderr or done.stdout or "").strip()
+    if "No matching distribution" in text or "Could not find a version" in text:
+        return ReleaseError(f"vLLM {version} is not a release on the package index (pip: no matching distribution)")
+    last = text.splitlines()[-1] if text else f"exit code {done.returncode}"
+    return ReleaseError(f"vLLM {version}: pip could not fetch it: {last}")
+
+
+def index_sha256(version: str) -> str | None:
+    """The sha256 the package index publishes for this platform's wheel of ``version``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        done = _pip("install", "--quiet", "--dry-run", "--no-deps", "--ignore-installed", "--report", str(report), f"vllm=={version}")
+        if done.returncode != 0:
+            raise _pip_failure(version, done)
+        try:
+            install = json.loads(report.read_text(encoding="utf-8"))["install"]
+            hashes = install[0]["download_info"]["archive_info"].get("hashes", {})
+        except (OSError, ValueError, KeyError, IndexError):
+            return None
+        return hashes.get("sha256")
+
+
+def download_wheel(version: str, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    done = _pip("download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(folder), f"vllm=={version}")
+    if done.returncode != 0:
+        raise _pip_failure(version, done)
+    wheels = sorted(folder.glob(f"vllm-{version}-*.whl"))
+    if len(wheels) != 1:
+        raise ReleaseError(f"vLLM {version}: expected one wheel from pip download, got {[w.name for w in folder.iterdir()]}")
+    return wheels[0]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _record_digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
+    """Unpack the wheel's Python files into ``target``, each checked against the wheel's RECORD.
+
+    Returns {relative path: [sha256, size]} for the manifest.
+    """
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as error:
+        raise ReleaseError(f"{wheel.name}: not a readable wheel ({error})") from None
+    with archive:
+        names = archive.namelist()
+        record_name = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
+        if record_name is None:
+            raise ReleaseError(f"{wheel.name}: no RECORD in the wheel")
+        record = {row[0]: row[1] for row in csv.reader(io.StringIO(archive.read(record_name).decode())) if len(row) >= 2}
+        files: dict[str, list] = {}
+        for name in names:
+            if name.endswith("/") or not (name.endswith(KEEP_SUFFIXES) or ".dist-info/" in name):
+                continue
+            try:
+                data = archive.read(name)
+            except (zipfile.BadZipFile, OSError, EOFError) as error:
+                raise ReleaseError(f"{wheel.name}: {name} cannot be read ({error})") from None
+            if record.get(name) and record[name] != _record_digest(data):
+                raise ReleaseError(f"{wheel.name}: {name} does not match the wheel's RECORD")
+            destination = target / name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(data)
+            files[name] = [hashlib.sha256(data).hexdigest(), len(data)]
+    if not (target / "vllm" / "__init__.py").is_file():
+        raise ReleaseError(f"{wheel.name}: no vllm/__init__.py in the wheel")
+    return files
+
+
+class DamagedEntry(ReleaseError):
+    """A cached file no longer matches its manifest."""
+
+
+def verified_source(release: Release, relative_path: str) -> str:
+    """A file's text, after checking its hash against the manifest."""
+    manifest = json.loads((release.path / MANIFEST).read_text(encoding="utf-8"))
+    expected = manifest["files"].get(relative_path)
+    if expected is None:
+        raise ReleaseError(f"vLLM {release.version} has no {relative_path}")
+    try:
+        data = (release.path / relative_path).read_bytes()
+    except OSError:
+        data = b""
+    if hashlib.sha256(data).hexdigest() != expected[0]:
+        raise DamagedEntry(f"vLLM {release.version}: cached {relative_path} is damaged")
+    return data.decode("utf-8")
+
+
+def source(version: str, relative_path: str, root: Path | None = None, fetch: bool = True, say=None) -> str | None:
+    """Text of one file of release ``version`` from the cache; fetched if allowed, else None.
+
+    A damaged entry is dropped and, when fetching is allowed, fetched again.
+    """
+    release = ensure(version, root, say) if fetch else cached(version, root)
+    if release is None:
+        return None
+    try:
+        return verified_source(release, relative_path)
+    except DamagedEntry:
+        shutil.rmtree(release.path, ignore_errors=True)
+        if not fetch:
+            return None
+        return verified_source(ensure(version, root, say), relative_path)
+
+
+def loaded() -> tuple[str, Path]:
+    """(release, folder holding vllm/) of the vLLM this interpreter would import, without importing it.
+
+    An unpacked wheel first on PYTHONPATH wins over the installed distribution,
+    as it does for an import; its version comes from its own dist-info.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ReleaseError("vLLM is not importable here (run scripts/bootstrap)")
+    root = Path(list(spec.submodule_search_locations)[0]).parent
+    infos = sorted(root.glob("vllm-*.dist-info"))
+    versions = []
+    for info in infos:
+        try:
+            versions.append(Version(info.name[len("vllm-") : -len(".dist-info")]))
+        except InvalidVersion:
+            continue
+    if len(versions) != 1:
+        raise ReleaseError(f"cannot tell which vLLM release is in {root} ({len(versions)} vllm dist-info folders)")
+    return versions[0].base_version, root
