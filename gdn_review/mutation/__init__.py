@@ -29,7 +29,7 @@ class MutationError(Exception):
     """Mutation testing cannot start (bad selection, failing baseline): said for people."""
 
 
-def catalogue(path: Path, record: Record, fetch: bool = True, say: Callable[[str], None] = print) -> Catalogue:
+def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[[str], None] = print) -> Catalogue:
     """The record's mutants on the loaded vLLM; RecordErrors when a record mutant's find is wrong."""
     release, root = releases.loaded()
     target = record.target.file

@@ -1,0 +1,117 @@
+"""The release cache, offline: a fake wheel stands in for pip's download.
+
+What is pinned: an entry exists only once fully unpacked and verified; a
+truncated wheel, a wheel whose hash is not the index's, or a file damaged in
+the cache never gives a usable entry, and the next call fetches again.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gdn_review import releases
+
+TARGET = "vllm/v1/attention/backends/gdn_attn.py"
+
+
+def make_wheel(folder: Path, version: str, body: str = "x = 1\n") -> Path:
+    files = {
+        "vllm/__init__.py": "",
+        TARGET: body,
+        "vllm/_C.abi3.so": "binary",
+        f"vllm-{version}.dist-info/METADATA": f"Name: vllm\nVersion: {version}\n",
+    }
+    record = "".join(
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},{len(text)}\n"
+        for name, text in files.items()
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        # Fixed timestamps: the same wheel twice has the same bytes (and hash).
+        for name, text in [*files.items(), (f"vllm-{version}.dist-info/RECORD", record)]:
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), text)
+    return wheel
+
+
+@pytest.fixture
+def fake_index(monkeypatch, tmp_path):
+    """pip replaced by a local wheel factory; counts downloads; `damage` spoils the next one."""
+    state = {"downloads": 0, "damage": None}
+
+    def download(version, folder):
+        state["downloads"] += 1
+        wheel = make_wheel(folder, version, body=f"version = {version!r}\n")
+        if state["damage"] in ("truncate", "truncate-unhashed"):
+            data = wheel.read_bytes()
+            wheel.write_bytes(data[: len(data) // 2])
+        return wheel
+
+    def index_hash(version):
+        if state["damage"] == "truncate-unhashed":
+            return None  # an index that publishes no hash: the wheel's own RECORD still guards it
+        good = make_wheel(tmp_path / "index" / version, version, body=f"version = {version!r}\n")
+        return hashlib.sha256(good.read_bytes()).hexdigest() if state["damage"] != "wrong-hash" else "0" * 64
+
+    monkeypatch.setattr(releases, "download_wheel", download)
+    monkeypatch.setattr(releases, "index_sha256", index_hash)
+    return state
+
+
+def test_fetched_once_then_read_from_the_cache(fake_index, tmp_path):
+    root = tmp_path / "cache"
+    messages = []
+    release = releases.ensure("0.29.0", root, messages.append)
+    assert release.source(TARGET) == "version = '0.29.0'\n"
+    assert not (release.path / "vllm" / "_C.abi3.so").exists()  # compiled parts stay out
+    assert releases.source("0.29.0", TARGET, root, say=messages.append) == "version = '0.29.0'\n"
+    assert fake_index["downloads"] == 1 and releases.cached_versions(root) == ["0.29.0"]
+    assert any("fetching vLLM 0.29.0" in m for m in messages)
+    assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]  # no scratch left behind
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [("truncate", "the index says"), ("truncate-unhashed", "not a readable wheel|cannot be read"), ("wrong-hash", "the index says")],
+)
+def test_a_bad_download_leaves_no_entry_and_is_fetched_again(fake_index, tmp_path, damage, message):
+    root = tmp_path / "cache"
+    fake_index["damage"] = damage
+    with pytest.raises(releases.ReleaseError, match=message):
+        releases.ensure("0.30.0", root, lambda _: None)
+    assert releases.cached("0.30.0", root) is None and releases.cached_versions(root) == []
+    assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]
+    fake_index["damage"] = None
+    assert releases.ensure("0.30.0", root, lambda _: None).source(TARGET) == "version = '0.30.0'\n"
+    assert fake_index["downloads"] == 2
+
+
+def test_a_damaged_cached_file_drops_the_entry_and_refetches(fake_index, tmp_path):
+    root = tmp_path / "cache"
+    release = releases.ensure("0.31.0", root, lambda _: None)
+    (release.path / TARGET).write_text("version = '0.31.X'\n")  # same size, other bytes
+    assert releases.source("0.31.0", TARGET, root, fetch=False) is None
+    assert releases.source("0.31.0", TARGET, root, say=lambda _: None) == "version = '0.31.0'\n"
+    (root / "0.31.0" / TARGET).write_text("trunc")  # other size: not even listed as cached
+    assert releases.cached("0.31.0", root) is None
+    assert fake_index["downloads"] == 2
+
+
+def test_a_half_unpacked_entry_without_manifest_is_not_used(fake_index, tmp_path):
+    root = tmp_path / "cache"
+    (root / "0.32.0" / "vllm").mkdir(parents=True)
+    (root / "0.32.0" / TARGET).parent.mkdir(parents=True)
+    (root / "0.32.0" / TARGET).write_text("partial")
+    assert releases.cached("0.32.0", root) is None
+    assert releases.ensure("0.32.0", root, lambda _: None).source(TARGET) == "version = '0.32.0'\n"
+
+
+@pytest.mark.parametrize("version", ["latest", "0.29.0+cu130", "0.29.0; rm -rf /"])
+def test_release_numbers_are_checked_before_anything_runs(version, tmp_path):
+    with pytest.raises(releases.ReleaseError, match="release number|plain release"):
+        releases.ensure(version, tmp_path)
