@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 a check failed (stale modules, failing claims), 2 bad input 
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -13,9 +14,10 @@ from pathlib import Path
 import click
 
 from gdn_review import generate as generator
+from gdn_review import releases
 from gdn_review import report as reporting
 from gdn_review import runner
-from gdn_review.kb import RecordErrors, incomplete, load_kb, record_schema
+from gdn_review.kb import RecordErrors, incomplete, is_draft, load_kb, record_schema
 from gdn_review.plugin import DEFAULT_EVIDENCE
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -138,7 +140,7 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
         click.echo(f"removed  {path}")
     click.echo(f"{len(result.write)} written, {len(result.remove)} removed, {len(result.unchanged)} unchanged")
 
-FAIL_ON_CHOICES = ("uncovered", "fails", "unverified")
+FAIL_ON_CHOICES = ("uncovered", "fails", "unverified", "survived")
 
 
 def _fail_on(value: str) -> set[str]:
@@ -197,6 +199,28 @@ def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: se
     return EXIT_FAILED if tripped else EXIT_OK
 
 
+def _current_modules(kb_dir: Path, records, out_dir: Path, write: bool) -> dict[int, Path]:
+    """The generated module of each complete record, after checking (or regenerating) them."""
+    plan = _plan(kb_dir, out_dir, generator.DEFAULT_TEMPLATES)
+    if plan.foreign:
+        raise BadInput(f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}")
+    if plan.stale and not write:
+        for path in plan.stale:
+            click.echo(f"stale  {path}", err=True)
+        click.echo("generated tests are out of date: run `gdn-review generate` (or add --write)", err=True)
+        sys.exit(EXIT_FAILED)
+    if plan.stale:
+        generator.apply(plan)
+        click.echo(f"regenerated {len(plan.write)} module(s), removed {len(plan.remove)}")
+    for path in plan.drafts:
+        if path in records:
+            click.echo(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)", err=True)
+    modules = {r.pr.number: out_dir / generator.module_name(r) for p, r in records.items() if p not in plan.drafts}
+    if not modules:
+        raise BadInput("no complete record to run (only drafts)")
+    return modules
+
+
 @main.command()
 @kb_option
 @click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
@@ -249,25 +273,10 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
     """
     conditions = _fail_on(fail_on)
     records = _load_records(kb_dir, numbers)
-    plan = _plan(kb_dir, out_dir, generator.DEFAULT_TEMPLATES)
-    if plan.foreign:
-        raise BadInput(f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}")
-    if plan.stale and not write:
-        for path in plan.stale:
-            click.echo(f"stale  {path}", err=True)
-        click.echo("generated tests are out of date: run `gdn-review generate` (or `gdn-review run --write`)", err=True)
-        sys.exit(EXIT_FAILED)
-    if plan.stale:
-        generator.apply(plan)
-        click.echo(f"regenerated {len(plan.write)} module(s), removed {len(plan.remove)}")
-    modules = [out_dir / generator.module_name(r) for p, r in records.items() if p not in plan.drafts]
-    for path in plan.drafts:
-        click.echo(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)", err=True)
-    if not modules:
-        raise BadInput("no complete record to run (only drafts)")
+    modules = _current_modules(kb_dir, records, out_dir, write)
     # Evidence left by an earlier run must never be reported as this run's.
     Path(evidence_path).unlink(missing_ok=True)
-    command = runner.pytest_command(modules, evidence_path, keyword, pytest_args)
+    command = runner.pytest_command(list(modules.values()), evidence_path, keyword, pytest_args)
     click.echo(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: {' '.join(command[2:])}")
     code = runner.run_pytest(command)
     if code == runner.NO_TESTS:
@@ -282,6 +291,129 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
     if code == runner.NO_TESTS:
         status = EXIT_FAILED
     sys.exit(status)
+
+
+@main.command()
+@kb_option
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--risk", "risk", default=None, metavar="ID", help="Only the mutants of this risk.")
+@click.option("--mutant", "patterns", multiple=True, metavar="ID", help="Only this mutant (repeatable; shell patterns such as 'auto.*').")
+@click.option("--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Mutants run at once.  [default: CPU count]")
+@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="Seconds a mutant may run before its process is killed (status: timeout).")
+@click.option("-k", "keyword", default=None, help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).")
+@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option("--offline", is_flag=True, help="Use only releases already in the cache (automatic mutants need the base and head releases).")
+@click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
+@click.option("--fail-on", "fail_on", default="fails,survived", show_default=True, help="Comma list of what makes the exit code 1: fails, survived, unverified, uncovered.")
+def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on) -> None:
+    """Plant each risk's bug in vLLM's real builder and check a generated test fails.
+
+    Mutants come from the record (exact find/replace edits under each risk) and
+    from the PR's diff (standard operators on the lines the PR added, mapped by
+    content onto the loaded release; the base and head releases are fetched once
+    into the release cache). vLLM is imported once; each mutant runs in a forked
+    child on CPU, its source compiled in memory: vLLM's files are never written.
+    The unmutated suite runs first and must pass; its evidence, with every
+    mutant's result, goes to --evidence, and the reports show the kill matrix.
+
+    \b
+    Examples:
+      gdn-review mutate --list                     # every mutant, with its id and state
+      gdn-review mutate --record 52078             # run them all; reports/52078.md
+      gdn-review mutate --risk R1 --jobs 2
+      gdn-review mutate --mutant 'auto.or_to_and.*'
+      gdn-review mutate -k C1 --fail-on survived   # how much the C1 tests alone catch
+    """
+    from gdn_review import mutation
+
+    conditions = _fail_on(fail_on)
+    records = _load_records(kb_dir, numbers)
+    catalogues = []
+    errors = []
+    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+        if is_draft(record):
+            click.echo(f"warning: skipped draft {path}: it has open TODOs", err=True)
+            continue
+        try:
+            found = mutation.catalogue_for(path, record, fetch=not offline, say=lambda line: click.echo(line, err=True))
+        except RecordErrors as failure:
+            errors.extend(failure.errors)
+            continue
+        except (mutation.MutationError, releases.ReleaseError) as error:
+            raise BadInput(str(error)) from None
+        catalogues.append(mutation.select(found, risk, patterns))
+    if errors:
+        _print_record_errors(RecordErrors(errors))
+        sys.exit(EXIT_BAD_INPUT)
+    if (risk or patterns) and not any(c.mutants for c in catalogues):
+        raise BadInput(f"no mutant matches --risk {risk or '*'} --mutant {' '.join(patterns) or '*'} (see `gdn-review mutate --list`)")
+    for found in catalogues:
+        for note in found.notes:
+            click.echo(f"note: PR {found.record}: {note}", err=True)
+    if list_only:
+        for found in catalogues:
+            click.echo(f"PR #{found.record} on vLLM {found.release}: {len(found.mutants)} mutants, {len(found.runnable())} to run")
+            for mutant in found.mutants:
+                state = mutant.status or "to run"
+                risks = ",".join(mutant.risks) or "-"
+                click.echo(f"  {mutant.id:<58} {mutant.origin:<6} risks {risks:<8} {state}{': ' + mutant.reason if mutant.reason else ''}")
+            for hunk in found.gone_hunks:
+                click.echo(f"  (no mutant) PR hunk no longer in vLLM {found.release}: {hunk}")
+        return
+    modules = _current_modules(kb_dir, {p: r for p, r in records.items() if r.pr.number in {c.record for c in catalogues}}, out_dir, write)
+    jobs = jobs or os.cpu_count() or 1
+    click.echo(f"[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)", err=True)
+    progress = _MutationProgress()
+    try:
+        entries = mutation.run(catalogues, modules, keyword, jobs, timeout, evidence_path, progress.start, progress.advance)
+    except mutation.MutationError as error:
+        progress.stop()
+        click.echo(str(error), err=True)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        progress.stop()
+        click.echo(f"interrupted after {progress.done} mutant(s): nothing written, vLLM's files untouched", err=True)
+        sys.exit(130)
+    progress.stop()
+    counts = collections.Counter(e["status"] for e in entries)
+    click.echo("[3/3] " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; evidence {evidence_path}", err=True)
+    sys.exit(_write_reports(records, (evidence_path,), reports_dir, "markdown", conditions))
+
+
+class _MutationProgress:
+    """A progress bar with the counts so far (rich); one line per mutant when not on a terminal."""
+
+    def __init__(self):
+        self.done = 0
+        self.counts: collections.Counter = collections.Counter()
+        self.bar = None
+
+    def start(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        click.echo(f"[2/3] {total} mutant(s) to run", err=True)
+        console = Console(stderr=True)
+        self.bar = Progress(TextColumn("mutants"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=console, transient=False)
+        self.task = self.bar.add_task("mutants", total=total, counts="")
+        self.bar.start()
+
+    def advance(self, entry: dict) -> None:
+        self.done += 1
+        self.counts[entry["status"]] += 1
+        counts = " ".join(f"{s} {n}" for s, n in sorted(self.counts.items()))
+        where = ", ".join(sorted(entry["killed_by"])) if entry["killed_by"] else entry["reason"][:80]
+        if self.bar is not None:
+            self.bar.console.print(f"  {entry['status']:<9} {entry['id']}  ({entry['duration_s']:.1f} s) {where}")
+            self.bar.update(self.task, advance=1, counts=counts)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 @main.command()
