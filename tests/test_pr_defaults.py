@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from click.testing import CliRunner
 
 from gdn_review import report
@@ -61,6 +60,5 @@ def test_report_without_url_and_merged_at(tmp_path):
     assert "(https://github.com/example/repo/pull/1)" in golden_report_without_url_and_merged_at(tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="report.py passes merged_at as is; needs `record.pr.merged_at or \"unknown\"` (owner of report.py)")
 def test_report_says_merged_unknown(tmp_path):
     assert " · merged unknown · " in golden_report_without_url_and_merged_at(tmp_path)
