@@ -1,0 +1,139 @@
+"""`gdn-review mutate` end to end on the installed vLLM (CPU): real builder, real mutants.
+
+Each test runs the command in a subprocess, as a user would. vLLM's installed
+files are hashed before and after: mutants live in memory only, whatever
+happens to the run (normal end, SIGINT, a mutant that never returns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gdn_review import releases
+from gdn_review.mutation import runner
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+GDN = [sys.executable, "-m", "gdn_review.cli"]
+TARGET = "vllm/v1/attention/backends/gdn_attn.py"
+
+
+def vllm_files_digest() -> str:
+    """One hash over every .py file of the loaded vLLM's attention backends and the target."""
+    _, root = releases.loaded()
+    digest = hashlib.sha256()
+    for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def mutate(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    command = [*GDN, "mutate", "--evidence", str(tmp_path / "evidence.json"), "--reports", str(tmp_path / "reports"), *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def mutants_of(tmp_path: Path) -> dict[str, dict]:
+    data = json.loads((tmp_path / "evidence.json").read_text(encoding="utf-8"))
+    return {m["id"]: m for m in data["mutation"]["mutants"]}
+
+
+def test_every_mutant_of_52078_is_killed_or_explained_and_vllm_is_untouched(tmp_path):
+    before = vllm_files_digest()
+    done = mutate("--record", "52078", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert vllm_files_digest() == before
+    found = mutants_of(tmp_path)
+    assert {m["origin"] for m in found.values()} == {"record", "diff"}
+    unexplained = {i: m["status"] for i, m in found.items() if m["status"] not in {"killed", "not applicable", "equivalent"}}
+    assert not unexplained
+    assert all(m["reason"] for m in found.values() if m["status"] in {"not applicable", "equivalent"})
+    report = (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8")
+    for risk in ("R1", "R2", "R3"):
+        assert f"| {risk} |" in report and f"### {risk}: kill matrix" in report
+    assert report.count("**mutation-verified**") == 3
+
+
+def test_fail_on_survived_with_a_weakened_selection(tmp_path):
+    # Only C1's op counts may kill: the inverted-mask mutant leaves aten.ge alone and survives.
+    done = mutate("--record", "52078", "--mutant", "drop_non_spec_invert", "--mutant", "ge_to_gt", "-k", "C1 and pure_spec_decode", "--fail-on", "survived", tmp_path=tmp_path)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    found = mutants_of(tmp_path)
+    assert found["ge_to_gt"]["status"] == "survived"
+    assert "fail-on: PR 52078 mutant ge_to_gt survived" in done.stderr
+
+
+def test_sigint_mid_run_stops_cleanly_and_writes_nothing(tmp_path):
+    before = vllm_files_digest()
+    command = [*GDN, "mutate", "--record", "52078", "--jobs", "1", "--evidence", str(tmp_path / "evidence.json"), "--reports", str(tmp_path / "reports")]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.monotonic() + 300
+    while "[2/3]" not in seen and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen += line
+    assert "[2/3]" in seen, seen[-2000:]
+    time.sleep(1.5)  # some mutants are running in their children now
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, (out + err)[-2000:]
+    assert "interrupted" in err
+    assert not (tmp_path / "evidence.json").exists()
+    assert vllm_files_digest() == before
+    # No child left behind.
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path / "evidence.json")], capture_output=True, text=True).stdout.split()
+    assert leftovers == []
+
+
+def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    text = (ROOT / "kb" / "52078.yaml").read_text(encoding="utf-8")
+    hang = (
+        "      - id: hang\n"
+        '        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0"\n'
+        '        replace: "spec_sequence_masks_cpu = [0 for _ in iter(int, 1)]"\n'
+    )
+    anchor = "      - id: ge_to_gt\n"
+    (kb / "52078.yaml").write_text(text.replace(anchor, hang + anchor), encoding="utf-8")
+    generated = tmp_path / "generated"
+    before = vllm_files_digest()
+    done = mutate("--kb", str(kb), "--generated", str(generated), "--write", "--mutant", "hang", "--mutant", "ge_to_gt",
+                  "--jobs", "1", "--timeout", "8", "--fail-on", "fails", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    found = mutants_of(tmp_path)
+    assert found["hang"]["status"] == "timeout" and "killed" in found["hang"]["reason"]
+    assert found["ge_to_gt"]["status"] == "killed"
+    assert vllm_files_digest() == before
+
+
+def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
+    """Parity on a sample: killed and surviving mutants under one selection, both ways."""
+    selection = "C1 or (C3 and pure_spec_decode)"
+    done = mutate("--record", "52078", "--mutant", "ge_to_gt", "--mutant", "drop_non_spec_invert", "--mutant", "auto.drop_clause2.*",
+                  "--mutant", "auto.invert_mask.non_spec_sequence_masks_cpu.26053e", "-k", selection, "--fail-on", "fails", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    in_process = mutants_of(tmp_path)
+    statuses = {m["status"] for m in in_process.values()}
+    assert statuses == {"killed", "survived"}, in_process  # the sample has both
+    from gdn_review.kb import load_record
+    from gdn_review.mutation import catalogue_for
+
+    record = load_record(ROOT / "kb" / "52078.yaml")
+    found = {m.id: m for m in catalogue_for(ROOT / "kb" / "52078.yaml", record, fetch=True, say=lambda _: None).mutants}
+    args = runner.test_args([ROOT / "generated_tests" / "test_pr_52078.py"], selection)
+    for ident, entry in in_process.items():
+        fresh = runner.run_fresh_process(TARGET, found[ident].source, args, cwd=ROOT)
+        assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (entry["status"], sorted(entry["killed_by"])), ident
