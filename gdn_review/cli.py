@@ -71,6 +71,10 @@ def main() -> None:
 def validate(kb_dir: Path) -> None:
     """Check every record: types, unknown keys, duplicate ids, references.
 
+    Each mutant's find must match exactly once in the record's target file on
+    every release at hand (the installed vLLM and the release cache) that its
+    range covers; releases not at hand are named, not fetched.
+
     A draft record (from `gdn-review import`) is well-formed but incomplete:
     each open TODO is listed and the exit code is 1.
 
@@ -86,6 +90,17 @@ def validate(kb_dir: Path) -> None:
         sys.exit(EXIT_BAD_INPUT)
     if not records:
         raise BadInput(f"no records (*.yaml) in {kb_dir}")
+    from gdn_review.mutation import check_finds
+
+    find_errors = []
+    for path, record in records.items():
+        problems, skipped = check_finds(path, record)
+        find_errors += problems
+        for what in skipped:
+            click.echo(f"note: {path}: mutant finds not checked against {what}", err=True)
+    if find_errors:
+        _print_record_errors(RecordErrors(find_errors))
+        sys.exit(EXIT_BAD_INPUT)
     open_items = 0
     for path, record in records.items():
         todos = incomplete(path, record)

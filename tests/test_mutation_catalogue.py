@@ -152,3 +152,24 @@ def test_without_the_releases_in_between_the_change_is_bracketed(record):
     later = HEAD.replace("mask = drafts >= 0", "mask = drafts.ge(0)")
     found = {m.id: m for m in catalogue.record_mutants(record, "0.33.0", later, {"0.29.0": HEAD})}
     assert found["flip"].reason == "the code changed between 0.29.0 and 0.33.0"
+
+
+def test_validate_reports_a_mutant_find_with_a_typo(write_record):
+    """`gdn-review validate` checks finds against the installed release (no download needed)."""
+    from click.testing import CliRunner
+
+    from gdn_review import releases
+    from gdn_review.cli import main
+
+    installed, _ = releases.loaded()
+    text = MINIMAL.replace("head_release: 0.29.0", f"head_release: {installed}").replace(
+        "    claims: [C1]\n",
+        '    claims: [C1]\n    mutants:\n      - id: typo\n        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 00"\n        replace: "x"\n',
+    )
+    kb = write_record(text)
+    result = CliRunner().invoke(main, ["validate", "--kb", str(kb)])
+    assert result.exit_code == 2, result.output
+    assert f"risks[0].mutants[0].find: mutant 'typo': find matches 0 times in vLLM {installed}'s" in result.output
+    fixed = text.replace(">= 00", ">= 0")
+    kb = write_record(fixed)
+    assert CliRunner().invoke(main, ["validate", "--kb", str(kb)]).exit_code == 0

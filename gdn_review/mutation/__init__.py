@@ -75,6 +75,32 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
     return Catalogue(record.pr.number, release, target, mutants, gone, notes)
 
 
+def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
+    """Record errors of mutant finds on the releases at hand (nothing is fetched), and what was skipped.
+
+    At hand: the installed (loaded) release and any release in the cache; the
+    head release is the one a find must match, so it is named when missing.
+    """
+    if not any(risk.mutants for risk in record.risks):
+        return [], []
+    target = record.target.file
+    sources: dict[str, str] = {}
+    skipped: list[str] = []
+    try:
+        release, root = releases.loaded()
+        sources[release] = (root / target).read_text(encoding="utf-8")
+    except (releases.ReleaseError, OSError) as error:
+        skipped.append(f"the installed vLLM: {error}")
+    for version in releases.cached_versions():
+        text = _quiet_source(version, target)
+        if text is not None:
+            sources.setdefault(version, text)
+    head = record.target.head_release
+    if head and head not in sources:
+        skipped.append(f"vLLM {head} (the head release) is not in the release cache; `gdn-review mutate` fetches it")
+    return find_problems(path, record, sources), skipped
+
+
 def _quiet_source(version: str, target: str) -> str | None:
     try:
         return releases.source(version, target, fetch=False)
