@@ -570,5 +570,72 @@ def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None
     click.echo(f"wrote {path} (run: python -m pytest {path})")
 
 
+MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
+
+
+@main.command(name="matrix")
+@kb_option
+@click.option("--record", "number", required=True, type=int, help="PR number of the record.")
+@click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to run (repeatable).  [default: the record's base and head release and every release after it up to the installed one]")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]")
+@click.option("-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run').")
+@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N]")
+@click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the report goes.")
+@click.option("--fail-on", "fail_on", default="drift", show_default=True, help="Comma list of what makes the exit code 1: fails (on the newest release), unverified, uncovered, drift (unexplained).")
+def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, fail_on) -> None:
+    """Run a record's generated tests on the release without the PR, the release with it, and every later one.
+
+    Each release runs in its own subprocess with that release's Python sources
+    (from the release cache, fetched once) first on PYTHONPATH over the
+    installed torch; releases run in parallel. On the base release every claim
+    runs whatever its range, so the report says per claim whether the check
+    discriminates (fails before the PR, holds after it). Every case's full
+    metadata is compared between consecutive releases; each difference is
+    attributed to a PR (target.changes, related[].changes) or shown as
+    unexplained drift.
+
+    Exit 0 ok, 1 what --fail-on names, 2 bad input (unknown record or release).
+
+    \b
+    Examples:
+      gdn-review matrix --record 52078
+      gdn-review matrix --record 56531 --vllm 0.31.0 --vllm 0.32.0
+      gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
+    """
+    from gdn_review import matrix as matrices
+
+    chosen = {item.strip() for item in fail_on.split(",") if item.strip()}
+    if chosen - set(MATRIX_FAIL_ON):
+        raise click.BadParameter(f"unknown {', '.join(sorted(chosen - set(MATRIX_FAIL_ON)))}; choose from {', '.join(MATRIX_FAIL_ON)}", param_hint="--fail-on")
+    all_records = _load_records(kb_dir, ())
+    records = _load_records(kb_dir, (number,))
+    (record_path, record), = records.items()
+    if is_draft(record):
+        raise BadInput(f"{record_path} is a draft (open TODOs): nothing to run")
+    modules = _current_modules(kb_dir, records, out_dir, write)
+    work = work_dir or Path(".gdn-review") / f"matrix-{number}"
+    try:
+        data = matrices.run_matrix(record, record_path, modules[number], work, list(versions) or None, jobs, keyword, say=click.echo)
+        data = matrices.load_matrix(work)
+        known = {r.pr.number for r in all_records.values()}
+        report_data = reporting.matrix_report(record, data, known)
+    except (matrices.MatrixError, releases.ReleaseError, reporting.ReportError) as error:
+        raise BadInput(str(error)) from None
+    written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=[report_data])
+    for row in report_data["matrix"]["rows"]:
+        cells = ", ".join(f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "") for c in row["cells"])
+        click.echo(f"{row['id']}: {row['discrimination']}: {cells}")
+    drift = report_data["matrix"]["drift"]
+    click.echo(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
+    for path in written:
+        click.echo(f"report   {path}")
+    tripped = reporting.matrix_failures(report_data, chosen)
+    for line in tripped:
+        click.echo(f"fail-on: {line}", err=True)
+    sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+
+
 if __name__ == "__main__":
     main()

@@ -472,9 +472,20 @@ def render_index(reports: list[dict]) -> str:
     return environment(cell=_cell).get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
 
 
-def write_reports(records: dict[Path, Record], evidence: Evidence, out_dir: Path, fmt: str = "markdown") -> tuple[list[Path], list[dict]]:
-    """One report per record plus an index; returns the paths written and the report data."""
-    reports = [report_data(record, evidence) for record in sorted(records.values(), key=lambda r: r.pr.number)]
+def write_reports(
+    records: dict[Path, Record], evidence: Evidence, out_dir: Path, fmt: str = "markdown", reports: list[dict] | None = None
+) -> tuple[list[Path], list[dict]]:
+    """One report per record plus an index; returns the paths written and the report data.
+
+    ``reports``: report data made already (the release matrix's), written as they are.
+    """
+    if reports is None:
+        reports = [report_data(record, evidence) for record in sorted(records.values(), key=lambda r: r.pr.number)]
+        # A related PR with a record of its own links to that record's report.
+        numbers = {record.pr.number for record in records.values()}
+        for data in reports:
+            for related in data["related"]:
+                related["has_record"] = related["number"] in numbers
     written = []
     for data in reports:
         if fmt == "json":
@@ -507,4 +518,214 @@ def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
             for row in (data.get("mutation") or {}).get("survivors", []):
                 if row["status"] == "survived":
                     found.append(f"PR {data['number']} mutant {row['id']} survived")
+    return found
+
+
+# --- The release matrix (gdn-review matrix) -------------------------------------------
+
+
+def _op_values(tests: list[dict], key: str) -> list[int]:
+    return sorted(
+        t["measured"][key] for t in tests if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
+    )
+
+
+def _cell_measure(claim, tests: list[dict]) -> str:
+    """What a release measured for a claim, in a few words (op counts as a range over the cases)."""
+    ran = [t for t in tests if t["outcome"] in RAN]
+    if not ran:
+        return ""
+    if claim.check.kind == "op_budget":
+        parts = []
+        for key in claim.check.budget:
+            values = _op_values(ran, key)
+            if values:
+                shown = str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+                parts.append(f"{key.split('|')[0]} {shown}")
+        return ", ".join(parts)
+    passed = sum(t["outcome"] == "passed" for t in ran)
+    return f"{passed}/{len(ran)} as expected"
+
+
+def _discrimination(before: str | None, base: dict | None, head: dict | None) -> tuple[str, str]:
+    """(verdict, why): does the check tell the release without the PR from the release with it?"""
+    if before is None:
+        return "not stated", "the record gives no `before` for this claim"
+    if base is None or head is None:
+        return "unverified", "the matrix did not run both the base and the head release"
+    vb, vh = base["verdict"], head["verdict"]
+    after_ok = vh in {"holds", "known deviation"}
+    if "unverified" in (vb, vh) or "not applicable" in (vb, vh):
+        return "unverified", f"{vb} on the base release, {vh} on the head release"
+    if before == "fails":
+        if vb == "fails" and after_ok:
+            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} from the head release ({head['measure']})"
+        if vb == "fails":
+            return "does not discriminate", f"fails on the head release too ({head['reason']})"
+        return "does not discriminate", f"{vb} on the base release too: the check is never seen to fail"
+    if vb == "fails":
+        return "does not discriminate", f"fails on the base release although the record says it held there: {base['reason']}"
+    if not after_ok:
+        return "does not discriminate", f"holds on the base release but {vh} on the head release: {head['reason']}"
+    return "does not discriminate", "as the record says (before: holds): a preservation claim holds before and after the PR"
+
+
+def _trajectory(values: list[tuple[str, int | None]]) -> str:
+    """'5 (0.28.0) → 2 (0.29.0–0.31.0) → 3 (0.32.0–0.33.0)'."""
+    runs: list[list] = []
+    for version, value in values:
+        if value is None:
+            continue
+        if runs and runs[-1][0] == value:
+            runs[-1][2] = version
+        else:
+            runs.append([value, version, version])
+    return " → ".join(f"{v} ({a})" if a == b else f"{v} ({a}–{b})" for v, a, b in runs)
+
+
+def _in_window(release: str | None, after: str, upto: str) -> bool:
+    from packaging.version import Version
+
+    return release is not None and Version(after) < Version(release) <= Version(upto)
+
+
+def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, int, list]]:
+    """(label, PR number, changes) of the PRs that first shipped after ``previous``, up to ``current``."""
+    found = []
+    if _in_window(record.target.head_release, previous, current):
+        found.append(("this PR", record.pr.number, record.target.changes))
+    for relation in record.related:
+        if _in_window(relation.from_release, previous, current):
+            found.append((relation.relation, relation.number, relation.changes))
+    return found
+
+
+def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int]) -> dict:
+    """Field differences between consecutive releases' snapshots, each attributed or unexplained."""
+    from gdn_review import snapshot as snapshot_module
+
+    rows, schema, missing = [], [], []
+    present = [(v, s) for v, s in snapshots_by_release if s is not None]
+    missing = [v for v, s in snapshots_by_release if s is None]
+    for (previous, old), (current, new) in zip(present, present[1:]):
+        differences = snapshot_module.differences(old["cases"], new["cases"])
+        added, removed = set(), set()
+        by_case: dict[str, list[dict]] = {}
+        for difference in differences:
+            if difference["field"] == "(case)":
+                continue
+            if difference["before"] == "(no such field)":
+                added.add(difference["field"])
+            elif difference["after"] == "(no such field)":
+                removed.add(difference["field"])
+            else:
+                by_case.setdefault(difference["case"], []).append(difference)
+        if added or removed:
+            schema.append({"from": previous, "to": current, "added": sorted(added), "removed": sorted(removed)})
+        explainers = _explainers(record, previous, current)
+        for case_id, changed in sorted(by_case.items()):
+            fields = [d["field"] for d in changed]
+            explained_by = []
+            for label, number, changes in explainers:
+                for change in changes:
+                    if case_id in change.cases and (not change.fields or set(fields) <= set(change.fields)):
+                        explained_by.append({"number": number, "relation": label, "record": number in known_records, "note": change.note})
+                        break
+            rows.append(
+                {
+                    "from": previous,
+                    "to": current,
+                    "case": case_id,
+                    "fields": fields,
+                    "changes": [f"{d['field']}: {json.dumps(d['before'])} → {json.dumps(d['after'])}" for d in changed],
+                    "explained_by": explained_by,
+                }
+            )
+    return {
+        "rows": rows,
+        "unexplained": [r for r in rows if not r["explained_by"]],
+        "schema": schema,
+        "missing": missing,
+    }
+
+
+def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
+    """Release x claim table, before -> after per claim, op-count trajectories and drift of one record."""
+    known_records = known_records or set()
+    entries = matrix["releases"]
+    columns, per_release = [], {}
+    for entry in entries:
+        version = entry["version"]
+        columns.append({"version": version, "role": entry["role"], "source": entry["source"], "claims_on_any_release": entry.get("claims_on_any_release", False), "summary": entry.get("summary", "")})
+        if entry.get("evidence_path"):
+            evidence = load_evidence([Path(entry["evidence_path"])])
+            per_release[version] = (report_data(record, evidence), evidence)
+    base = record.target.base_release
+    head = record.target.head_release
+    rows = []
+    for claim in record.claims:
+        cells = []
+        for entry in entries:
+            version = entry["version"]
+            if version not in per_release:
+                cells.append({"version": version, "verdict": "not run", "reason": entry.get("summary", ""), "measure": ""})
+                continue
+            data, evidence = per_release[version]
+            row = next(c for c in data["claims"] if c["id"] == claim.id)
+            tests = [t for t in evidence.tests if t["record"] == record.pr.number and t["claim"] == claim.id]
+            cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": _cell_measure(claim, tests), "tests": tests})
+        by_version = {c["version"]: c for c in cells}
+        verdict, why = _discrimination(claim.before, by_version.get(base), by_version.get(head))
+        trajectories = []
+        if claim.check.kind == "op_budget":
+            for key in claim.check.budget:
+                values = []
+                for cell in cells:
+                    ran = [t for t in cell.get("tests", []) if t["outcome"] in RAN]
+                    found = _op_values(ran, key)
+                    values.append((cell["version"], found[-1] if found else None))
+                if any(v is not None for _, v in values):
+                    trajectories.append(f"{key}, most per build(): {_trajectory(values)}")
+        rows.append(
+            {
+                "id": claim.id,
+                "before": claim.before or "—",
+                "cells": [{k: v for k, v in c.items() if k != "tests"} for c in cells],
+                "discrimination": verdict,
+                "discrimination_reason": why,
+                "trajectories": trajectories,
+            }
+        )
+    drift = drift_data(record, [(e["version"], e.get("snapshot_data")) for e in entries], known_records)
+    return {
+        "columns": columns,
+        "rows": rows,
+        "drift": drift,
+        "downloaded": matrix.get("downloaded", []),
+        "duration_s": matrix.get("duration_s"),
+        "jobs": matrix.get("jobs"),
+        "target_diff": matrix.get("target_diff"),
+        "base_release": base,
+        "head_release": head,
+    }
+
+
+def matrix_report(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
+    """A record's report on its newest release's evidence, with the release matrix added."""
+    entries = [e for e in matrix["releases"] if e.get("evidence_path")]
+    if not entries:
+        raise ReportError("no release of the matrix wrote evidence")
+    data = report_data(record, load_evidence([Path(entries[-1]["evidence_path"])]))
+    data["matrix"] = matrix_data(record, matrix, known_records)
+    for related in data["related"]:
+        related["has_record"] = related["number"] in (known_records or set())
+    return data
+
+
+def matrix_failures(data: dict, fail_on: set[str]) -> list[str]:
+    """--fail-on for a matrix: drift (unexplained snapshot differences) besides report.failures'."""
+    found = failures([data], fail_on - {"drift"})
+    if "drift" in fail_on:
+        for row in data["matrix"]["drift"]["unexplained"]:
+            found.append(f"PR {data['number']} unexplained drift {row['from']} → {row['to']}: {row['case']}: {', '.join(row['fields'])}")
     return found

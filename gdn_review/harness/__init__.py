@@ -13,7 +13,7 @@ from gdn_review.harness.environment import (
     target_source,
 )
 from gdn_review.harness.builders import BuilderSettings, make_builder
-from gdn_review.harness.releases import active_deviation, release_in_range, vllm_release
+from gdn_review.harness.releases import active_deviation, claim_in_range, release_in_range, vllm_release
 from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
 from gdn_review.harness.strategies import random_batches
 
@@ -22,6 +22,7 @@ __all__ = [
     "BuilderSettings",
     "active_deviation",
     "build_case",
+    "claim_in_range",
     "count_sync_warnings",
     "cuda_skip_reason",
     "device_skip_reason",

@@ -123,6 +123,16 @@ class PullRequest(Strict):
         return self
 
 
+class MetadataChange(Strict):
+    """What a related PR changed in build()'s metadata: these cases, these fields."""
+
+    cases: Annotated[list[Id], Field(min_length=1)]
+    fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(
+        default_factory=list, description="snapshot fields it changed (empty: any field of these cases)"
+    )
+    note: str | None = None
+
+
 class Target(Strict):
     file: Text
     symbol: Text
@@ -130,6 +140,10 @@ class Target(Strict):
     # record without them is incomplete (see kb.completeness).
     base_release: Release | None = Field(default=None, description="last release without the PR")
     head_release: Release | None = Field(default=None, description="first release with the PR")
+    changes: list[MetadataChange] = Field(
+        default_factory=list,
+        description="metadata the PR itself changed (cases and fields): explains snapshot drift from base to head release",
+    )
 
 
 class Row(Strict):
@@ -231,6 +245,12 @@ class Claim(Strict):
     note: str | None = None
     check: Check
     known_deviations: list[KnownDeviation] = Field(default_factory=list)
+    before: Literal["fails", "holds"] | None = Field(
+        default=None,
+        description="what the check should do on target.base_release (the release without the PR): "
+        "fails for an improvement claim (the check must fail there, which proves it can fail), "
+        "holds for a preservation claim; `gdn-review matrix` says whether the check discriminates",
+    )
 
 
 class Mutant(Strict):
@@ -265,6 +285,11 @@ class Relation(Strict):
     from_release: Release | None = None
     claims: list[Id] = Field(default_factory=list)
     cases: list[Id] = Field(default_factory=list)
+    changes: list[MetadataChange] = Field(
+        default_factory=list,
+        description="metadata this PR changed from from_release on (cases and fields); "
+        "`gdn-review matrix` attributes snapshot drift between releases to it",
+    )
 
 
 class KeyFile(Strict):

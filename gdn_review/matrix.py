@@ -1,0 +1,247 @@
+"""The release matrix: a record's generated tests on the base release, the head release and every later one.
+
+Each release runs the record's generated module in a pytest subprocess of its
+own, with that release's Python sources (from the release cache) first on
+``PYTHONPATH`` over the installed torch; the installed release runs as it is.
+On the base release (the last one without the PR) every claim runs whatever
+its ``releases`` range (``GDN_REVIEW_CLAIMS_ON_ANY_RELEASE=1``), so that a
+claim's ``before`` (fails: an improvement, holds: a preservation) can be
+compared with what was measured: a check that fails before the PR and holds
+after it *discriminates*. The same subprocess takes the full-metadata
+snapshot of every case (``gdn_review.snapshot``); consecutive releases'
+snapshots are compared field by field, and each difference is attributed to
+the record's own PR (``target.changes``) or a related PR (``related[].changes``)
+that first shipped between them, or shown as unexplained drift.
+
+Evidence per release, the snapshots and ``matrix.json`` (which release ran
+how) go to one folder; ``report.matrix_data`` turns them into the release x
+claim table, the discrimination verdicts and the drift section.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import difflib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from packaging.version import Version
+
+from gdn_review import releases
+from gdn_review import snapshot as snapshots
+from gdn_review.files import atomic_write
+
+MATRIX_FORMAT = "gdn-review-matrix/1"
+CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # read by harness.claim_in_range
+
+
+class MatrixError(Exception):
+    """Bad input for the matrix (unknown release, no base release...): exit 2."""
+
+
+@dataclasses.dataclass
+class Planned:
+    version: str
+    role: str  # base, head, later, requested
+    installed: bool
+
+
+def default_releases(base: str | None, head: str | None, installed: str) -> list[str]:
+    """Base, head, and every minor release X.Y.0 after the head up to the installed one."""
+    if not base or not head:
+        raise MatrixError("the record names no target.base_release and head_release: give releases with --vllm")
+    chosen = [Version(base), Version(head)]
+    top = Version(installed)
+    step = Version(head)
+    minor = step.minor + 1
+    while Version(f"{step.major}.{minor}.0") <= top:
+        chosen.append(Version(f"{step.major}.{minor}.0"))
+        minor += 1
+    if top not in chosen and top > Version(head):
+        chosen.append(top)
+    return [str(v) for v in sorted(set(chosen))]
+
+
+def plan(record, installed: str, requested: list[str] | None = None) -> list[Planned]:
+    base, head = record.target.base_release, record.target.head_release
+    versions = requested or default_releases(base, head, installed)
+    checked = set()
+    for version in versions:
+        try:
+            checked.add(releases._checked_version(version))
+        except releases.ReleaseError as error:
+            raise MatrixError(str(error)) from None
+    planned = []
+    for version in sorted(checked, key=Version):
+        if base and Version(version) == Version(base):
+            role = "base"
+        elif head and Version(version) == Version(head):
+            role = "head"
+        elif head and Version(version) > Version(head):
+            role = "later"
+        else:
+            role = "earlier"
+        planned.append(Planned(version, role, Version(version) == Version(installed)))
+    return planned
+
+
+def default_jobs() -> int:
+    """Releases run at once: one per CPU, at most one per 2 GiB of available memory."""
+    cpus = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            info = dict(line.split(":", 1) for line in handle)
+        available_gib = int(info["MemAvailable"].split()[0]) / (1 << 20)
+        return max(1, min(cpus, int(available_gib // 2)))
+    except (OSError, KeyError, ValueError):
+        return max(1, min(cpus, 2))
+
+
+def fetch(planned: list[Planned], say: Callable[[str], None]) -> tuple[dict[str, Path | None], list[str]]:
+    """Each release's folder for PYTHONPATH (None: the installed one) and the versions downloaded now."""
+    paths: dict[str, Path | None] = {}
+    downloaded = []
+    for item in planned:
+        if item.installed:
+            paths[item.version] = None
+            continue
+        try:
+            hit = releases.cached(item.version)
+            if hit is None:
+                downloaded.append(item.version)
+            paths[item.version] = releases.ensure(item.version, say=say).path
+        except releases.ReleaseError as error:
+            raise MatrixError(str(error)) from None
+    return paths, downloaded
+
+
+def run_one(item: Planned, path: Path | None, module: Path, record_path: Path, out_dir: Path, keyword: str | None = None) -> dict:
+    """Run the record's module on one release (a subprocess); the evidence, snapshot and log go to ``out_dir``."""
+    evidence = out_dir / f"evidence-{item.version}.json"
+    snapshot = out_dir / f"snapshot-{item.version}.json"
+    log = out_dir / f"pytest-{item.version}.log"
+    for stale in (evidence, snapshot, log):
+        stale.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env.pop(CLAIMS_ON_ANY_RELEASE, None)
+    if path is not None:
+        env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if item.role == "base":
+        env[CLAIMS_ON_ANY_RELEASE] = "1"
+    command = [
+        sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider",
+        "--gdn-evidence", str(evidence),
+        "-p", "gdn_review.snapshot", "--gdn-snapshot-record", str(record_path), "--gdn-snapshot-out", str(snapshot),
+    ]
+    if keyword:
+        command += ["-k", keyword]
+    started = time.monotonic()
+    with log.open("w", encoding="utf-8") as stream:
+        code = subprocess.run(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
+    lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and ("passed" in line or "failed" in line or "skipped" in line or "error" in line)), f"pytest exit code {code}")
+    return {
+        "version": item.version,
+        "role": item.role,
+        "source": "installed" if path is None else "unpacked on PYTHONPATH",
+        "claims_on_any_release": item.role == "base",
+        "evidence": evidence.name if evidence.exists() else None,
+        "snapshot": snapshot.name if snapshot.exists() else None,
+        "log": log.name,
+        "pytest_exit": code,
+        "summary": summary,
+        "duration_s": round(time.monotonic() - started, 1),
+    }
+
+
+def target_diff(record) -> str | None:
+    """The unified diff of the target file from the base to the head release (from the release cache), or None."""
+    base, head = record.target.base_release, record.target.head_release
+    if not base or not head:
+        return None
+    texts = []
+    for version in (base, head):
+        try:
+            text = releases.source(version, record.target.file, fetch=False)
+        except releases.ReleaseError:
+            text = None
+        if text is None:
+            return None
+        texts.append(text)
+    lines = difflib.unified_diff(
+        texts[0].splitlines(keepends=True), texts[1].splitlines(keepends=True),
+        fromfile=f"{record.target.file} ({base})", tofile=f"{record.target.file} ({head})",
+    )
+    return "".join(lines)
+
+
+def run_matrix(
+    record,
+    record_path: Path,
+    module: Path,
+    out_dir: Path,
+    requested: list[str] | None = None,
+    jobs: int | None = None,
+    keyword: str | None = None,
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Run the record's module on every planned release; write and return matrix.json's data."""
+    installed, _ = releases.loaded()
+    planned = plan(record, installed, requested)
+    say(f"release matrix of PR #{record.pr.number}: vLLM {', '.join(p.version for p in planned)} (installed: {installed})")
+    paths, downloaded = fetch(planned, say)
+    if downloaded:
+        say(f"release cache: downloaded {', '.join(downloaded)}")
+    else:
+        say(f"release cache: every release was already cached; nothing downloaded ({releases.cache_root()})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = jobs or default_jobs()
+    say(f"running {len(planned)} releases, {jobs} at a time")
+    started = time.monotonic()
+    results: dict[str, dict] = {}
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_one, item, paths[item.version], module, record_path, out_dir, keyword): item for item in planned}
+        for future in concurrent.futures.as_completed(futures):
+            item = futures[future]
+            result = future.result()
+            results[item.version] = result
+            done += 1
+            where = "installed" if item.installed else "unpacked"
+            forced = ", every claim checked" if result["claims_on_any_release"] else ""
+            say(f"[{done}/{len(planned)}] vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
+    data = {
+        "format": MATRIX_FORMAT,
+        "record": record.pr.number,
+        "installed": installed,
+        "downloaded": downloaded,
+        "jobs": jobs,
+        "duration_s": round(time.monotonic() - started, 1),
+        "releases": [results[p.version] for p in planned],
+        "target_diff": target_diff(record),
+    }
+    atomic_write(out_dir / "matrix.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data
+
+
+def load_matrix(folder: Path) -> dict:
+    """matrix.json of a matrix run, with each release's evidence path and snapshot loaded."""
+    path = Path(folder) / "matrix.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: no matrix here (run `gdn-review matrix` first)") from None
+    except (OSError, ValueError) as error:
+        raise MatrixError(f"{path}: cannot read: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != MATRIX_FORMAT:
+        raise MatrixError(f"{path}: not a gdn-review matrix (expected format {MATRIX_FORMAT!r})")
+    for entry in data["releases"]:
+        entry["evidence_path"] = str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
+        entry["snapshot_data"] = snapshots.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
+    return data

@@ -1,0 +1,163 @@
+"""Full-metadata snapshots: every field ``build()`` returns, per case of a record, per release.
+
+A snapshot is the harness's plain-data snapshot (``harness.run.snapshot``) of
+every case of a record, taken on one release, stored as JSON next to the
+record: ``kb/snapshots/<number>/<release>.json``. Each file names the release,
+the device and the command that made it. Generated tests compare the loaded
+release's snapshot with the stored one field by field; the release matrix
+compares the snapshots of consecutive releases (drift) and looks for the
+related PR that explains each difference.
+
+Taking a snapshot imports vLLM (through the harness), so it runs in a
+subprocess with the release's sources first on ``PYTHONPATH``:
+``python -m gdn_review.snapshot RECORD.yaml OUT.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gdn_review.files import atomic_write
+
+SNAPSHOT_FORMAT = "gdn-review-snapshot/1"
+FOLDER = "snapshots"
+
+
+def snapshot_dir(kb_dir: Path, number: int) -> Path:
+    return Path(kb_dir) / FOLDER / str(number)
+
+
+def snapshot_path(kb_dir: Path, number: int, release: str) -> Path:
+    return snapshot_dir(kb_dir, number) / f"{release}.json"
+
+
+def command_for(number: int, release: str) -> str:
+    return f"gdn-review snapshot --record {number} --release {release}"
+
+
+def case_inputs(record) -> dict[str, dict]:
+    """The record's cases as build() inputs (what generated modules hold as CASES)."""
+    return {
+        case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True)
+        for case in sorted(record.cases, key=lambda c: c.id)
+    }
+
+
+def take(cases: dict[str, dict], device: str = "cpu") -> dict:
+    """Snapshots of these cases on the loaded vLLM (imports it: call in a subprocess or a test)."""
+    from gdn_review import harness
+
+    release = str(harness.vllm_release())
+    taken = {}
+    for case_id, case in sorted(cases.items()):
+        if not harness.release_in_range(case.get("releases")):
+            continue
+        taken[case_id] = harness.build_case(device, case, count_ops=False).metadata
+    return {"release": release, "device": device, "cases": taken}
+
+
+def document(number: int, taken: dict) -> dict:
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "record": number,
+        "release": taken["release"],
+        "device": taken["device"],
+        "made_by": command_for(number, taken["release"]),
+        "cases": taken["cases"],
+    }
+
+
+def dumps(data: dict) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def load(path: Path) -> dict | None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT or not isinstance(data.get("cases"), dict):
+        return None
+    return data
+
+
+def stored(kb_dir: Path, number: int) -> dict[str, dict]:
+    """release -> stored snapshot document of record ``number``."""
+    found = {}
+    folder = snapshot_dir(kb_dir, number)
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.json")):
+            data = load(path)
+            if data is not None:
+                found[str(data["release"])] = data
+    return found
+
+
+def differences(before: dict, after: dict) -> list[dict]:
+    """Field-level differences between two snapshots' cases: [{case, field, before, after}]."""
+    found = []
+    for case_id in sorted(set(before) | set(after)):
+        old, new = before.get(case_id), after.get(case_id)
+        if old is None or new is None:
+            found.append({"case": case_id, "field": "(case)", "before": "present" if old else "absent", "after": "present" if new else "absent"})
+            continue
+        for field in sorted(set(old) | set(new)):
+            if field not in old or field not in new:
+                found.append({"case": case_id, "field": field, "before": old.get(field, "(no such field)"), "after": new.get(field, "(no such field)")})
+            elif old[field] != new[field]:
+                found.append({"case": case_id, "field": field, "before": old[field], "after": new[field]})
+    return found
+
+
+def take_in_subprocess(record_path: Path, pythonpath: Path | None, out: Path, device: str = "cpu") -> subprocess.CompletedProcess:
+    """Take a record's snapshots in a fresh interpreter, with ``pythonpath`` first on its path."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    command = [sys.executable, "-m", "gdn_review.snapshot", str(record_path), str(out), "--device", device]
+    return subprocess.run(command, env=env, capture_output=True, text=True)
+
+
+# --- As a pytest plugin (``-p gdn_review.snapshot``): the release matrix takes the
+# snapshots in the same process as the generated tests, vLLM imported once.
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("gdn-review-snapshot", "gdn-review full-metadata snapshots")
+    group.addoption("--gdn-snapshot-record", default=None, metavar="RECORD.yaml", help="take this record's case snapshots at the end of the session")
+    group.addoption("--gdn-snapshot-out", default=None, metavar="PATH", help="where the snapshot JSON goes")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    record_path, out = config.getoption("gdn_snapshot_record"), config.getoption("gdn_snapshot_out")
+    if not record_path or not out:
+        return
+    from gdn_review.kb import load_record
+
+    record = load_record(Path(record_path))
+    atomic_write(Path(out), dumps(document(record.pr.number, take(case_inputs(record)))))
+
+
+def _main(argv: list[str]) -> int:
+    import argparse
+
+    from gdn_review.kb import load_record
+
+    parser = argparse.ArgumentParser(prog="python -m gdn_review.snapshot")
+    parser.add_argument("record")
+    parser.add_argument("out")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    record = load_record(Path(args.record))
+    taken = take(case_inputs(record), args.device)
+    atomic_write(Path(args.out), dumps(document(record.pr.number, taken)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

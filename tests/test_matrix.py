@@ -1,0 +1,160 @@
+"""The release matrix without vLLM: release plan, before -> after, op-count trajectories, drift attribution, CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gdn_review import matrix, releases, report
+from gdn_review import snapshot as snapshots
+from gdn_review.cli import main
+from gdn_review.kb import load_record
+from tests.conftest import MINIMAL, ROOT
+
+RECORD = MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n").replace(
+    "risks:\n",
+    "  - id: plain\n    text: A decode.\n    rows:\n      - {seq_len: 5, query_len: 1}\n"
+    "related:\n"
+    "  - number: 9\n    title: Later change\n    relation: changes-claim\n    from_release: 0.31.0\n"
+    "    changes:\n      - cases: [spec]\n        fields: [num_decodes]\n"
+    "risks:\n",
+)
+assert "before: fails" in RECORD and "related:" in RECORD
+
+
+def _evidence(folder: Path, version: str, outcome: str, ge: int) -> str:
+    tests = [
+        {"nodeid": "m::test_C1[cpu-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cpu",
+         "outcome": outcome, "reason": None if outcome == "passed" else "over budget", "measured": {"aten.ge": ge}, "expected": {"aten.ge": "<= 1"}},
+        {"nodeid": "m::test_C1[cuda-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cuda",
+         "outcome": "skipped", "reason": "needs CUDA: none here"},
+    ]
+    data = {"format": "gdn-review-evidence/1", "finished_at": "2026-11-29T00:00:00+00:00", "tests": tests,
+            "environment": {"vllm_version": version, "vllm_source": "unpacked on PYTHONPATH (not the installed distribution)"}}
+    name = f"evidence-{version}.json"
+    (folder / name).write_text(json.dumps(data), encoding="utf-8")
+    return name
+
+
+def _snapshot(folder: Path, version: str, spec: dict, plain: dict) -> str:
+    name = f"snapshot-{version}.json"
+    doc = snapshots.document(7, {"release": version, "device": "cpu", "cases": {"spec": spec, "plain": plain}})
+    (folder / name).write_text(snapshots.dumps(doc), encoding="utf-8")
+    return name
+
+
+@pytest.fixture
+def matrix_folder(tmp_path, write_record):
+    kb = write_record(RECORD)
+    runs = [("0.28.0", "base", "failed", 2), ("0.29.0", "head", "passed", 1), ("0.30.0", "later", "passed", 1), ("0.31.0", "later", "passed", 1)]
+    spec = {"num_decodes": 0, "path": "spec"}
+    plain = {"num_prefills": 0, "path": "non_spec"}
+    snapshots_by_version = {
+        "0.28.0": (spec, plain),
+        "0.29.0": (spec, plain),
+        "0.30.0": (spec, {**plain, "num_prefills": 1, "new_field": None}),  # unexplained drift + a new field
+        "0.31.0": ({**spec, "num_decodes": 2}, {**plain, "num_prefills": 1, "new_field": None}),  # explained by #9
+    }
+    folder = tmp_path / "work"
+    folder.mkdir()
+    entries = []
+    for version, role, outcome, ge in runs:
+        entries.append({
+            "version": version, "role": role, "source": "unpacked on PYTHONPATH", "claims_on_any_release": role == "base",
+            "evidence": _evidence(folder, version, outcome, ge), "snapshot": _snapshot(folder, version, *snapshots_by_version[version]),
+            "summary": "", "pytest_exit": 0, "duration_s": 1.0,
+        })
+    (folder / "matrix.json").write_text(json.dumps({"format": matrix.MATRIX_FORMAT, "record": 7, "releases": entries, "downloaded": [], "jobs": 2, "duration_s": 3.0, "target_diff": "--- a\n+++ b\n"}), encoding="utf-8")
+    return load_record(kb / "7.yaml"), folder
+
+
+def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installed_one():
+    assert matrix.default_releases("0.28.0", "0.29.0", "0.33.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+    assert matrix.default_releases("0.31.0", "0.32.0", "0.33.0") == ["0.31.0", "0.32.0", "0.33.0"]
+    assert matrix.default_releases("0.31.0", "0.32.0", "0.33.1") == ["0.31.0", "0.32.0", "0.33.0", "0.33.1"]
+    with pytest.raises(matrix.MatrixError, match="base_release"):
+        matrix.default_releases(None, "0.29.0", "0.33.0")
+
+
+def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
+    record = load_record(write_record(RECORD) / "7.yaml")
+    planned = matrix.plan(record, "0.33.0")
+    assert [(p.version, p.role, p.installed) for p in planned][:2] == [("0.28.0", "base", False), ("0.29.0", "head", False)]
+    assert planned[-1].installed and planned[-1].role == "later"
+    with pytest.raises(matrix.MatrixError, match="not a release number"):
+        matrix.plan(record, "0.33.0", ["banana"])
+
+
+def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
+    record = load_record(write_record(RECORD) / "7.yaml")
+    fake = releases.Release("0.28.0", tmp_path, "w.whl", "0")
+    monkeypatch.setattr(releases, "cached", lambda version, root=None: fake)
+    monkeypatch.setattr(releases, "ensure", lambda version, root=None, say=None: fake)
+    paths, downloaded = matrix.fetch(matrix.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print)
+    assert downloaded == [] and paths == {"0.28.0": tmp_path, "0.29.0": None}
+
+
+def test_before_fails_then_holds_discriminates_with_measured_values(matrix_folder):
+    record, folder = matrix_folder
+    data = report.matrix_data(record, matrix.load_matrix(folder), {7})
+    (row,) = data["rows"]
+    assert row["before"] == "fails" and row["discrimination"] == "discriminates"
+    assert [c["verdict"] for c in row["cells"]] == ["fails", "holds", "holds", "holds"]
+    assert row["cells"][0]["measure"] == "aten.ge 2"
+    assert row["trajectories"] == ["aten.ge, most per build(): 2 (0.28.0) → 1 (0.29.0–0.31.0)"]
+
+
+@pytest.mark.parametrize(
+    "before, base, head, expected",
+    [
+        ("fails", "holds", "holds", "does not discriminate"),
+        ("fails", "fails", "fails", "does not discriminate"),
+        ("holds", "holds", "holds", "does not discriminate"),
+        ("holds", "fails", "holds", "does not discriminate"),
+        (None, "fails", "holds", "not stated"),
+        ("fails", "unverified", "holds", "unverified"),
+    ],
+)
+def test_discrimination_rules(before, base, head, expected):
+    cell = lambda v: {"verdict": v, "reason": "r", "measure": ""}  # noqa: E731
+    assert report._discrimination(before, cell(base), cell(head))[0] == expected
+
+
+def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained(matrix_folder):
+    record, folder = matrix_folder
+    drift = report.matrix_data(record, matrix.load_matrix(folder), {7})["drift"]
+    rows = {(r["from"], r["to"], r["case"]): r for r in drift["rows"]}
+    assert set(rows) == {("0.29.0", "0.30.0", "plain"), ("0.30.0", "0.31.0", "spec")}
+    assert rows[("0.30.0", "0.31.0", "spec")]["explained_by"][0]["number"] == 9
+    assert [r["case"] for r in drift["unexplained"]] == ["plain"]
+    assert drift["unexplained"][0]["changes"] == ["num_prefills: 0 → 1"]
+    assert drift["schema"] == [{"from": "0.29.0", "to": "0.30.0", "added": ["new_field"], "removed": []}]
+
+
+def test_matrix_report_renders_the_table_drift_and_diff_and_fails_on_drift(matrix_folder):
+    record, folder = matrix_folder
+    data = report.matrix_report(record, matrix.load_matrix(folder), {7, 9})
+    text = report.render_markdown(data)
+    assert "## Release matrix" in text and "**discriminates**" in text
+    assert "| C1 | fails | **fails**: aten.ge 2 | **holds**: aten.ge 1 |" in text
+    assert "**unexplained drift**" in text and "[#9](9.md) (changes-claim)" in text
+    assert "<details><summary>The PR's diff of the target file (0.28.0 → 0.29.0)</summary>" in text
+    assert report.matrix_failures(data, {"drift"}) == ["PR 7 unexplained drift 0.29.0 → 0.30.0: plain: num_prefills"]
+    assert report.matrix_failures(data, {"fails"}) == []
+
+
+def test_unknown_release_is_bad_input(monkeypatch):
+    def unknown(version, root=None, say=None):
+        raise releases.ReleaseError(f"vLLM {version} is not a release on the package index (pip: no matching distribution)")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(releases, "cached", lambda version, root=None: None)
+    monkeypatch.setattr(releases, "ensure", unknown)
+    result = CliRunner().invoke(main, ["matrix", "--record", "52078", "--vllm", "0.99.0"])
+    assert result.exit_code == 2, result.output
+    assert "vLLM 0.99.0 is not a release on the package index" in result.output
+    result = CliRunner().invoke(main, ["matrix", "--record", "52078", "--vllm", "banana"])
+    assert result.exit_code == 2 and "not a release number" in result.output
