@@ -627,6 +627,8 @@ def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work
     for row in report_data["matrix"]["rows"]:
         cells = ", ".join(f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "") for c in row["cells"])
         click.echo(f"{row['id']}: {row['discrimination']}: {cells}")
+        for line in row["trajectories"]:
+            click.echo(f"    {line}")
     drift = report_data["matrix"]["drift"]
     click.echo(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
     for path in written:
@@ -635,6 +637,71 @@ def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work
     for line in tripped:
         click.echo(f"fail-on: {line}", err=True)
     sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+
+
+@main.command(name="snapshot")
+@kb_option
+@click.option("--record", "number", required=True, type=int, help="PR number of the record.")
+@click.option("--release", "versions", multiple=True, metavar="X.Y.Z", help="Release to snapshot (repeatable; from the release cache unless installed).  [default: the installed vLLM]")
+@click.option("--case", "case_id", default=None, metavar="ID", help="With --as-expect: the case to print.")
+@click.option("--as-expect", is_flag=True, help="Print the case's `expect` block (YAML) instead of storing the snapshot.")
+def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, as_expect: bool) -> None:
+    """Store the full metadata build() returns for every case of a record, per release.
+
+    The snapshot of release V goes to kb/snapshots/N/V.json (the release, the
+    device and this command are named in it). Generated tests compare the
+    loaded release's build() with it field by field; a release without a stored
+    snapshot is skipped with this command as the hint. Each release is taken in
+    its own interpreter (its sources first on PYTHONPATH).
+
+    \b
+    Examples:
+      gdn-review snapshot --record 52078                       # the installed release
+      gdn-review snapshot --record 52078 --release 0.31.0 --release 0.32.0
+      gdn-review snapshot --record 56531 --case all_zero_drafts --release 0.32.0 --as-expect
+    """
+    import tempfile
+    import typing
+
+    import yaml
+
+    from gdn_review import snapshot as snapshots
+    from gdn_review.files import atomic_write
+    from gdn_review.kb.models import ExpectField
+
+    records = _load_records(kb_dir, (number,))
+    (record_path, record), = records.items()
+    if as_expect and (not case_id or len(versions) > 1):
+        raise click.UsageError("--as-expect needs --case ID and at most one --release")
+    if case_id and case_id not in {c.id for c in record.cases}:
+        raise BadInput(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
+    try:
+        installed, _ = releases.loaded()
+        chosen = list(versions) or [installed]
+        paths = {}
+        for version in chosen:
+            paths[version] = None if releases._checked_version(version) == installed else releases.ensure(version, say=lambda m: click.echo(m, err=True)).path
+    except releases.ReleaseError as error:
+        raise BadInput(str(error)) from None
+    for version, path in paths.items():
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "snapshot.json"
+            done = snapshots.take_in_subprocess(record_path, path, out)
+            data = snapshots.load(out) if done.returncode == 0 else None
+            if data is None:
+                click.echo(done.stderr[-3000:], err=True)
+                raise BadInput(f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})")
+        if as_expect:
+            case = data["cases"].get(case_id)
+            if case is None:
+                raise BadInput(f"case {case_id!r} does not apply to vLLM {version} (its releases range)")
+            expect = {field: case[field] for field in typing.get_args(ExpectField) if field in case}
+            click.echo(f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}); read it through before pasting")
+            click.echo(yaml.safe_dump({"expect": expect}, sort_keys=False, default_flow_style=None, width=120), nl=False)
+            continue
+        target = snapshots.snapshot_path(kb_dir, number, data["release"])
+        atomic_write(target, snapshots.dumps(data))
+        click.echo(f"wrote {target} ({len(data['cases'])} cases, vLLM {data['release']}, {data['device']})")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -103,8 +104,12 @@ def _risks_for(record: Record, claim_id: str, case_id: str | None) -> list[str]:
     return sorted(found)
 
 
-def module_context(record: Record, source: str) -> dict:
-    """Everything the module template needs, as plain data."""
+def module_context(record: Record, source: str, snapshot_dir: str | None = None) -> dict:
+    """Everything the module template needs, as plain data.
+
+    ``snapshot_dir``: where the record's stored snapshots are, relative to the module's
+    folder (default: ``../kb/snapshots/N``, generated_tests/ beside kb/).
+    """
     claims = []
     for claim in record.claims:
         # The loader guarantees that distinct ids give distinct names.
@@ -138,6 +143,7 @@ def module_context(record: Record, source: str) -> dict:
         "expectations": {case.id: dict(sorted(case.expect.items())) for case in record.cases if case.expect},
         "kinds": sorted({c["kind"] for c in claims}),
         "devices": list(DEVICES),
+        "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.pr.number}",
     }
 
 
@@ -178,10 +184,10 @@ def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Enviro
     return env
 
 
-def render_module(record: Record, source: str, templates: Path = DEFAULT_TEMPLATES) -> str:
+def render_module(record: Record, source: str, templates: Path = DEFAULT_TEMPLATES, snapshot_dir: str | None = None) -> str:
     """The module source for one record; parsed before it is returned."""
     try:
-        text = environment(templates).get_template(MODULE_TEMPLATE).render(**module_context(record, source))
+        text = environment(templates).get_template(MODULE_TEMPLATE).render(**module_context(record, source, snapshot_dir))
     except GenerateError as error:
         raise GenerateError(f"{source}: {error}") from None
     except jinja2.TemplateNotFound as error:
@@ -218,7 +224,9 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
             continue
         # Named relative to the kb folder's own name, so output never depends on where it lies.
         source = f"{Path(kb_dir).name}/{path.name}"
-        wanted[out_dir / module_name(record)] = render_module(record, source, templates)
+        # Stored snapshots (kb/snapshots/N), relative to the module's folder, '/'-separated.
+        snapshot_dir = Path(os.path.relpath(Path(kb_dir) / "snapshots" / str(record.pr.number), out_dir)).as_posix()
+        wanted[out_dir / module_name(record)] = render_module(record, source, templates, snapshot_dir)
     write, unchanged, foreign = {}, [], []
     for path, text in sorted(wanted.items()):
         if path.exists():

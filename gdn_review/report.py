@@ -600,6 +600,12 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
     return found
 
 
+def _short(value, limit: int = 60) -> str:
+    """A snapshot value for a table cell: JSON, cut at ``limit`` characters (the stored snapshots have it whole)."""
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int]) -> dict:
     """Field differences between consecutive releases' snapshots, each attributed or unexplained."""
     from gdn_review import snapshot as snapshot_module
@@ -637,7 +643,7 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
                     "to": current,
                     "case": case_id,
                     "fields": fields,
-                    "changes": [f"{d['field']}: {json.dumps(d['before'])} → {json.dumps(d['after'])}" for d in changed],
+                    "changes": [f"{d['field']}: {_short(d['before'])} → {_short(d['after'])}" for d in changed],
                     "explained_by": explained_by,
                 }
             )

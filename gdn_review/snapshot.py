@@ -72,7 +72,19 @@ def document(number: int, taken: dict) -> dict:
 
 
 def dumps(data: dict) -> str:
-    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+    """Deterministic JSON: one line per case (compact), so a diff names the cases that changed."""
+    head = {k: v for k, v in sorted(data.items()) if k != "cases"}
+    lines = ["{"]
+    for key, value in head.items():
+        lines.append(f" {json.dumps(key)}: {json.dumps(value, sort_keys=True)},")
+    cases = sorted(data.get("cases", {}).items())
+    lines.append(' "cases": {')
+    for index, (case_id, metadata) in enumerate(cases):
+        comma = "," if index < len(cases) - 1 else ""
+        lines.append(f"  {json.dumps(case_id)}: {json.dumps(metadata, sort_keys=True, separators=(',', ':'))}{comma}")
+    lines.append(" }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def load(path: Path) -> dict | None:
@@ -103,7 +115,7 @@ def differences(before: dict, after: dict) -> list[dict]:
     for case_id in sorted(set(before) | set(after)):
         old, new = before.get(case_id), after.get(case_id)
         if old is None or new is None:
-            found.append({"case": case_id, "field": "(case)", "before": "present" if old else "absent", "after": "present" if new else "absent"})
+            found.append({"case": case_id, "field": "(case)", "before": "absent" if old is None else "present", "after": "absent" if new is None else "present"})
             continue
         for field in sorted(set(old) | set(new)):
             if field not in old or field not in new:

@@ -828,3 +828,35 @@ def test_C5_invariant(device, prop, claim_C5, batch, record_property):
         except AssertionError as error:  # what holds instead must hold: a real failure
             pytest.fail(f"{deviation['instead']} (which holds instead of {prop}) fails: {error}", pytrace=False)
     globals()["_check_" + prop](batch, run)
+
+
+# Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
+# per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
+SNAPSHOTS = '../kb/snapshots/52078'
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param('all_rows_not_speculating', id='all_rows_not_speculating', marks=pytest.mark.case('all_rows_not_speculating')),
+        pytest.param('all_spec_rows_zero_drafts', id='all_spec_rows_zero_drafts', marks=pytest.mark.case('all_spec_rows_zero_drafts')),
+        pytest.param('drafts_none', id='drafts_none', marks=pytest.mark.case('drafts_none')),
+        pytest.param('largest_batch', id='largest_batch', marks=pytest.mark.case('largest_batch')),
+        pytest.param('no_spec_config', id='no_spec_config', marks=pytest.mark.case('no_spec_config')),
+        pytest.param('padded_spec_decode', id='padded_spec_decode', marks=pytest.mark.case('padded_spec_decode')),
+        pytest.param('pure_spec_decode', id='pure_spec_decode', marks=pytest.mark.case('pure_spec_decode')),
+        pytest.param('single_request', id='single_request', marks=pytest.mark.case('single_request')),
+        pytest.param('some_spec_rows_zero_drafts', id='some_spec_rows_zero_drafts', marks=pytest.mark.case('some_spec_rows_zero_drafts')),
+        pytest.param('spec_decode_and_prefill', id='spec_decode_and_prefill', marks=pytest.mark.case('spec_decode_and_prefill')),
+    ],
+)
+def test_snapshot(device, case_id, record_property):
+    """snapshot: every field build() returns for the case equals the loaded release's stored snapshot."""
+    _applies(CASES[case_id].get("releases"), "case " + case_id)
+    stored, why = harness.stored_snapshot(__file__, SNAPSHOTS, RECORD, case_id, device)
+    if stored is None:
+        pytest.skip(why)
+    measured = harness.build_case(device, CASES[case_id], count_ops=False).metadata
+    differences = harness.snapshot_differences(measured, stored)
+    record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"

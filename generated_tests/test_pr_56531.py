@@ -511,3 +511,32 @@ def test_C3_equivalence(device, case_id, request, record_property):
     _deviation_unchanged(deviation, run.metadata)
     differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
+# Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
+# per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
+SNAPSHOTS = '../kb/snapshots/56531'
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param('all_zero_drafts', id='all_zero_drafts', marks=pytest.mark.case('all_zero_drafts')),
+        pytest.param('all_zero_drafts_padded', id='all_zero_drafts_padded', marks=pytest.mark.case('all_zero_drafts_padded')),
+        pytest.param('no_row_speculates_padded', id='no_row_speculates_padded', marks=pytest.mark.case('no_row_speculates_padded')),
+        pytest.param('no_spec_config_padded', id='no_spec_config_padded', marks=pytest.mark.case('no_spec_config_padded')),
+        pytest.param('some_rows_drafted', id='some_rows_drafted', marks=pytest.mark.case('some_rows_drafted')),
+        pytest.param('zero_drafts_and_decode', id='zero_drafts_and_decode', marks=pytest.mark.case('zero_drafts_and_decode')),
+        pytest.param('zero_drafts_and_prefill', id='zero_drafts_and_prefill', marks=pytest.mark.case('zero_drafts_and_prefill')),
+    ],
+)
+def test_snapshot(device, case_id, record_property):
+    """snapshot: every field build() returns for the case equals the loaded release's stored snapshot."""
+    _applies(CASES[case_id].get("releases"), "case " + case_id)
+    stored, why = harness.stored_snapshot(__file__, SNAPSHOTS, RECORD, case_id, device)
+    if stored is None:
+        pytest.skip(why)
+    measured = harness.build_case(device, CASES[case_id], count_ops=False).metadata
+    differences = harness.snapshot_differences(measured, stored)
+    record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"

@@ -15,6 +15,7 @@ from gdn_review.harness.environment import (
 from gdn_review.harness.builders import BuilderSettings, make_builder
 from gdn_review.harness.releases import active_deviation, claim_in_range, release_in_range, vllm_release
 from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
+from gdn_review.harness.snapshots import snapshot_differences, stored_snapshot
 from gdn_review.harness.strategies import random_batches
 
 __all__ = [
@@ -32,6 +33,8 @@ __all__ = [
     "prepare_platform",
     "random_batches",
     "release_in_range",
+    "snapshot_differences",
+    "stored_snapshot",
     "target_source",
     "vllm_release",
 ]

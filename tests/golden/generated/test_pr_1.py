@@ -341,3 +341,27 @@ def test_C4_gpu_sync(cuda_device, case_id, request, record_property):
     record_property("measured", {"syncs": syncs})
     record_property("expected", {"syncs": "<= 0"})
     assert syncs <= 0, f"{case_id}: build() synchronised {syncs} times"
+
+
+# Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
+# per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
+SNAPSHOTS = '../kb/snapshots/1'
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param('plain', id='plain', marks=pytest.mark.case('plain')),
+        pytest.param('spec', id='spec', marks=pytest.mark.case('spec')),
+    ],
+)
+def test_snapshot(device, case_id, record_property):
+    """snapshot: every field build() returns for the case equals the loaded release's stored snapshot."""
+    _applies(CASES[case_id].get("releases"), "case " + case_id)
+    stored, why = harness.stored_snapshot(__file__, SNAPSHOTS, RECORD, case_id, device)
+    if stored is None:
+        pytest.skip(why)
+    measured = harness.build_case(device, CASES[case_id], count_ops=False).metadata
+    differences = harness.snapshot_differences(measured, stored)
+    record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"

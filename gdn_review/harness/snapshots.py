@@ -1,0 +1,42 @@
+"""Stored full-metadata snapshots (`gdn-review snapshot`), read by generated tests."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gdn_review.harness.releases import vllm_release
+
+NO_FIELD = "(no such field)"
+
+
+def stored_snapshot(
+    module_file: str, folder: str, record: int, case_id: str, device: str
+) -> tuple[dict | None, str]:
+    """(the stored snapshot of a case for the loaded release, or None; why not).
+
+    ``folder`` is relative to the generated module's own folder.
+    """
+    release = str(vllm_release())
+    base = os.path.dirname(os.path.abspath(module_file))
+    path = os.path.join(base, folder, release + ".json")
+    make = f"make one with `gdn-review snapshot --record {record} --release {release}`"
+    if not os.path.exists(path):
+        return None, f"no stored snapshot of vLLM {release}: {make}"
+    with open(path, encoding="utf-8") as handle:
+        stored = json.load(handle)
+    if stored.get("device") != device:
+        taken = stored.get("device")
+        return None, f"the stored snapshot of vLLM {release} was taken on {taken}"
+    if case_id not in stored.get("cases", {}):
+        return None, f"the snapshot of vLLM {release} has no case {case_id}: {make}"
+    return stored["cases"][case_id], ""
+
+
+def snapshot_differences(measured: dict, stored: dict) -> dict:
+    """field -> (measured, stored) of every field that differs, appears or goes."""
+    return {
+        field: (measured.get(field, NO_FIELD), stored.get(field, NO_FIELD))
+        for field in sorted(set(measured) | set(stored))
+        if measured.get(field, NO_FIELD) != stored.get(field, NO_FIELD)
+    }

@@ -1,0 +1,89 @@
+"""Full-metadata snapshots: storage format, differences, and (slow) a one-field change caught on the installed vLLM."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from gdn_review import snapshot as snapshots
+from gdn_review.cli import main
+from tests.conftest import ROOT
+
+
+def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
+    data = snapshots.document(7, {"release": "0.33.0", "device": "cpu", "cases": {"b": {"x": [1, 2], "a": None}, "a": {"n": 1}}})
+    text = snapshots.dumps(data)
+    assert json.loads(text) == data
+    assert text == snapshots.dumps(json.loads(text))
+    lines = text.splitlines()
+    assert '  "a": {"n":1},' in lines and '  "b": {"a":null,"x":[1,2]}' in lines
+    assert data["made_by"] == "gdn-review snapshot --record 7 --release 0.33.0"
+
+
+def test_differences_name_every_changed_added_and_removed_field():
+    before = {"c": {"num_prefills": 3, "gone": 1, "same": [1]}, "old": {}}
+    after = {"c": {"num_prefills": 1, "new": None, "same": [1]}, "fresh": {}}
+    found = {(d["case"], d["field"]): (d["before"], d["after"]) for d in snapshots.differences(before, after)}
+    assert found == {
+        ("c", "num_prefills"): (3, 1),
+        ("c", "gone"): (1, "(no such field)"),
+        ("c", "new"): ("(no such field)", None),
+        ("fresh", "(case)"): ("absent", "present"),
+        ("old", "(case)"): ("present", "absent"),
+    }
+
+
+def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_case():
+    from gdn_review import releases
+    from gdn_review.kb import load_kb
+
+    installed, _ = releases.loaded()
+    for record in load_kb(ROOT / "kb").values():
+        stored = snapshots.stored(ROOT / "kb", record.pr.number)
+        assert installed in stored, f"run gdn-review snapshot --record {record.pr.number}"
+        assert set(stored[installed]["cases"]) == {c.id for c in record.cases}
+
+
+def test_snapshot_command_refuses_an_unknown_case():
+    result = CliRunner().invoke(main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--case", "nope", "--as-expect"])
+    assert result.exit_code == 2 and "no case 'nope'" in result.output
+
+
+RUN_MUTATED = """
+import importlib.util, sys
+from gdn_review import harness
+harness.prepare_platform()
+name = "vllm.v1.attention.backends.gdn_attn"
+spec = importlib.util.find_spec(name)
+source = open(spec.origin, encoding="utf-8").read()
+find, replace = sys.argv[1], sys.argv[2]
+assert source.count(find) == 1, f"edit does not apply once: {find!r}"
+module = importlib.util.module_from_spec(spec)
+sys.modules[name] = module
+exec(compile(source.replace(find, replace), spec.origin, "exec"), module.__dict__)
+import pytest
+sys.exit(pytest.main(["generated_tests/test_pr_52078.py", "-q", "-p", "no:cacheprovider", "--gdn-no-evidence", "-k", "cpu", "-rf"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_change_of_one_prefill_field_fails_only_the_snapshot_tests():
+    """No case's `expect` names prefill_has_initial_state: only the full snapshots can see it change."""
+    from gdn_review import harness
+
+    if str(harness.vllm_release()) != "0.33.0":
+        pytest.skip("the edit is written for vLLM 0.33.0")
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_MUTATED, "prefill_has_initial_state=prefill_has_initial_state,", "prefill_has_initial_state=None,"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.M)
+    assert failed and all("::test_snapshot[" in nodeid for nodeid in failed), failed
+    assert any("spec_decode_and_prefill" in nodeid for nodeid in failed)
+    assert "prefill_has_initial_state" in done.stdout
