@@ -188,16 +188,16 @@ def bench(
     }
 
 
-def write_evidence(path: Path, record: int, result: dict) -> None:
-    """Bench results as an evidence file the report merges (no tests, a ``bench`` section)."""
+def write_evidence(path: Path, results: dict[int, dict]) -> None:
+    """Bench results as an evidence file the report merges (no tests, a ``bench`` section per record)."""
     from gdn_review.files import atomic_write
 
-    environment = result["environments"].get(result["head"], {})
+    first = next(iter(results.values()))
     data = {
         "format": "gdn-review-evidence/1",
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-        "environment": environment,
+        "environment": first["environments"].get(first["head"], {}),
         "tests": [],
-        "bench": {str(record): result},
+        "bench": {str(number): result for number, result in sorted(results.items())},
     }
     atomic_write(Path(path), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")

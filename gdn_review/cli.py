@@ -259,7 +259,7 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
     """
     conditions = _fail_on(fail_on)
     records = _load_records(kb_dir, numbers)
-    sys.exit(_write_reports(records, evidence_paths or (DEFAULT_EVIDENCE,), out_dir, fmt, conditions))
+    sys.exit(_write_reports(records, evidence_paths or _report_evidence(DEFAULT_EVIDENCE), out_dir, fmt, conditions))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -302,7 +302,7 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
     if not Path(evidence_path).exists():
         raise BadInput(f"pytest wrote no evidence at {evidence_path}")
     click.echo("[2/2] writing risk reports")
-    status = _write_reports(records, (evidence_path,), reports_dir, "markdown", conditions)
+    status = _write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions)
     if code == runner.NO_TESTS:
         status = EXIT_FAILED
     sys.exit(status)
@@ -395,7 +395,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
     click.echo("[3/3] " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; evidence {evidence_path}", err=True)
-    sys.exit(_write_reports(records, (evidence_path,), reports_dir, "markdown", conditions))
+    sys.exit(_write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions))
 
 
 class _MutationProgress:
@@ -431,70 +431,93 @@ class _MutationProgress:
             self.bar = None
 
 
+BENCH_EVIDENCE = Path(".gdn-review") / "bench.json"
+
+
+def _report_evidence(evidence_path: Path) -> tuple[Path, ...]:
+    """This run's evidence, plus the last `gdn-review bench` results when there are some."""
+    if BENCH_EVIDENCE.exists() and Path(evidence_path) != BENCH_EVIDENCE:
+        click.echo(f"with latency evidence from {BENCH_EVIDENCE} (gdn-review bench)", err=True)
+        return (Path(evidence_path), BENCH_EVIDENCE)
+    return (Path(evidence_path),)
+
+
 @main.command(name="bench")
 @kb_option
-@click.option("--record", "number", type=int, required=True, help="PR number of the record whose cases are timed.")
-@click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the record's base and head releases]")
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).  [default: every record with a latency claim]")
+@click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the latency check's, else the record's base and head]")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable).  [default: the latency check's cases, else every case]")
-@click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Stop adding rounds after this long, tight or not.")
+@click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable; one record).  [default: the latency check's cases]")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Per record: stop adding rounds after this long, tight or not.")
 @click.option("--tolerance", type=click.FloatRange(min=0.0001), default=0.01, show_default=True, help="Stop once every case's 95%% half-interval of the ratio is this narrow.")
-@click.option("--evidence", "evidence_path", default=".gdn-review/bench.json", show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (merge it into reports with `gdn-review report --evidence`).")
-def bench_command(kb_dir, number, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
-    """A/B latency of build() between the base and head releases, with 95% intervals.
+@click.option("--evidence", "evidence_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
+def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
+    """A/B latency of build() between a record's base and head releases, with 95% intervals.
 
     Each release runs in its own process (its sources from the release cache,
     the installed release as it is); rounds interleave them (A B, B A, ...)
     after a warm-up, until every case's interval is tight or --max-seconds.
     Prints per case the medians and the head/base ratio with its bootstrap 95%
     interval, and the pooled ratio: supported (head faster, interval below 1),
-    not distinguishable from noise, or contradicted. This is build()'s latency,
-    the mechanism of a throughput claim; end-to-end throughput needs a serving
-    benchmark.
+    not distinguishable from noise, or contradicted; the record's latency claim
+    takes that verdict in the reports. This is build()'s latency, the mechanism
+    of a throughput claim; end-to-end throughput needs a serving benchmark.
 
     \b
     Examples:
-      gdn-review bench --record 52078                          # 0.28.0 vs 0.29.0 on CPU
+      gdn-review bench                                          # every record with a latency claim
       gdn-review bench --record 52078 --releases 0.28.0,0.33.0 --case pure_spec_decode
-      gdn-review bench --record 52078 --device cuda            # on a GPU machine
+      gdn-review bench --record 52078 --device cuda             # on a GPU machine
       gdn-review report --evidence .gdn-review/evidence.json --evidence .gdn-review/bench.json
     """
     from gdn_review import bench as benching
     from gdn_review.generate import module_context
 
-    records = _load_records(kb_dir, (number,))
-    path, record = next(iter(records.items()))
-    latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
-    base, head = record.target.base_release, record.target.head_release
-    if pair:
+    records = _load_records(kb_dir, numbers)
+    chosen = []
+    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+        latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
+        if latency is None and not numbers:
+            continue
+        chosen.append((path, record, latency))
+    if not chosen:
+        raise BadInput(f"no record in {kb_dir} has a latency claim; name one with --record N")
+    if case_ids and len(chosen) > 1:
+        raise BadInput("--case needs a single --record")
+    results = {}
+    for path, record, latency in chosen:
+        base = (latency.base if latency else None) or record.target.base_release
+        head = (latency.head if latency else None) or record.target.head_release
+        if pair:
+            try:
+                base, head = (part.strip() for part in pair.split(","))
+            except ValueError:
+                raise BadInput(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
+        if not base or not head:
+            raise BadInput(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
+        cases = module_context(record, path.name)["cases"]
+        wanted = list(case_ids) or (list(latency.cases) if latency is not None else list(cases))
+        unknown = [c for c in wanted if c not in cases]
+        if unknown:
+            raise BadInput(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
+        click.echo(f"PR #{record.pr.number}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}", err=True)
         try:
-            base, head = (part.strip() for part in pair.split(","))
-        except ValueError:
-            raise BadInput(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
-    if not base or not head:
-        raise BadInput(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
-    cases = module_context(record, path.name)["cases"]
-    wanted = list(case_ids) or (list(latency.cases) if latency is not None else list(cases))
-    unknown = [c for c in wanted if c not in cases]
-    if unknown:
-        raise BadInput(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
-    click.echo(f"timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}", err=True)
-    try:
-        result = benching.bench(
-            {c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds, tolerance=tolerance,
-            say=lambda line: click.echo(f"  {line}", err=True),
-        )
-    except (benching.BenchError, releases.ReleaseError) as error:
-        raise BadInput(str(error)) from None
-    click.echo(f"{'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval")
-    for row in result["cases"]:
-        low, high = row["ci95"]
-        click.echo(f"{row['case']:<28} {row['base_median_us']:>12.1f} {row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
-    low, high = result["pooled"]["ci95"]
-    click.echo(f"{'pooled (geometric mean)':<28} {'':>12} {'':>12} {result['pooled']['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
-    click.echo(f"verdict: {result['verdict']} ({result['rounds']} rounds, {result['seconds']} s, stopped: {result['stopped']})")
-    benching.write_evidence(evidence_path, record.pr.number, result)
-    click.echo(f"evidence {evidence_path}", err=True)
+            result = benching.bench(
+                {c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds, tolerance=tolerance,
+                say=lambda line: click.echo(f"  {line}", err=True),
+            )
+        except (benching.BenchError, releases.ReleaseError) as error:
+            raise BadInput(str(error)) from None
+        click.echo(f"PR #{record.pr.number}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval")
+        for row in result["cases"]:
+            low, high = row["ci95"]
+            click.echo(f"         {row['case']:<28} {row['base_median_us']:>12.1f} {row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
+        low, high = result["pooled"]["ci95"]
+        click.echo(f"         {'pooled (geometric mean)':<28} {'':>12} {'':>12} {result['pooled']['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
+        click.echo(f"         verdict: {result['verdict']} ({result['rounds']} rounds, {result['seconds']} s, stopped: {result['stopped']})")
+        results[record.pr.number] = result
+    benching.write_evidence(evidence_path, results)
+    click.echo(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)", err=True)
 
 
 @main.command()

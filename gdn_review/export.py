@@ -448,6 +448,9 @@ def module_context(record: Record, source: str, release: Version, harness: Path 
     cases = {case.id: case for case in record.cases if _in_range(case.releases, release)}
     claims, left_out = [], []
     for claim in record.claims:
+        if claim.check.kind == "latency":  # an A/B between releases, not a test of one release
+            left_out.append(f"{claim.id} (latency: gdn-review bench times it between releases)")
+            continue
         context = _claim_context(record, claim, release, cases) if _in_range(claim.releases, release) else None
         if context is None:
             why = f"covers vLLM {claim.releases}" if not _in_range(claim.releases, release) else "no case applies"

@@ -38,11 +38,12 @@ class Evidence:
     sources: list[str]
     mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
     mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
+    bench: dict = dataclasses.field(default_factory=dict)  # record number -> `gdn-review bench` result
 
 
 def load_evidence(paths: list[Path]) -> Evidence:
     """Merge evidence files; each test keeps a pointer to the environment it ran in."""
-    tests, environments, finished, sources, mutants, mutation = [], [], [], [], [], {}
+    tests, environments, finished, sources, mutants, mutation, bench = [], [], [], [], [], {}, {}
     for path in paths:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -74,7 +75,11 @@ def load_evidence(paths: list[Path]) -> Evidence:
                 mutants.append({**mutant, "environment": index})
             for number, info in (section.get("records") or {}).items():
                 mutation[str(number)] = info
-    return Evidence(tests, environments, finished, sources, mutants, mutation)
+        for number, result in (data.get("bench") or {}).items():
+            if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
+                raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
+            bench[str(number)] = result  # a later file wins
+    return Evidence(tests, environments, finished, sources, mutants, mutation, bench)
 
 
 def _mutant_problem(mutant) -> str | None:
@@ -139,6 +144,8 @@ def _check_summary(claim) -> str:
         return f"equivalence: expected metadata on {_n(len(check.cases), 'case')}"
     if check.kind == "invariant":
         return f"invariant: {len(check.properties)} properties on random valid batches (Hypothesis) and every named case"
+    if check.kind == "latency":
+        return f"latency: build() A/B between releases on {_n(len(check.cases), 'case')} (gdn-review bench)"
     if check.kind == "gpu_sync":
         return f"gpu_sync: ≤ {check.max_syncs} host-device syncs per build() on {_n(len(check.cases), 'case')} (CUDA)"
     return "TODO: no check yet"
@@ -165,6 +172,35 @@ def _measured_summary(claim, ran: list[dict]) -> str:
                 shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
                 parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
     return "; ".join(parts)
+
+
+LATENCY_VERDICTS = {"supported": "holds", "contradicted": "fails", "not distinguishable from noise": "unverified"}
+MECHANISM = "build() latency is the mechanism the claim names; the end-to-end throughput figure needs a serving benchmark"
+
+
+def latency_claim(claim, number: int, result: dict | None) -> dict:
+    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench`."""
+    if result is None:
+        return {"verdict": "unverified", "reason": f"not measured: run `gdn-review bench --record {number}`", "measured": "not measured", "vllm": "—", "devices": "—", "tests": []}
+    low, high = result["pooled"]["ci95"]
+    pooled = f"head/base {result['pooled']['ratio']:.3f} (95% interval {low:.3f}–{high:.3f}) over {_n(len(result['cases']), 'case')}"
+    verdict = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
+    reason = f"{result.get('verdict')}: build() on {result['head']} vs {result['base']}, {pooled}, {result.get('device')}; {MECHANISM}"
+    rows = [
+        {
+            "label": row["case"],
+            "device": result.get("device") or "?",
+            "outcome": "measured",
+            "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: {row['head_median_us']} µs (median)",
+            "expected": "head/base < 1",
+            "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} samples",
+        }
+        for row in result["cases"]
+    ]
+    return {
+        "verdict": verdict, "reason": reason, "measured": pooled, "tests": rows,
+        "vllm": f"{result['base']} → {result['head']}", "devices": result.get("device") or "?",
+    }
 
 
 def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
@@ -348,6 +384,8 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 ],
             }
         )
+        if claim.check.kind == "latency":
+            claims[-1].update(latency_claim(claim, record.pr.number, evidence.bench.get(str(record.pr.number))))
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
     mutation = mutation_data(record, evidence)
     ran_mutants = [m for m in evidence.mutants if m["record"] == record.pr.number] if mutation else None

@@ -17,7 +17,7 @@ def run(*args):
 def test_validate_bundled_kb_ok():
     result = run("validate", "--kb", str(ROOT / "kb"))
     assert result.exit_code == 0, result.output
-    assert "PR #52078: 5 claims, 10 cases, 3 risks" in result.output
+    assert "PR #52078: 6 claims, 10 cases, 3 risks" in result.output
 
 
 def test_validate_syntax_error_names_file_and_line(write_record):

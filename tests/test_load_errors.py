@@ -78,7 +78,7 @@ TABLE = [
     (
         "unknown check kind",
         broken("      kind: op_budget\n", "      kind: vibes\n"),
-        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'TODO')"],
+        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'latency', 'TODO')"],
     ),
     (
         "alias (and so no alias bomb)",

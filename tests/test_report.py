@@ -261,3 +261,30 @@ def test_run_with_one_case_leaves_other_claims_unverified(tmp_path):
     assert not any(cell.startswith("**holds**") for cell in claims.values())
     assert claims["C5"] == "**unverified**: not run: deselected"
     assert claims["C1"].startswith("**unverified**: only 1 test ran (")
+
+
+def test_a_latency_claim_takes_its_verdict_from_bench_evidence(tmp_path):
+    from gdn_review.kb import parse_record
+    from tests.conftest import MINIMAL
+
+    text = MINIMAL.replace(
+        "    cases: [spec]\ncases:",
+        "    cases: [spec]\n  - id: C9\n    text: Faster.\n    check:\n      kind: latency\n      cases: [spec]\ncases:",
+    )
+    record = parse_record(text, "kb/7.yaml")
+    result = {
+        "base": "0.28.0", "head": "0.29.0", "device": "cpu", "verdict": "supported",
+        "pooled": {"ratio": 0.96, "ci95": [0.95, 0.97]},
+        "cases": [{"case": "spec", "base_median_us": 50.0, "head_median_us": 48.0, "ratio": 0.96, "ci95": [0.95, 0.97], "samples": [100, 100]}],
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"format": "gdn-review-evidence/1", "tests": [], "bench": {"7": result}}), encoding="utf-8")
+    data = report.report_data(record, report.load_evidence([path]))
+    c9 = next(c for c in data["claims"] if c["id"] == "C9")
+    assert c9["verdict"] == "holds" and c9["reason"].startswith("supported: build() on 0.29.0 vs 0.28.0, head/base 0.960")
+    assert "serving benchmark" in c9["reason"] and c9["tests"][0]["label"] == "spec"
+    for verdict, expected in (("not distinguishable from noise", "unverified"), ("contradicted", "fails")):
+        path.write_text(json.dumps({"format": "gdn-review-evidence/1", "tests": [], "bench": {"7": {**result, "verdict": verdict}}}), encoding="utf-8")
+        assert next(c for c in report.report_data(record, report.load_evidence([path]))["claims"] if c["id"] == "C9")["verdict"] == expected
+    without = report.report_data(record, report.load_evidence([GOLDEN / "evidence" / "run.json"]))
+    assert next(c for c in without["claims"] if c["id"] == "C9")["reason"] == "not measured: run `gdn-review bench --record 7`"

@@ -208,6 +208,15 @@ class GpuSyncCheck(Strict):
     cases: Annotated[list[Id], Field(min_length=1)]
 
 
+class LatencyCheck(Strict):
+    """build() latency, A/B between two releases (`gdn-review bench`), not a pytest check."""
+
+    kind: Literal["latency"]
+    cases: Annotated[list[Id], Field(min_length=1)]
+    base: Release | None = Field(default=None, description="release without the change (default: target.base_release)")
+    head: Release | None = Field(default=None, description="release with the change (default: target.head_release)")
+
+
 class TodoCheck(Strict):
     """A claim not yet turned into a check (drafts from `gdn-review import`)."""
 
@@ -216,7 +225,7 @@ class TodoCheck(Strict):
 
 
 Check = Annotated[
-    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, TodoCheck],
+    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, LatencyCheck, TodoCheck],
     Field(discriminator="kind"),
 ]
 
