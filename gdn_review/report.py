@@ -308,6 +308,8 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
     if not mine and info is None:
         return None
     claims = [c.id for c in record.claims]
+    # Columns for tests of no claim (e.g. the full-metadata snapshot) that ran under the mutants.
+    claims += sorted({k for m in mine for k in [*m.get("killed_by", {}), *m.get("claims_passed", [])]} - set(claims))
     rows = [
         {
             "id": m["id"],
