@@ -703,7 +703,7 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
         chosen = list(versions) or [installed]
         paths = {}
         for version in chosen:
-            paths[version] = None if releases._checked_version(version) == installed else releases.ensure(version, say=lambda m: click.echo(m, err=True)).path
+            paths[version] = None if releases.checked_version(version) == installed else releases.ensure(version, say=lambda m: click.echo(m, err=True)).path
     except releases.ReleaseError as error:
         raise BadInput(str(error)) from None
     for version, path in paths.items():

@@ -74,7 +74,7 @@ def plan(record, installed: str, requested: list[str] | None = None) -> list[Pla
     checked = set()
     for version in versions:
         try:
-            checked.add(releases._checked_version(version))
+            checked.add(releases.checked_version(version))
         except releases.ReleaseError as error:
             raise MatrixError(str(error)) from None
     planned = []

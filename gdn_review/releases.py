@@ -67,6 +67,11 @@ def cache_root() -> Path:
     return Path(base) / "releases"
 
 
+def checked_version(version: str) -> str:
+    """``version`` as a plain release number, or ReleaseError saying what is wrong with it."""
+    return _checked_version(version)
+
+
 def _checked_version(version: str) -> str:
     try:
         parsed = Version(version)

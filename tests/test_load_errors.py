@@ -202,3 +202,14 @@ def test_any_text_gives_a_record_or_record_errors(text):
         parse_record(text, "7.yaml")
     except RecordErrors as failure:
         assert failure.errors and all(str(e).startswith("7.yaml:") for e in failure.errors)
+
+
+def test_a_change_naming_an_unknown_case_is_an_error():
+    """related[].changes attribute drift to cases: a typo would silently become 'unexplained drift'."""
+    from gdn_review.kb import RecordErrors, parse_record
+    from tests.conftest import MINIMAL
+
+    text = MINIMAL + "related:\n  - number: 9\n    title: Later PR\n    relation: changes-claim\n    changes:\n      - cases: [spce]\n"
+    with pytest.raises(RecordErrors) as caught:
+        parse_record(text, "kb/7.yaml")
+    assert "related[0].changes[0].cases[0]: no case with id 'spce'" in str(caught.value)

@@ -210,6 +210,10 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
     for index, relation in enumerate(record.related):
         known(("related", index, "claims"), "claim", relation.claims, claim_ids)
         known(("related", index, "cases"), "case", relation.cases, case_ids)
+        for c_index, change in enumerate(relation.changes):
+            known(("related", index, "changes", c_index, "cases"), "case", change.cases, case_ids)
+    for c_index, change in enumerate(record.target.changes):
+        known(("target", "changes", c_index, "cases"), "case", change.cases, case_ids)
     return problems
 
 
