@@ -19,6 +19,10 @@ from pathlib import Path
 
 import pytest
 
+# The invariant checks live in the harness, not in the generated module: let pytest
+# rewrite their asserts too, so a failing property shows the values it compared.
+pytest.register_assert_rewrite("gdn_review.harness.properties")
+
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
 DEFAULT_EVIDENCE = Path(".gdn-review") / "evidence.json"
 

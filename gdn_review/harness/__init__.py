@@ -17,12 +17,20 @@ from gdn_review.harness.releases import active_deviation, claim_in_range, releas
 from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
 from gdn_review.harness.snapshots import snapshot_differences, stored_snapshot
 from gdn_review.harness.strategies import random_batches
+from gdn_review.harness import properties as _properties
+
+
+def check_property(name: str, batch: dict, run: BuildRun) -> None:
+    """Assert invariant ``name`` of one build (``_check_<name>`` of harness/properties.py)."""
+    getattr(_properties, "_check_" + name)(batch, run)
+
 
 __all__ = [
     "BuildRun",
     "BuilderSettings",
     "active_deviation",
     "build_case",
+    "check_property",
     "claim_in_range",
     "count_sync_warnings",
     "cuda_skip_reason",
