@@ -172,8 +172,6 @@ def run(
     from gdn_review.mutation import runner
 
     runner.prepare_cpu()
-    from gdn_review.harness import mutation as loader
-
     evidence = Path(evidence)
     evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
     staged = evidence.with_name(f".{evidence.name}.baseline")
@@ -185,32 +183,11 @@ def run(
             f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; "
             "fix the suite or the record first (gdn-review run shows the failures)"
         )
-    entries: list[dict] = []
-    total = sum(len(c.runnable()) for c in catalogues)
-    on_start(total)
-    for found in catalogues:
-        fixed = [m for m in found.mutants if m.status is not None]
-        for mutant in fixed:
-            entries.append(result_entry(found, mutant, None))
-        runnable = found.runnable()
-        record_args = runner.test_args([modules[found.record]], keyword)
-        relative = found.target_file
-        for mutant in runnable:
-            try:
-                mutant.code = loader.compile_source(relative, mutant.source)
-            except SyntaxError as error:
-                mutant.status, mutant.reason = "error", f"does not compile: line {error.lineno}: {error.msg}"
-        for mutant in [m for m in runnable if m.status == "error"]:
-            entry = result_entry(found, mutant, None)
-            entries.append(entry)
-            on_result(entry)
-
-        def finished(mutant, result, found=found):
-            entry = result_entry(found, mutant, result)
-            entries.append(entry)
-            on_result(entry)
-
-        runner.run_forked([m for m in runnable if m.status is None], relative, record_args, jobs, timeout, finished)
+    try:
+        entries = _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result)
+    except BaseException:
+        staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
+        raise
     order = {(c.record, m.id): i for c in catalogues for i, m in enumerate(c.mutants)}
     entries.sort(key=lambda e: order[(e["record"], e["id"])])
     write_evidence(staged, catalogues, entries, {
@@ -218,4 +195,34 @@ def run(
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     os.replace(staged, evidence)
+    return entries
+
+
+def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result) -> list[dict]:
+    """Every runnable mutant of every catalogue, forked from this (unmutated) process."""
+    from gdn_review.harness import mutation as loader
+    from gdn_review.mutation import runner
+
+    entries: list[dict] = []
+    on_start(sum(len(c.runnable()) for c in catalogues))
+    for found in catalogues:
+
+        def finished(mutant, result, found=found, progress=True):
+            entry = result_entry(found, mutant, result)
+            entries.append(entry)
+            if progress:  # decided before anything ran (equivalent, not applicable): no progress step
+                on_result(entry)
+
+        for mutant in found.mutants:
+            if mutant.status is not None:
+                finished(mutant, None, progress=False)
+        runnable = found.runnable()
+        for mutant in runnable:
+            try:
+                mutant.code = loader.compile_source(found.target_file, mutant.source)
+            except SyntaxError as error:
+                mutant.status, mutant.reason = "error", f"does not compile: line {error.lineno}: {error.msg}"
+                finished(mutant, None)
+        ready = [m for m in runnable if m.status is None]
+        runner.run_forked(ready, found.target_file, runner.test_args([modules[found.record]], keyword), jobs, timeout, finished)
     return entries
