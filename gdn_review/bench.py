@@ -84,11 +84,11 @@ def verdict(low: float, high: float) -> str:
 class _Worker:
     def __init__(self, release: str, device: str, cases: dict):
         env = dict(os.environ)
-        installed, _ = releases.loaded()
-        if release != installed:
+        if release != releases.installed():
             path = str(releases.ensure(release).path)
             env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env["VLLM_TARGET_DEVICE"] = device
+        # An explicit platform wins (a bundle's CUDA tensors on vLLM's CPU platform).
+        env.setdefault("VLLM_TARGET_DEVICE", device)
         self.release = release
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gdn_review.harness.timing"],

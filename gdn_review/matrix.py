@@ -52,10 +52,12 @@ class Planned:
     installed: bool
 
 
-def default_releases(base: str | None, head: str | None, installed: str) -> list[str]:
+def default_releases(base: str | None, head: str | None, installed: str | None) -> list[str]:
     """Base, head, and every minor release X.Y.0 after the head up to the installed one."""
     if not base or not head:
         raise MatrixError("the record names no target.base_release and head_release: give releases with --vllm")
+    if installed is None:
+        raise MatrixError("no vLLM is importable here to end the default range: give releases with --vllm")
     chosen = [Version(base), Version(head)]
     top = Version(installed)
     step = Version(head)
@@ -68,7 +70,7 @@ def default_releases(base: str | None, head: str | None, installed: str) -> list
     return [str(v) for v in sorted(set(chosen))]
 
 
-def plan(record, installed: str, requested: list[str] | None = None) -> list[Planned]:
+def plan(record, installed: str | None, requested: list[str] | None = None) -> list[Planned]:
     base, head = record.target.base_release, record.target.head_release
     versions = requested or default_releases(base, head, installed)
     checked = set()
@@ -87,7 +89,7 @@ def plan(record, installed: str, requested: list[str] | None = None) -> list[Pla
             role = "later"
         else:
             role = "earlier"
-        planned.append(Planned(version, role, Version(version) == Version(installed)))
+        planned.append(Planned(version, role, installed is not None and Version(version) == Version(installed)))
     return planned
 
 
@@ -192,9 +194,9 @@ def run_matrix(
     say: Callable[[str], None] = print,
 ) -> dict:
     """Run the record's module on every planned release; write and return matrix.json's data."""
-    installed, _ = releases.loaded()
+    installed = releases.installed()  # None in a bundle: every release comes from the release cache
     planned = plan(record, installed, requested)
-    say(f"release matrix of PR #{record.pr.number}: vLLM {', '.join(p.version for p in planned)} (installed: {installed})")
+    say(f"release matrix of PR #{record.pr.number}: vLLM {', '.join(p.version for p in planned)} (installed: {installed or 'none'})")
     paths, downloaded = fetch(planned, say)
     if downloaded:
         say(f"release cache: downloaded {', '.join(downloaded)}")

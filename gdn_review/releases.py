@@ -290,3 +290,61 @@ def loaded() -> tuple[str, Path]:
     if len(versions) != 1:
         raise ReleaseError(f"cannot tell which vLLM release is in {root} ({len(versions)} vllm dist-info folders)")
     return versions[0].base_version, root
+
+
+def installed() -> str | None:
+    """The release an import of vLLM would load, or None where none is importable (a bundle's GPU machine)."""
+    try:
+        return loaded()[0]
+    except ReleaseError:
+        return None
+
+
+def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
+    """The installed vLLM's Python files as a cache entry (a bundle carries entries; no wheel download).
+
+    Files are taken from the distribution's own RECORD and checked against it,
+    as ``unpack_python`` does for a wheel; the entry's ``wheel`` names where
+    they came from.
+    """
+    import importlib.metadata
+
+    version, package_root = loaded()
+    root = root or cache_root()
+    hit = cached(version, root)
+    if hit is not None:
+        return hit
+    distribution = importlib.metadata.distribution("vllm")
+    say = say or (lambda message: print(message, file=sys.stderr))
+    say(f"release cache: copying the installed vLLM {version}'s Python files from {package_root}")
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".adopt-{version}-", dir=root) as scratch:
+        staged = Path(scratch) / "unpacked"
+        files: dict[str, list] = {}
+        for entry in distribution.files or []:
+            name = str(entry)
+            if name.startswith("..") or not (name.endswith(KEEP_SUFFIXES) or ".dist-info/" in name):
+                continue
+            source = Path(distribution.locate_file(entry))
+            try:
+                data = source.read_bytes()
+            except OSError:
+                continue  # RECORD lists files pip may not have written (__pycache__)
+            if entry.hash is not None and entry.hash.mode == "sha256" and _record_digest(data) != f"sha256={entry.hash.value}":
+                raise ReleaseError(f"installed vLLM {version}: {name} does not match its RECORD (edited?): not used")
+            destination = staged / name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(data)
+            files[name] = [hashlib.sha256(data).hexdigest(), len(data)]
+        if not (staged / "vllm" / "__init__.py").is_file():
+            raise ReleaseError(f"installed vLLM {version}: no vllm/__init__.py in its RECORD")
+        manifest = {"version": version, "wheel": f"installed distribution at {package_root}", "sha256": "", "files": files}
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        target = root / version
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(staged, target)
+    release = cached(version, root)
+    if release is None:
+        raise ReleaseError(f"vLLM {version}: the cache entry at {root / version} did not verify")
+    return release
