@@ -469,6 +469,8 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
         revision = (env.get("kb_revision") or "unknown")[:10]
         dirty = " (kb/ has uncommitted changes)" if env.get("kb_dirty") else ""
         device = env.get("cuda_device") or ("cuda" if env.get("cuda_available") else "cpu only")
+        if env.get("cuda_on_cpu_platform"):
+            device += " (CUDA tensors on vLLM's CPU platform: its CUDA platform could not load)"
         lines.append(
             f"vLLM {env.get('vllm_version', '?')} ({env.get('vllm_source', '?')}), torch {env.get('torch_version', '?')}, "
             f"device: {device}, Python {env.get('python', '?')}, kb/ at {revision}{dirty}"

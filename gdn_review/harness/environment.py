@@ -22,6 +22,19 @@ def prepare_platform() -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# Set by a bundle's run.sh where vLLM's CUDA platform cannot load (its compiled
+# kernels are not carried, or were built for another torch): vLLM runs on its CPU
+# platform while the builder's tensors are on the GPU. Evidence says so.
+CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"
+
+
+def cuda_on_cpu_platform() -> bool:
+    return (
+        os.environ.get(CUDA_ON_CPU_PLATFORM) == "1"
+        and os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
+    )
+
+
 def cuda_skip_reason() -> str | None:
     """None when CUDA can be used, else why not (shown as the skip reason)."""
     import torch
@@ -32,7 +45,10 @@ def cuda_skip_reason() -> str | None:
             "needs CUDA: no CUDA device on this machine "
             f"(torch {torch.__version__}, built with {built})"
         )
-    if os.environ.get("VLLM_TARGET_DEVICE", "cuda") != "cuda":
+    if (
+        os.environ.get("VLLM_TARGET_DEVICE", "cuda") != "cuda"
+        and not cuda_on_cpu_platform()
+    ):
         target = os.environ["VLLM_TARGET_DEVICE"]
         return f"needs CUDA: VLLM_TARGET_DEVICE={target} pins vLLM to another platform"
     return None
@@ -66,6 +82,7 @@ def environment() -> dict:
         if torch.cuda.is_available()
         else None,
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
+        "cuda_on_cpu_platform": cuda_on_cpu_platform() and torch.cuda.is_available(),
         # The release matrix runs every claim on the base release (see releases.py).
         "claim_ranges_ignored": os.environ.get("GDN_REVIEW_CLAIMS_ON_ANY_RELEASE")
         == "1",
