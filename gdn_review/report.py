@@ -38,7 +38,7 @@ class Evidence:
     sources: list[str]
     mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
     mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
-    bench: dict = dataclasses.field(default_factory=dict)  # record number -> `gdn-review bench` result
+    bench: dict = dataclasses.field(default_factory=dict)  # record number -> device -> `gdn-review bench` result
 
 
 def load_evidence(paths: list[Path]) -> Evidence:
@@ -78,7 +78,7 @@ def load_evidence(paths: list[Path]) -> Evidence:
         for number, result in (data.get("bench") or {}).items():
             if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
                 raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
-            bench[str(number)] = result  # a later file wins
+            bench.setdefault(str(number), {})[result.get("device") or "cpu"] = result  # per device; a later file wins
     return Evidence(tests, environments, finished, sources, mutants, mutation, bench)
 
 
@@ -178,29 +178,61 @@ LATENCY_VERDICTS = {"supported": "holds", "contradicted": "fails", "not distingu
 MECHANISM = "build() latency is the mechanism the claim names; the end-to-end throughput figure needs a serving benchmark"
 
 
-def latency_claim(claim, number: int, result: dict | None) -> dict:
-    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench`."""
-    if result is None:
-        return {"verdict": "unverified", "reason": f"not measured: run `gdn-review bench --record {number}`", "measured": "not measured", "vllm": "—", "devices": "—", "tests": []}
-    low, high = result["pooled"]["ci95"]
-    pooled = f"head/base {result['pooled']['ratio']:.3f} (95% interval {low:.3f}–{high:.3f}) over {_n(len(result['cases']), 'case')}"
-    verdict = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
-    reason = f"{result.get('verdict')}: build() on {result['head']} vs {result['base']}, {pooled}, {result.get('device')}; {MECHANISM}"
-    rows = [
-        {
-            "label": row["case"],
-            "device": result.get("device") or "?",
-            "outcome": "measured",
-            "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: {row['head_median_us']} µs (median)",
-            "expected": "head/base < 1",
-            "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} samples",
-        }
-        for row in result["cases"]
-    ]
+def latency_claim(claim, number: int, results: dict | None) -> dict:
+    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench` per device.
+
+    Where the bench ran on CUDA too, CUDA's verdict is the claim's (the claim is
+    about a GPU server); every device's numbers are shown.
+    """
+    if not results:
+        return {"verdict": "unverified", "reason": f"not measured: run `gdn-review bench --record {number}`", "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
+    devices = sorted(results, key=lambda device: (device != "cuda", device))
+    reasons, measured, rows, by_device = [], [], [], {}
+    for device in devices:
+        result = results[device]
+        low, high = result["pooled"]["ci95"]
+        pooled = f"head/base {result['pooled']['ratio']:.3f} (95% interval {low:.3f}–{high:.3f}) over {_n(len(result['cases']), 'case')}"
+        by_device[device] = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
+        reasons.append(f"{result.get('verdict')}: build() on {result['head']} vs {result['base']}, {pooled}, {device}")
+        measured.append(pooled if len(devices) == 1 else f"{device}: {pooled}")
+        rows += [
+            {
+                "label": row["case"],
+                "device": device,
+                "outcome": "measured",
+                "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: {row['head_median_us']} µs (median)",
+                "expected": "head/base < 1",
+                "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} samples",
+            }
+            for row in result["cases"]
+        ]
+    first = results[devices[0]]
     return {
-        "verdict": verdict, "reason": reason, "measured": pooled, "tests": rows,
-        "vllm": f"{result['base']} → {result['head']}", "devices": result.get("device") or "?",
+        "verdict": by_device[devices[0]], "reason": "; ".join(reasons) + f"; {MECHANISM}", "measured": "; ".join(measured), "tests": rows,
+        "vllm": f"{first['base']} → {first['head']}", "devices": _device_cell(by_device), "by_device": by_device,
     }
+
+
+def _device_cell(by_device: dict[str, str]) -> str:
+    """``cpu: holds; cuda: unverified``: each device's verdict (one device: just its name)."""
+    if len(by_device) == 1:
+        return next(iter(by_device))
+    return "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—"
+
+
+def verdicts_by_device(claim, tests: list[dict]) -> dict[str, str]:
+    """The claim's verdict from each device's tests alone (a CPU run and a GPU run merged: both shown)."""
+    devices = sorted({t.get("device") for t in tests if t.get("device")}, key=lambda device: (device != "cpu", device))
+    return {device: claim_verdict(claim, [t for t in tests if t.get("device") == device])[0] for device in devices}
+
+
+def _superseded_skips(tests: list[dict]) -> list[dict]:
+    """Drop a test's "needs CUDA" skip where the same test ran in another evidence file (a GPU run merged)."""
+    ran = {(t["record"], t["nodeid"]) for t in tests if t["outcome"] in RAN}
+    return [
+        t for t in tests
+        if not (t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") and (t["record"], t["nodeid"]) in ran)
+    ]
 
 
 def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
@@ -349,7 +381,7 @@ def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
 def report_data(record: Record, evidence: Evidence) -> dict:
     """Everything a report says about one record, as plain data."""
     expected = expected_tests(record) if not is_draft(record) else {}
-    mine = [t for t in evidence.tests if t["record"] == record.pr.number]
+    mine = _superseded_skips([t for t in evidence.tests if t["record"] == record.pr.number])
     mine += _missing_tests(record.pr.number, expected, mine)
     environments = sorted(
         {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
@@ -359,6 +391,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         tests = [t for t in mine if t["claim"] == claim.id]
         ran = [t for t in tests if t["outcome"] in RAN]
         verdict, reason = claim_verdict(claim, tests)
+        by_device = verdicts_by_device(claim, tests)
         claims.append(
             {
                 "id": claim.id,
@@ -370,7 +403,8 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 "reason": reason,
                 "measured": _measured_summary(claim, ran),
                 "vllm": ", ".join(sorted({_release(evidence, t) for t in ran})) or "—",
-                "devices": ", ".join(sorted({t.get("device") or "?" for t in ran})) or "—",
+                "devices": _device_cell(by_device) if len(by_device) > 1 else (", ".join(sorted({t.get("device") or "?" for t in ran})) or "—"),
+                "by_device": by_device,
                 "note": claim.note,
                 "tests": [
                     {

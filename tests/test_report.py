@@ -289,3 +289,48 @@ def test_a_latency_claim_takes_its_verdict_from_bench_evidence(tmp_path):
         assert next(c for c in report.report_data(record, report.load_evidence([path]))["claims"] if c["id"] == "C9")["verdict"] == expected
     without = report.report_data(record, report.load_evidence([GOLDEN / "evidence" / "run.json"]))
     assert next(c for c in without["claims"] if c["id"] == "C9")["reason"] == "not measured: run `gdn-review bench --record 7`"
+
+
+def test_a_gpu_run_merged_with_a_cpu_run_gives_verdicts_per_device(tmp_path):
+    """Evidence of a GPU machine (a bundle's run) merged with this machine's: each device's verdict is shown."""
+    from gdn_review.kb import load_kb
+
+    cpu = json.loads((GOLDEN / "evidence" / "run.json").read_text(encoding="utf-8"))
+    gpu = json.loads(json.dumps(cpu))
+    gpu["environment"].update(cuda_available=True, cuda_device="NVIDIA H200", torch_version="2.11.0+cu130", vllm_target_device="cpu", cuda_on_cpu_platform=True)
+    for test in gpu["tests"]:
+        if test["device"] == "cuda":
+            test.update(outcome="passed", reason="")
+    (tmp_path / "gpu.json").write_text(json.dumps(gpu), encoding="utf-8")
+    (record,) = load_kb(GOLDEN / "kb").values()
+    evidence = report.load_evidence([GOLDEN / "evidence" / "run.json", tmp_path / "gpu.json"])
+    data = report.report_data(record, evidence)
+    claims = {c["id"]: c for c in data["claims"]}
+    assert claims["C1"]["by_device"] == {"cpu": "holds", "cuda": "holds"}
+    assert claims["C1"]["verdict"] == "holds" and "needs CUDA" not in claims["C1"]["reason"]  # the CPU run's skips are superseded
+    assert claims["C2.equal-rows"]["devices"] == "cpu: fails; cuda: holds"  # the GPU run passed what failed here
+    assert any("NVIDIA H200" in line and "CUDA tensors on vLLM's CPU platform" in line for line in data["environments"])
+    alone = {c["id"]: c for c in report.report_data(record, report.load_evidence([GOLDEN / "evidence" / "run.json"]))["claims"]}
+    assert alone["C1"]["by_device"] == {"cpu": "holds", "cuda": "unverified"}
+
+
+def test_latency_on_cuda_gives_the_claims_verdict_and_cpu_is_shown_beside_it(tmp_path):
+    from gdn_review.kb import parse_record
+    from tests.conftest import MINIMAL
+
+    text = MINIMAL.replace(
+        "    cases: [spec]\ncases:",
+        "    cases: [spec]\n  - id: C9\n    text: Faster.\n    check:\n      kind: latency\n      cases: [spec]\ncases:",
+    )
+    record = parse_record(text, "kb/7.yaml")
+    row = {"case": "spec", "base_median_us": 50.0, "head_median_us": 48.0, "ratio": 0.96, "ci95": [0.95, 0.97], "samples": [100, 100]}
+    cpu = {"base": "0.28.0", "head": "0.29.0", "device": "cpu", "verdict": "supported", "pooled": {"ratio": 0.96, "ci95": [0.95, 0.97]}, "cases": [row]}
+    cuda = {**cpu, "device": "cuda", "verdict": "not distinguishable from noise", "pooled": {"ratio": 0.999, "ci95": [0.99, 1.01]}}
+    for name, result in (("cpu.json", cpu), ("cuda.json", cuda)):
+        (tmp_path / name).write_text(json.dumps({"format": "gdn-review-evidence/1", "tests": [], "bench": {"7": result}}), encoding="utf-8")
+    data = report.report_data(record, report.load_evidence([tmp_path / "cpu.json", tmp_path / "cuda.json"]))
+    c9 = next(c for c in data["claims"] if c["id"] == "C9")
+    assert c9["verdict"] == "unverified" and c9["devices"] == "cuda: unverified; cpu: holds"
+    assert c9["reason"].startswith("not distinguishable from noise: build() on 0.29.0 vs 0.28.0, head/base 0.999")
+    assert "supported: build() on 0.29.0 vs 0.28.0, head/base 0.960" in c9["reason"]
+    assert {t["device"] for t in c9["tests"]} == {"cpu", "cuda"}
