@@ -89,3 +89,15 @@ def test_mutants_of_the_bundled_record_apply_to_the_loaded_release():
                 assert source.count(mutant.find) == mutant.count, f"{risk.id}/{mutant.id} in {path}"
                 checked += 1
     assert checked >= 3
+
+
+def test_on_vllms_cpu_platform_a_cuda_builder_gets_a_cpu_device_config(monkeypatch):
+    """A bundle's fallback on a GPU machine: the CPU platform asserts a cpu device config, the builder's tensors go to CUDA."""
+    import os
+
+    from gdn_review.harness.builders import _vllm_config
+
+    assert os.environ["VLLM_TARGET_DEVICE"] == "cpu"  # this machine: no CUDA
+    config = _vllm_config(harness.BuilderSettings(device="cuda", speculative_tokens=2))
+    assert config.device_config.device_type == "cpu"
+    assert _vllm_config(harness.BuilderSettings(device="cpu")).device_config.device_type == "cpu"

@@ -137,7 +137,14 @@ def _vllm_config(settings: BuilderSettings):
     )
     return VllmConfig(
         model_config=_model_config(settings.max_model_len),
-        device_config=DeviceConfig(device=settings.device),
+        # vLLM's CPU platform asserts a cpu device config. Where the builder's
+        # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
+        # GPU machine), the config says cpu and the builder gets the device.
+        device_config=DeviceConfig(
+            device="cpu"
+            if os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
+            else settings.device
+        ),
         cache_config=CacheConfig(
             **_accepted_kwargs(CacheConfig, block_size=settings.block_size)
         ),
