@@ -593,6 +593,72 @@ def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None
     click.echo(f"wrote {path} (run: python -m pytest {path})")
 
 
+@main.command(name="bundle")
+@kb_option
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write (must not exist or be empty, unless --force).")
+@click.option("--record", "numbers", multiple=True, type=int, help="A record to carry (repeatable).  [default: every record that is not a draft]")
+@click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to carry (repeatable).  [default: the installed one and the base and head of every latency claim]")
+@click.option("--python", "python", default=None, metavar="X.Y", help="Python of the machine that runs it (picks the wheels).  [default: 3.12, the GPU machine's; this Python's with --dry-run]")
+@click.option("--max-mib", default=60, show_default=True, type=click.IntRange(min=1), help="Refuse to write a bundle bigger than this.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--dry-run", is_flag=True, help="Then run it here on CPU, in a venv that has only PyTorch and the packages a GPU machine has, with no network: proves the bundle complete.")
+@click.option("--work", "work_dir", default=None, type=click.Path(file_okay=False, path_type=Path), help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]")
+@click.option("--dry-run-python", "source_python", default=None, metavar="PYTHON", help="The dry run's venv links this interpreter's PyTorch and packages (e.g. a venv with the GPU machine's torch 2.11).  [default: this one]")
+def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python) -> None:
+    """Write an offline bundle that runs the generated checks and the bench on a GPU machine.
+
+    The folder (at most --max-mib) holds the project and its generated tests,
+    vLLM's Python files for each release carried (no compiled kernels), and
+    wheels of every package vLLM's builder path imports beyond PyTorch,
+    numpy, transformers, tokenizers, safetensors, jinja2, pyyaml, pytest,
+    hypothesis, click, rich and tqdm. DIR/run.sh installs them into a temp
+    folder with pip --no-index, probes each release's builder path, runs
+    every record's generated tests (CPU and CUDA) with `matrix`, the bench on
+    the GPU, and writes all evidence to one folder (see DIR/README.md).
+
+    Exit 0 written (and, with --dry-run, the dry run passed), 1 the dry run
+    failed, 2 bad input (too big, unknown release, a wheel not on the index).
+
+    \b
+    Examples:
+      gdn-review bundle --out /tmp/gdn-bundle                 # for the GPU machine (Python 3.12)
+      gdn-review bundle --out /tmp/b --dry-run                # for this Python, then run it here offline
+      gdn-review bundle --out /tmp/b --dry-run --dry-run-python ~/torch-2.11/bin/python   # over another torch
+      gdn-review bundle --out /tmp/b --record 52078 --vllm 0.28.0 --vllm 0.29.0
+      /tmp/gdn-bundle/run.sh /tmp/gpu-evidence                # on the GPU machine
+    """
+    import tempfile
+
+    from gdn_review import bundle as bundling
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if source_python and not dry_run:
+        raise click.UsageError("--dry-run-python goes with --dry-run")
+    python = python or (here if dry_run else bundling.DEFAULT_PYTHON)
+    if dry_run and python != here:
+        raise click.UsageError(f"--dry-run runs the bundle with this Python ({here}): leave out --python or give {here}")
+    records = _load_records(kb_dir, numbers)
+    records = {path: record for path, record in records.items() if not is_draft(record)}
+    if not records:
+        raise BadInput(f"no record in {kb_dir} that is not a draft")
+    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    try:
+        chosen = list(versions) or bundling.default_versions(records.values())
+        bundling.write_bundle(out_dir, records, chosen, python=python, max_bytes=max_mib << 20, force=force, say=say)
+    except (bundling.BundleError, releases.ReleaseError) as error:
+        raise BadInput(str(error)) from None
+    if not dry_run:
+        click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
+        return
+    work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))
+    try:
+        code, out, offline = bundling.dry_run(out_dir, work, source_python=source_python, say=say)
+    except bundling.BundleError as error:
+        raise BadInput(str(error)) from None
+    click.echo(f"dry run: run.sh exit {code}, {'no network' if offline else 'network not cut'}; evidence in {out}")
+    sys.exit(EXIT_OK if code == 0 else EXIT_FAILED)
+
+
 MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
 
 
