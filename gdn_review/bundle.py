@@ -9,7 +9,8 @@
     DIR/bundle.json         what is inside: records, releases, wheels with their sha256, sizes
     DIR/probe-cases.json    the case the probe builds
     DIR/project/            gdn_review/, templates/, kb/, generated_tests/, pyproject.toml
-    DIR/wheels/*.whl        what vLLM's builder path imports beyond BASELINE, for one Python
+    DIR/wheels/*.whl        what vLLM's builder path imports beyond BASELINE, for one Python,
+                            and requirements.txt pinning each with its sha256
     DIR/releases/V.tar.xz   release cache entries (vLLM's Python files only, with their manifest)
 
 Nothing is run here but pip download; the folder is staged beside DIR and
@@ -276,6 +277,10 @@ def write_bundle(
         wheels = fetch_wheels(pins, python, say)
         for wheel in wheels:
             shutil.copyfile(wheel, staging / "wheels" / wheel.name)
+        # pip checks each wheel against its hash before installing: a file damaged on the way is refused.
+        (staging / "wheels" / "requirements.txt").write_text(
+            "".join(f"{pin.name}=={pin.version} --hash=sha256:{_sha256(wheel)}\n" for pin, wheel in zip(pins, wheels)), encoding="utf-8"
+        )
         say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
         (staging / "releases").mkdir()
         for version in versions:

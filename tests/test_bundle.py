@@ -67,7 +67,7 @@ def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
     (tmp_path / "run.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "run.sh")], capture_output=True).returncode == 0
     assert "gdn-review: generated" in script.splitlines()[1]
-    assert "--no-index" in script and "sys.version_info[:2] != (3, 12)" in script
+    assert "--no-index" in script and "--require-hashes" in script and "sys.version_info[:2] != (3, 12)" in script
     assert "matrix --record 52078 --vllm 0.28.0 --vllm 0.29.0 --vllm 0.33.0" in script
     assert "matrix --record 56531 --vllm 0.33.0 " in script
     assert "bench --record 52078 --device" in script and "--record 56531 --device" not in script
@@ -129,6 +129,10 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     assert manifest["bytes"] <= 10 << 20
     assert json.loads((tmp_path / "out" / "bundle.json").read_text())["records"][0]["bench"] == {"base": "0.28.0", "head": "0.29.0"}
     assert (tmp_path / "out" / "project" / "generated_tests" / "test_pr_52078.py").is_file()
+    import hashlib
+
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert (tmp_path / "out" / "wheels" / "requirements.txt").read_text() == f"w==1 --hash=sha256:{digest}\n"
 
 
 def test_a_latency_claim_needs_its_releases_carried(tmp_path):
