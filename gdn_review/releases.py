@@ -136,11 +136,7 @@ def ensure(version: str, root: Path | None = None, say: Callable[[str], None] | 
         staged = scratch / "unpacked"
         files = unpack_python(wheel, staged)
         manifest = {"version": version, "wheel": wheel.name, "sha256": actual, "index_sha256": expected, "files": files}
-        (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        target = root / version
-        if target.exists():  # an incomplete or damaged entry: replaced whole
-            shutil.rmtree(target)
-        os.rename(staged, target)
+        target = _move_into_place(staged, manifest, root)
     say(f"release cache: vLLM {version} ready in {target}")
     release = cached(version, root)
     if release is None:
@@ -198,6 +194,29 @@ def _record_digest(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def _kept(name: str) -> bool:
+    """Python files and the dist-info are kept; compiled extensions are not."""
+    return not name.endswith("/") and (name.endswith(KEEP_SUFFIXES) or ".dist-info/" in name)
+
+
+def _place(target: Path, name: str, data: bytes, files: dict[str, list]) -> None:
+    """Write one checked file into a staged entry and note it for the manifest."""
+    destination = target / name
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_bytes(data)
+    files[name] = [hashlib.sha256(data).hexdigest(), len(data)]
+
+
+def _move_into_place(staged: Path, manifest: dict, root: Path) -> Path:
+    """Write the manifest (last: it is what makes an entry complete) and rename the entry into the cache."""
+    (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    target = root / manifest["version"]
+    if target.exists():  # an incomplete or damaged entry: replaced whole
+        shutil.rmtree(target)
+    os.rename(staged, target)
+    return target
+
+
 def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
     """Unpack the wheel's Python files into ``target``, each checked against the wheel's RECORD.
 
@@ -215,7 +234,7 @@ def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
         record = {row[0]: row[1] for row in csv.reader(io.StringIO(archive.read(record_name).decode())) if len(row) >= 2}
         files: dict[str, list] = {}
         for name in names:
-            if name.endswith("/") or not (name.endswith(KEEP_SUFFIXES) or ".dist-info/" in name):
+            if not _kept(name):
                 continue
             try:
                 data = archive.read(name)
@@ -223,10 +242,7 @@ def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
                 raise ReleaseError(f"{wheel.name}: {name} cannot be read ({error})") from None
             if record.get(name) and record[name] != _record_digest(data):
                 raise ReleaseError(f"{wheel.name}: {name} does not match the wheel's RECORD")
-            destination = target / name
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(data)
-            files[name] = [hashlib.sha256(data).hexdigest(), len(data)]
+            _place(target, name, data, files)
     if not (target / "vllm" / "__init__.py").is_file():
         raise ReleaseError(f"{wheel.name}: no vllm/__init__.py in the wheel")
     return files
@@ -323,27 +339,19 @@ def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None 
         files: dict[str, list] = {}
         for entry in distribution.files or []:
             name = str(entry)
-            if name.startswith("..") or not (name.endswith(KEEP_SUFFIXES) or ".dist-info/" in name):
+            if name.startswith("..") or not _kept(name):
                 continue
-            source = Path(distribution.locate_file(entry))
             try:
-                data = source.read_bytes()
+                data = Path(distribution.locate_file(entry)).read_bytes()
             except OSError:
                 continue  # RECORD lists files pip may not have written (__pycache__)
             if entry.hash is not None and entry.hash.mode == "sha256" and _record_digest(data) != f"sha256={entry.hash.value}":
                 raise ReleaseError(f"installed vLLM {version}: {name} does not match its RECORD (edited?): not used")
-            destination = staged / name
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(data)
-            files[name] = [hashlib.sha256(data).hexdigest(), len(data)]
+            _place(staged, name, data, files)
         if not (staged / "vllm" / "__init__.py").is_file():
             raise ReleaseError(f"installed vLLM {version}: no vllm/__init__.py in its RECORD")
         manifest = {"version": version, "wheel": f"installed distribution at {package_root}", "sha256": "", "files": files}
-        (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        target = root / version
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(staged, target)
+        _move_into_place(staged, manifest, root)
     release = cached(version, root)
     if release is None:
         raise ReleaseError(f"vLLM {version}: the cache entry at {root / version} did not verify")

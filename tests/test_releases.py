@@ -115,3 +115,15 @@ def test_a_half_unpacked_entry_without_manifest_is_not_used(fake_index, tmp_path
 def test_release_numbers_are_checked_before_anything_runs(version, tmp_path):
     with pytest.raises(releases.ReleaseError, match="release number|plain release"):
         releases.ensure(version, tmp_path)
+
+
+def test_the_installed_release_is_adopted_as_a_verified_entry_without_compiled_files(tmp_path):
+    version, _ = releases.loaded()
+    entry = releases.adopt_installed(root=tmp_path, say=lambda line: None)
+    assert entry.version == version and releases.cached(version, tmp_path) == entry
+    assert (entry.path / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py").is_file()
+    assert not list(entry.path.rglob("*.so"))
+    assert entry.wheel.startswith("installed distribution at ")
+    # The same source text as the installed file, read through the entry.
+    installed = releases.loaded()[1] / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py"
+    assert entry.source("vllm/v1/attention/backends/gdn_attn.py") == installed.read_text(encoding="utf-8")
