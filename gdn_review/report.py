@@ -403,7 +403,9 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 "reason": reason,
                 "measured": _measured_summary(claim, ran),
                 "vllm": ", ".join(sorted({_release(evidence, t) for t in ran})) or "—",
-                "devices": _device_cell(by_device) if len(by_device) > 1 else (", ".join(sorted({t.get("device") or "?" for t in ran})) or "—"),
+                # One device that ran: its name; otherwise each device's verdict (a CUDA-only claim here: "cuda: unverified").
+                "devices": ", ".join(sorted({t.get("device") or "?" for t in ran})) if len(by_device) == 1 and ran
+                else "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—",
                 "by_device": by_device,
                 "note": claim.note,
                 "tests": [
