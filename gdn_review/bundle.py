@@ -203,17 +203,17 @@ def pack_release(release: releases.Release, destination: Path, say: Callable[[st
     if not packed.is_file():
         say(f"packing vLLM {release.version}'s Python files (once; about half a minute)")
         packed.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=packed.parent, suffix=".partial", delete=False) as scratch:
-            pass
+        handle, partial = tempfile.mkstemp(dir=packed.parent, suffix=".partial")
+        os.close(handle)
         try:
-            with tarfile.open(scratch.name, "w:xz", preset=9) as archive:
+            with tarfile.open(partial, "w:xz", preset=9) as archive:
                 for path in sorted(release.path.rglob("*")):
-                    if path.is_file() and "__pycache__" not in path.parts:
+                    if path.is_file():
                         archive.add(path, arcname=f"{release.version}/{path.relative_to(release.path)}", filter=_tar_filter)
-            os.replace(scratch.name, packed)
+            os.replace(partial, packed)
         finally:
-            if os.path.exists(scratch.name):
-                os.unlink(scratch.name)
+            if os.path.exists(partial):
+                os.unlink(partial)
     shutil.copyfile(packed, destination)
 
 
@@ -275,11 +275,15 @@ def write_bundle(
         (staging / "wheels").mkdir()
         pins = carried_pins()
         wheels = fetch_wheels(pins, python, say)
+        carried = [
+            {"name": pin.name, "version": pin.version, "file": wheel.name, "sha256": releases.file_sha256(wheel)}
+            for pin, wheel in zip(pins, wheels)
+        ]
         for wheel in wheels:
             shutil.copyfile(wheel, staging / "wheels" / wheel.name)
         # pip checks each wheel against its hash before installing: a file damaged on the way is refused.
         (staging / "wheels" / "requirements.txt").write_text(
-            "".join(f"{pin.name}=={pin.version} --hash=sha256:{_sha256(wheel)}\n" for pin, wheel in zip(pins, wheels)), encoding="utf-8"
+            "".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in carried), encoding="utf-8"
         )
         say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
         (staging / "releases").mkdir()
@@ -294,10 +298,7 @@ def write_bundle(
             "baseline": list(BASELINE),
             "records": plan,
             "releases": versions,
-            "wheels": [
-                {"name": pin.name, "version": pin.version, "file": wheel.name, "sha256": _sha256(wheel)}
-                for pin, wheel in zip(pins, wheels)
-            ],
+            "wheels": carried,
         }
         templates = environment()
         for name in ("run.sh", "README.md"):
@@ -319,14 +320,6 @@ def write_bundle(
             shutil.rmtree(staging)
     say(f"bundle {out}: {_mib(size)} (limit {_mib(max_bytes)})")
     return manifest
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _mib(size: int) -> str:

@@ -130,7 +130,7 @@ def ensure(version: str, root: Path | None = None, say: Callable[[str], None] | 
         expected = index_sha256(version)
         say(f"release cache: fetching vLLM {version} (once; about 0.5 GB, Python files kept)")
         wheel = download_wheel(version, scratch / "download")
-        actual = _sha256(wheel)
+        actual = file_sha256(wheel)
         if expected and actual != expected:
             raise ReleaseError(f"vLLM {version}: {wheel.name} has sha256 {actual}, the index says {expected}: not used")
         staged = scratch / "unpacked"
@@ -182,7 +182,7 @@ def download_wheel(version: str, folder: Path) -> Path:
     return wheels[0]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

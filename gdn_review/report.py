@@ -213,9 +213,9 @@ def latency_claim(claim, number: int, results: dict | None) -> dict:
     }
 
 
-def _device_cell(by_device: dict[str, str]) -> str:
-    """``cpu: holds; cuda: unverified``: each device's verdict (one device: just its name)."""
-    if len(by_device) == 1:
+def _device_cell(by_device: dict[str, str], ran: bool = True) -> str:
+    """``cpu: holds; cuda: unverified``: each device's verdict; one device whose tests ran: just its name."""
+    if len(by_device) == 1 and ran:
         return next(iter(by_device))
     return "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—"
 
@@ -403,9 +403,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 "reason": reason,
                 "measured": _measured_summary(claim, ran),
                 "vllm": ", ".join(sorted({_release(evidence, t) for t in ran})) or "—",
-                # One device that ran: its name; otherwise each device's verdict (a CUDA-only claim here: "cuda: unverified").
-                "devices": ", ".join(sorted({t.get("device") or "?" for t in ran})) if len(by_device) == 1 and ran
-                else "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—",
+                "devices": _device_cell(by_device, bool(ran)),  # a CUDA-only claim here: "cuda: unverified"
                 "by_device": by_device,
                 "note": claim.note,
                 "tests": [

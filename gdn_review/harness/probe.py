@@ -73,11 +73,12 @@ def probe(cases: dict) -> dict:
         steps, f"vLLM platform ({os.environ.get('VLLM_TARGET_DEVICE')})", _platform
     ):
         return result
-    _step(
-        steps,
-        "environment",
-        lambda: result.setdefault("environment", environment()) and "read",
-    )
+
+    def read_environment() -> str:
+        result["environment"] = environment()
+        return "read"
+
+    _step(steps, "environment", read_environment)
     case_id, case = next(iter(cases.items()))
     for device in ("cpu", "cuda"):
         skip = device_skip_reason(device)
