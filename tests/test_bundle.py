@@ -86,6 +86,7 @@ def test_run_script_refuses_another_python(tmp_path):
     done = subprocess.run(["bash", str(tmp_path / "run.sh"), str(tmp_path / "out")], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert done.returncode == 2
     assert "wheels are for Python 2.7" in done.stderr
+    assert (tmp_path / "out" / "steps.jsonl").read_text() == ""  # it stopped before installing anything
 
 
 def test_out_must_be_empty_unless_forced(tmp_path):
