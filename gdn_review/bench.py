@@ -30,6 +30,7 @@ from typing import Callable
 from gdn_review import releases
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
+CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda_on_cpu_platform
 
 
 class BenchError(Exception):
@@ -81,14 +82,20 @@ def verdict(low: float, high: float) -> str:
     return NOISE
 
 
+def platform_for(device: str, env: dict) -> str:
+    """vLLM's platform for a worker timing ``device``: the device's own, except a bundle's CUDA tensors on the CPU platform."""
+    if device == "cuda" and env.get(CUDA_ON_CPU_PLATFORM) == "1" and env.get("VLLM_TARGET_DEVICE") == "cpu":
+        return "cpu"
+    return device
+
+
 class _Worker:
     def __init__(self, release: str, device: str, cases: dict):
         env = dict(os.environ)
         if release != releases.installed():
             path = str(releases.ensure(release).path)
             env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        # An explicit platform wins (a bundle's CUDA tensors on vLLM's CPU platform).
-        env.setdefault("VLLM_TARGET_DEVICE", device)
+        env["VLLM_TARGET_DEVICE"] = platform_for(device, env)
         self.release = release
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gdn_review.harness.timing"],

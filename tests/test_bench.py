@@ -69,3 +69,12 @@ def test_an_unknown_case_is_bad_input():
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and "no case no_such_case" in done.stderr
+
+
+def test_a_workers_platform_follows_its_device_unless_a_bundle_runs_cuda_on_the_cpu_platform():
+    from gdn_review.bench import platform_for
+
+    assert platform_for("cpu", {"VLLM_TARGET_DEVICE": "cuda"}) == "cpu"
+    assert platform_for("cuda", {}) == "cuda"
+    assert platform_for("cuda", {"VLLM_TARGET_DEVICE": "cpu"}) == "cuda"
+    assert platform_for("cuda", {"VLLM_TARGET_DEVICE": "cpu", "GDN_REVIEW_CUDA_ON_CPU_PLATFORM": "1"}) == "cpu"
