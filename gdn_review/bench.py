@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review import releases
+from gdn_review import release_cache
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
 CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda_on_cpu_platform
@@ -92,8 +92,8 @@ def platform_for(device: str, env: dict) -> str:
 class _Worker:
     def __init__(self, release: str, device: str, cases: dict):
         env = dict(os.environ)
-        if release != releases.installed():
-            path = str(releases.ensure(release).path)
+        if release != release_cache.installed():
+            path = str(release_cache.ensure(release).path)
             env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["VLLM_TARGET_DEVICE"] = platform_for(device, env)
         self.release = release

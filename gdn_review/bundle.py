@@ -37,7 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from gdn_review import releases
+from gdn_review import release_cache
 
 BUNDLE_FORMAT = "gdn-review-bundle/1"
 MAX_BYTES = 60 * 1024 * 1024
@@ -127,7 +127,7 @@ def _platform_arguments(python: str) -> list[str]:
 
 
 def wheel_cache(python: str) -> Path:
-    return releases.cache_root().parent / "wheels" / f"cp{python.replace('.', '')}"
+    return release_cache.cache_root().parent / "wheels" / f"cp{python.replace('.', '')}"
 
 
 def _wheel_for(pin: Pin, folder: Path) -> Path | None:
@@ -171,7 +171,7 @@ def fetch_wheels(pins: list[Pin], python: str, say: Callable[[str], None]) -> li
 def default_versions(records) -> list[str]:
     """The installed release (the generated suite's target) and the base and head of every latency claim (the bench)."""
     wanted = set()
-    installed = releases.installed()
+    installed = release_cache.installed()
     if installed:
         wanted.add(installed)
     for record in records:
@@ -182,10 +182,10 @@ def default_versions(records) -> list[str]:
     return sorted((v for v in wanted if v), key=Version)
 
 
-def release_entry(version: str, say: Callable[[str], None]) -> releases.Release:
-    if version == releases.installed():
-        return releases.adopt_installed(say=say)
-    return releases.ensure(version, say=say)
+def release_entry(version: str, say: Callable[[str], None]) -> release_cache.Release:
+    if version == release_cache.installed():
+        return release_cache.adopt_installed(say=say)
+    return release_cache.ensure(version, say=say)
 
 
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -195,11 +195,11 @@ def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return info
 
 
-def pack_release(release: releases.Release, destination: Path, say: Callable[[str], None]) -> None:
+def pack_release(release: release_cache.Release, destination: Path, say: Callable[[str], None]) -> None:
     """``<version>/...`` (the cache entry, manifest included) as tar.xz, packed once per entry and reused."""
-    manifest = (release.path / releases.MANIFEST).read_bytes()
+    manifest = (release.path / release_cache.MANIFEST).read_bytes()
     key = hashlib.sha256(manifest).hexdigest()[:16]
-    packed = releases.cache_root().parent / "packed" / f"{release.version}-{key}.tar.xz"
+    packed = release_cache.cache_root().parent / "packed" / f"{release.version}-{key}.tar.xz"
     if not packed.is_file():
         say(f"packing vLLM {release.version}'s Python files (once; about half a minute)")
         packed.parent.mkdir(parents=True, exist_ok=True)
@@ -249,7 +249,7 @@ def write_bundle(
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not force:
         raise BundleError(f"{out} exists and is not empty (--force replaces it)")
-    versions = sorted({releases.checked_version(v) for v in versions}, key=Version)
+    versions = sorted({release_cache.checked_version(v) for v in versions}, key=Version)
     if not versions:
         raise BundleError("no vLLM release to carry (no vLLM installed here and no --vllm)")
     ordered = sorted(records.items(), key=lambda item: item[1].pr.number)
@@ -276,7 +276,7 @@ def write_bundle(
         pins = carried_pins()
         wheels = fetch_wheels(pins, python, say)
         carried = [
-            {"name": pin.name, "version": pin.version, "file": wheel.name, "sha256": releases.file_sha256(wheel)}
+            {"name": pin.name, "version": pin.version, "file": wheel.name, "sha256": release_cache.file_sha256(wheel)}
             for pin, wheel in zip(pins, wheels)
         ]
         for wheel in wheels:

@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 
 from gdn_review import generate as generator
-from gdn_review import releases
+from gdn_review import release_cache
 from gdn_review import report as reporting
-from gdn_review import runner
+from gdn_review import suite
 from gdn_review.kb import RecordErrors, incomplete, is_draft, load_kb, record_schema
 from gdn_review.plugin import DEFAULT_EVIDENCE
 
@@ -291,19 +291,19 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
     modules = _current_modules(kb_dir, records, out_dir, write)
     # Evidence left by an earlier run must never be reported as this run's.
     Path(evidence_path).unlink(missing_ok=True)
-    command = runner.pytest_command(list(modules.values()), evidence_path, keyword, pytest_args)
+    command = suite.pytest_command(list(modules.values()), evidence_path, keyword, pytest_args)
     click.echo(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: {' '.join(command[2:])}")
-    code = runner.run_pytest(command)
-    if code == runner.NO_TESTS:
+    code = suite.run_pytest(command)
+    if code == suite.NO_TESTS:
         click.echo("pytest collected no test (exit 5): nothing was checked", err=True)
-    elif code not in runner.RAN_EXIT_CODES:
+    elif code not in suite.RAN_EXIT_CODES:
         click.echo(f"pytest stopped with exit code {code} (usage or internal error); see its output above", err=True)
         sys.exit(EXIT_BAD_INPUT)
     if not Path(evidence_path).exists():
         raise BadInput(f"pytest wrote no evidence at {evidence_path}")
     click.echo("[2/2] writing risk reports")
     status = _write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions)
-    if code == runner.NO_TESTS:
+    if code == suite.NO_TESTS:
         status = EXIT_FAILED
     sys.exit(status)
 
@@ -357,7 +357,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
         except RecordErrors as failure:
             errors.extend(failure.errors)
             continue
-        except (mutation.MutationError, releases.ReleaseError) as error:
+        except (mutation.MutationError, release_cache.ReleaseError) as error:
             raise BadInput(str(error)) from None
         catalogues.append(mutation.select(found, risk, patterns))
     if errors:
@@ -506,7 +506,7 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
                 {c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds, tolerance=tolerance,
                 say=lambda line: click.echo(f"  {line}", err=True),
             )
-        except (benching.BenchError, releases.ReleaseError) as error:
+        except (benching.BenchError, release_cache.ReleaseError) as error:
             raise BadInput(str(error)) from None
         click.echo(f"PR #{record.pr.number}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval")
         for row in result["cases"]:
@@ -645,7 +645,7 @@ def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, d
     try:
         chosen = list(versions) or bundling.default_versions(records.values())
         bundling.write_bundle(out_dir, records, chosen, python=python, max_bytes=max_mib << 20, force=force, say=say)
-    except (bundling.BundleError, releases.ReleaseError) as error:
+    except (bundling.BundleError, release_cache.ReleaseError) as error:
         raise BadInput(str(error)) from None
     if not dry_run:
         click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
@@ -710,7 +710,7 @@ def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work
         data = matrices.load_matrix(work)
         known = {r.pr.number for r in all_records.values()}
         report_data = reporting.matrix_report(record, data, known)
-    except (matrices.MatrixError, releases.ReleaseError, reporting.ReportError) as error:
+    except (matrices.MatrixError, release_cache.ReleaseError, reporting.ReportError) as error:
         raise BadInput(str(error)) from None
     written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=[report_data])
     for row in report_data["matrix"]["rows"]:
@@ -765,12 +765,12 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
     if case_id and case_id not in {c.id for c in record.cases}:
         raise BadInput(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
     try:
-        installed, _ = releases.loaded()
+        installed, _ = release_cache.loaded()
         chosen = list(versions) or [installed]
         paths = {}
         for version in chosen:
-            paths[version] = None if releases.checked_version(version) == installed else releases.ensure(version, say=lambda m: click.echo(m, err=True)).path
-    except releases.ReleaseError as error:
+            paths[version] = None if release_cache.checked_version(version) == installed else release_cache.ensure(version, say=lambda m: click.echo(m, err=True)).path
+    except release_cache.ReleaseError as error:
         raise BadInput(str(error)) from None
     for version, path in paths.items():
         with tempfile.TemporaryDirectory() as scratch:

@@ -593,7 +593,7 @@ def export(kb_dir: Path, number: int, out_dir: Path, release: str | None = None)
     """
     source, record = find_record(kb_dir, number)
     if release is None:
-        from gdn_review.harness.releases import vllm_release
+        from gdn_review.harness.environment import vllm_release
 
         release = str(vllm_release())
     text = render(record, source, release)

@@ -33,7 +33,7 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review import releases
+from gdn_review import release_cache
 from gdn_review import snapshot as snapshots
 from gdn_review.files import atomic_write
 
@@ -76,8 +76,8 @@ def plan(record, installed: str | None, requested: list[str] | None = None) -> l
     checked = set()
     for version in versions:
         try:
-            checked.add(releases.checked_version(version))
-        except releases.ReleaseError as error:
+            checked.add(release_cache.checked_version(version))
+        except release_cache.ReleaseError as error:
             raise MatrixError(str(error)) from None
     planned = []
     for version in sorted(checked, key=Version):
@@ -114,11 +114,11 @@ def fetch(planned: list[Planned], say: Callable[[str], None]) -> tuple[dict[str,
             paths[item.version] = None
             continue
         try:
-            hit = releases.cached(item.version)
+            hit = release_cache.cached(item.version)
             if hit is None:
                 downloaded.append(item.version)
-            paths[item.version] = releases.ensure(item.version, say=say).path
-        except releases.ReleaseError as error:
+            paths[item.version] = release_cache.ensure(item.version, say=say).path
+        except release_cache.ReleaseError as error:
             raise MatrixError(str(error)) from None
     return paths, downloaded
 
@@ -170,8 +170,8 @@ def target_diff(record) -> str | None:
     texts = []
     for version in (base, head):
         try:
-            text = releases.source(version, record.target.file, fetch=False)
-        except releases.ReleaseError:
+            text = release_cache.source(version, record.target.file, fetch=False)
+        except release_cache.ReleaseError:
             text = None
         if text is None:
             return None
@@ -194,14 +194,14 @@ def run_matrix(
     say: Callable[[str], None] = print,
 ) -> dict:
     """Run the record's module on every planned release; write and return matrix.json's data."""
-    installed = releases.installed()  # None in a bundle: every release comes from the release cache
+    installed = release_cache.installed()  # None in a bundle: every release comes from the release cache
     planned = plan(record, installed, requested)
     say(f"release matrix of PR #{record.pr.number}: vLLM {', '.join(p.version for p in planned)} (installed: {installed or 'none'})")
     paths, downloaded = fetch(planned, say)
     if downloaded:
         say(f"release cache: downloaded {', '.join(downloaded)}")
     else:
-        say(f"release cache: every release was already cached; nothing downloaded ({releases.cache_root()})")
+        say(f"release cache: every release was already cached; nothing downloaded ({release_cache.cache_root()})")
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = jobs or default_jobs()
     say(f"running {len(planned)} releases, {jobs} at a time")

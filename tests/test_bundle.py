@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review import bundle as bundling
-from gdn_review import bundled
+from gdn_review import bundle_run
 from gdn_review.cli import main
 from gdn_review.generate import environment
 from packaging.utils import canonicalize_name
@@ -149,7 +149,7 @@ def test_probe_lines_say_what_ran_and_the_first_error():
         "mode": "cuda",
         "result": {"steps": [{"step": "import torch", "ok": True}, {"step": "vLLM platform (cuda)", "ok": False, "error": "ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'"}], "devices": {}},
     }
-    assert bundled.probe_lines("0.33.0", attempt) == ["vLLM 0.33.0 [cuda]: vLLM platform (cuda) failed: ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'"]
+    assert bundle_run.probe_lines("0.33.0", attempt) == ["vLLM 0.33.0 [cuda]: vLLM platform (cuda) failed: ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'"]
     attempt = {
         "mode": "cuda tensors on the cpu platform",
         "result": {"steps": [{"step": "import vllm", "ok": True}], "devices": {
@@ -157,7 +157,7 @@ def test_probe_lines_say_what_ran_and_the_first_error():
             "cuda": {"skipped": None, "steps": [{"step": "VllmConfig and builder", "ok": True}, {"step": "build()", "ok": False, "error": "RuntimeError: x"}]},
         }},
     }
-    assert bundled.probe_lines("0.33.0", attempt) == [
+    assert bundle_run.probe_lines("0.33.0", attempt) == [
         "vLLM 0.33.0 [cuda tensors on the cpu platform] cpu: ran build()",
         "vLLM 0.33.0 [cuda tensors on the cpu platform] cuda: ran VllmConfig and builder; build() failed: RuntimeError: x",
     ]

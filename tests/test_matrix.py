@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import matrix, releases, report
+from gdn_review import matrix, release_cache, report
 from gdn_review import snapshot as snapshots
 from gdn_review.cli import main
 from gdn_review.kb import load_record
@@ -90,9 +90,9 @@ def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
 
 def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
     record = load_record(write_record(RECORD) / "7.yaml")
-    fake = releases.Release("0.28.0", tmp_path, "w.whl", "0")
-    monkeypatch.setattr(releases, "cached", lambda version, root=None: fake)
-    monkeypatch.setattr(releases, "ensure", lambda version, root=None, say=None: fake)
+    fake = release_cache.Release("0.28.0", tmp_path, "w.whl", "0")
+    monkeypatch.setattr(release_cache, "cached", lambda version, root=None: fake)
+    monkeypatch.setattr(release_cache, "ensure", lambda version, root=None, say=None: fake)
     paths, downloaded = matrix.fetch(matrix.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print)
     assert downloaded == [] and paths == {"0.28.0": tmp_path, "0.29.0": None}
 
@@ -148,11 +148,11 @@ def test_matrix_report_renders_the_table_drift_and_diff_and_fails_on_drift(matri
 
 def test_unknown_release_is_bad_input(monkeypatch):
     def unknown(version, root=None, say=None):
-        raise releases.ReleaseError(f"vLLM {version} is not a release on the package index (pip: no matching distribution)")
+        raise release_cache.ReleaseError(f"vLLM {version} is not a release on the package index (pip: no matching distribution)")
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(releases, "cached", lambda version, root=None: None)
-    monkeypatch.setattr(releases, "ensure", unknown)
+    monkeypatch.setattr(release_cache, "cached", lambda version, root=None: None)
+    monkeypatch.setattr(release_cache, "ensure", unknown)
     result = CliRunner().invoke(main, ["matrix", "--record", "52078", "--vllm", "0.99.0"])
     assert result.exit_code == 2, result.output
     assert "vLLM 0.99.0 is not a release on the package index" in result.output

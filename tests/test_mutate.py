@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review import releases
+from gdn_review import release_cache
 from gdn_review.mutation import runner
 from tests.conftest import ROOT
 
@@ -30,7 +30,7 @@ TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 
 def vllm_files_digest() -> str:
     """One hash over every .py file of the loaded vLLM's attention backends and the target."""
-    _, root = releases.loaded()
+    _, root = release_cache.loaded()
     digest = hashlib.sha256()
     for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode())

@@ -158,10 +158,10 @@ def test_validate_reports_a_mutant_find_with_a_typo(write_record):
     """`gdn-review validate` checks finds against the installed release (no download needed)."""
     from click.testing import CliRunner
 
-    from gdn_review import releases
+    from gdn_review import release_cache
     from gdn_review.cli import main
 
-    installed, _ = releases.loaded()
+    installed, _ = release_cache.loaded()
     text = MINIMAL.replace("head_release: 0.29.0", f"head_release: {installed}").replace(
         "    claims: [C1]\n",
         '    claims: [C1]\n    mutants:\n      - id: typo\n        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 00"\n        replace: "x"\n',

@@ -163,11 +163,11 @@ def test_malformed_evidence_entries_are_bad_input(tmp_path, edit, message):
 
 
 def test_run_never_reports_stale_evidence(tmp_path, monkeypatch):
-    from gdn_review import runner
+    from gdn_review import suite
 
     stale = tmp_path / "evidence.json"
     stale.write_text((GOLDEN / "evidence" / "run.json").read_text())
-    monkeypatch.setattr(runner, "run_pytest", lambda command: 0)  # a pytest that writes no evidence
+    monkeypatch.setattr(suite, "run_pytest", lambda command: 0)  # a pytest that writes no evidence
     result = CliRunner().invoke(main, ["run", "--evidence", str(stale), "--reports", str(tmp_path / "r")])
     assert result.exit_code == 2 and f"pytest wrote no evidence at {stale}" in result.output
 

@@ -39,10 +39,10 @@ def test_differences_name_every_changed_added_and_removed_field():
 
 
 def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_case():
-    from gdn_review import releases
+    from gdn_review import release_cache
     from gdn_review.kb import load_kb
 
-    installed, _ = releases.loaded()
+    installed, _ = release_cache.loaded()
     for record in load_kb(ROOT / "kb").values():
         stored = snapshots.stored(ROOT / "kb", record.pr.number)
         assert installed in stored, f"run gdn-review snapshot --record {record.pr.number}"

@@ -13,7 +13,8 @@ from gdn_review.harness.environment import (
     target_source,
 )
 from gdn_review.harness.builders import BuilderSettings, make_builder
-from gdn_review.harness.releases import active_deviation, claim_in_range, release_in_range, vllm_release
+from gdn_review.harness.environment import vllm_release
+from gdn_review.harness.release_ranges import active_deviation, claim_in_range, release_in_range
 from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
 from gdn_review.harness.snapshots import snapshot_differences, stored_snapshot
 from gdn_review.harness.strategies import random_batches

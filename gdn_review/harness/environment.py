@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
+
+from packaging.version import Version
 
 
 def prepare_platform() -> None:
@@ -20,6 +23,15 @@ def prepare_platform() -> None:
     import torch
 
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.cache
+def vllm_release() -> Version:
+    """The loaded vLLM's release, without local or dev suffixes (0.33.0+cpu -> 0.33.0)."""
+    prepare_platform()
+    import vllm
+
+    return Version(Version(vllm.__version__).base_version)
 
 
 # Set by a bundle's run.sh where vLLM's CUDA platform cannot load (its compiled
@@ -68,8 +80,6 @@ def environment() -> dict:
     import torch
     import vllm
 
-    from gdn_review.harness.releases import vllm_release
-
     vllm_path = os.path.dirname(os.path.abspath(vllm.__file__))
     source = _vllm_source(vllm_path)
     return {
@@ -83,7 +93,7 @@ def environment() -> dict:
         else None,
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
         "cuda_on_cpu_platform": cuda_on_cpu_platform() and torch.cuda.is_available(),
-        # The release matrix runs every claim on the base release (see releases.py).
+        # The release matrix runs every claim on the base release (see release_ranges.py).
         "claim_ranges_ignored": os.environ.get("GDN_REVIEW_CLAIMS_ON_ANY_RELEASE")
         == "1",
         "python": sys.version.split()[0],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from gdn_review.harness.releases import vllm_release
+from gdn_review.harness.environment import vllm_release
 
 NO_FIELD = "(no such field)"
 

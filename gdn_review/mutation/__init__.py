@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review import releases
+from gdn_review import release_cache
 from gdn_review.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, record_mutants
@@ -31,7 +31,7 @@ class MutationError(Exception):
 
 def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[[str], None] = print) -> Catalogue:
     """The record's mutants on the loaded vLLM; RecordErrors when a record mutant's find is wrong."""
-    release, root = releases.loaded()
+    release, root = release_cache.loaded()
     target = record.target.file
     try:
         loaded = (root / target).read_text(encoding="utf-8")
@@ -43,10 +43,10 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
         if not version or version == release:
             continue
         try:
-            sources[version] = releases.source(version, target, fetch=fetch, say=say)
-        except releases.ReleaseError as error:
+            sources[version] = release_cache.source(version, target, fetch=fetch, say=say)
+        except release_cache.ReleaseError as error:
             notes.append(f"vLLM {version} unavailable: {error}")
-    for version in releases.cached_versions():
+    for version in release_cache.cached_versions():
         if version not in sources and version != release:
             text = _quiet_source(version, target)
             if text is not None:
@@ -87,11 +87,11 @@ def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
     sources: dict[str, str] = {}
     skipped: list[str] = []
     try:
-        release, root = releases.loaded()
+        release, root = release_cache.loaded()
         sources[release] = (root / target).read_text(encoding="utf-8")
-    except (releases.ReleaseError, OSError) as error:
+    except (release_cache.ReleaseError, OSError) as error:
         skipped.append(f"the installed vLLM: {error}")
-    for version in releases.cached_versions():
+    for version in release_cache.cached_versions():
         text = _quiet_source(version, target)
         if text is not None:
             sources.setdefault(version, text)
@@ -103,8 +103,8 @@ def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
 
 def _quiet_source(version: str, target: str) -> str | None:
     try:
-        return releases.source(version, target, fetch=False)
-    except releases.ReleaseError:
+        return release_cache.source(version, target, fetch=False)
+    except release_cache.ReleaseError:
         return None
 
 

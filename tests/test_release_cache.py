@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review import releases
+from gdn_review import release_cache
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 
@@ -58,19 +58,19 @@ def fake_index(monkeypatch, tmp_path):
         good = make_wheel(tmp_path / "index" / version, version, body=f"version = {version!r}\n")
         return hashlib.sha256(good.read_bytes()).hexdigest() if state["damage"] != "wrong-hash" else "0" * 64
 
-    monkeypatch.setattr(releases, "download_wheel", download)
-    monkeypatch.setattr(releases, "index_sha256", index_hash)
+    monkeypatch.setattr(release_cache, "download_wheel", download)
+    monkeypatch.setattr(release_cache, "index_sha256", index_hash)
     return state
 
 
 def test_fetched_once_then_read_from_the_cache(fake_index, tmp_path):
     root = tmp_path / "cache"
     messages = []
-    release = releases.ensure("0.29.0", root, messages.append)
+    release = release_cache.ensure("0.29.0", root, messages.append)
     assert release.source(TARGET) == "version = '0.29.0'\n"
     assert not (release.path / "vllm" / "_C.abi3.so").exists()  # compiled parts stay out
-    assert releases.source("0.29.0", TARGET, root, say=messages.append) == "version = '0.29.0'\n"
-    assert fake_index["downloads"] == 1 and releases.cached_versions(root) == ["0.29.0"]
+    assert release_cache.source("0.29.0", TARGET, root, say=messages.append) == "version = '0.29.0'\n"
+    assert fake_index["downloads"] == 1 and release_cache.cached_versions(root) == ["0.29.0"]
     assert any("fetching vLLM 0.29.0" in m for m in messages)
     assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]  # no scratch left behind
 
@@ -82,23 +82,23 @@ def test_fetched_once_then_read_from_the_cache(fake_index, tmp_path):
 def test_a_bad_download_leaves_no_entry_and_is_fetched_again(fake_index, tmp_path, damage, message):
     root = tmp_path / "cache"
     fake_index["damage"] = damage
-    with pytest.raises(releases.ReleaseError, match=message):
-        releases.ensure("0.30.0", root, lambda _: None)
-    assert releases.cached("0.30.0", root) is None and releases.cached_versions(root) == []
+    with pytest.raises(release_cache.ReleaseError, match=message):
+        release_cache.ensure("0.30.0", root, lambda _: None)
+    assert release_cache.cached("0.30.0", root) is None and release_cache.cached_versions(root) == []
     assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]
     fake_index["damage"] = None
-    assert releases.ensure("0.30.0", root, lambda _: None).source(TARGET) == "version = '0.30.0'\n"
+    assert release_cache.ensure("0.30.0", root, lambda _: None).source(TARGET) == "version = '0.30.0'\n"
     assert fake_index["downloads"] == 2
 
 
 def test_a_damaged_cached_file_drops_the_entry_and_refetches(fake_index, tmp_path):
     root = tmp_path / "cache"
-    release = releases.ensure("0.31.0", root, lambda _: None)
+    release = release_cache.ensure("0.31.0", root, lambda _: None)
     (release.path / TARGET).write_text("version = '0.31.X'\n")  # same size, other bytes
-    assert releases.source("0.31.0", TARGET, root, fetch=False) is None
-    assert releases.source("0.31.0", TARGET, root, say=lambda _: None) == "version = '0.31.0'\n"
+    assert release_cache.source("0.31.0", TARGET, root, fetch=False) is None
+    assert release_cache.source("0.31.0", TARGET, root, say=lambda _: None) == "version = '0.31.0'\n"
     (root / "0.31.0" / TARGET).write_text("trunc")  # other size: not even listed as cached
-    assert releases.cached("0.31.0", root) is None
+    assert release_cache.cached("0.31.0", root) is None
     assert fake_index["downloads"] == 2
 
 
@@ -107,23 +107,23 @@ def test_a_half_unpacked_entry_without_manifest_is_not_used(fake_index, tmp_path
     (root / "0.32.0" / "vllm").mkdir(parents=True)
     (root / "0.32.0" / TARGET).parent.mkdir(parents=True)
     (root / "0.32.0" / TARGET).write_text("partial")
-    assert releases.cached("0.32.0", root) is None
-    assert releases.ensure("0.32.0", root, lambda _: None).source(TARGET) == "version = '0.32.0'\n"
+    assert release_cache.cached("0.32.0", root) is None
+    assert release_cache.ensure("0.32.0", root, lambda _: None).source(TARGET) == "version = '0.32.0'\n"
 
 
 @pytest.mark.parametrize("version", ["latest", "0.29.0+cu130", "0.29.0; rm -rf /"])
 def test_release_numbers_are_checked_before_anything_runs(version, tmp_path):
-    with pytest.raises(releases.ReleaseError, match="release number|plain release"):
-        releases.ensure(version, tmp_path)
+    with pytest.raises(release_cache.ReleaseError, match="release number|plain release"):
+        release_cache.ensure(version, tmp_path)
 
 
 def test_the_installed_release_is_adopted_as_a_verified_entry_without_compiled_files(tmp_path):
-    version, _ = releases.loaded()
-    entry = releases.adopt_installed(root=tmp_path, say=lambda line: None)
-    assert entry.version == version and releases.cached(version, tmp_path) == entry
+    version, _ = release_cache.loaded()
+    entry = release_cache.adopt_installed(root=tmp_path, say=lambda line: None)
+    assert entry.version == version and release_cache.cached(version, tmp_path) == entry
     assert (entry.path / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py").is_file()
     assert not list(entry.path.rglob("*.so"))
     assert entry.wheel.startswith("installed distribution at ")
     # The same source text as the installed file, read through the entry.
-    installed = releases.loaded()[1] / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py"
+    installed = release_cache.loaded()[1] / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py"
     assert entry.source("vllm/v1/attention/backends/gdn_attn.py") == installed.read_text(encoding="utf-8")

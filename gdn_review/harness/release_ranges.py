@@ -1,23 +1,12 @@
-"""Release ranges (``>=0.29,<0.32``) evaluated against the vLLM that is loaded."""
+"""Release ranges (``>=0.29,<0.32``) of claims, cases and known deviations, evaluated against the loaded vLLM."""
 
 from __future__ import annotations
 
-import functools
 import os
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 
-from gdn_review.harness.environment import prepare_platform
-
-
-@functools.cache
-def vllm_release() -> Version:
-    """The loaded vLLM's release, without local or dev suffixes (0.33.0+cpu -> 0.33.0)."""
-    prepare_platform()
-    import vllm
-
-    return Version(Version(vllm.__version__).base_version)
+from gdn_review.harness.environment import vllm_release
 
 
 def release_in_range(releases: str | None) -> bool:

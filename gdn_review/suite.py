@@ -1,4 +1,4 @@
-"""Run generated modules under pytest (a fresh process) so the plugin writes evidence."""
+"""The generated suite under pytest (a fresh process), so the plugin writes evidence: `gdn-review run`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,84 @@
+"""The package's shape: modules small enough to read, no import circle, no two
+modules with the same file name, a thin CLI."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gdn_review"
+MAX_LINES = 500
+MAX_CLI_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every gdn_review module ``name`` imports, at its top or inside a function."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # ``from package import submodule`` imports the submodule; any other name, the package.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def test_no_module_is_too_long():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+    cli = len((PACKAGE / "cli.py").read_text().splitlines())
+    assert cli < MAX_CLI_LINES, f"cli.py has {cli} lines; its commands should call their stage's function"
+
+
+def test_no_two_modules_share_a_file_name():
+    names = defaultdict(list)
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            names[path.name].append(str(path.relative_to(PACKAGE.parent)))
+    assert not {n: p for n, p in names.items() if len(p) > 1}
+
+
+def test_no_import_circle():
+    modules = _modules()
+    graph = {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+    # A package's __init__ importing its own submodules is how a package is made;
+    # only a submodule importing back up to a package that imports it closes a circle.
+    circles = []
+
+    def visit(node, trail):
+        for nxt in sorted(graph[node]):
+            if nxt in trail:
+                cycle = trail[trail.index(nxt):] + [nxt]
+                if not all(b.startswith(a + ".") for a, b in zip(cycle, cycle[1:])):
+                    circles.append(" -> ".join(cycle))
+            elif nxt not in done:
+                visit(nxt, trail + [nxt])
+        done.add(node)
+
+    done: set[str] = set()
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    assert not circles, "import circles:\n" + "\n".join(sorted(set(circles)))
