@@ -208,3 +208,76 @@ def write_evidence(path: Path, results: dict[int, dict]) -> None:
         "bench": {str(number): result for number, result in sorted(results.items())},
     }
     atomic_write(Path(path), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def latency_records(records: dict, named: bool) -> list[tuple[Path, object, object]]:
+    """(path, record, latency check or None) of the records to bench: those with a latency claim,
+    or every named record (``named``: --record was given)."""
+    chosen = []
+    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+        latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
+        if latency is not None or named:
+            chosen.append((path, record, latency))
+    return chosen
+
+
+def bench_command(
+    records: dict,
+    named: bool,
+    pair: str | None,
+    device: str,
+    case_ids: tuple[str, ...],
+    max_seconds: float,
+    tolerance: float,
+    evidence_path: Path,
+    say: Callable[[str], None] = print,
+    show: Callable[[str], None] = print,
+) -> dict[int, dict]:
+    """``gdn-review bench``: time each chosen record's cases between its two releases; write the evidence.
+
+    ``say`` gets progress, ``show`` the result table of each record.
+    """
+    from gdn_review.generate import module_context
+
+    chosen = latency_records(records, named)
+    if not chosen:
+        raise BenchError("no record has a latency claim; name one with --record N")
+    if case_ids and len(chosen) > 1:
+        raise BenchError("--case needs a single --record")
+    results = {}
+    for path, record, latency in chosen:
+        base = (latency.base if latency else None) or record.target.base_release
+        head = (latency.head if latency else None) or record.target.head_release
+        if pair:
+            try:
+                base, head = (part.strip() for part in pair.split(","))
+            except ValueError:
+                raise BenchError(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
+        if not base or not head:
+            raise BenchError(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
+        cases = module_context(record, path.name)["cases"]
+        wanted = list(case_ids) or (list(latency.cases) if latency is not None else list(cases))
+        unknown = [c for c in wanted if c not in cases]
+        if unknown:
+            raise BenchError(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
+        say(f"PR #{record.pr.number}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}")
+        result = bench({c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds,
+                       tolerance=tolerance, say=lambda line: say(f"  {line}"))
+        for line in result_lines(record.pr.number, result):
+            show(line)
+        results[record.pr.number] = result
+    write_evidence(evidence_path, results)
+    return results
+
+
+def result_lines(number: int, result: dict) -> list[str]:
+    """One record's bench as a table: per case both medians and the ratio with its interval, then pooled."""
+    base, head = result["base"], result["head"]
+    lines = [f"PR #{number}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval"]
+    for row in result["cases"]:
+        low, high = row["ci95"]
+        lines.append(f"         {row['case']:<28} {row['base_median_us']:>12.1f} {row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
+    low, high = result["pooled"]["ci95"]
+    lines.append(f"         {'pooled (geometric mean)':<28} {'':>12} {'':>12} {result['pooled']['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
+    lines.append(f"         verdict: {result['verdict']} ({result['rounds']} rounds, {result['seconds']} s, stopped: {result['stopped']})")
+    return lines

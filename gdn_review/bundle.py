@@ -417,3 +417,22 @@ def dry_run(
     say(f"dry run: {bundle_dir}/run.sh on CPU, {'no network (unshare -rn)' if prefix else 'network not cut (no unshare here)'}")
     code = subprocess.run([*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False).returncode
     return code, out, bool(prefix)
+
+
+def bundle_command(
+    records: dict, out_dir: Path, versions: list[str], python: str, max_mib: int, force: bool,
+    dry: bool, work_dir: Path | None, source_python: str | None, say: Callable[[str], None] = print,
+) -> tuple[int, Path, bool] | None:
+    """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``, run it
+    here and return (run.sh's exit code, its OUT folder, whether the network was cut)."""
+    from gdn_review.kb import is_draft
+
+    records = {path: record for path, record in records.items() if not is_draft(record)}
+    if not records:
+        raise BundleError("no record that is not a draft")
+    write_bundle(out_dir, records, versions or default_versions(records.values()), python=python,
+                 max_bytes=max_mib << 20, force=force, say=say)
+    if not dry:
+        return None
+    work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))
+    return dry_run(out_dir, work, source_python=source_python, say=say)

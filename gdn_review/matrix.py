@@ -247,3 +247,45 @@ def load_matrix(folder: Path) -> dict:
         entry["evidence_path"] = str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
         entry["snapshot_data"] = snapshots.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
     return data
+
+
+def matrix_command(
+    kb_dir: Path,
+    number: int,
+    versions: list[str],
+    jobs: int | None,
+    keyword: str | None,
+    generated: Path,
+    write: bool,
+    work_dir: Path | None,
+    reports_dir: Path,
+    say: Callable[[str], None] = print,
+) -> tuple[dict, list[Path]]:
+    """``gdn-review matrix``: run the record on its releases, write the report; its data and files."""
+    from gdn_review import report as reporting
+    from gdn_review.kb import is_draft
+    from gdn_review.selection import current_modules, load_records
+
+    known = {r.pr.number for r in load_records(kb_dir).values()}
+    records = load_records(kb_dir, (number,))
+    (record_path, record), = records.items()
+    if is_draft(record):
+        raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
+    modules = current_modules(kb_dir, records, generated, write, say)
+    work = work_dir or Path(".gdn-review") / f"matrix-{number}"
+    run_matrix(record, record_path, modules[number], work, versions or None, jobs, keyword, say=say)
+    report_data = reporting.matrix_report(record, load_matrix(work), known)
+    written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=[report_data])
+    return report_data, written
+
+
+def summary_lines(report_data: dict) -> list[str]:
+    """The matrix in a few terminal lines: per claim its verdict per release, then the drift count."""
+    lines = []
+    for row in report_data["matrix"]["rows"]:
+        cells = ", ".join(f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "") for c in row["cells"])
+        lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
+        lines += [f"    {line}" for line in row["trajectories"]]
+    drift = report_data["matrix"]["drift"]
+    lines.append(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
+    return lines

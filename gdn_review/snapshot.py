@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from gdn_review.files import atomic_write
 
@@ -132,6 +133,61 @@ def take_in_subprocess(record_path: Path, pythonpath: Path | None, out: Path, de
         env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     command = [sys.executable, "-m", "gdn_review.snapshot", str(record_path), str(out), "--device", device]
     return subprocess.run(command, env=env, capture_output=True, text=True)
+
+
+class SnapshotError(Exception):
+    """A snapshot could not be taken or printed (bad input: exit 2)."""
+
+
+def snapshot_command(
+    kb_dir: Path, number: int, versions: list[str], case_id: str | None, as_expect: bool,
+    say: Callable[[str], None] = print,
+) -> list[str]:
+    """``gdn-review snapshot``: store (or, with ``as_expect``, print) the record's snapshots; lines to show."""
+    import tempfile
+
+    from gdn_review import release_cache
+    from gdn_review.selection import load_records
+
+    (record_path, record), = load_records(kb_dir, (number,)).items()
+    if case_id and case_id not in {c.id for c in record.cases}:
+        raise SnapshotError(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
+    installed, _ = release_cache.loaded()
+    paths = {}
+    for version in versions or [installed]:
+        paths[version] = None if release_cache.checked_version(version) == installed else release_cache.ensure(version, say=say).path
+    shown = []
+    for version, path in paths.items():
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "snapshot.json"
+            done = take_in_subprocess(record_path, path, out)
+            data = load(out) if done.returncode == 0 else None
+            if data is None:
+                say(done.stderr[-3000:])
+                raise SnapshotError(f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})")
+        if as_expect:
+            shown += expect_lines(data, case_id, version)
+            continue
+        target = snapshot_path(kb_dir, number, data["release"])
+        atomic_write(target, dumps(data))
+        shown.append(f"wrote {target} ({len(data['cases'])} cases, vLLM {data['release']}, {data['device']})")
+    return shown
+
+
+def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
+    """A case's ``expect`` block (YAML) from a snapshot, to read through and paste into the record."""
+    import typing
+
+    import yaml
+
+    from gdn_review.kb.models import ExpectField
+
+    case = data["cases"].get(case_id)
+    if case is None:
+        raise SnapshotError(f"case {case_id!r} does not apply to vLLM {version} (its releases range)")
+    expect = {field: case[field] for field in typing.get_args(ExpectField) if field in case}
+    block = yaml.safe_dump({"expect": expect}, sort_keys=False, default_flow_style=None, width=120)
+    return [f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}); read it through before pasting"] + block.rstrip("\n").split("\n")
 
 
 # --- As a pytest plugin (``-p gdn_review.snapshot``): the release matrix takes the

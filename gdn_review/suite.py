@@ -21,3 +21,23 @@ def pytest_command(modules: list[Path], evidence: Path, keyword: str | None, ext
 def run_pytest(command: list[str]) -> int:
     """Run pytest with its output streaming to this terminal (that is the progress)."""
     return subprocess.run(command).returncode
+
+
+class SuiteError(Exception):
+    """pytest could not run the suite, or wrote no evidence (bad input or usage: exit 2)."""
+
+
+def run_suite(modules: list[Path], evidence: Path, keyword: str | None, extra: tuple[str, ...], say=print) -> int:
+    """``gdn-review run``'s first stage: the generated modules under pytest; pytest's exit code (0, 1 or 5)."""
+    # Evidence left by an earlier run must never be reported as this run's.
+    Path(evidence).unlink(missing_ok=True)
+    command = pytest_command(modules, evidence, keyword, extra)
+    say(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: {' '.join(command[2:])}")
+    code = run_pytest(command)
+    if code == NO_TESTS:
+        say("pytest collected no test (exit 5): nothing was checked")
+    elif code not in RAN_EXIT_CODES:
+        raise SuiteError(f"pytest stopped with exit code {code} (usage or internal error); see its output above")
+    if not Path(evidence).exists():
+        raise SuiteError(f"pytest wrote no evidence at {evidence}")
+    return code

@@ -118,6 +118,46 @@ def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Cat
     return dataclasses.replace(found, mutants=mutants)
 
 
+def catalogues(
+    records: dict[Path, Record], risk: str | None, patterns: tuple[str, ...], fetch: bool, say: Callable[[str], None] = print
+) -> list[Catalogue]:
+    """The selected mutants of every complete record; RecordErrors of all records' bad finds at once."""
+    from gdn_review.kb import is_draft
+
+    found_all, errors = [], []
+    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+        if is_draft(record):
+            say(f"warning: skipped draft {path}: it has open TODOs")
+            continue
+        try:
+            found = catalogue_for(path, record, fetch=fetch, say=say)
+        except RecordErrors as failure:
+            errors.extend(failure.errors)
+            continue
+        found_all.append(select(found, risk, patterns))
+    if errors:
+        raise RecordErrors(errors)
+    if (risk or patterns) and not any(c.mutants for c in found_all):
+        raise MutationError(f"no mutant matches --risk {risk or '*'} --mutant {' '.join(patterns) or '*'} (see `gdn-review mutate --list`)")
+    for found in found_all:
+        for note in found.notes:
+            say(f"note: PR {found.record}: {note}")
+    return found_all
+
+
+def listing_lines(found_all: list[Catalogue]) -> list[str]:
+    """``mutate --list``: every mutant with its origin, risks and state."""
+    lines = []
+    for found in found_all:
+        lines.append(f"PR #{found.record} on vLLM {found.release}: {len(found.mutants)} mutants, {len(found.runnable())} to run")
+        for mutant in found.mutants:
+            state = mutant.status or "to run"
+            risks = ",".join(mutant.risks) or "-"
+            lines.append(f"  {mutant.id:<58} {mutant.origin:<6} risks {risks:<8} {state}{': ' + mutant.reason if mutant.reason else ''}")
+        lines += [f"  (no mutant) PR hunk no longer in vLLM {found.release}: {hunk}" for hunk in found.gone_hunks]
+    return lines
+
+
 def result_entry(found: Catalogue, mutant: Mutant, result: dict | None) -> dict:
     """One mutant's evidence: what it is, how it ended, which tests killed it."""
     result = result or {}

@@ -1,0 +1,220 @@
+"""The click commands of the long runs: mutate, bench, matrix, bundle.
+
+Each parses its options, calls its stage (mutation, bench, matrix, bundle),
+prints and picks the exit code; ``gdn_review.cli`` adds them to the group.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review import report as reporting
+from gdn_review.cli_support import (
+    BENCH_EVIDENCE, EXIT_FAILED, EXIT_OK, _exit_codes, _fail_on, _print_written, _report_evidence, _say, _write_reports, kb_option,
+)
+from gdn_review.plugin import DEFAULT_EVIDENCE
+from gdn_review.selection import current_modules, load_records
+
+MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
+
+
+@click.command()
+@kb_option
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--risk", "risk", default=None, metavar="ID", help="Only the mutants of this risk.")
+@click.option("--mutant", "patterns", multiple=True, metavar="ID", help="Only this mutant (repeatable; shell patterns such as 'auto.*').")
+@click.option("--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Mutants run at once.  [default: CPU count]")
+@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="Seconds a mutant may run before its process is killed (status: timeout).")
+@click.option("-k", "keyword", default=None, help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).")
+@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option("--offline", is_flag=True, help="Use only releases already in the cache (automatic mutants need the base and head releases).")
+@click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
+@click.option("--fail-on", "fail_on", default="fails,survived", show_default=True, help="Comma list of what makes the exit code 1: fails, survived, unverified, uncovered.")
+@_exit_codes
+def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on) -> None:
+    """Plant each risk's bug in vLLM's real builder and check a generated test fails.
+
+    Mutants come from the record (exact find/replace edits under each risk) and
+    from the PR's diff (standard operators on the lines the PR added, mapped by
+    content onto the loaded release; the base and head releases are fetched once
+    into the release cache). vLLM is imported once; each mutant runs in a forked
+    child on CPU, its source compiled in memory: vLLM's files are never written.
+    The unmutated suite runs first and must pass; its evidence, with every
+    mutant's result, goes to --evidence, and the reports show the kill matrix.
+
+    \b
+    Examples:
+      gdn-review mutate --list                     # every mutant, with its id and state
+      gdn-review mutate --record 52078             # run them all; reports/52078.md
+      gdn-review mutate --risk R1 --jobs 2
+      gdn-review mutate --mutant 'auto.or_to_and.*'
+      gdn-review mutate -k C1 --fail-on survived   # how much the C1 tests alone catch
+    """
+    import collections
+
+    from gdn_review import mutation
+    from gdn_review.progress import MutationProgress
+
+    conditions = _fail_on(fail_on)
+    records = load_records(kb_dir, numbers)
+    catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=_say)
+    if list_only:
+        click.echo("\n".join(mutation.listing_lines(catalogues)))
+        return
+    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.pr.number in {c.record for c in catalogues}}, out_dir, write, _say)
+    _say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
+    progress = MutationProgress(_say)
+    try:
+        entries = mutation.run(catalogues, modules, keyword, jobs or os.cpu_count() or 1, timeout, evidence_path, progress.start, progress.advance)
+    except mutation.MutationError as error:  # the baseline failed: a check, not the input
+        progress.stop()
+        _say(str(error))
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        progress.stop()
+        _say(f"interrupted after {progress.done} mutant(s): nothing written, vLLM's files untouched")
+        sys.exit(130)
+    progress.stop()
+    counts = collections.Counter(e["status"] for e in entries)
+    _say("[3/3] " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; evidence {evidence_path}")
+    sys.exit(_write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions))
+
+
+@click.command(name="bench")
+@kb_option
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).  [default: every record with a latency claim]")
+@click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the latency check's, else the record's base and head]")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable; one record).  [default: the latency check's cases]")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Per record: stop adding rounds after this long, tight or not.")
+@click.option("--tolerance", type=click.FloatRange(min=0.0001), default=0.01, show_default=True, help="Stop once every case's 95%% half-interval of the ratio is this narrow.")
+@click.option("--evidence", "evidence_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
+@_exit_codes
+def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
+    """A/B latency of build() between a record's base and head releases, with 95% intervals.
+
+    Each release runs in its own process (its sources from the release cache,
+    the installed release as it is); rounds interleave them (A B, B A, ...)
+    after a warm-up, until every case's interval is tight or --max-seconds.
+    Prints per case the medians and the head/base ratio with its bootstrap 95%
+    interval, and the pooled ratio: supported (head faster, interval below 1),
+    not distinguishable from noise, or contradicted; the record's latency claim
+    takes that verdict in the reports. This is build()'s latency, the mechanism
+    of a throughput claim; end-to-end throughput needs a serving benchmark.
+
+    \b
+    Examples:
+      gdn-review bench                                          # every record with a latency claim
+      gdn-review bench --record 52078 --releases 0.28.0,0.33.0 --case pure_spec_decode
+      gdn-review bench --record 52078 --device cuda             # on a GPU machine
+      gdn-review report --evidence .gdn-review/evidence.json --evidence .gdn-review/bench.json
+    """
+    from gdn_review import bench
+
+    records = load_records(kb_dir, numbers)
+    bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=_say, show=click.echo)
+    _say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")
+
+
+@click.command(name="matrix")
+@kb_option
+@click.option("--record", "number", required=True, type=int, help="PR number of the record.")
+@click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to run (repeatable).  [default: the record's base and head release and every release after it up to the installed one]")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]")
+@click.option("-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run').")
+@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N]")
+@click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the report goes.")
+@click.option("--fail-on", "fail_on", default="drift", show_default=True, help="Comma list of what makes the exit code 1: fails (on the newest release), unverified, uncovered, drift (unexplained).")
+@_exit_codes
+def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, fail_on) -> None:
+    """Run a record's generated tests on the release without the PR, the release with it, and every later one.
+
+    Each release runs in its own subprocess with that release's Python sources
+    (from the release cache, fetched once) first on PYTHONPATH over the
+    installed torch; releases run in parallel. On the base release every claim
+    runs whatever its range, so the report says per claim whether the check
+    discriminates (fails before the PR, holds after it). Every case's full
+    metadata is compared between consecutive releases; each difference is
+    attributed to a PR (target.changes, related[].changes) or shown as
+    unexplained drift.
+
+    Exit 0 ok, 1 what --fail-on names, 2 bad input (unknown record or release).
+
+    \b
+    Examples:
+      gdn-review matrix --record 52078
+      gdn-review matrix --record 56531 --vllm 0.31.0 --vllm 0.32.0
+      gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
+    """
+    from gdn_review import matrix
+
+    chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
+    report_data, written = matrix.matrix_command(kb_dir, number, list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo)
+    click.echo("\n".join(matrix.summary_lines(report_data)))
+    _print_written(written)
+    tripped = reporting.matrix_failures(report_data, chosen)
+    for line in tripped:
+        _say(f"fail-on: {line}")
+    sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+
+
+@click.command(name="bundle")
+@kb_option
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write (must not exist or be empty, unless --force).")
+@click.option("--record", "numbers", multiple=True, type=int, help="A record to carry (repeatable).  [default: every record that is not a draft]")
+@click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to carry (repeatable).  [default: the installed one and the base and head of every latency claim]")
+@click.option("--python", "python", default=None, metavar="X.Y", help="Python of the machine that runs it (picks the wheels).  [default: 3.12, the GPU machine's; this Python's with --dry-run]")
+@click.option("--max-mib", default=60, show_default=True, type=click.IntRange(min=1), help="Refuse to write a bundle bigger than this.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--dry-run", is_flag=True, help="Then run it here on CPU, in a venv that has only PyTorch and the packages a GPU machine has, with no network: proves the bundle complete.")
+@click.option("--work", "work_dir", default=None, type=click.Path(file_okay=False, path_type=Path), help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]")
+@click.option("--dry-run-python", "source_python", default=None, metavar="PYTHON", help="The dry run's venv links this interpreter's PyTorch and packages (e.g. a venv with the GPU machine's torch 2.11).  [default: this one]")
+@_exit_codes
+def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python) -> None:
+    """Write an offline bundle that runs the generated checks and the bench on a GPU machine.
+
+    The folder (at most --max-mib) holds the project and its generated tests,
+    vLLM's Python files for each release carried (no compiled kernels), and
+    wheels of every package vLLM's builder path imports beyond PyTorch,
+    numpy, transformers, tokenizers, safetensors, jinja2, pyyaml, pytest,
+    hypothesis, click, rich and tqdm. DIR/run.sh installs them into a temp
+    folder with pip --no-index, probes each release's builder path, runs
+    every record's generated tests (CPU and CUDA) with `matrix`, the bench on
+    the GPU, and writes all evidence to one folder (see DIR/README.md).
+
+    Exit 0 written (and, with --dry-run, the dry run passed), 1 the dry run
+    failed, 2 bad input (too big, unknown release, a wheel not on the index).
+
+    \b
+    Examples:
+      gdn-review bundle --out /tmp/gdn-bundle                 # for the GPU machine (Python 3.12)
+      gdn-review bundle --out /tmp/b --dry-run                # for this Python, then run it here offline
+      gdn-review bundle --out /tmp/b --dry-run --dry-run-python ~/torch-2.11/bin/python   # over another torch
+      gdn-review bundle --out /tmp/b --record 52078 --vllm 0.28.0 --vllm 0.29.0
+      /tmp/gdn-bundle/run.sh /tmp/gpu-evidence                # on the GPU machine
+    """
+    from gdn_review import bundle
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if source_python and not dry_run:
+        raise click.UsageError("--dry-run-python goes with --dry-run")
+    python = python or (here if dry_run else bundle.DEFAULT_PYTHON)
+    if dry_run and python != here:
+        raise click.UsageError(f"--dry-run runs the bundle with this Python ({here}): leave out --python or give {here}")
+    records = load_records(kb_dir, numbers)
+    ran = bundle.bundle_command(records, out_dir, list(versions), python, max_mib, force, dry_run, work_dir, source_python, say=_say)
+    if ran is None:
+        click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
+        return
+    code, out, offline = ran
+    click.echo(f"dry run: run.sh exit {code}, {'no network' if offline else 'network not cut'}; evidence in {out}")
+    sys.exit(EXIT_OK if code == 0 else EXIT_FAILED)

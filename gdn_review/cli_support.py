@@ -1,0 +1,117 @@
+"""What every command shares: exit codes, turning a stage's errors into them, printing reports."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review import generate as generator
+from gdn_review import report as reporting
+from gdn_review.kb import RecordErrors
+from gdn_review.selection import StaleModules
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+BENCH_EVIDENCE = Path(".gdn-review") / "bench.json"
+
+
+class BadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    """Every stage's "bad input" error (exit 2); imported late so --help stays fast."""
+    from gdn_review import bench, bundle, matrix, mutation, release_cache, selection, snapshot, suite
+    from gdn_review.export import ExportError
+    from gdn_review.importers.review_report import ReportImportError
+
+    return (selection.SelectionError, generator.GenerateError, reporting.ReportError, suite.SuiteError,
+            mutation.MutationError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
+            matrix.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError)
+
+
+def _exit_codes(command):
+    """Record errors are listed (all of them), stale modules named, other bad input said; exit 2 or 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except RecordErrors as failure:
+            for error in failure.errors:
+                click.echo(str(error), err=True)
+            click.echo(f"{len(failure.errors)} error(s) in {len({e.file for e in failure.errors})} file(s)", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except StaleModules as stale:
+            for path in stale.paths:
+                click.echo(f"stale  {path}", err=True)
+            click.echo(str(stale), err=True)
+            sys.exit(EXIT_FAILED)
+        except Exception as error:
+            if isinstance(error, _input_errors()):
+                raise BadInput(str(error)) from None
+            raise
+
+    return wrapper
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+kb_option = click.option(
+    "--kb", "kb_dir", default="kb", show_default=True, type=click.Path(path_type=Path), help="Folder of YAML records."
+)
+FAIL_ON_CHOICES = ("uncovered", "fails", "unverified", "survived")
+
+
+def _fail_on(value: str, choices=FAIL_ON_CHOICES) -> set[str]:
+    chosen = {item.strip() for item in value.split(",") if item.strip()}
+    unknown = chosen - set(choices)
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(sorted(unknown))}; choose from {', '.join(choices)}", param_hint="--fail-on")
+    return chosen
+
+
+fail_on_option = click.option(
+    "--fail-on",
+    default="fails",
+    show_default=True,
+    help="Comma list of what makes the exit code 1: fails, unverified, uncovered.",
+)
+
+
+def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: set[str]) -> int:
+    """Reports from evidence; prints a line per record and what --fail-on tripped; the exit code."""
+    written, reports = reporting.write_reports(records, reporting.load_evidence(list(evidence_paths)), out_dir, fmt)
+    for data in reports:
+        verdicts = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
+        coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
+        click.echo(f"PR #{data['number']}: claims {verdicts}; risks {coverage}")
+    _print_written(written, fmt)
+    tripped = reporting.failures(reports, fail_on)
+    for line in tripped:
+        click.echo(f"fail-on: {line}", err=True)
+    return EXIT_FAILED if tripped else EXIT_OK
+
+
+def _print_written(written: list[Path], fmt: str = "markdown") -> None:
+    for path in written:
+        click.echo(f"report   {path}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and fmt == "markdown" and written:
+        with open(summary, "a", encoding="utf-8") as stream:
+            for path in written:
+                stream.write(path.read_text(encoding="utf-8") + "\n")
+        click.echo(f"appended to GITHUB_STEP_SUMMARY ({summary})")
+
+
+def _report_evidence(evidence_path: Path) -> tuple[Path, ...]:
+    """This run's evidence, plus the last `gdn-review bench` results when there are some."""
+    if BENCH_EVIDENCE.exists() and Path(evidence_path) != BENCH_EVIDENCE:
+        click.echo(f"with latency evidence from {BENCH_EVIDENCE} (gdn-review bench)", err=True)
+        return (Path(evidence_path), BENCH_EVIDENCE)
+    return (Path(evidence_path),)

@@ -1,0 +1,61 @@
+"""Which records and generated modules a command works on.
+
+Commands that run the generated suite (run, mutate, matrix) first load the
+records they were asked for, then make sure each record's generated module is
+current (or regenerate it with --write). Both steps live here so every command
+selects the same way and says the same thing when something is missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from gdn_review import generate
+from gdn_review.kb import Record, load_kb
+
+
+class SelectionError(Exception):
+    """The command was asked for something that is not there (bad input: exit 2)."""
+
+
+class StaleModules(Exception):
+    """Generated modules disagree with their records (a check failed: exit 1)."""
+
+    def __init__(self, paths: list[Path]):
+        super().__init__("generated tests are out of date: run `gdn-review generate` (or add --write)")
+        self.paths = paths
+
+
+def load_records(kb_dir: Path, numbers: tuple[int, ...] = ()) -> dict[Path, Record]:
+    """The records of ``kb_dir`` (only PRs ``numbers`` when given); RecordErrors when one is bad."""
+    records = load_kb(kb_dir)
+    if numbers:
+        missing = set(numbers) - {r.pr.number for r in records.values()}
+        if missing:
+            raise SelectionError(f"no record for PR {', '.join(map(str, sorted(missing)))} in {kb_dir}")
+        records = {p: r for p, r in records.items() if r.pr.number in numbers}
+    if not records:
+        raise SelectionError(f"no records (*.yaml) in {kb_dir}")
+    return records
+
+
+def current_modules(
+    kb_dir: Path, records: dict[Path, Record], out_dir: Path, write: bool, say: Callable[[str], None]
+) -> dict[int, Path]:
+    """The generated module of each complete record, after checking (or regenerating) them."""
+    plan = generate.plan(kb_dir, out_dir, generate.DEFAULT_TEMPLATES)
+    if plan.foreign:
+        raise SelectionError(f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}")
+    if plan.stale and not write:
+        raise StaleModules(plan.stale)
+    if plan.stale:
+        generate.apply(plan)
+        say(f"regenerated {len(plan.write)} module(s), removed {len(plan.remove)}")
+    for path in plan.drafts:
+        if path in records:
+            say(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)")
+    modules = {r.pr.number: out_dir / generate.module_name(r) for p, r in records.items() if p not in plan.drafts}
+    if not modules:
+        raise SelectionError("no complete record to run (only drafts)")
+    return modules

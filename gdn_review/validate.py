@@ -1,0 +1,43 @@
+"""``gdn-review validate``: every record well-formed, every mutant's find where it should be.
+
+Record errors (types, unknown keys, references, impossible batches) come from
+the loader; mutant finds are checked on the releases at hand (the installed
+vLLM and the release cache, nothing fetched). A draft is well-formed but lists
+open TODOs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gdn_review.kb import Record, RecordErrors, incomplete, load_kb
+from gdn_review.selection import SelectionError
+
+
+@dataclasses.dataclass
+class Validation:
+    records: dict[Path, Record]
+    todos: dict[Path, list[str]]  # open TODOs per record (empty: complete)
+    notes: list[str]  # what could not be checked, and why
+
+    @property
+    def open_items(self) -> int:
+        return sum(len(items) for items in self.todos.values())
+
+
+def validate_kb(kb_dir: Path) -> Validation:
+    """Load and check every record; RecordErrors (all of them) when one is bad."""
+    from gdn_review.mutation import check_finds
+
+    records = load_kb(kb_dir)
+    if not records:
+        raise SelectionError(f"no records (*.yaml) in {kb_dir}")
+    find_errors, notes = [], []
+    for path, record in records.items():
+        problems, skipped = check_finds(path, record)
+        find_errors += problems
+        notes += [f"{path}: mutant finds not checked against {what}" for what in skipped]
+    if find_errors:
+        raise RecordErrors(find_errors)
+    return Validation(records, {path: incomplete(path, record) for path, record in records.items()}, notes)
