@@ -10,20 +10,19 @@ functions, read from ``gdn_review/harness/*.py`` and copied verbatim.
 The module is rendered from ``templates/export/``; record strings reach it only
 as string literals or escaped docstring text. It is written as ``ruff format``
 would write it at vLLM's settings (line length 88, double quotes, magic
-trailing commas), so the file passes ``ruff check`` and ``ruff format --check``
-without running ruff here. Known deviations are resolved for one target vLLM
-release (``--vllm-release``, default: the installed one): those of that
-release become strict xfails, claims and cases outside it are left out.
+trailing commas: export_format.py), so the file passes ``ruff check`` and
+``ruff format --check`` without running ruff here. Known deviations are
+resolved for one target vLLM release (``--vllm-release``, default: the
+installed one): those of that release become strict xfails, claims and cases
+outside it are left out.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import dataclasses
 import re
 import sys
-import unicodedata
 from pathlib import Path
 
 import jinja2
@@ -31,6 +30,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from gdn_review import generate
+from gdn_review.export_format import Call, Code, ExportError, assignment, docstring, flat_literal, literal
 from gdn_review.files import atomic_write
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
@@ -39,7 +39,6 @@ TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
 MODULE_TEMPLATE = "test_module.py.j2"
 HARNESS = Path(__file__).resolve().parent / "harness"
 EXPORT_MARK = "Exported by gdn-review from "
-WIDTH = 88  # vLLM's ruff line length
 ALLOWED_IMPORTS = {"pytest", "torch", "vllm", "__future__"}
 # Third-party modules the template itself imports at the top of the module.
 TEMPLATE_IMPORTS = ("pytest", "torch")
@@ -83,198 +82,6 @@ INVARIANT_HELPERS = (
     ("strategies.py", ("draw_batch", "seeded_batches")),
     ("properties.py", None),  # None: every top-level definition, in file order
 )
-
-
-class ExportError(Exception):
-    """The record cannot be exported (not found, a draft, nothing applies, bad helpers)."""
-
-
-# --- Python source as ruff formats it -------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Code:
-    """Source text placed as is inside a literal (a name, ``marks=X``)."""
-
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """A call inside a literal, e.g. ``pytest.param("case", marks=X)``."""
-
-    function: str
-    args: tuple
-
-
-def width(text: str) -> int:
-    """Columns a line takes, as ruff counts them (East Asian wide characters: 2)."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def _escape(text: str, quote: str) -> str:
-    out = []
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif char == quote:
-            out.append("\\" + quote)
-        elif char == "\n":
-            out.append("\\n")
-        elif char == "\r":
-            out.append("\\r")
-        elif char == "\t":
-            out.append("\\t")
-        elif not char.isprintable():
-            out.append(repr(char)[1:-1])
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def py_str(text: str) -> str:
-    """A string literal as ruff writes it: double quotes unless single ones escape less."""
-    quote = "'" if text.count('"') > text.count("'") else '"'
-    return quote + _escape(text, quote) + quote
-
-
-def _flat(value) -> str:
-    if isinstance(value, Code):
-        return value.text
-    if isinstance(value, Call):
-        return value.function + "(" + ", ".join(_flat(a) for a in value.args) + ")"
-    if isinstance(value, str):
-        return py_str(value)
-    if value is None or isinstance(value, (bool, int)):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_flat(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_flat(k)}: {_flat(v)}" for k, v in value.items()) + "}"
-    raise ExportError(f"cannot write {type(value).__name__} as a Python literal")
-
-
-def _string_pieces(text: str, indent: int) -> list[str]:
-    """Split ``text`` at spaces into pieces whose literals fit a line at ``indent``."""
-    pieces, current = [], ""
-    for token in re.findall(r"\S+\s*|\s+", text):
-        if current and indent + width(py_str(current + token)) > WIDTH:
-            pieces.append(current)
-            current = ""
-        word = token.rstrip()
-        if not current and word and indent + width(py_str(token)) > WIDTH:
-            # A word longer than a line: a piece of its own, without spaces, which
-            # ruff's line-length rule lets pass; the spaces go to the next piece.
-            pieces.append(word)
-            token = token[len(word) :]
-        current += token
-    pieces.append(current)
-    return [piece for piece in pieces if piece]
-
-
-def literal(value, first: int = 0, indent: int = 0, trail: int = 0, rhs: bool = False) -> str:
-    """``value`` (plain data or Code) as Python source laid out as ruff lays it out.
-
-    ``first``: columns taken before the value on its first line; ``indent``: the
-    indentation of that line; ``trail``: columns after the value on its last line.
-    What fits stays on one line; a collection that does not is split one item a
-    line with a trailing comma; a string that does not becomes parenthesized
-    pieces (implicit concatenation), split at spaces. ``rhs``: the value is the
-    right-hand side of an assignment, which ruff puts in parentheses of its own
-    when that makes it fit.
-    """
-    flat = _flat(value)
-    if first + width(flat) + trail <= WIDTH:
-        return flat
-    inner = indent + 4
-    pad = " " * inner
-    if isinstance(value, str):
-        pieces = _string_pieces(value, inner)
-        if len(pieces) == 1:
-            if rhs and inner + width(flat) <= WIDTH:
-                return "(\n" + pad + flat + "\n" + " " * indent + ")"
-            return flat  # one word: nothing to split
-        body = "\n".join(pad + py_str(piece) for piece in pieces)
-        return "(\n" + body + "\n" + " " * indent + ")"
-    if isinstance(value, Call):
-        # Arguments on one line of their own if they fit there, else one a line.
-        joined = ", ".join(_flat(a) for a in value.args)
-        if inner + width(joined) <= WIDTH:
-            return f"{value.function}(\n{pad}{joined}\n" + " " * indent + ")"
-        items = [pad + literal(a, inner, inner, 1) + "," for a in value.args]
-        return value.function + "(\n" + "\n".join(items) + "\n" + " " * indent + ")"
-    if isinstance(value, list) and value:
-        items = [pad + literal(v, inner, inner, 1) + "," for v in value]
-        return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
-    if isinstance(value, dict) and value:
-        items = []
-        for key, item in value.items():
-            head = pad + _flat(key) + ": "
-            items.append(head + literal(item, width(head), inner, 1) + ",")
-        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
-    return flat
-
-
-def assignment(name: str, value) -> str:
-    """``NAME = value`` as ruff writes it."""
-    return f"{name} = " + literal(value, len(name) + 3, rhs=True)
-
-
-def _wrap(text: str, first: int, rest: int) -> list[str]:
-    """Greedy word wrap: the first line may take ``first`` columns, the others ``rest``."""
-    lines, current = [], ""
-    for word in text.split():
-        limit = first if not lines else rest
-        if current and width(current + " " + word) > limit:
-            lines.append(current)
-            current = word
-        else:
-            current = f"{current} {word}" if current else word
-    if current:
-        lines.append(current)
-    return lines
-
-
-def _doc_text(text: str) -> str:
-    """Record text made safe inside a triple-quoted docstring."""
-    text = " ".join(text.split())
-    out = []
-    quotes = 0  # unescaped quotes just written: a third would close the docstring
-    for index, char in enumerate(text):
-        quotes = quotes + 1 if char == '"' else 0
-        if char == "\\":
-            out.append("\\\\")
-        elif char == '"' and (quotes == 3 or index == len(text) - 1):
-            out.append('\\"')
-            quotes = 0
-        elif not char.isprintable():
-            out.append(repr(char)[1:-1])
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def docstring(paragraphs: list[str], indent: int = 0) -> str:
-    """A docstring: paragraphs wrapped to the line length, record text escaped.
-
-    Each paragraph is a string (wrapped) or a list of strings (one line each,
-    wrapped with a hanging indent of two spaces).
-    """
-    pad = " " * indent
-    lines: list[str] = []
-    for number, paragraph in enumerate(paragraphs):
-        if number:
-            lines.append("")
-        entries = [paragraph] if isinstance(paragraph, str) else paragraph
-        for entry in entries:
-            hang = "" if isinstance(paragraph, str) else "  "
-            first = WIDTH - indent - (3 if not lines else 0)
-            wrapped = _wrap(_doc_text(entry), first, WIDTH - indent - len(hang))
-            lines.extend([wrapped[0], *(hang + line for line in wrapped[1:])])
-    if len(lines) == 1 and indent + width(lines[0]) + 6 <= WIDTH:
-        return f'"""{lines[0]}"""'
-    body = "\n".join(pad + line if line else "" for line in lines[1:])
-    return f'"""{lines[0]}\n{body}\n{pad}"""' if body else f'"""{lines[0]}\n{pad}"""'
 
 
 # --- The harness's own source ----------------------------------------------------
@@ -397,7 +204,7 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
     paragraphs = [f"Claim {claim.id} of PR #{record.pr.number}: {claim.text}"]
     data = check.model_dump(mode="json")
     how = KIND_TEXT[kind].format(
-        budget=_flat(data.get("budget")), examples=data.get("examples"), seed=seed, max_syncs=data.get("max_syncs")
+        budget=flat_literal(data.get("budget")), examples=data.get("examples"), seed=seed, max_syncs=data.get("max_syncs")
     )
     risks = _risks(record, claim.id)
     if risks:
@@ -430,7 +237,7 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
         "instead": assignment(f"{constant}_INSTEAD", instead) if instead else None,
         "seed": seed,
         "examples": data.get("examples"),
-        "speculative_tokens": _flat(data.get("speculative_tokens")),
+        "speculative_tokens": flat_literal(data.get("speculative_tokens")),
         "max_rows": data.get("max_rows"),
         "max_syncs": data.get("max_syncs"),
     }

@@ -1,0 +1,198 @@
+"""The release matrix in a report: one record's claims release by release, and drift.
+
+Per claim, the verdict and what each release measured, whether the check tells
+the base release from the head release, op-count trajectories; per pair of
+consecutive releases, the snapshot fields that changed and which PR explains
+them. `gdn-review matrix` (matrix.py) runs the releases; this module reads what
+they wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gdn_review.kb import Record
+from gdn_review.report_contents import report_data
+from gdn_review.verdicts import RAN, ReportError, discrimination, load_evidence
+
+
+def _op_values(tests: list[dict], key: str) -> list[int]:
+    return sorted(
+        t["measured"][key] for t in tests if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
+    )
+
+
+def _cell_measure(claim, tests: list[dict]) -> str:
+    """What a release measured for a claim, in a few words (op counts as a range over the cases)."""
+    ran = [t for t in tests if t["outcome"] in RAN]
+    if not ran:
+        return ""
+    if claim.check.kind == "op_budget":
+        parts = []
+        for key in claim.check.budget:
+            values = _op_values(ran, key)
+            if values:
+                shown = str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+                parts.append(f"{key.split('|')[0]} {shown}")
+        return ", ".join(parts)
+    passed = sum(t["outcome"] == "passed" for t in ran)
+    return f"{passed}/{len(ran)} as expected"
+
+
+def _trajectory(values: list[tuple[str, int | None]]) -> str:
+    """'5 (0.28.0) → 2 (0.29.0–0.31.0) → 3 (0.32.0–0.33.0)'."""
+    runs: list[list] = []
+    for version, value in values:
+        if value is None:
+            continue
+        if runs and runs[-1][0] == value:
+            runs[-1][2] = version
+        else:
+            runs.append([value, version, version])
+    return " → ".join(f"{v} ({a})" if a == b else f"{v} ({a}–{b})" for v, a, b in runs)
+
+
+def _in_window(release: str | None, after: str, upto: str) -> bool:
+    from packaging.version import Version
+
+    return release is not None and Version(after) < Version(release) <= Version(upto)
+
+
+def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, int, list]]:
+    """(label, PR number, changes) of the PRs that first shipped after ``previous``, up to ``current``."""
+    found = []
+    if _in_window(record.target.head_release, previous, current):
+        found.append(("this PR", record.pr.number, record.target.changes))
+    for relation in record.related:
+        if _in_window(relation.from_release, previous, current):
+            found.append((relation.relation, relation.number, relation.changes))
+    return found
+
+
+def _short(value, limit: int = 60) -> str:
+    """A snapshot value for a table cell: JSON, cut at ``limit`` characters (the stored snapshots have it whole)."""
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int]) -> dict:
+    """Field differences between consecutive releases' snapshots, each attributed or unexplained."""
+    from gdn_review import snapshot as snapshot_module
+
+    rows, schema, missing = [], [], []
+    present = [(v, s) for v, s in snapshots_by_release if s is not None]
+    missing = [v for v, s in snapshots_by_release if s is None]
+    for (previous, old), (current, new) in zip(present, present[1:]):
+        differences = snapshot_module.differences(old["cases"], new["cases"])
+        added, removed = set(), set()
+        by_case: dict[str, list[dict]] = {}
+        for difference in differences:
+            if difference["field"] == "(case)":
+                continue
+            if difference["before"] == "(no such field)":
+                added.add(difference["field"])
+            elif difference["after"] == "(no such field)":
+                removed.add(difference["field"])
+            else:
+                by_case.setdefault(difference["case"], []).append(difference)
+        if added or removed:
+            schema.append({"from": previous, "to": current, "added": sorted(added), "removed": sorted(removed)})
+        explainers = _explainers(record, previous, current)
+        for case_id, changed in sorted(by_case.items()):
+            fields = [d["field"] for d in changed]
+            explained_by = []
+            for label, number, changes in explainers:
+                for change in changes:
+                    if case_id in change.cases and (not change.fields or set(fields) <= set(change.fields)):
+                        explained_by.append({"number": number, "relation": label, "record": number in known_records, "note": change.note})
+                        break
+            rows.append(
+                {
+                    "from": previous,
+                    "to": current,
+                    "case": case_id,
+                    "fields": fields,
+                    "changes": [f"{d['field']}: {_short(d['before'])} → {_short(d['after'])}" for d in changed],
+                    "explained_by": explained_by,
+                }
+            )
+    return {
+        "rows": rows,
+        "unexplained": [r for r in rows if not r["explained_by"]],
+        "schema": schema,
+        "missing": missing,
+    }
+
+
+def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
+    """Release x claim table, before -> after per claim, op-count trajectories and drift of one record."""
+    known_records = known_records or set()
+    entries = matrix["releases"]
+    columns, per_release = [], {}
+    for entry in entries:
+        version = entry["version"]
+        columns.append({"version": version, "role": entry["role"], "source": entry["source"], "claims_on_any_release": entry.get("claims_on_any_release", False), "summary": entry.get("summary", "")})
+        if entry.get("evidence_path"):
+            evidence = load_evidence([Path(entry["evidence_path"])])
+            per_release[version] = (report_data(record, evidence), evidence)
+    base = record.target.base_release
+    head = record.target.head_release
+    rows = []
+    for claim in record.claims:
+        cells = []
+        for entry in entries:
+            version = entry["version"]
+            if version not in per_release:
+                cells.append({"version": version, "verdict": "not run", "reason": entry.get("summary", ""), "measure": ""})
+                continue
+            data, evidence = per_release[version]
+            row = next(c for c in data["claims"] if c["id"] == claim.id)
+            tests = [t for t in evidence.tests if t["record"] == record.pr.number and t["claim"] == claim.id]
+            cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": _cell_measure(claim, tests), "tests": tests})
+        by_version = {c["version"]: c for c in cells}
+        verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(head))
+        trajectories = []
+        if claim.check.kind == "op_budget":
+            for key in claim.check.budget:
+                values = []
+                for cell in cells:
+                    ran = [t for t in cell.get("tests", []) if t["outcome"] in RAN]
+                    found = _op_values(ran, key)
+                    values.append((cell["version"], found[-1] if found else None))
+                if any(v is not None for _, v in values):
+                    trajectories.append(f"{key}, most per build(): {_trajectory(values)}")
+        rows.append(
+            {
+                "id": claim.id,
+                "before": claim.before or "—",
+                "cells": [{k: v for k, v in c.items() if k != "tests"} for c in cells],
+                "discrimination": verdict,
+                "discrimination_reason": why,
+                "trajectories": trajectories,
+            }
+        )
+    drift = drift_data(record, [(e["version"], e.get("snapshot_data")) for e in entries], known_records)
+    return {
+        "columns": columns,
+        "rows": rows,
+        "drift": drift,
+        "downloaded": matrix.get("downloaded", []),
+        "duration_s": matrix.get("duration_s"),
+        "jobs": matrix.get("jobs"),
+        "target_diff": matrix.get("target_diff"),
+        "base_release": base,
+        "head_release": head,
+    }
+
+
+def matrix_report(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
+    """A record's report on its newest release's evidence, with the release matrix added."""
+    entries = [e for e in matrix["releases"] if e.get("evidence_path")]
+    if not entries:
+        raise ReportError("no release of the matrix wrote evidence")
+    data = report_data(record, load_evidence([Path(entries[-1]["evidence_path"])]))
+    data["matrix"] = matrix_data(record, matrix, known_records)
+    for related in data["related"]:
+        related["has_record"] = related["number"] in (known_records or set())
+    return data

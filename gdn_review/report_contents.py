@@ -1,0 +1,308 @@
+"""What a report says about one record, as plain data: claim and risk rows, kill matrix, next steps.
+
+verdicts.py decides what the evidence says; this module gathers it per record
+and words it (summaries, measured values, environments, what to do next);
+report.py renders the result as markdown or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from gdn_review.generate import expected_tests
+from gdn_review.kb import Record, is_draft
+from gdn_review.verdicts import (
+    COVERAGE,
+    LATENCY_VERDICTS,
+    MUTANT_STATUSES,
+    RAN,
+    VERDICTS,
+    Evidence,
+    claim_verdict,
+    label_of,
+    missing_tests,
+    plural,
+    risk_coverage,
+    superseded_skips,
+    verdicts_by_device,
+)
+
+
+def _compact(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_compact(v)}" for k, v in value.items())
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def _check_summary(claim) -> str:
+    check = claim.check
+    if check.kind == "op_budget":
+        budget = ", ".join(f"{op} ≤ {limit}" for op, limit in check.budget.items())
+        return f"op_budget: {budget} per build() on {plural(len(check.cases), 'case')}"
+    if check.kind == "equivalence":
+        return f"equivalence: expected metadata on {plural(len(check.cases), 'case')}"
+    if check.kind == "invariant":
+        return f"invariant: {len(check.properties)} properties on random valid batches (Hypothesis) and every named case"
+    if check.kind == "latency":
+        return f"latency: build() A/B between releases on {plural(len(check.cases), 'case')} (gdn-review bench)"
+    if check.kind == "gpu_sync":
+        return f"gpu_sync: ≤ {check.max_syncs} host-device syncs per build() on {plural(len(check.cases), 'case')} (CUDA)"
+    return "TODO: no check yet"
+
+
+def _measured_summary(claim, ran: list[dict]) -> str:
+    if not ran:
+        return "not measured"
+    counts = Counter(t["outcome"] for t in ran)
+    as_expected = counts["passed"]
+    parts = [f"{as_expected}/{len(ran)} as expected"]
+    if counts["xfailed"]:
+        parts.append(f"{counts['xfailed']} known deviation")
+    if claim.check.kind == "op_budget":
+        for op, limit in claim.check.budget.items():
+            values = sorted(
+                {
+                    t["measured"][op]
+                    for t in ran
+                    if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(op), int)
+                }
+            )
+            if values:
+                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+                parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
+    return "; ".join(parts)
+
+
+MECHANISM = "build() latency is the mechanism the claim names; the end-to-end throughput figure needs a serving benchmark"
+
+
+def latency_claim(claim, number: int, results: dict | None) -> dict:
+    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench` per device.
+
+    Where the bench ran on CUDA too, CUDA's verdict is the claim's (the claim is
+    about a GPU server); every device's numbers are shown.
+    """
+    if not results:
+        return {"verdict": "unverified", "reason": f"not measured: run `gdn-review bench --record {number}`", "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
+    devices = sorted(results, key=lambda device: (device != "cuda", device))
+    reasons, measured, rows, by_device = [], [], [], {}
+    for device in devices:
+        result = results[device]
+        low, high = result["pooled"]["ci95"]
+        pooled = f"head/base {result['pooled']['ratio']:.3f} (95% interval {low:.3f}–{high:.3f}) over {plural(len(result['cases']), 'case')}"
+        by_device[device] = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
+        reasons.append(f"{result.get('verdict')}: build() on {result['head']} vs {result['base']}, {pooled}, {device}")
+        measured.append(pooled if len(devices) == 1 else f"{device}: {pooled}")
+        rows += [
+            {
+                "label": row["case"],
+                "device": device,
+                "outcome": "measured",
+                "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: {row['head_median_us']} µs (median)",
+                "expected": "head/base < 1",
+                "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} samples",
+            }
+            for row in result["cases"]
+        ]
+    first = results[devices[0]]
+    return {
+        "verdict": by_device[devices[0]], "reason": "; ".join(reasons) + f"; {MECHANISM}", "measured": "; ".join(measured), "tests": rows,
+        "vllm": f"{first['base']} → {first['head']}", "devices": _device_cell(by_device), "by_device": by_device,
+    }
+
+
+def _device_cell(by_device: dict[str, str], ran: bool = True) -> str:
+    """``cpu: holds; cuda: unverified``: each device's verdict; one device whose tests ran: just its name."""
+    if len(by_device) == 1 and ran:
+        return next(iter(by_device))
+    return "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—"
+
+
+def _kill_cell(mutant: dict, claim_id: str) -> str:
+    if mutant["status"] != "killed" and mutant["status"] != "survived":
+        return "—"
+    killers = mutant.get("killed_by", {}).get(claim_id)
+    if killers:
+        return "killed"
+    return "passed" if claim_id in mutant.get("claims_passed", []) else "·"
+
+
+def mutation_data(record: Record, evidence: Evidence) -> dict | None:
+    """Kill matrix per risk, survivors with their diffs, unnamed survivors as missing tests."""
+    mine = [m for m in evidence.mutants if m["record"] == record.pr.number]
+    info = evidence.mutation.get(str(record.pr.number))
+    if not mine and info is None:
+        return None
+    claims = [c.id for c in record.claims]
+    # Columns for tests of no claim (e.g. the full-metadata snapshot) that ran under the mutants.
+    claims += sorted({k for m in mine for k in [*m.get("killed_by", {}), *m.get("claims_passed", [])]} - set(claims))
+    rows = [
+        {
+            "id": m["id"],
+            "origin": m.get("origin", "record"),
+            "risks": m.get("risks", []),
+            "status": m["status"],
+            "reason": m.get("reason") or "",
+            "cells": [_kill_cell(m, claim) for claim in claims],
+            "tests_run": m.get("tests_run", 0),
+            "diff": m.get("diff") or "",
+            "claims_passed": m.get("claims_passed", []),
+            "duration_s": m.get("duration_s", 0.0),
+        }
+        for m in mine
+    ]
+    per_risk = [{"id": risk.id, "mutants": [r for r in rows if risk.id in r["risks"]]} for risk in record.risks]
+    return {
+        "release": (info or {}).get("release", "?"),
+        "claims": claims,
+        "risks": per_risk,
+        "counts": {s: sum(r["status"] == s for r in rows) for s in MUTANT_STATUSES},
+        "survivors": [r for r in rows if r["status"] in {"survived", "timeout", "error"}],
+        "missing_tests": [r for r in rows if r["status"] == "survived" and r["origin"] == "diff" and not r["risks"]],
+        "others": [r for r in rows if not r["risks"]],
+        "gone_hunks": (info or {}).get("gone_hunks", []),
+        "notes": (info or {}).get("notes", []),
+        "total": len(rows),
+    }
+
+
+def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
+    if mutants is None:
+        return None
+    return [m for m in mutants if risk.id in m.get("risks", [])]
+
+
+def report_data(record: Record, evidence: Evidence) -> dict:
+    """Everything a report says about one record, as plain data."""
+    expected = expected_tests(record) if not is_draft(record) else {}
+    mine = superseded_skips([t for t in evidence.tests if t["record"] == record.pr.number])
+    mine += missing_tests(record.pr.number, expected, mine)
+    environments = sorted(
+        {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
+    )
+    claims = []
+    for claim in record.claims:
+        tests = [t for t in mine if t["claim"] == claim.id]
+        ran = [t for t in tests if t["outcome"] in RAN]
+        verdict, reason = claim_verdict(claim, tests)
+        by_device = verdicts_by_device(claim, tests)
+        claims.append(
+            {
+                "id": claim.id,
+                "text": claim.text,
+                "check": _check_summary(claim),
+                "kind": claim.check.kind,
+                "releases": claim.releases or "all",
+                "verdict": verdict,
+                "reason": reason,
+                "measured": _measured_summary(claim, ran),
+                "vllm": ", ".join(sorted({_release(evidence, t) for t in ran})) or "—",
+                "devices": _device_cell(by_device, bool(ran)),  # a CUDA-only claim here: "cuda: unverified"
+                "by_device": by_device,
+                "note": claim.note,
+                "tests": [
+                    {
+                        "label": label_of(t),
+                        "device": t.get("device") or "?",
+                        "outcome": t["outcome"],
+                        "measured": _compact(t.get("measured")),
+                        "expected": _compact(t.get("expected")),
+                        "reason": t.get("reason") or "",
+                    }
+                    for t in sorted(tests, key=lambda t: (t.get("device") or "", label_of(t), t["nodeid"]))
+                    if t["outcome"] in RAN or claim.check.kind == "gpu_sync"
+                ],
+            }
+        )
+        if claim.check.kind == "latency":
+            claims[-1].update(latency_claim(claim, record.pr.number, evidence.bench.get(str(record.pr.number))))
+    addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
+    mutation = mutation_data(record, evidence)
+    ran_mutants = [m for m in evidence.mutants if m["record"] == record.pr.number] if mutation else None
+    risks = []
+    for risk in record.risks:
+        tests = [t for t in mine if risk.id in t.get("risks", [])]
+        coverage, missing = risk_coverage(risk, tests, risk.id in addressed, _risk_mutants(risk, ran_mutants))
+        outcomes = Counter(t["outcome"] for t in tests)
+        risks.append(
+            {
+                "id": risk.id,
+                "text": risk.text,
+                "cases": risk.cases,
+                "claims": risk.claims,
+                "tests": len(tests),
+                "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none",
+                "coverage": coverage,
+                "missing": missing,
+            }
+        )
+    return {
+        "number": record.pr.number,
+        "title": record.pr.title,
+        "repo": record.pr.repo,
+        "url": record.pr.url,
+        "merged_at": record.pr.merged_at or "unknown",
+        "base_release": record.target.base_release or "TODO",
+        "head_release": record.target.head_release or "TODO",
+        "target": f"{record.target.file} ({record.target.symbol})",
+        "draft": is_draft(record),
+        "related": [r.model_dump(mode="json") for r in record.related],
+        "environments": _environment_lines(evidence, mine),
+        "vllm_versions": environments,
+        "claims": claims,
+        "risks": risks,
+        "verdict_counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
+        "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
+        "mutation": mutation,
+        "next_steps": _next_steps(claims, risks, mutation),
+        "finished_at": max(evidence.finished_at, default=""),
+        "tests_total": len(mine),
+    }
+
+
+def _release(evidence: Evidence, test: dict) -> str:
+    env = evidence.environments[test["environment"]]
+    version = env.get("vllm_version", "?")
+    return version if env.get("vllm_source", "").startswith("installed") else f"{version} (unpacked)"
+
+
+def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
+    used = sorted({t["environment"] for t in tests if t["environment"] is not None})
+    lines = []
+    for index in used:
+        env = evidence.environments[index]
+        revision = (env.get("kb_revision") or "unknown")[:10]
+        dirty = " (kb/ has uncommitted changes)" if env.get("kb_dirty") else ""
+        device = env.get("cuda_device") or ("cuda" if env.get("cuda_available") else "cpu only")
+        if env.get("cuda_on_cpu_platform"):
+            device += " (CUDA tensors on vLLM's CPU platform: its CUDA platform could not load)"
+        lines.append(
+            f"vLLM {env.get('vllm_version', '?')} ({env.get('vllm_source', '?')}), torch {env.get('torch_version', '?')}, "
+            f"device: {device}, Python {env.get('python', '?')}, kb/ at {revision}{dirty}"
+        )
+    return lines
+
+
+def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = None) -> list[str]:
+    steps = []
+    for row in (mutation or {}).get("missing_tests", []):
+        steps.append(f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a case, an expected field or a property that catches it, or mark it equivalent with a reason.")
+    for claim in claims:
+        if claim["verdict"] == "fails":
+            steps.append(f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or record the deviation with its measured reason.")
+    for claim in claims:
+        if claim["verdict"] == "unverified":
+            hint = " Run the suite on a machine with a CUDA GPU." if "needs CUDA" in claim["reason"] else ""
+            steps.append(f"Claim {claim['id']} is unverified: {claim['reason']}.{hint}")
+    for risk in risks:
+        if risk["coverage"] == "uncovered":
+            steps.append(f"Risk {risk['id']} is uncovered: {risk['missing'][0]}.")
+        elif risk["coverage"] == "targeted":
+            steps.append(f"Risk {risk['id']} is only targeted: {'; '.join(risk['missing'][:2])}.")
+    for claim in claims:
+        if claim["verdict"] == "known deviation":
+            steps.append(f"Claim {claim['id']} is a known deviation (see its row): decide whether the claim's wording or vLLM should change.")
+    return steps

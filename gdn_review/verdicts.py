@@ -1,0 +1,307 @@
+"""What the evidence says: a verdict per claim, coverage per risk, what trips --fail-on.
+
+Plain functions over evidence and records; no markdown, no files written
+(report_contents.py words these results into a report, report.py renders it).
+A verdict is only as strong as what ran: a claim holds when every test that
+could run for it ran and passed; a claim of which only some tests ran (the
+others deselected) stays unverified; tests skipped for want of CUDA are named
+but do not demote what ran on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+EVIDENCE_FORMAT = "gdn-review-evidence/1"
+RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
+FAILED = {"failed", "error", "xpassed"}
+VERDICTS = ("holds", "fails", "known deviation", "not applicable", "unverified")
+COVERAGE = ("uncovered", "targeted", "passing", "mutation-verified")
+MUTANT_STATUSES = ("killed", "survived", "timeout", "error", "not applicable", "equivalent")
+
+
+class ReportError(Exception):
+    """Evidence that cannot be read (bad input)."""
+
+
+@dataclasses.dataclass
+class Evidence:
+    tests: list[dict]
+    environments: list[dict]
+    finished_at: list[str]
+    sources: list[str]
+    mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
+    mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
+    bench: dict = dataclasses.field(default_factory=dict)  # record number -> device -> `gdn-review bench` result
+
+
+def load_evidence(paths: list[Path]) -> Evidence:
+    """Merge evidence files; each test keeps a pointer to the environment it ran in."""
+    tests, environments, finished, sources, mutants, mutation, bench = [], [], [], [], [], {}, {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ReportError(f"{path}: no such evidence file (run `gdn-review run` or pytest on generated_tests/ first)") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ReportError(f"{path}: cannot read evidence: {error}") from None
+        if not isinstance(data, dict) or data.get("format") != EVIDENCE_FORMAT:
+            raise ReportError(f"{path}: not gdn-review evidence (expected format {EVIDENCE_FORMAT!r})")
+        if not isinstance(data.get("tests"), list):
+            raise ReportError(f"{path}: evidence has no 'tests' list")
+        index = len(environments)
+        environments.append(data.get("environment") or {})
+        finished.append(str(data.get("finished_at", "")))
+        sources.append(str(path))
+        for position, test in enumerate(data["tests"]):
+            problem = _entry_problem(test)
+            if problem:
+                raise ReportError(f"{path}: tests[{position}]: {problem}")
+            tests.append({**test, "risks": list(test.get("risks") or []), "environment": index})
+        section = data.get("mutation")
+        if section is not None:
+            if not isinstance(section, dict) or not isinstance(section.get("mutants"), list):
+                raise ReportError(f"{path}: 'mutation' must be an object with a 'mutants' list")
+            for position, mutant in enumerate(section["mutants"]):
+                problem = _mutant_problem(mutant)
+                if problem:
+                    raise ReportError(f"{path}: mutation.mutants[{position}]: {problem}")
+                mutants.append({**mutant, "environment": index})
+            for number, info in (section.get("records") or {}).items():
+                mutation[str(number)] = info
+        for number, result in (data.get("bench") or {}).items():
+            if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
+                raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
+            bench.setdefault(str(number), {})[result.get("device") or "cpu"] = result  # per device; a later file wins
+    return Evidence(tests, environments, finished, sources, mutants, mutation, bench)
+
+
+def _mutant_problem(mutant) -> str | None:
+    if not isinstance(mutant, dict):
+        return f"expected an object, got {type(mutant).__name__}"
+    if not isinstance(mutant.get("record"), int) or not isinstance(mutant.get("id"), str):
+        return "'record' (integer) and 'id' (string) are required"
+    if mutant.get("status") not in MUTANT_STATUSES:
+        return f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MUTANT_STATUSES)})"
+    if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(mutant.get("risks", []), list):
+        return "'killed_by' must be an object and 'risks' a list"
+    return None
+
+
+OUTCOMES = RAN | {"skipped", "deselected", "not run"}
+
+
+def _entry_problem(test) -> str | None:
+    """What is wrong with one evidence test entry, or None."""
+    if not isinstance(test, dict):
+        return f"expected an object, got {type(test).__name__}"
+    kinds = {"nodeid": str, "record": int, "claim": str, "outcome": str}
+    for key, kind in kinds.items():
+        if not isinstance(test.get(key), kind) or isinstance(test.get(key), bool):
+            return f"{key!r} must be {'an integer' if kind is int else 'a string'}, got {test.get(key)!r}"
+    if test["outcome"] not in OUTCOMES:
+        return f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(OUTCOMES))})"
+    risks = test.get("risks", [])
+    if risks is not None and not (isinstance(risks, list) and all(isinstance(r, str) for r in risks)):
+        return f"'risks' must be a list of ids, got {risks!r}"
+    for key in ("measured", "expected"):
+        if test.get(key) is not None and not isinstance(test[key], dict):
+            return f"{key!r} must be an object, got {test[key]!r}"
+    for key in ("case", "property", "device", "reason"):
+        if test.get(key) is not None and not isinstance(test[key], str):
+            return f"{key!r} must be a string, got {test[key]!r}"
+    return None
+
+
+def plural(count: int, word: str) -> str:
+    """``1 test``, ``2 tests``."""
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def label_of(test: dict) -> str:
+    """The name a test goes by in a report: its case or property, else its parametrize id."""
+    return test.get("case") or test.get("property") or test["nodeid"].rsplit("[", 1)[-1].rstrip("]")
+
+
+# `gdn-review bench`'s word for a latency A/B -> the claim's verdict.
+LATENCY_VERDICTS = {"supported": "holds", "contradicted": "fails", "not distinguishable from noise": "unverified"}
+
+
+def verdicts_by_device(claim, tests: list[dict]) -> dict[str, str]:
+    """The claim's verdict from each device's tests alone (a CPU run and a GPU run merged: both shown)."""
+    devices = sorted({t.get("device") for t in tests if t.get("device")}, key=lambda device: (device != "cpu", device))
+    return {device: claim_verdict(claim, [t for t in tests if t.get("device") == device])[0] for device in devices}
+
+
+def superseded_skips(tests: list[dict]) -> list[dict]:
+    """Drop a test's "needs CUDA" skip where the same test ran in another evidence file (a GPU run merged)."""
+    ran = {(t["record"], t["nodeid"]) for t in tests if t["outcome"] in RAN}
+    return [
+        t for t in tests
+        if not (t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") and (t["record"], t["nodeid"]) in ran)
+    ]
+
+
+def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
+    """(verdict, reason) of one claim from the tests that address it."""
+    if claim.check.kind == "TODO":
+        return "unverified", "draft: the claim has no check yet"
+    if not tests:
+        return "unverified", "no test ran (none collected: run the generated module for this record)"
+    ran = [t for t in tests if t["outcome"] in RAN]
+    not_run = [t for t in tests if t["outcome"] in {"deselected", "not run"}]
+    skipped = [t for t in tests if t["outcome"] == "skipped"]
+    not_applicable = [t for t in skipped if (t.get("reason") or "").startswith("not applicable")]
+    needs_cuda = [t for t in skipped if (t.get("reason") or "").startswith("needs CUDA")]
+    other_skips = [t for t in skipped if t not in not_applicable and t not in needs_cuda]
+    failing = [t for t in ran if t["outcome"] in FAILED]
+    if failing:
+        first = failing[0]
+        return "fails", f"{len(failing)} of {len(ran)} tests fail; first: {label_of(first)} ({first.get('device')}): {first.get('reason') or first['outcome']}"
+    if ran:
+        if not_run or other_skips:
+            why = sorted({_not_run_reason(t) for t in not_run})
+            return "unverified", (
+                f"only {plural(len(ran), 'test')} ran ({len(not_run)} {'; '.join(why) or 'not run'}"
+                + (f", {len(other_skips)} skipped" if other_skips else "")
+                + "); those that ran "
+                + ("pass" if not any(t["outcome"] == "xfailed" for t in ran) else "pass or deviate as known")
+            )
+        note = f" ({plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA)" if needs_cuda else ""
+        deviations = [t for t in ran if t["outcome"] == "xfailed"]
+        if deviations:
+            reasons = sorted({(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations})
+            where = ", ".join(sorted({label_of(t) for t in deviations}))
+            return "known deviation", f"holds on {len(ran) - len(deviations)} of {len(ran)}; deviates on {where}: {' / '.join(reasons)}{note}"
+        return "holds", f"{'all ' if len(ran) > 1 else ''}{plural(len(ran), 'test')} pass{'es' if len(ran) == 1 else ''}{note}"
+    # Nothing ran: say why, the release range first (CUDA variants of an
+    # out-of-range claim are out of range too).
+    if not_applicable:
+        return "not applicable", not_applicable[0]["reason"]
+    if needs_cuda and not not_run:
+        return "unverified", "needs CUDA: " + needs_cuda[0]["reason"].removeprefix("needs CUDA: ")
+    if not_run:
+        return "unverified", _not_run_reason(not_run[0])
+    return "unverified", "skipped: " + (other_skips[0].get("reason") or "no reason given")
+
+
+def _not_run_reason(test: dict) -> str:
+    if test["outcome"] == "deselected":
+        return "not run: deselected"
+    return test.get("reason") or "not run: the session ended before it ran (-x, an interrupt or --collect-only)"
+
+
+def risk_coverage(risk, tests: list[dict], has_tests: bool, mutants: list[dict] | None = None) -> tuple[str, list[str]]:
+    """(coverage, what is missing) of one risk; ``mutants``: its mutants' results (None: mutate never ran)."""
+    missing: list[str] = []
+    if not has_tests:
+        return "uncovered", ["no claim and case of the record address it: add a case or a claim that checks it"]
+    ran = [t for t in tests if t["outcome"] in RAN]
+    failing = [t for t in ran if t["outcome"] in FAILED]
+    passing = [t for t in ran if t["outcome"] == "passed"]
+    not_run = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
+    needs_cuda = sum(t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") for t in tests)
+    if failing:
+        missing.append(f"{len(failing)} failing: " + ", ".join(sorted({label_of(t) for t in failing})))
+    if not_run:
+        missing.append(f"{plural(not_run, 'test')} not run")
+    if needs_cuda:
+        missing.append(f"{plural(needs_cuda, 'test')} need{'s' if needs_cuda == 1 else ''} CUDA")
+    verified = False
+    declared = len(risk.mutants) + len(getattr(risk, "auto_mutants", []))
+    if mutants is None:
+        if declared:
+            missing.append(f"{plural(declared, 'mutant')} declared, not yet run against the tests (run `gdn-review mutate`)")
+        else:
+            missing.append("no mutant embodies it: coverage cannot be mutation-verified")
+    else:
+        applicable = [m for m in mutants if m["status"] not in {"not applicable", "equivalent"}]
+        unkilled = [m for m in applicable if m["status"] != "killed"]
+        for m in unkilled:
+            missing.append(f"mutant {m['id']} {m['status']}")
+        if not applicable:
+            missing.append("no mutant of it applies to this release: coverage cannot be mutation-verified here")
+        verified = bool(applicable) and not unkilled
+    # Passing means every test of it that could run here ran, and none failed.
+    level = "passing" if passing and not failing and not not_run else "targeted"
+    if level == "passing" and verified:
+        level = "mutation-verified"
+    if level == "targeted" and ran and not failing and not passing:
+        missing.insert(0, "only known deviations ran")
+    return level, missing
+
+
+def missing_tests(number: int, expected: dict[str, list[dict]], present: list[dict]) -> list[dict]:
+    """Entries for the tests the record's module holds that the evidence never saw."""
+    seen = {(t["claim"], label_of(t), t.get("device")) for t in present}
+    missing = []
+    for claim_id, tests in expected.items():
+        for test in tests:
+            if (claim_id, test["label"], test["device"]) not in seen:
+                missing.append(
+                    {
+                        "nodeid": f"(not collected) {claim_id}[{test['device']}-{test['label']}]",
+                        "record": number,
+                        "claim": claim_id,
+                        "risks": test["risks"],
+                        "case": test["label"],
+                        "device": test["device"],
+                        "outcome": "not run",
+                        "reason": "not run: not collected",
+                        "environment": None,
+                    }
+                )
+    return missing
+
+
+def discrimination(before: str | None, base: dict | None, head: dict | None) -> tuple[str, str]:
+    """(verdict, why): does the check tell the release without the PR from the release with it?"""
+    if before is None:
+        return "not stated", "the record gives no `before` for this claim"
+    if base is None or head is None:
+        return "unverified", "the matrix did not run both the base and the head release"
+    vb, vh = base["verdict"], head["verdict"]
+    after_ok = vh in {"holds", "known deviation"}
+    if "unverified" in (vb, vh) or "not applicable" in (vb, vh):
+        return "unverified", f"{vb} on the base release, {vh} on the head release"
+    if before == "fails":
+        if vb == "fails" and after_ok:
+            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} from the head release ({head['measure']})"
+        if vb == "fails":
+            return "does not discriminate", f"fails on the head release too ({head['reason']})"
+        return "does not discriminate", f"{vb} on the base release too: the check is never seen to fail"
+    if vb == "fails":
+        return "does not discriminate", f"fails on the base release although the record says it held there: {base['reason']}"
+    if not after_ok:
+        return "does not discriminate", f"holds on the base release but {vh} on the head release: {head['reason']}"
+    return "does not discriminate", "as the record says (before: holds): a preservation claim holds before and after the PR"
+
+
+def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
+    """What in the reports trips the chosen --fail-on conditions."""
+    found = []
+    for data in reports:
+        for claim in data["claims"]:
+            if claim["verdict"] == "fails" and "fails" in fail_on:
+                found.append(f"PR {data['number']} claim {claim['id']} fails")
+            if claim["verdict"] == "unverified" and "unverified" in fail_on:
+                found.append(f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}")
+        for risk in data["risks"]:
+            if risk["coverage"] == "uncovered" and "uncovered" in fail_on:
+                found.append(f"PR {data['number']} risk {risk['id']} uncovered")
+        if "survived" in fail_on:
+            for row in (data.get("mutation") or {}).get("survivors", []):
+                if row["status"] == "survived":
+                    found.append(f"PR {data['number']} mutant {row['id']} survived")
+    return found
+
+
+def matrix_failures(data: dict, fail_on: set[str]) -> list[str]:
+    """--fail-on for a matrix: drift (unexplained snapshot differences) besides those of `failures`."""
+    found = failures([data], fail_on - {"drift"})
+    if "drift" in fail_on:
+        for row in data["matrix"]["drift"]["unexplained"]:
+            found.append(f"PR {data['number']} unexplained drift {row['from']} → {row['to']}: {row['case']}: {', '.join(row['fields'])}")
+    return found
