@@ -387,7 +387,7 @@ def test_example_workflow_installs_runs_and_uploads():
     upload = uses["actions/upload-artifact"]
     assert upload["with"]["path"].rstrip("/") == "reports" and upload["if"] == "always()"
     # The step summary is written by `gdn-review run` itself when GITHUB_STEP_SUMMARY is set.
-    assert "GITHUB_STEP_SUMMARY" in (ROOT / "gdn_review" / "cli.py").read_text(encoding="utf-8")
+    assert "GITHUB_STEP_SUMMARY" in (ROOT / "gdn_review" / "cli_support.py").read_text(encoding="utf-8")
 
 
 # --- Slow: the exported module, standalone, on the real builder ---------------------

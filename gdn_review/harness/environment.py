@@ -27,7 +27,7 @@ def prepare_platform() -> None:
 
 @functools.cache
 def vllm_release() -> Version:
-    """The loaded vLLM's release, without local or dev suffixes (0.33.0+cpu -> 0.33.0)."""
+    """The loaded vLLM's release without local or dev suffixes (0.33.0+cpu: 0.33.0)."""
     prepare_platform()
     import vllm
 
@@ -93,7 +93,7 @@ def environment() -> dict:
         else None,
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
         "cuda_on_cpu_platform": cuda_on_cpu_platform() and torch.cuda.is_available(),
-        # The release matrix runs every claim on the base release (see release_ranges.py).
+        # The release matrix runs every claim on the base release (release_ranges.py).
         "claim_ranges_ignored": os.environ.get("GDN_REVIEW_CLAIMS_ON_ANY_RELEASE")
         == "1",
         "python": sys.version.split()[0],
