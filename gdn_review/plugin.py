@@ -7,6 +7,12 @@ outcome (passed, failed, xfailed, skipped, deselected...), the reason, and the
 per claim and per risk the tests that address it; and the environment (vLLM
 version and where it was loaded from, torch, device, Python, git revision of
 kb/). Runs without any generated test write nothing.
+
+It also provides the fixtures generated modules share: ``device`` (one
+parameter per entry of the module's ``DEVICES``, module-scoped; the ``cuda``
+one carries the ``cuda`` mark) and ``cuda_device``; both make the builders of
+the module's ``CASES`` once. vLLM is imported (through the harness) only when
+one of them is set up.
 """
 
 from __future__ import annotations
@@ -52,6 +58,44 @@ def pytest_configure(config):
     if config.getoption("gdn_no_evidence") or hasattr(config, "workerinput"):
         return
     config.pluginmanager.register(EvidenceCollector(config), "gdn-review-evidence")
+
+
+def _generated_module(metafunc) -> bool:
+    """A module gdn-review generated: it carries the record mark and lists its DEVICES."""
+    return hasattr(metafunc.module, "DEVICES") and metafunc.definition.get_closest_marker("record") is not None
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrize a generated module's ``device`` fixture by its DEVICES (ids are the device names)."""
+    if "device" not in metafunc.fixturenames or not _generated_module(metafunc):
+        return
+    params = [
+        pytest.param(device, id=device, marks=[pytest.mark.cuda] if device == "cuda" else [])
+        for device in metafunc.module.DEVICES
+    ]
+    metafunc.parametrize("device", params, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def device(request):
+    """The device build() runs on; its builders are made once here and reused by every test."""
+    if not hasattr(request, "param"):
+        pytest.fail(
+            "gdn-review's `device` fixture serves generated modules only "
+            "(a `record` mark and a module-level DEVICES list)",
+            pytrace=False,
+        )
+    from gdn_review import harness
+
+    return harness.prepare_device(request.param, request.module.CASES.values())
+
+
+@pytest.fixture(scope="module")
+def cuda_device(request):
+    """CUDA, for checks that only mean something there (gpu_sync); skipped without it."""
+    from gdn_review import harness
+
+    return harness.prepare_device("cuda", request.module.CASES.values())
 
 
 def _marker_arg(item, name):

@@ -3,7 +3,9 @@
 """Checks of PR #56531 (its title is TITLE below) against vLLM's real GDN metadata builder.
 
 Every test runs vLLM's real GDNAttentionMetadataBuilder through gdn_review.harness.
-Markers: claim(id), risk(ids...), case(id), record(number), cuda.
+Markers: claim(id), risk(ids...), case(id), record(number), cuda. The `device` and
+`cuda_device` fixtures come from the gdn-review pytest plugin; the steps every test
+shares (applicability, known deviations) from the harness.
 """
 
 import pytest
@@ -229,61 +231,9 @@ EXPECTATIONS = {
 pytestmark = pytest.mark.record(RECORD)
 
 
-def _applies(releases, what):
-    """Skip (not applicable) when the loaded vLLM is outside the claim's or case's releases."""
-    if not harness.release_in_range(releases):
-        pytest.skip(f"not applicable: {what} covers vLLM {releases}; loaded {harness.vllm_release()}")
-
-
-def _claim_applies(releases, claim_id):
-    """Skip (not applicable) outside the claim's releases; the release matrix's base run checks every claim."""
-    if not harness.claim_in_range(releases):
-        pytest.skip(f"not applicable: claim {claim_id} covers vLLM {releases}; loaded {harness.vllm_release()}")
-
-
-def _known_deviation(request, deviations, selector, value):
-    """A known deviation is a strict xfail: CI stays green and notices when it disappears.
-
-    Only a failed assertion counts as the deviation (raises=AssertionError): a crash fails.
-    """
-    deviation = harness.active_deviation(deviations, selector, value)
-    if deviation is not None:
-        reason = "known deviation: " + deviation["reason"]
-        if deviation.get("measured"):
-            reason += " (measured: " + deviation["measured"] + ")"
-        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
-    return deviation
-
-
-def _deviation_unchanged(deviation, measured):
-    """Fail (not xfail) when a known deviation measures other values than the record says."""
-    if deviation is None or deviation.get("expect") is None:
-        return
-    changed = {key: (measured.get(key), value) for key, value in deviation["expect"].items() if measured.get(key) != value}
-    if changed:
-        pytest.fail(f"the known deviation changed (measured, recorded): {changed}", pytrace=False)
-
-
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param('cpu', id='cpu'), pytest.param('cuda', id='cuda', marks=pytest.mark.cuda)],
-)
-def device(request):
-    """The device build() runs on; its builders are made once here and reused by every test."""
-    reason = harness.device_skip_reason(request.param)
-    if reason:
-        pytest.skip(reason)
-    harness.prepare_builders(request.param, CASES.values())
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def cuda_device():
-    reason = harness.cuda_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    harness.prepare_builders("cuda", CASES.values())
-    return "cuda"
+# The devices every check runs on (gpu_sync: CUDA only); the gdn-review pytest plugin
+# parametrizes the `device` fixture by them and makes CASES' builders once per device.
+DEVICES = ['cpu', 'cuda']
 
 
 CLAIM_C1 = 'A batch whose speculating rows all drafted zero tokens takes the speculative path: every speculating row is a spec decode with its own accepted-token count, alone, with trailing padding, and mixed with prefills or decodes that do not speculate.'
@@ -318,15 +268,15 @@ DEVIATIONS_C1 = []
 )
 def test_C1_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    _claim_applies('>=0.32', 'C1')
-    _applies(CASES[case_id].get("releases"), "case " + case_id)
-    deviation = _known_deviation(request, DEVIATIONS_C1, "cases", case_id)
+    harness.skip_outside_claim_releases('>=0.32', 'C1')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C1, "cases", case_id)
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
     record_property("measured", measured)
     record_property("expected", expected)
-    _deviation_unchanged(deviation, run.metadata)
+    harness.check_deviation_unchanged(deviation, run.metadata)
     differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
@@ -338,8 +288,8 @@ DEVIATIONS_C2 = []
 @pytest.fixture
 def claim_C2(request, prop):
     """Applicability and known deviations, decided once per property rather than per example."""
-    _claim_applies('>=0.32', 'C2')
-    return _known_deviation(request, DEVIATIONS_C2, "properties", prop)
+    harness.skip_outside_claim_releases('>=0.32', 'C2')
+    return harness.known_deviation(request, DEVIATIONS_C2, "properties", prop)
 
 
 @pytest.mark.claim('C2')
@@ -408,15 +358,15 @@ DEVIATIONS_C3 = []
 )
 def test_C3_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    _claim_applies(None, 'C3')
-    _applies(CASES[case_id].get("releases"), "case " + case_id)
-    deviation = _known_deviation(request, DEVIATIONS_C3, "cases", case_id)
+    harness.skip_outside_claim_releases(None, 'C3')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C3, "cases", case_id)
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
     record_property("measured", measured)
     record_property("expected", expected)
-    _deviation_unchanged(deviation, run.metadata)
+    harness.check_deviation_unchanged(deviation, run.metadata)
     differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
@@ -440,7 +390,7 @@ SNAPSHOTS = '../kb/snapshots/56531'
 )
 def test_snapshot(device, case_id, record_property):
     """snapshot: every field build() returns for the case equals the loaded release's stored snapshot."""
-    _applies(CASES[case_id].get("releases"), "case " + case_id)
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     stored, why = harness.stored_snapshot(__file__, SNAPSHOTS, RECORD, case_id, device)
     if stored is None:
         pytest.skip(why)

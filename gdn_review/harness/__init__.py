@@ -1,8 +1,9 @@
 """The only part of gdn-review that imports vLLM.
 
-Generated tests import from here and nothing else of ours. Everything the
-harness returns is plain data (ints, lists, dicts), so a test compares values,
-not tensors, and the evidence can be written as JSON.
+Generated tests import from here and nothing else of ours; the steps they all
+share (applicability, known deviations, device set-up) are in pytest_checks.py.
+Everything the harness returns is plain data (ints, lists, dicts), so a test
+compares values, not tensors, and the evidence can be written as JSON.
 """
 
 from gdn_review.harness.environment import (
@@ -14,6 +15,13 @@ from gdn_review.harness.environment import (
 )
 from gdn_review.harness.builders import BuilderSettings, make_builder
 from gdn_review.harness.environment import vllm_release
+from gdn_review.harness.pytest_checks import (
+    check_deviation_unchanged,
+    known_deviation,
+    prepare_device,
+    skip_outside_claim_releases,
+    skip_outside_releases,
+)
 from gdn_review.harness.release_ranges import active_deviation, claim_in_range, release_in_range
 from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
 from gdn_review.harness.snapshots import snapshot_differences, stored_snapshot
@@ -31,17 +39,22 @@ __all__ = [
     "BuilderSettings",
     "active_deviation",
     "build_case",
+    "check_deviation_unchanged",
     "check_property",
     "claim_in_range",
     "count_sync_warnings",
     "cuda_skip_reason",
     "device_skip_reason",
     "environment",
+    "known_deviation",
     "make_builder",
     "prepare_builders",
+    "prepare_device",
     "prepare_platform",
     "random_batches",
     "release_in_range",
+    "skip_outside_claim_releases",
+    "skip_outside_releases",
     "snapshot_differences",
     "stored_snapshot",
     "target_source",

@@ -1,0 +1,67 @@
+"""The steps every generated test shares: applicability, known deviations, devices.
+
+Generated modules call these as ``harness.<name>`` and keep only what is their
+record's own (its cases, expectations, one test per claim). Skips and failures
+raised here are reported at the calling test's line (``__tracebackhide__``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gdn_review.harness.environment import device_skip_reason, vllm_release
+from gdn_review.harness.release_ranges import (
+    active_deviation,
+    claim_in_range,
+    release_in_range,
+)
+from gdn_review.harness.run import prepare_builders
+
+
+def skip_outside_releases(releases: str | None, what: str) -> None:
+    """Skip (not applicable) when the loaded vLLM is outside the releases of ``what`` (a case)."""
+    __tracebackhide__ = True
+    if not release_in_range(releases):
+        pytest.skip(f"not applicable: {what} covers vLLM {releases}; loaded {vllm_release()}")
+
+
+def skip_outside_claim_releases(releases: str | None, claim_id: str) -> None:
+    """Skip (not applicable) outside the claim's releases; the release matrix's base run checks every claim."""
+    __tracebackhide__ = True
+    if not claim_in_range(releases):
+        pytest.skip(f"not applicable: claim {claim_id} covers vLLM {releases}; loaded {vllm_release()}")
+
+
+def known_deviation(request, deviations: list[dict], selector: str, value: str) -> dict | None:
+    """A known deviation is a strict xfail: CI stays green and notices when it disappears.
+
+    Only a failed assertion counts as the deviation (raises=AssertionError): a crash fails.
+    Returns the deviation that applies (None when none does).
+    """
+    deviation = active_deviation(deviations, selector, value)
+    if deviation is not None:
+        reason = "known deviation: " + deviation["reason"]
+        if deviation.get("measured"):
+            reason += " (measured: " + deviation["measured"] + ")"
+        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
+    return deviation
+
+
+def check_deviation_unchanged(deviation: dict | None, measured: dict) -> None:
+    """Fail (not xfail) when a known deviation measures other values than the record says."""
+    __tracebackhide__ = True
+    if deviation is None or deviation.get("expect") is None:
+        return
+    changed = {key: (measured.get(key), value) for key, value in deviation["expect"].items() if measured.get(key) != value}
+    if changed:
+        pytest.fail(f"the known deviation changed (measured, recorded): {changed}", pytrace=False)
+
+
+def prepare_device(device: str, cases) -> str:
+    """The device build() runs on, for a module's ``device`` fixture: skip when it cannot be used,
+    else make the builders of ``cases`` once (every test of the module reuses them)."""
+    reason = device_skip_reason(device)
+    if reason:
+        pytest.skip(reason)
+    prepare_builders(device, cases)
+    return device
