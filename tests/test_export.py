@@ -30,6 +30,7 @@ from gdn_review import export, generate
 from gdn_review.cli import main
 from gdn_review.kb import load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
+from tests.forked_mutants import run_mutants
 
 GOLDEN = ROOT / "tests" / "golden"
 GOLDEN_EXPORT = GOLDEN / "export" / "test_gdn_pr_1.py"
@@ -422,17 +423,20 @@ sys.exit(pytest.main([module_path, "-q", "-p", "no:cacheprovider", *sys.argv[3:]
 """
 
 
+def _standalone_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
+    return env | {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+
+
 def _run_standalone(tmp_path, edits, *pytest_args) -> tuple[subprocess.CompletedProcess, float]:
     from gdn_review import harness
 
     path = tmp_path / export.module_name(RECORD)
     path.write_text(export.render(RECORD, "kb/52078.yaml", harness.vllm_release()), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
-    env |= {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", RUN_STANDALONE, path.name, json.dumps(edits), *pytest_args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=_standalone_env(), capture_output=True, text=True, timeout=600,
     )
     return done, time.monotonic() - start
 
@@ -458,13 +462,28 @@ def _record_mutants():
     return params
 
 
+@pytest.fixture(scope="module")
+def exported_mutant_runs(tmp_path_factory):
+    """Every applicable record mutant's run of the exported module, standalone (gdn_review cannot
+    be imported, no plugin auto-loaded), in one interpreter that imports vLLM once."""
+    from gdn_review import harness
+
+    scratch = tmp_path_factory.mktemp("exported-mutants")
+    path = scratch / export.module_name(RECORD)
+    path.write_text(export.render(RECORD, "kb/52078.yaml", harness.vllm_release()), encoding="utf-8")
+    chosen = {p.id: p.values[0] for p in _record_mutants() if harness.release_in_range(p.values[1])}
+    return run_mutants(chosen, [path.name, "-q", "-p", "no:cacheprovider", "-x", "-k", "cpu"], scratch, scratch,
+                       env=_standalone_env(), preload=("vllm.config", "transformers"), refuse_gdn_review=True)
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("exported-module-mutants")  # one worker runs them all: one vLLM import
 @pytest.mark.parametrize("edits, releases", _record_mutants())
-def test_exported_module_fails_on_mutant(edits, releases, tmp_path):
+def test_exported_module_fails_on_mutant(edits, releases, exported_mutant_runs, request):
     from gdn_review import harness
 
     if not harness.release_in_range(releases):
         pytest.skip(f"this mutant is written for vLLM {releases}")
-    done, _ = _run_standalone(tmp_path, edits, "-x", "-k", "cpu")
-    assert done.returncode == 1, f"expected failing tests (exit 1), got {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
-    assert re.search(r"\d+ failed", done.stdout.strip().splitlines()[-1])
+    done = exported_mutant_runs[request.node.callspec.id]
+    assert done["returncode"] == 1, f"expected failing tests (exit 1), got {done['returncode']}:\n{done['stdout'][-3000:]}"
+    assert re.search(r"\d+ failed", done["stdout"].strip().splitlines()[-1])

@@ -1,22 +1,19 @@
 """The generated suite must fail when the builder is broken the way a risk says.
 
 Each mutant of kb/52078.yaml that applies to the loaded vLLM is applied to the
-real gdn_attn.py source in a fresh interpreter (the module is compiled from the
-edited text and put in sys.modules before anything imports it; the installed
-file is never touched), then the generated module runs on CPU. It must fail.
+real gdn_attn.py source in a child forked after vLLM is imported (the module is
+compiled from the edited text and put in sys.modules; the installed file is
+never touched), then the generated module runs on CPU. It must fail.
 """
 
 from __future__ import annotations
-
-import json
-import subprocess
-import sys
 
 import pytest
 
 from gdn_review import harness
 from gdn_review.kb import load_record
 from tests.conftest import ROOT
+from tests.forked_mutants import run_mutants
 
 RECORD = load_record(ROOT / "kb" / "52078.yaml")
 # The two hand edits of the acceptance list, from the record...
@@ -55,33 +52,23 @@ MUTANTS += [
     ),
 ]
 
-RUN_MUTATED = """
-import importlib.util, json, sys
-from gdn_review import harness
-harness.prepare_platform()
-edits = json.loads(sys.argv[1])
-name = "vllm.v1.attention.backends.gdn_attn"
-spec = importlib.util.find_spec(name)
-source = open(spec.origin, encoding="utf-8").read()
-for find, replace in edits:
-    assert source.count(find) == 1, f"edit does not apply once: {find!r}"
-    source = source.replace(find, replace)
-module = importlib.util.module_from_spec(spec)
-sys.modules[name] = module
-exec(compile(source, spec.origin, "exec"), module.__dict__)
-import pytest
-sys.exit(pytest.main(["generated_tests/test_pr_52078.py", "-q", "-p", "no:cacheprovider", "--gdn-no-evidence", "-k", "cpu", "-x"]))
-"""
+PYTEST_ARGS = ["generated_tests/test_pr_52078.py", "-q", "-p", "no:cacheprovider", "--gdn-no-evidence", "-k", "cpu", "-x"]
+PRELOAD = ("gdn_review.harness", "vllm.config", "vllm.v1.attention.backend", "vllm.v1.kv_cache_interface")
+
+
+@pytest.fixture(scope="module")
+def mutant_runs(tmp_path_factory):
+    """Every applicable mutant's pytest run, all in one interpreter that imports vLLM once."""
+    chosen = {p.id: [[find, replace, 1] for find, replace in p.values[0]] for p in MUTANTS if harness.release_in_range(p.values[1])}
+    return run_mutants(chosen, PYTEST_ARGS, ROOT, tmp_path_factory.mktemp("mutants"), preload=PRELOAD)
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("generated-suite-mutants")  # one worker runs them all: one vLLM import
 @pytest.mark.parametrize("edits, releases", MUTANTS)
-def test_generated_suite_fails_on_mutant(edits, releases):
+def test_generated_suite_fails_on_mutant(edits, releases, mutant_runs, request):
     if not harness.release_in_range(releases):
         pytest.skip(f"this mutant is written for vLLM {releases}")
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_MUTATED, json.dumps(edits)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 1, f"expected failing tests (exit 1), got {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
-    assert "failed" in done.stdout.splitlines()[-1]
+    done = mutant_runs[request.node.callspec.id]
+    assert done["returncode"] == 1, f"expected failing tests (exit 1), got {done['returncode']}:\n{done['stdout'][-3000:]}"
+    assert "failed" in done["stdout"].strip().splitlines()[-1]

@@ -1,0 +1,100 @@
+"""Run one pytest module under several edited copies of gdn_attn.py, vLLM imported once.
+
+A fresh interpreter per mutant costs the vLLM import (5-15 s here) every time.
+Instead one interpreter imports vLLM and the target module, then forks a child
+per mutant (after fork a child compiles the edited source into a new module in
+``sys.modules``; the installed file is never touched) that runs pytest on the
+module and reports its exit code and output. Each child is exactly the old
+fresh process minus the import: the verdicts of ``gdn-review mutate``'s forked
+runner and of fresh processes are compared in tests/test_mutate.py.
+
+The runner script uses only the standard library, torch, vLLM and pytest, so it
+also serves modules that must run without gdn-review (the export's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = r"""
+import importlib.abc, importlib.util, json, os, sys
+
+settings = json.loads(sys.argv[1])
+if settings["refuse_gdn_review"]:
+    class Refuse(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "gdn_review":
+                raise ModuleNotFoundError("the exported module must not need " + name)
+            return None
+
+    sys.meta_path.insert(0, Refuse())
+    sys.modules.pop("gdn_review", None)
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""  # forking after CUDA is initialised is unsafe
+name = "vllm.v1.attention.backends.gdn_attn"
+for module in settings["preload"] + [name]:
+    importlib.import_module(module)
+import pytest
+import torch
+
+spec = importlib.util.find_spec(name)
+original = open(spec.origin, encoding="utf-8").read()
+results = {}
+for ident, edits in settings["mutants"].items():
+    source = original
+    for find, replace, count in edits:
+        assert source.count(find) == count, f"{ident}: edit does not apply {count} time(s): {find!r}"
+        source = source.replace(find, replace)
+    out = os.path.join(settings["scratch"], ident + ".out")
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            torch.set_num_threads(1)  # torch's thread pool does not survive a fork
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            parent, _, leaf = name.rpartition(".")
+            setattr(sys.modules[parent], leaf, module)
+            exec(compile(source, spec.origin, "exec"), module.__dict__)
+            code = int(pytest.main(settings["pytest_args"]))
+            sys.stdout.flush()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    results[ident] = {"returncode": code, "stdout": open(out, encoding="utf-8", errors="replace").read()}
+json.dump(results, open(settings["result"], "w", encoding="utf-8"))
+"""
+
+
+def run_mutants(
+    mutants: dict[str, list[list]],
+    pytest_args: list[str],
+    cwd: Path,
+    scratch: Path,
+    env: dict | None = None,
+    preload: tuple[str, ...] = (),
+    refuse_gdn_review: bool = False,
+    timeout: float = 900,
+) -> dict[str, dict]:
+    """mutant id -> {returncode, stdout} of pytest over ``pytest_args`` with that mutant's
+    edits ([find, replace, count] each) applied to vLLM's gdn_attn.py."""
+    result = scratch / "results.json"
+    settings = {
+        "mutants": mutants, "pytest_args": pytest_args, "scratch": str(scratch), "result": str(result),
+        "preload": list(preload), "refuse_gdn_review": refuse_gdn_review,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(settings)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    if not result.exists():
+        raise RuntimeError(f"the mutant runner stopped (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+    return json.loads(result.read_text(encoding="utf-8"))
