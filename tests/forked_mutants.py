@@ -1,12 +1,13 @@
 """Run one pytest module under several edited copies of gdn_attn.py, vLLM imported once.
 
-A fresh interpreter per mutant costs the vLLM import (5-15 s here) every time.
-Instead one interpreter imports vLLM and the target module, then forks a child
-per mutant (after fork a child compiles the edited source into a new module in
-``sys.modules``; the installed file is never touched) that runs pytest on the
-module and reports its exit code and output. Each child is exactly the old
-fresh process minus the import: the verdicts of ``gdn-review mutate``'s forked
-runner and of fresh processes are compared in tests/test_mutate.py.
+A fresh interpreter per mutant costs the vLLM import and the model configs
+(10-25 s here) every time. Instead one interpreter imports vLLM, runs the
+module once unmutated (it must pass: a kill then means something, and the
+configs are made once), then forks a child per mutant. A child compiles the
+edited source into a new module in ``sys.modules`` (the installed file is never
+touched), drops the builders made from the original class, runs pytest on the
+module and reports its exit code and output. ``gdn-review mutate`` works the
+same way; tests/test_mutate.py compares its verdicts with fresh processes'.
 
 The runner script uses only the standard library, torch, vLLM and pytest, so it
 also serves modules that must run without gdn-review (the export's).
@@ -39,12 +40,15 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""  # forking after CUDA is initialised is 
 name = "vllm.v1.attention.backends.gdn_attn"
 for module in settings["preload"] + [name]:
     importlib.import_module(module)
+import gc
 import pytest
 import torch
 
 spec = importlib.util.find_spec(name)
 original = open(spec.origin, encoding="utf-8").read()
-results = {}
+results = {"(baseline)": {"returncode": int(pytest.main(settings["pytest_args"])), "stdout": ""}}
+gc.collect()
+gc.freeze()  # what the baseline made is shared with every child: keep the collector off it
 for ident, edits in settings["mutants"].items():
     source = original
     for find, replace, count in edits:
@@ -64,6 +68,8 @@ for ident, edits in settings["mutants"].items():
             parent, _, leaf = name.rpartition(".")
             setattr(sys.modules[parent], leaf, module)
             exec(compile(source, spec.origin, "exec"), module.__dict__)
+            for holder, function in settings["clear"]:  # builders of the original class
+                getattr(sys.modules[holder], function).cache_clear()
             code = int(pytest.main(settings["pytest_args"]))
             sys.stdout.flush()
         finally:
@@ -82,15 +88,18 @@ def run_mutants(
     scratch: Path,
     env: dict | None = None,
     preload: tuple[str, ...] = (),
+    clear: tuple[tuple[str, str], ...] = (),
     refuse_gdn_review: bool = False,
     timeout: float = 900,
 ) -> dict[str, dict]:
     """mutant id -> {returncode, stdout} of pytest over ``pytest_args`` with that mutant's
-    edits ([find, replace, count] each) applied to vLLM's gdn_attn.py."""
+    edits ([find, replace, count] each) applied to vLLM's gdn_attn.py; "(baseline)" is the
+    unmutated run. ``clear`` names the cached builder factories (module, function) to empty
+    in each child, as ``gdn-review mutate`` does."""
     result = scratch / "results.json"
     settings = {
         "mutants": mutants, "pytest_args": pytest_args, "scratch": str(scratch), "result": str(result),
-        "preload": list(preload), "refuse_gdn_review": refuse_gdn_review,
+        "preload": list(preload), "clear": [list(c) for c in clear], "refuse_gdn_review": refuse_gdn_review,
     }
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, json.dumps(settings)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout

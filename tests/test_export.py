@@ -472,8 +472,11 @@ def exported_mutant_runs(tmp_path_factory):
     path = scratch / export.module_name(RECORD)
     path.write_text(export.render(RECORD, "kb/52078.yaml", harness.vllm_release()), encoding="utf-8")
     chosen = {p.id: p.values[0] for p in _record_mutants() if harness.release_in_range(p.values[1])}
-    return run_mutants(chosen, [path.name, "-q", "-p", "no:cacheprovider", "-x", "-k", "cpu"], scratch, scratch,
-                       env=_standalone_env(), preload=("vllm.config", "transformers"), refuse_gdn_review=True)
+    runs = run_mutants(chosen, [path.name, "-q", "-p", "no:cacheprovider", "-x", "-k", "cpu"], scratch, scratch,
+                       env=_standalone_env(), preload=("vllm.config", "transformers"),
+                       clear=((path.stem, "make_builder"),), refuse_gdn_review=True)
+    assert runs["(baseline)"]["returncode"] == 0, "the exported module must pass without a mutant"
+    return runs
 
 
 @pytest.mark.slow

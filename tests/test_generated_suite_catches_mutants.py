@@ -60,7 +60,10 @@ PRELOAD = ("gdn_review.harness", "vllm.config", "vllm.v1.attention.backend", "vl
 def mutant_runs(tmp_path_factory):
     """Every applicable mutant's pytest run, all in one interpreter that imports vLLM once."""
     chosen = {p.id: [[find, replace, 1] for find, replace in p.values[0]] for p in MUTANTS if harness.release_in_range(p.values[1])}
-    return run_mutants(chosen, PYTEST_ARGS, ROOT, tmp_path_factory.mktemp("mutants"), preload=PRELOAD)
+    runs = run_mutants(chosen, PYTEST_ARGS, ROOT, tmp_path_factory.mktemp("mutants"), preload=PRELOAD,
+                       clear=(("gdn_review.harness.builders", "make_builder"),))
+    assert runs["(baseline)"]["returncode"] == 0, "the generated suite must pass without a mutant"
+    return runs
 
 
 @pytest.mark.slow
