@@ -26,7 +26,6 @@ from gdn_review.verdicts import (  # noqa: F401
     matrix_failures,
     risk_coverage,
 )
-from gdn_review.verdicts import discrimination as _discrimination  # noqa: F401  (tests/test_matrix.py)
 
 
 def _cell(value) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import matrix, release_cache, report
+from gdn_review import matrix, release_cache, report, verdicts
 from gdn_review import snapshot as snapshots
 from gdn_review.cli import main
 from gdn_review.kb import load_record
@@ -120,7 +120,7 @@ def test_before_fails_then_holds_discriminates_with_measured_values(matrix_folde
 )
 def test_discrimination_rules(before, base, head, expected):
     cell = lambda v: {"verdict": v, "reason": "r", "measure": ""}  # noqa: E731
-    assert report._discrimination(before, cell(base), cell(head))[0] == expected
+    assert verdicts.discrimination(before, cell(base), cell(head))[0] == expected
 
 
 def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained(matrix_folder):
