@@ -6,15 +6,20 @@ Everything the harness returns is plain data (ints, lists, dicts), so a test
 compares values, not tensors, and the evidence can be written as JSON.
 """
 
+from gdn_review.harness.environment import vllm_cache_per_release
+
+vllm_cache_per_release()  # before anything here imports vLLM
+
+from gdn_review.harness import properties as _properties
+from gdn_review.harness.builders import BuilderSettings, make_builder
 from gdn_review.harness.environment import (
     cuda_skip_reason,
     device_skip_reason,
     environment,
     prepare_platform,
     target_source,
+    vllm_release,
 )
-from gdn_review.harness.builders import BuilderSettings, make_builder
-from gdn_review.harness.environment import vllm_release
 from gdn_review.harness.pytest_checks import (
     check_deviation_unchanged,
     known_deviation,
@@ -22,11 +27,19 @@ from gdn_review.harness.pytest_checks import (
     skip_outside_claim_releases,
     skip_outside_releases,
 )
-from gdn_review.harness.release_ranges import active_deviation, claim_in_range, release_in_range
-from gdn_review.harness.run import BuildRun, build_case, count_sync_warnings, prepare_builders
+from gdn_review.harness.release_ranges import (
+    active_deviation,
+    claim_in_range,
+    release_in_range,
+)
+from gdn_review.harness.run import (
+    BuildRun,
+    build_case,
+    count_sync_warnings,
+    prepare_builders,
+)
 from gdn_review.harness.snapshots import snapshot_differences, stored_snapshot
 from gdn_review.harness.strategies import random_batches
-from gdn_review.harness import properties as _properties
 
 
 def check_property(name: str, batch: dict, run: BuildRun) -> None:
