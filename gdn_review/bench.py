@@ -101,7 +101,11 @@ class _Worker:
             [sys.executable, "-m", "gdn_review.harness.timing"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
         )
-        ready = self.ask({"cases": cases, "device": device})
+        self.cases, self.device = cases, device
+
+    def wait_ready(self) -> None:
+        """Send the cases and wait for the warm-up (workers start side by side, then this)."""
+        ready = self.ask({"cases": self.cases, "device": self.device})
         self.environment, self.warm_ns = ready["environment"], ready["warm_ns"]
 
     def ask(self, request: dict) -> dict:
@@ -146,6 +150,8 @@ def bench(
         for release in (base, head):
             say(f"starting a timing worker for vLLM {release} ({device})")
             workers.append(_Worker(release, device, cases))
+        for worker in workers:  # both import vLLM at once; only the rounds must not overlap
+            worker.wait_ready()
         timings = {case: CaseTiming(case, [], []) for case in cases}
         # Calls per case per round: about round_seconds of build() each, 5 to 200 calls.
         repeats = {

@@ -46,7 +46,12 @@ import torch
 
 spec = importlib.util.find_spec(name)
 original = open(spec.origin, encoding="utf-8").read()
-results = {"(baseline)": {"returncode": int(pytest.main(settings["pytest_args"])), "stdout": ""}}
+import time
+
+started = time.monotonic()
+code = int(pytest.main(settings["baseline_args"] or settings["pytest_args"]))
+sys.stdout.flush()
+results = {"(baseline)": {"returncode": code, "seconds": time.monotonic() - started}}
 gc.collect()
 gc.freeze()  # what the baseline made is shared with every child: keep the collector off it
 for ident, edits in settings["mutants"].items():
@@ -89,21 +94,25 @@ def run_mutants(
     env: dict | None = None,
     preload: tuple[str, ...] = (),
     clear: tuple[tuple[str, str], ...] = (),
+    baseline_args: list[str] | None = None,
     refuse_gdn_review: bool = False,
     timeout: float = 900,
 ) -> dict[str, dict]:
     """mutant id -> {returncode, stdout} of pytest over ``pytest_args`` with that mutant's
     edits ([find, replace, count] each) applied to vLLM's gdn_attn.py; "(baseline)" is the
-    unmutated run. ``clear`` names the cached builder factories (module, function) to empty
+    unmutated run (over ``baseline_args`` when given), with its seconds. ``clear`` names the cached builder factories (module, function) to empty
     in each child, as ``gdn-review mutate`` does."""
     result = scratch / "results.json"
     settings = {
         "mutants": mutants, "pytest_args": pytest_args, "scratch": str(scratch), "result": str(result),
         "preload": list(preload), "clear": [list(c) for c in clear], "refuse_gdn_review": refuse_gdn_review,
+        "baseline_args": baseline_args,
     }
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, json.dumps(settings)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
     if not result.exists():
         raise RuntimeError(f"the mutant runner stopped (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    return json.loads(result.read_text(encoding="utf-8"))
+    results = json.loads(result.read_text(encoding="utf-8"))
+    results["(baseline)"]["stdout"] = done.stdout  # the children wrote theirs to files
+    return results
