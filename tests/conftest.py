@@ -61,3 +61,10 @@ def write_record(tmp_path):
         return kb
 
     return write
+
+
+def pytest_collection_modifyitems(items):
+    """Slow end-to-end tests first (stable order otherwise): under `-n auto` the workers
+    start on the long runs side by side and the many quick tests fill in at the end,
+    so a run does not end waiting on one long test."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
