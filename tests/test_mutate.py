@@ -7,7 +7,6 @@ happens to the run (normal end, SIGINT, a mutant that never returns).
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
 import os
@@ -135,9 +134,6 @@ def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
     record = load_record(ROOT / "kb" / "52078.yaml")
     found = {m.id: m for m in catalogue_for(ROOT / "kb" / "52078.yaml", record, fetch=True, say=lambda _: None).mutants}
     args = runner.test_args([ROOT / "generated_tests" / "test_pr_52078.py"], selection)
-    # The fresh interpreters are independent: run them side by side.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(in_process)) as pool:
-        runs = {ident: pool.submit(runner.run_fresh_process, TARGET, found[ident].source, args, cwd=ROOT) for ident in in_process}
     for ident, entry in in_process.items():
-        fresh = runs[ident].result()
+        fresh = runner.run_fresh_process(TARGET, found[ident].source, args, cwd=ROOT)
         assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (entry["status"], sorted(entry["killed_by"])), ident
