@@ -26,6 +26,21 @@ def test_builder_is_vllms_own_and_built_once():
     assert harness.make_builder(settings) is builder
 
 
+def test_each_builder_gets_the_cache_mode_a_fresh_engine_would():
+    # VllmConfig runs the model's config hooks (prefix caching -> mamba_cache_mode)
+    # once per ModelConfig; a ModelConfig shared between builders left every
+    # builder after a process's first in another mode, so a case's state indices
+    # depended on which test ran first.
+    from gdn_review.harness.builders import _vllm_config
+
+    configs = [
+        _vllm_config(harness.BuilderSettings(device="cpu", speculative_tokens=k))
+        for k in (None, 2, None, 2)
+    ]
+    modes = [(c.cache_config.mamba_cache_mode, c.cache_config.mamba_block_size) for c in configs]
+    assert len(set(modes)) == 1, modes
+
+
 def test_build_case_snapshots_rows_and_counts_ops():
     run = harness.build_case("cpu", SPEC)
     assert run.metadata["path"] == "spec"

@@ -118,8 +118,14 @@ def _model_dir() -> str:
     return folder
 
 
-@functools.cache
 def _model_config(max_model_len: int):
+    """A fresh ModelConfig for each VllmConfig, as each vLLM engine has its own.
+
+    Never cached: VllmConfig runs the model's config hooks (which turn prefix
+    caching into mamba_cache_mode "align") once per ModelConfig and marks it
+    done, so a shared one left every builder after the first in "none" mode.
+    After the first (imports), one costs a few milliseconds.
+    """
     from vllm.config import ModelConfig
 
     return ModelConfig(
