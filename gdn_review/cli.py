@@ -18,6 +18,7 @@ from gdn_review import generate as generator
 from gdn_review.cli_support import (
     EXIT_BAD_INPUT, EXIT_FAILED, _exit_codes, _fail_on, _report_evidence, _say, _write_reports, fail_on_option, kb_option,
 )
+from gdn_review import fast_exit
 from gdn_review.kb import record_schema
 from gdn_review.plugin import DEFAULT_EVIDENCE
 from gdn_review.selection import current_modules, load_records
@@ -279,5 +280,10 @@ for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_run
     main.add_command(_command)
 
 
+def entry() -> None:
+    """The ``gdn-review`` console script: ``main``, without the interpreter's teardown once vLLM is loaded."""
+    fast_exit.run_click(main)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -33,7 +33,7 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review import release_cache
+from gdn_review import fast_exit, release_cache
 from gdn_review import snapshot as snapshots
 from gdn_review.files import atomic_write
 
@@ -137,7 +137,7 @@ def run_one(item: Planned, path: Path | None, module: Path, record_path: Path, o
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
     command = [
-        sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider",
+        sys.executable, "-c", fast_exit.PYTEST, str(module), "-q", "-p", "no:cacheprovider",
         "--gdn-evidence", str(evidence),
         "-p", "gdn_review.snapshot", "--gdn-snapshot-record", str(record_path), "--gdn-snapshot-out", str(snapshot),
     ]

@@ -228,4 +228,6 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    from gdn_review.fast_exit import exit_now
+
+    exit_now(_main(sys.argv[1:]))

@@ -6,13 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gdn_review import fast_exit
+
 # pytest's exit codes that still mean "tests ran and the evidence is worth reporting".
 RAN_EXIT_CODES = {0, 1}
 NO_TESTS = 5
 
 
 def pytest_command(modules: list[Path], evidence: Path, keyword: str | None, extra: tuple[str, ...]) -> list[str]:
-    command = [sys.executable, "-m", "pytest", *map(str, modules), "--gdn-evidence", str(evidence), "-p", "no:cacheprovider"]
+    command = [sys.executable, "-c", fast_exit.PYTEST, *map(str, modules), "--gdn-evidence", str(evidence), "-p", "no:cacheprovider"]
     if keyword:
         command += ["-k", keyword]
     return command + list(extra)
@@ -32,7 +34,7 @@ def run_suite(modules: list[Path], evidence: Path, keyword: str | None, extra: t
     # Evidence left by an earlier run must never be reported as this run's.
     Path(evidence).unlink(missing_ok=True)
     command = pytest_command(modules, evidence, keyword, extra)
-    say(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: {' '.join(command[2:])}")
+    say(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: pytest {' '.join(command[3:])}")
     code = run_pytest(command)
     if code == NO_TESTS:
         say("pytest collected no test (exit 5): nothing was checked")

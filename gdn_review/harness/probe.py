@@ -130,4 +130,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from gdn_review.fast_exit import exit_now
+
+    exit_now(main(sys.argv[1:]))

@@ -65,3 +65,7 @@ if __name__ == "__main__":
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     serve(sys.stdin, protocol)
+    protocol.flush()
+    from gdn_review.fast_exit import exit_now
+
+    exit_now(0)

@@ -223,7 +223,10 @@ args = json.loads(sys.argv[4])
 from gdn_review.harness import mutation
 source = open(source_file, encoding="utf-8").read()
 result = runner.run_in_this_process(path, mutation.compile_source(path, source), args)
-open(out, "w", encoding="utf-8").write(json.dumps(result))
+with open(out, "w", encoding="utf-8") as handle:
+    handle.write(json.dumps(result))
+from gdn_review.fast_exit import exit_now
+exit_now(0)
 """
 
 
