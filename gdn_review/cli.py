@@ -14,11 +14,11 @@ from pathlib import Path
 import click
 
 from gdn_review import cli_long_runs
+from gdn_review import fast_exit
 from gdn_review import generate as generator
 from gdn_review.cli_support import (
     EXIT_BAD_INPUT, EXIT_FAILED, _exit_codes, _fail_on, _report_evidence, _say, _write_reports, fail_on_option, kb_option,
 )
-from gdn_review import fast_exit
 from gdn_review.kb import record_schema
 from gdn_review.plugin import DEFAULT_EVIDENCE
 from gdn_review.selection import current_modules, load_records

@@ -26,14 +26,13 @@ def exit_now(code: int) -> NoReturn:
 
 
 # ``[sys.executable, "-c", PYTEST, ARGS...]`` is ``python -m pytest ARGS...`` that
-# ends as exit_now does. Inline, because importing gdn_review before pytest
-# would keep pytest from rewriting the asserts of its plugin.
+# ends with exit_now. gdn_review is imported only after pytest has run: imported
+# before, pytest could not rewrite the asserts of its plugin.
 PYTEST = (
-    "import atexit, os, sys, pytest\n"
+    "import sys, pytest\n"
     "code = int(pytest.main(sys.argv[1:]))\n"
-    "atexit._run_exitfuncs()\n"
-    "sys.stdout.flush(); sys.stderr.flush()\n"
-    "os._exit(code)\n"
+    "from gdn_review.fast_exit import exit_now\n"
+    "exit_now(code)\n"
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -20,7 +21,8 @@ def test_exit_now_keeps_the_code_runs_atexit_and_flushes():
         "sys.stdout.write('unflushed, ')\n"
         "exit_now(3)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # so a missing flush shows
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=buffered, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (3, "unflushed, atexit ran\n")
 
 
