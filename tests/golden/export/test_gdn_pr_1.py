@@ -49,6 +49,10 @@ def prepare_platform() -> None:
     """
     # The model is a config in a local folder: never ask a hub for anything.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Importing the builder's module imports vLLM's humming kernels, which
+    # start two background processes (a whole Python and torch each, ~18 s of
+    # CPU) to compile CUDA launchers the builder never calls.
+    os.environ.setdefault("HUMMING_DISABLE_PARALLEL_BUILD", "1")
     if "VLLM_TARGET_DEVICE" in os.environ:
         return
     import torch
