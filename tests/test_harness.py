@@ -116,3 +116,22 @@ def test_on_vllms_cpu_platform_a_cuda_builder_gets_a_cpu_device_config(monkeypat
     config = _vllm_config(harness.BuilderSettings(device="cuda", speculative_tokens=2))
     assert config.device_config.device_type == "cpu"
     assert _vllm_config(harness.BuilderSettings(device="cpu")).device_config.device_type == "cpu"
+
+
+def test_making_a_builder_starts_no_background_process():
+    """vLLM's humming kernels would start two interpreters to build CUDA launchers at import."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, time\n"
+        "from gdn_review import harness\n"
+        "harness.make_builder(harness.BuilderSettings(speculative_tokens=1))\n"
+        "me = str(os.getpid())\n"
+        "kids = [p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == me]\n"
+        "print('children', len(kids))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HUMMING_DISABLE_PARALLEL_BUILD"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "children 0" in done.stdout, done.stdout + done.stderr[-2000:]
