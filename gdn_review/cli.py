@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from gdn_review import cli_long_runs
+from gdn_review import cli_long_runs, cli_review
 from gdn_review import fast_exit
 from gdn_review import generate as generator
 from gdn_review.cli_support import (
@@ -37,6 +37,7 @@ def main() -> None:
       gdn-review mutate                   # plant every risk's mutants; mutation-verified coverage
       gdn-review bench                    # build() latency A/B for the latency claims
       gdn-review matrix --record 52078    # before/after the PR on every release since
+      gdn-review review pr.diff           # a change (gh pr diff N) against the whole KB before it merges
       gdn-review report --format json     # verdicts from the last run's evidence
       gdn-review import report.md         # a review report -> draft kb/N.yaml
     """
@@ -276,7 +277,8 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
         click.echo(line)
 
 
-for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_runs.matrix_command, cli_long_runs.bundle_command):
+for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_runs.matrix_command, cli_long_runs.bundle_command,
+                 cli_review.review_command, cli_review.review_merge_command):
     main.add_command(_command)
 
 

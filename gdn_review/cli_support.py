@@ -27,10 +27,12 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review import bench, bundle, matrix, mutation, release_cache, selection, snapshot, suite
     from gdn_review.export import ExportError
     from gdn_review.importers.review_report import ReportImportError
+    from gdn_review.review.patch import PatchError
+    from gdn_review.review.orchestrate import ReviewError
 
     return (selection.SelectionError, generator.GenerateError, reporting.ReportError, suite.SuiteError,
             mutation.MutationError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
-            matrix.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError)
+            matrix.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
 
 
 def _exit_codes(command):

@@ -23,7 +23,7 @@ def _op_values(tests: list[dict], key: str) -> list[int]:
     )
 
 
-def _cell_measure(claim, tests: list[dict]) -> str:
+def cell_measure(claim, tests: list[dict]) -> str:
     """What a release measured for a claim, in a few words (op counts as a range over the cases)."""
     ran = [t for t in tests if t["outcome"] in RAN]
     if not ran:
@@ -149,7 +149,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             data, evidence = per_release[version]
             row = next(c for c in data["claims"] if c["id"] == claim.id)
             tests = [t for t in evidence.tests if t["record"] == record.pr.number and t["claim"] == claim.id]
-            cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": _cell_measure(claim, tests), "tests": tests})
+            cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": cell_measure(claim, tests), "tests": tests})
         by_version = {c["version"]: c for c in cells}
         verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(head))
         trajectories = []

@@ -11,7 +11,7 @@ from gdn_review.harness.environment import vllm_cache_per_release
 vllm_cache_per_release()  # before anything here imports vLLM
 
 from gdn_review.harness import properties as _properties
-from gdn_review.harness.builders import BuilderSettings, make_builder
+from gdn_review.harness.builders import BuilderSettings, make_builder, warm_up
 from gdn_review.harness.environment import (
     cuda_skip_reason,
     device_skip_reason,

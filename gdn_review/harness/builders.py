@@ -159,6 +159,23 @@ def _vllm_config(settings: BuilderSettings):
     )
 
 
+def warm_up(construct: bool = False) -> None:
+    """Pay now what the first build of a process pays (imports, model checks: ~10 s).
+
+    A process that forks children to run tests (review) calls it first, so
+    every child starts warm. ``construct`` also makes (and forgets) one
+    builder, whose first construction costs ~2 s more; leave it off where the
+    builder class may be a change under review that could hang.
+    """
+    import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (and what it imports)
+
+    settings = BuilderSettings(speculative_tokens=1)
+    _vllm_config(settings)
+    if construct:
+        make_builder(settings)
+        make_builder.cache_clear()  # each child makes its own, as a fresh engine would
+
+
 @functools.cache
 def make_builder(settings: BuilderSettings):
     """The real builder for ``settings``; built once per process and reused."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from gdn_review.harness.environment import device_skip_reason, vllm_release
+from gdn_review.harness.environment import device_skip_reason
 from gdn_review.harness.release_ranges import (
     active_deviation,
     claim_in_range,
+    release_for_ranges,
     release_in_range,
 )
 from gdn_review.harness.run import prepare_builders
@@ -22,14 +23,14 @@ def skip_outside_releases(releases: str | None, what: str) -> None:
     """Skip (not applicable) when the loaded vLLM is outside the releases of ``what`` (a case)."""
     __tracebackhide__ = True
     if not release_in_range(releases):
-        pytest.skip(f"not applicable: {what} covers vLLM {releases}; loaded {vllm_release()}")
+        pytest.skip(f"not applicable: {what} covers vLLM {releases}; loaded {release_for_ranges()}")
 
 
 def skip_outside_claim_releases(releases: str | None, claim_id: str) -> None:
     """Skip (not applicable) outside the claim's releases; the release matrix's base run checks every claim."""
     __tracebackhide__ = True
     if not claim_in_range(releases):
-        pytest.skip(f"not applicable: claim {claim_id} covers vLLM {releases}; loaded {vllm_release()}")
+        pytest.skip(f"not applicable: claim {claim_id} covers vLLM {releases}; loaded {release_for_ranges()}")
 
 
 def known_deviation(request, deviations: list[dict], selector: str, value: str) -> dict | None:

@@ -5,15 +5,27 @@ from __future__ import annotations
 import os
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from gdn_review.harness.environment import vllm_release
+
+# Set by `gdn-review review` for its run of a change that is not released yet:
+# ranges (claims, cases, known deviations, stored snapshots) are read as of the
+# release the change would first ship in, not the release it is applied onto.
+RANGES_AS_RELEASE = "GDN_REVIEW_RANGES_AS_RELEASE"
+
+
+def release_for_ranges() -> Version:
+    """The release that ranges are read against: the loaded vLLM's, unless a review says otherwise."""
+    forced = os.environ.get(RANGES_AS_RELEASE)
+    return Version(forced) if forced else vllm_release()
 
 
 def release_in_range(releases: str | None) -> bool:
     """True when the loaded vLLM falls in ``releases`` (None or "" means every release)."""
     if not releases:
         return True
-    return SpecifierSet(releases).contains(vllm_release(), prereleases=True)
+    return SpecifierSet(releases).contains(release_for_ranges(), prereleases=True)
 
 
 # Set by the release matrix for its run of the base release (the release without

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from gdn_review.harness.environment import vllm_release
+from gdn_review.harness.release_ranges import release_for_ranges
 
 NO_FIELD = "(no such field)"
 
@@ -17,7 +17,7 @@ def stored_snapshot(
 
     ``folder`` is relative to the generated module's own folder.
     """
-    release = str(vllm_release())
+    release = str(release_for_ranges())
     base = os.path.dirname(os.path.abspath(module_file))
     path = os.path.join(base, folder, release + ".json")
     make = f"make one with `gdn-review snapshot --record {record} --release {release}`"

@@ -1,0 +1,132 @@
+"""The click commands of a review before merge: ``review`` and ``review-merge``.
+
+Each parses its options, calls ``gdn_review.review``, prints and picks the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review.cli_support import EXIT_FAILED, EXIT_OK, _exit_codes, _fail_on, _print_written, _say, kb_option
+
+EXIT_INTERRUPTED = 130
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if not value:
+        return None
+    try:
+        index, count = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected I/N, e.g. 2/3", param_hint="--shard") from None
+    if not 1 <= index <= count:
+        raise click.BadParameter(f"{value!r}: I must be between 1 and N", param_hint="--shard")
+    return index, count
+
+
+def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
+    from gdn_review.review import orchestrate, render
+
+    chosen = _fail_on(fail_on, render.FAIL_ON_CHOICES)
+    text = render.markdown(data)
+    written = orchestrate.write(data, out_dir, text)
+    click.echo(render.headline(data))
+    _print_written(written[:1])
+    click.echo(f"json     {written[1]}")
+    found = render.findings(data)
+    tripped = [f"{kind}: {item}" for kind in sorted(chosen) for item in found[kind]]
+    for line in tripped:
+        _say(f"fail-on: {line}")
+    sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+
+
+@click.command(name="review")
+@kb_option
+@click.argument("diff", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--onto", default=None, metavar="X.Y.Z", help="Release the diff is applied to (its Python files from the release cache).  [default: the installed one]")
+@click.option("--vllm-src", default=None, type=click.Path(path_type=Path, file_okay=False), help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.")
+@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).  [default: every record whose target file the diff changes]")
+@click.option("--lands-in", default=None, metavar="X.Y.Z", help="The release the change would first ship in: PRs recorded as first shipping after --onto and up to it explain moved fields.  [default: the next minor release]")
+@click.option("-k", "keyword", default=None, help="pytest -k expression: only these generated tests (snapshots are taken whole).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, help="Seconds a side (or a mutant) may run before it is killed.")
+@click.option("--max-mutants", type=click.IntRange(min=0), default=30, show_default=True, help="Mutants of the added lines to run, in line order (0: none).")
+@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Mutants run at once.")
+@click.option("--shard", default=None, metavar="I/N", help="Only every N-th affected record from the I-th (merge the shards' JSON with review-merge).")
+@click.option("--generated", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option("--out", "out_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where NAME.md and NAME.json go.  [default: reports/review]")
+@click.option("--name", default=None, help="Report name.  [default: the diff's file name without extension]")
+@click.option("--draft", "draft_number", type=click.IntRange(min=1), default=None, metavar="PR", help="Also write a draft record of the change as OUT/PR.yaml: target from the hunks, the moved cases with expect blocks measured with the change (target.changes), surviving mutants as risk candidates.")
+@click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="Comma list of what makes the exit code 1: breaks (a claim that held no longer does), drift (a field moved that no record explains), survived (a mutant of the new lines survived).")
+@_exit_codes
+def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, draft_number, fail_on) -> None:
+    """Check a change to vLLM against the whole KB before it merges.
+
+    DIFF is a unified diff as `git diff` or `gh pr diff` writes it. It is
+    applied to a copy of release --onto's Python files (never to the installed
+    vLLM); a diff that does not apply exits 2 naming the hunk, and nothing
+    runs. What the hunks touch (records, symbols, cases, claims, mutant sites)
+    is printed first. Then every affected record's generated tests and
+    snapshots run on the release as it is and with the change, and the
+    automatic mutants of the lines the diff adds run against those tests.
+    The report (markdown for a PR comment, and JSON) says which claims'
+    verdicts changed, every field that moved with the PR that explains it,
+    and the survivors among the mutants; it is appended to
+    GITHUB_STEP_SUMMARY when that is set.
+
+    Exit 0 ok, 1 what --fail-on names, 2 bad input (a diff that does not
+    apply, a change whose module no longer imports on that release), 130
+    interrupted (nothing written).
+
+    \b
+    Examples:
+      gh pr diff 52297 > pr-52297.diff
+      gdn-review review pr-52297.diff                       # onto the installed release
+      gdn-review review pr-52297.diff --onto 0.32.0 --record 56531
+      gdn-review review pr-52297.diff --max-mutants 0 -k C1  # claims C1 only, no mutants
+      gdn-review review pr.diff --shard 1/3 --out shards/1   # then: gdn-review review-merge shards/*/pr.json
+      gdn-review review pr-55404.diff --draft 55404         # also reports/review/55404.yaml, a draft record
+    """
+    from gdn_review.review import orchestrate
+
+    if not diff.is_file():
+        raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
+    try:
+        data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), say=_say)
+    except KeyboardInterrupt:
+        _say("interrupted: the review's processes are stopped; nothing was written")
+        sys.exit(EXIT_INTERRUPTED)
+    if name:
+        data["name"] = name
+    out_dir = out_dir or Path("reports") / "review"
+    if draft_number:
+        click.echo(f"draft    {orchestrate.write_draft(data, kb_dir, draft_number, out_dir)} (fill its TODOs, then move it into kb/)")
+    _finish(data, out_dir, fail_on)
+
+
+@click.command(name="review-merge")
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--out", "out_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where NAME.md and NAME.json go.  [default: reports/review]")
+@click.option("--name", default=None, help="Report name.  [default: the first shard's]")
+@click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="As for review.")
+@_exit_codes
+def review_merge_command(shards, out_dir, name, fail_on) -> None:
+    """Merge the JSON of review shards (--shard I/N, or a CI job matrix) into one report.
+
+    \b
+    Examples:
+      gdn-review review-merge shards/*/pr-52297.json
+      gdn-review review-merge pr-1-shard1.json pr-1-shard2.json --name pr-1 --out reports/review
+    """
+    from gdn_review.review import orchestrate, render
+
+    try:
+        data = render.merge([orchestrate.load(path) for path in shards])
+    except ValueError as error:
+        raise orchestrate.ReviewError(str(error)) from None
+    if name:
+        data["name"] = name
+    _finish(data, out_dir or Path("reports") / "review", fail_on)

@@ -1,0 +1,1 @@
+"""`gdn-review review DIFF`: the KB against a vLLM release with a change applied, before the change merges (see orchestrate)."""

@@ -1,0 +1,151 @@
+"""The change's effect on one record: claims, fields and known deviations, before and after.
+
+Reads what the worker wrote (each side's evidence and snapshots) and says per
+record which claims' verdicts or measurements changed, which snapshot fields
+moved (attributed as the release matrix attributes drift between two
+releases: to the record's own PR or a related PR that first shipped after the
+release the change is applied onto, up to the release it would land in), and
+which known deviations appeared or vanished. Plain data in, plain data out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gdn_review import snapshot as snapshots
+from gdn_review.matrix_report import cell_measure, drift_data
+from gdn_review.report_contents import report_data
+from gdn_review.verdicts import load_evidence
+
+HOLDING = ("holds", "known deviation")
+
+
+def _side(side: dict | None, record) -> tuple[dict | None, list[dict], dict | None]:
+    """(report data, the record's tests, snapshot document) of one side; Nones where it did not run."""
+    if not side or side.get("status") != "ran" or not side.get("evidence"):
+        return None, [], None
+    folder = Path(side["folder"])
+    evidence = load_evidence([folder / side["evidence"]])
+    name = side.get("snapshots", {}).get(str(record.pr.number))
+    snapshot = snapshots.load(folder / name) if name else None
+    return report_data(record, evidence), [t for t in evidence.tests if t["record"] == record.pr.number], snapshot
+
+
+def _measure(claim, tests: list[dict]) -> str:
+    return cell_measure(claim, [t for t in tests if t["claim"] == claim.id])
+
+
+def side_failure(side: dict | None) -> str | None:
+    """Why a side has no results (timeout, crash), or None."""
+    if not side:
+        return "did not run"
+    if side.get("status") != "ran":
+        return side.get("reason") or side.get("status")
+    return None
+
+
+def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]) -> dict:
+    """Claims, fields and deviations of one record, unpatched against patched."""
+    before, before_tests, before_snapshot = _side(sides.get("unpatched"), record)
+    after, after_tests, after_snapshot = _side(sides.get("patched"), record)
+    claims = []
+    for claim in record.claims:
+        old = next((c for c in before["claims"] if c["id"] == claim.id), None) if before else None
+        new = next((c for c in after["claims"] if c["id"] == claim.id), None) if after else None
+        old_verdict = old["verdict"] if old else "not run"
+        new_verdict = new["verdict"] if new else f"not run: {side_failure(sides.get('patched'))}"
+        measures = (_measure(claim, before_tests), _measure(claim, after_tests))
+        claims.append({
+            "id": claim.id,
+            "text": claim.text,
+            "check": claim.check.kind,
+            "expected": (new or old or {}).get("check", ""),  # what the check expects (budget, cases)
+            "before": old_verdict,
+            "after": new_verdict,
+            "measured_before": measures[0],
+            "measured_after": measures[1],
+            "reason_after": new["reason"] if new else "",
+            "changed": old_verdict != new_verdict or measures[0] != measures[1],
+            # A claim that held (or deviated only as known) and no longer does
+            # (one whose range ends before the release the change lands in has not broken).
+            "broke": old_verdict in HOLDING and new_verdict not in HOLDING and new_verdict != "not applicable",
+        })
+    drift = drift_data(record, [(onto, before_snapshot), (lands_in, after_snapshot)], known)
+    for row in drift["rows"]:
+        row.pop("from"), row.pop("to")
+    xfailed_before = {t["nodeid"] for t in before_tests if t["outcome"] == "xfailed"}
+    xfailed_after = {t["nodeid"] for t in after_tests if t["outcome"] == "xfailed"}
+    moved_cases = {row["case"] for row in drift["rows"]}
+    after_cases = (after_snapshot or {}).get("cases", {})
+    carried = record.target.head_release is not None and _after(record.target.head_release, onto) and not _after(record.target.head_release, lands_in)
+    return {
+        "number": record.pr.number,
+        "title": record.pr.title,
+        "claims": claims,
+        "moved": drift["rows"],
+        # What each moved case measures with the change, in `expect` terms (for a draft record).
+        "expect_after": {case: _expect_fields(after_cases[case]) for case in sorted(moved_cases) if case in after_cases},
+        "unexplained": [row for row in drift["rows"] if not row["explained_by"]],
+        "fields_added_or_removed": drift["schema"],
+        "deviations_appeared": sorted(xfailed_after - xfailed_before),
+        "deviations_vanished": sorted(xfailed_before - xfailed_after),
+        # The change is (or carries) this record's PR: it first shipped in the window.
+        "carries_pr": carried,
+        "sides": {name: side_failure(sides.get(name)) or "ran" for name in ("unpatched", "patched")},
+    }
+
+
+def carried(records, onto: str, lands_in: str) -> list[dict]:
+    """The recorded PRs (records' own, and related PRs they name) that first shipped after ``onto``, by ``lands_in``.
+
+    A change between those releases is explained by them; none means no record explains it.
+    """
+    found = {}
+    for record in records:
+        release = record.target.head_release
+        if release and _after(release, onto) and not _after(release, lands_in):
+            found[record.pr.number] = {"number": record.pr.number, "title": record.pr.title, "release": release, "record": True}
+        for relation in record.related:
+            release = relation.from_release
+            if release and _after(release, onto) and not _after(release, lands_in):
+                found.setdefault(relation.number, {"number": relation.number, "title": relation.title, "release": release, "record": False})
+    return sorted(found.values(), key=lambda entry: entry["number"])
+
+
+def _expect_fields(snapshot: dict) -> dict:
+    import typing
+
+    from gdn_review.kb.models import ExpectField
+
+    return {field: snapshot[field] for field in typing.get_args(ExpectField) if field in snapshot}
+
+
+def _after(release: str, other: str) -> bool:
+    from packaging.version import Version
+
+    return Version(release) > Version(other)
+
+
+def mutant_entries(catalogue: list[dict], results: list[dict]) -> list[dict]:
+    """Each mutant of the new lines with its result against the tests that passed with the change."""
+    by_id = {result["id"]: result for result in results}
+    entries = []
+    for mutant in catalogue:
+        result = by_id.get(mutant["id"], {"status": "not run"})
+        entries.append({
+            **{k: v for k, v in mutant.items() if k != "source_file"},
+            "status": result["status"],
+            "killed_by": result.get("killed_by", {}),
+            "reason": result.get("reason", ""),
+            "duration_s": result.get("duration_s"),
+        })
+    return entries
+
+
+# Merging shards: a mutant is killed when any shard's tests kill it (one run over
+# every record's tests fails as soon as one test fails).
+STATUS_ORDER = ("killed", "timeout", "error", "survived", "not run")
+
+
+def merged_status(statuses: list[str]) -> str:
+    return min(statuses, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER))

@@ -1,0 +1,363 @@
+"""``gdn-review review DIFF``: the whole KB against a vLLM release with a change applied.
+
+The diff is applied to a copy of the release's Python files (the release
+cache's entry, or a vLLM source folder): never to the installed vLLM and never
+to the cache itself. Before anything runs, what the hunks touch is said per
+record (``impact``). Then one worker per vLLM tree (``worker``) runs each
+selected record's generated module and snapshots on the release as it is and
+with the change, and the automatic mutants of the change's added lines; a
+change of the target module alone is loaded in memory over the release (one
+vLLM import for everything), a change of several files runs on a patched tree
+of links (``tree``). What moved is compared in ``compare`` and written as
+markdown for a PR comment and JSON (``render``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from packaging.version import Version
+
+from gdn_review import release_cache
+from gdn_review.files import atomic_write
+from gdn_review.review import compare, impact, patch, tree
+
+REVIEW_FORMAT = "gdn-review-review/1"
+CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # both sides carry the release's own number
+
+
+class ReviewError(Exception):
+    """Bad input for a review (a diff that does not apply, a module that no longer imports): exit 2."""
+
+
+@dataclasses.dataclass
+class Onto:
+    """The release a change is applied onto."""
+
+    version: str
+    tree: Path  # folder holding vllm/ (read; never written)
+    pythonpath: Path | None  # None: the installed vLLM, imported as it is
+    label: str
+
+    def read(self, relative: str) -> str | None:
+        try:
+            return (self.tree / relative).read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
+def next_minor(version: str) -> str:
+    parsed = Version(version)
+    return f"{parsed.major}.{parsed.minor + 1}.0"
+
+
+def onto_release(onto: str | None, vllm_src: Path | None, say: Callable[[str], None]) -> Onto:
+    """The sources to apply the change to: --vllm-src, else release --onto (default: the installed one)."""
+    if vllm_src is not None:
+        folder = Path(vllm_src)
+        if not (folder / "vllm" / "__init__.py").is_file():
+            raise ReviewError(f"--vllm-src {folder}: no vllm/__init__.py under it (give the folder that holds vllm/)")
+        version = onto or _source_version(folder)
+        if version is None:
+            raise ReviewError(f"--vllm-src {folder}: cannot tell its release (no vllm/_version.py): say it with --onto")
+        return Onto(release_cache.checked_version(version), folder.resolve(), folder.resolve(), f"vLLM source {folder} ({version})")
+    installed = release_cache.installed()
+    version = release_cache.checked_version(onto) if onto else installed
+    if version is None:
+        raise ReviewError("no vLLM is importable here: say which release to apply the change onto with --onto")
+    if version == installed:
+        entry = release_cache.adopt_installed(say=say)
+        return Onto(version, entry.path, None, f"vLLM {version} (installed)")
+    entry = release_cache.ensure(version, say=say)
+    return Onto(version, entry.path, entry.path, f"vLLM {version} (release cache)")
+
+
+def _source_version(folder: Path) -> str | None:
+    text = (folder / "vllm" / "_version.py").read_text(encoding="utf-8") if (folder / "vllm" / "_version.py").is_file() else ""
+    match = re.search(r"""version\s*=\s*['"]([0-9][^'"+]*)""", text)
+    return Version(match.group(1)).base_version if match else None
+
+
+def classify(files: list[patch.FileDiff], targets: set[str]) -> list[dict]:
+    rows = []
+    for file in files:
+        paths = {p for p in (file.old_path, file.new_path) if p}
+        if not any(p.startswith("vllm/") for p in paths):
+            status = "outside vLLM's Python package: not applied"
+        elif paths & targets:
+            status = "targeted by the KB"
+        else:
+            status = "outside the KB (applied)"
+        rows.append({"path": file.path, "status": status})
+    return rows
+
+
+def plan_mutants(target: str, patched_text: str, added: set[int], equivalent: dict[str, str], limit: int, folder: Path) -> tuple[list[dict], int]:
+    """The automatic mutants of the added lines (at most ``limit``, in line order) and how many were left out."""
+    from gdn_review.mutation import catalogue, operators
+
+    found = sorted(operators.automatic_mutants(patched_text, added), key=lambda m: (m.line, m.id))
+    chosen, left_out = found[:limit], max(0, len(found) - limit)
+    entries = []
+    for index, auto in enumerate(chosen):
+        entry = {"id": auto.id, "operator": auto.operator, "line": auto.line, "diff": catalogue.edit_diff(patched_text, auto.source, target)}
+        if auto.id in equivalent:
+            entry.update(status="equivalent", reason=equivalent[auto.id])
+        else:
+            source_file = folder / f"mutant-{index}.py.txt"
+            source_file.write_text(auto.source, encoding="utf-8")
+            entry["source_file"] = str(source_file)
+        entries.append(entry)
+    return entries, left_out
+
+
+class _Workers:
+    """The worker processes, each in its own session so an interrupt takes their children down too."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.procs: list[subprocess.Popen] = []
+        self.tails: dict[int, list[str]] = {}
+
+    def start(self, spec_path: Path, env: dict) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gdn_review.review.worker", str(spec_path)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        self.procs.append(proc)
+        self.tails[proc.pid] = []
+        threading.Thread(target=self._relay, args=(proc,), daemon=True).start()
+        return proc
+
+    def _relay(self, proc: subprocess.Popen) -> None:
+        from gdn_review.review.worker import PROGRESS
+
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            if line.startswith(PROGRESS):
+                self.say("  " + line[len(PROGRESS):].strip())
+            else:
+                self.tails[proc.pid] = (self.tails[proc.pid] + [line])[-40:]
+
+    def wait(self) -> None:
+        for proc in self.procs:
+            proc.wait()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+
+
+def review(
+    diff_path: Path,
+    kb_dir: Path,
+    numbers: tuple[int, ...] = (),
+    onto: str | None = None,
+    vllm_src: Path | None = None,
+    lands_in: str | None = None,
+    generated: Path = Path("generated_tests"),
+    keyword: str | None = None,
+    timeout: float = 300.0,
+    max_mutants: int = 30,
+    jobs: int = 2,
+    shard: tuple[int, int] | None = None,
+    work: Path | None = None,
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing written yet)."""
+    from gdn_review.kb import is_draft
+    from gdn_review.selection import current_modules, load_records
+
+    started = time.monotonic()
+    text, files = patch.read_diff_file(diff_path)
+    records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
+    known = {r.pr.number for r in load_records(kb_dir).values()}
+    base = onto_release(onto, vllm_src, say)
+    window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
+    in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
+    patched = patch.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
+    targets = {r.target.file for r in records.values()}
+    data = {
+        "format": REVIEW_FORMAT,
+        "name": Path(diff_path).stem,
+        "diff_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "onto": base.version,
+        "source": base.label,
+        "lands_in": window_end,
+        "files": classify(files, targets),
+        "shard": list(shard) if shard else None,
+        "impact": [],
+        "carried": [],
+        "records": [],
+        "mutants": [],
+        "mutants_left_out": 0,
+        "run": {},
+    }
+    say(f"review of {diff_path} onto {base.label}: {len(files)} file(s)")
+    affected = {p: r for p, r in sorted(records.items(), key=lambda item: item[1].pr.number) if r.target.file in patched}
+    by_file = {f.path: f for f in in_tree}
+    for path, record in affected.items():
+        file = by_file.get(record.target.file) or next(f for f in in_tree if f.old_path == record.target.file)
+        data["impact"].append(impact.record_impact(record, path, file, base.read(record.target.file) or ""))
+    data["carried"] = compare.carried(affected.values(), base.version, window_end)
+    for line in impact.impact_lines(data["files"], data["impact"]):
+        say(line)
+    if affected:
+        say(f"recorded PRs that first shipped after {base.version}, by {window_end}: "
+            + (", ".join(f"#{c['number']} ({c['release']})" for c in data["carried"]) or "none: no record explains a change there"))
+    if not affected:
+        say("no recorded claim affected: the diff changes no file a record targets")
+        data["run"] = {"seconds": round(time.monotonic() - started, 1)}
+        return data
+    chosen = list(affected.items())
+    if shard:
+        index, count = shard
+        chosen = chosen[index - 1 :: count]
+        say(f"shard {index}/{count}: records {', '.join(str(r.pr.number) for _, r in chosen) or 'none'}")
+        if not chosen:
+            data["run"] = {"seconds": round(time.monotonic() - started, 1)}
+            return data
+    chosen_records = dict(chosen)
+    modules = current_modules(kb_dir, chosen_records, generated, False, say)
+    target = next(iter(chosen_records.values())).target.file
+    changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
+    in_memory = changed_py == [target] and patched[target] is not None
+    data["run"]["mode"] = "in memory over the release (one vLLM import)" if in_memory else "patched tree of links (one vLLM import per side)"
+    workspace = Path(tempfile.mkdtemp(prefix="gdn-review-review-", dir=_work_root(work)))
+    workers = _Workers(say)
+    try:
+        equivalent = {k: v for r in chosen_records.values() for k, v in r.equivalent_mutants.items()}
+        added = next((f.added_lines() for f in in_tree if f.path == target), set())
+        mutants, data["mutants_left_out"] = (
+            plan_mutants(target, patched[target], added, equivalent, max_mutants, workspace) if patched.get(target) else ([], 0)
+        )
+        say(f"running {len(chosen_records)} record(s) before and after the change ({data['run']['mode']}), "
+            f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines")
+        spec = {
+            "modules": [str(modules[r.pr.number]) for r in chosen_records.values()],
+            "records": {str(r.pr.number): str(p) for p, r in chosen_records.items()},
+            "keyword": keyword,
+            "target": target,
+            "changed_modules": [p for p in changed_py if patched[p] is not None],
+            "timeout": timeout,
+            "jobs": jobs,
+            "lands_in": window_end,
+            "mutants": [m for m in mutants if "source_file" in m],
+        }
+        env = dict(os.environ, **{CLAIMS_ON_ANY_RELEASE: "1"})
+        results = {}
+        if in_memory:
+            source_file = workspace / "patched.py.txt"
+            source_file.write_text(patched[target], encoding="utf-8")
+            paths = {"both": _spec(workspace, spec, ["unpatched", "patched"], {"path": target, "source_file": str(source_file)})}
+            workers.start(paths["both"], _with_path(env, base.pythonpath))
+        else:
+            overlay = tree.overlay(base.tree, {p: t for p, t in patched.items()}, workspace / "tree")
+            paths = {
+                "unpatched": _spec(workspace, {**spec, "mutants": []}, ["unpatched"], None),
+                "patched": _spec(workspace, spec, ["patched"], None),
+            }
+            workers.start(paths["unpatched"], _with_path(env, base.pythonpath))
+            workers.start(paths["patched"], dict(_with_path(env, overlay), VLLM_CACHE_ROOT=env.get("VLLM_CACHE_ROOT") or tree.vllm_cache_root(base.tree)))
+        workers.wait()
+        for name, spec_path in paths.items():
+            result_file = spec_path.with_name(f"result-{name}.json")
+            if not result_file.exists():
+                tail = "\n".join(next(iter(workers.tails.values()), [])[-15:])
+                raise RuntimeError(f"the review worker ({name}) ended without a result:\n{tail}")
+            results[name] = json.loads(result_file.read_text(encoding="utf-8"))
+        error = next((r["import_error"] for r in results.values() if r.get("import_error")), None)
+        if error:
+            raise ReviewError(
+                f"{diff_path}: with the change, {', '.join(spec['changed_modules'])} does not import on {base.label}: {error}. "
+                "The change needs code outside the diff: add those files to the diff, or review it onto a later release (--onto)"
+            )
+        sides = {side: {**outcome, "folder": str(workspace / name)} for name, r in results.items() for side, outcome in r["sides"].items()}
+        mutant_results = [m for r in results.values() for m in r.get("mutants", [])]
+        data["records"] = [
+            compare.record_effect(record, sides, base.version, window_end, known)
+            for record in chosen_records.values()
+        ]
+        data["mutants"] = compare.mutant_entries(mutants, mutant_results)
+        data["run"]["seconds"] = round(time.monotonic() - started, 1)
+        data["run"]["sides_s"] = {side: outcome.get("duration_s") for side, outcome in sides.items()}
+        return data
+    except BaseException:
+        workers.stop()
+        raise
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def _work_root(work: Path | None) -> Path:
+    root = Path(work) if work else Path(tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _spec(workspace: Path, spec: dict, sides: list[str], in_memory: dict | None) -> Path:
+    name = "both" if len(sides) == 2 else sides[0]
+    out = workspace / name
+    out.mkdir()
+    path = out / "spec.json"
+    path.write_text(json.dumps({**spec, "sides": sides, "in_memory": in_memory, "out_dir": str(out), "result": f"result-{name}.json"}), encoding="utf-8")
+    return path
+
+
+def _with_path(env: dict, pythonpath: Path | None) -> dict:
+    env = dict(env)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def write(data: dict, folder: Path, markdown: str) -> list[Path]:
+    """``folder/<name>.md`` and ``.json``, each written whole or not at all."""
+    folder = Path(folder)
+    md, js = folder / f"{data['name']}.md", folder / f"{data['name']}.json"
+    atomic_write(js, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write(md, markdown)
+    return [md, js]
+
+
+def load(path: Path) -> dict:
+    """A review's JSON (a shard's, for merging), or ReviewError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReviewError(f"{path}: no such file") from None
+    except ValueError as error:
+        raise ReviewError(f"{path}: not JSON: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != REVIEW_FORMAT:
+        raise ReviewError(f"{path}: not a gdn-review review (expected format {REVIEW_FORMAT!r})")
+    return data
+
+
+def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:
+    """``folder/<number>.yaml``: a draft record of the reviewed change (see ``review.draft``)."""
+    from gdn_review.review import draft
+    from gdn_review.selection import load_records
+
+    records = {r.pr.number: r for r in load_records(kb_dir).values()}
+    try:
+        return draft.write_draft(data, records, number, Path(folder) / f"{number}.yaml")
+    except draft.DraftError as error:
+        raise ReviewError(str(error)) from None

@@ -1,0 +1,147 @@
+"""A review's data as markdown for a PR comment, the verdict that picks the exit code, and merging shards.
+
+The markdown holds only what the change did (no timings, no shard numbers),
+so shards merged give the same text as one run.
+"""
+
+from __future__ import annotations
+
+from gdn_review.review import compare
+
+FAIL_ON_CHOICES = ("breaks", "drift", "survived")
+SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
+
+
+def findings(data: dict) -> dict[str, list[str]]:
+    """What the review found, by the --fail-on name that makes it an exit 1."""
+    found: dict[str, list[str]] = {"breaks": [], "drift": [], "survived": []}
+    for record in data["records"]:
+        for claim in record["claims"]:
+            if claim["broke"]:
+                found["breaks"].append(f"#{record['number']} {claim['id']}: {claim['before']} → {claim['after']}")
+        for row in record["unexplained"]:
+            found["drift"].append(f"#{record['number']} {row['case']}: {', '.join(row['fields'])}")
+    found["survived"] = [m["id"] for m in data["mutants"] if m["status"] == "survived"]
+    return found
+
+
+def headline(data: dict) -> str:
+    if not data["records"] and not data["impact"]:
+        return "No recorded claim affected: the change touches no file a record targets."
+    found = findings(data)
+    parts = []
+    parts.append(f"**{len(found['breaks'])} claim(s) break**" if found["breaks"] else "no recorded claim breaks")
+    moved = sum(len(r["moved"]) for r in data["records"])
+    if found["drift"]:
+        parts.append(f"**{len(found['drift'])} case(s) move that no record explains**")
+    elif moved:
+        parts.append(f"{moved} case(s) move, each explained by a record")
+    else:
+        parts.append("no field of any recorded case moves")
+    if not data.get("carried"):
+        parts.append("**no recorded PR explains the change**")
+    ran = [m for m in data["mutants"] if m["status"] in ("killed", "survived", "timeout")]
+    if data["mutants"]:
+        killed = sum(m["status"] in ("killed", "timeout") for m in ran)
+        parts.append(f"{killed} of {len(ran)} mutants of the new lines killed")
+    return "; ".join(parts) + "."
+
+
+def markdown(data: dict) -> str:
+    lines = [f"## gdn-review: `{data['name']}` onto {data['source']}", "", headline(data), ""]
+    lines += ["| file | |", "|---|---|"] + [f"| `{f['path']}` | {f['status']} |" for f in data["files"]] + [""]
+    for item in data["impact"]:
+        lines.append(f"**Record #{item['number']}** (`{item['record']}`, {item['target']}): the hunks change "
+                     f"{', '.join(f'`{s}`' for s in item['symbols']) or 'nothing'}"
+                     + (f"; the target reaches {', '.join(f'`{s}`' for s in item['reaches_target'])}" if item["reaches_target"] else "; the target reaches none of them")
+                     + (f"; they land on the mutant sites of {', '.join(item['risks'])}" if item["risks"] else "") + ".")
+    if data["impact"]:
+        carried = data.get("carried", [])
+        if carried:
+            lines.append("")
+            lines.append(f"Recorded PRs that first shipped after {data['onto']}, by {data['lands_in']}: "
+                         + ", ".join(f"#{c['number']} {c['title']} ({c['release']}{', record' if c['record'] else ', named by a record'})" for c in carried) + ".")
+        else:
+            lines.append("")
+            lines.append(f"**Unexplained change**: no recorded PR first shipped after {data['onto']}, by {data['lands_in']}; "
+                         "no record says what this change is for.")
+        lines.append("")
+    for record in data["records"]:
+        lines += _record_section(record, data)
+    if data["mutants"] or data["mutants_left_out"]:
+        lines += _mutant_section(data)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _record_section(record: dict, data: dict) -> list[str]:
+    lines = [f"### #{record['number']} {record['title']}", ""]
+    failed = {k: v for k, v in record["sides"].items() if v != "ran"}
+    for side, why in failed.items():
+        lines.append(f"- **{side} side did not finish**: {why}")
+    if record["carries_pr"]:
+        lines.append(f"- This change carries the record's own PR: #{record['number']} first shipped after {data['onto']}, "
+                     f"by {data['lands_in']}; its claims below are read against the record's `before`.")
+    changed = [c for c in record["claims"] if c["changed"]]
+    if changed:
+        lines += ["", "| claim | expected | before | after | measured before | measured after |", "|---|---|---|---|---|---|"]
+        for claim in changed:
+            after = f"**{claim['after']}**" if claim["broke"] else claim["after"]
+            lines.append(f"| {claim['id']} | {claim['expected'] or claim['check']} | {claim['before']} | {after} | {claim['measured_before'] or '—'} | {claim['measured_after'] or '—'} |")
+        lines.append("")
+    unchanged = len(record["claims"]) - len(changed)
+    lines.append(f"- {unchanged} claim(s) unchanged" + (" (verdict and measurement)" if unchanged else "") + ".")
+    if record["moved"]:
+        lines += ["", "| case | fields | before → after | explained by |", "|---|---|---|---|"]
+        for row in record["moved"]:
+            explained = ", ".join(f"#{e['number']} ({e['relation']})" for e in row["explained_by"]) or "**unexplained**"
+            shown = row["changes"][:SHOWN_CHANGES] + ([f"… {len(row['changes']) - SHOWN_CHANGES} more (in the JSON)"] if len(row["changes"]) > SHOWN_CHANGES else [])
+            lines.append(f"| {row['case']} | {', '.join(row['fields'])} | {'<br>'.join(shown)} | {explained} |")
+        lines.append("")
+    else:
+        lines.append("- No field of any case moved.")
+    for schema in record["fields_added_or_removed"]:
+        lines.append(f"- Fields added: {', '.join(schema['added']) or 'none'}; removed: {', '.join(schema['removed']) or 'none'}.")
+    for kind in ("appeared", "vanished"):
+        found = record[f"deviations_{kind}"]
+        if found:
+            lines.append(f"- Known deviations that {kind}: {', '.join(f'`{n}`' for n in found)}.")
+    return lines + [""]
+
+
+def _mutant_section(data: dict) -> list[str]:
+    ran = [m for m in data["mutants"] if m["status"] in ("killed", "survived", "timeout")]
+    killed = [m for m in ran if m["status"] in ("killed", "timeout")]
+    lines = ["### The change's own lines", "", f"{len(killed)} of {len(ran)} mutants of the new lines killed by the KB's tests."]
+    other = [m for m in data["mutants"] if m not in ran]
+    for mutant in other:
+        lines.append(f"- `{mutant['id']}`: {mutant['status']}" + (f" ({mutant['reason']})" if mutant.get("reason") else ""))
+    if data["mutants_left_out"]:
+        lines.append(f"- {data['mutants_left_out']} more mutant(s) not run (over --max-mutants).")
+    survivors = [m for m in ran if m["status"] == "survived"]
+    if survivors:
+        lines += ["", "Lines no recorded claim protects (each survivor's edit):", ""]
+        for mutant in survivors:
+            lines += [f"`{mutant['id']}` (line {mutant['line']}):", "", "```diff", mutant["diff"].rstrip("\n"), "```", ""]
+    return lines + [""]
+
+
+def merge(shards: list[dict]) -> dict:
+    """One review from its shards: the records of all of them; a mutant killed if any shard's tests killed it."""
+    if not shards:
+        raise ValueError("no shard to merge")
+    first = shards[0]
+    for other in shards[1:]:
+        for key in ("diff_sha256", "onto", "lands_in"):
+            if other[key] != first[key]:
+                raise ValueError(f"the shards do not review the same change: {key} {first[key]!r} and {other[key]!r}")
+    merged = {**first, "shard": None, "run": {"merged_shards": len(shards)}}
+    merged["records"] = sorted((r for s in shards for r in s["records"]), key=lambda r: r["number"])
+    mutants: dict[str, dict] = {}
+    for shard in shards:
+        for mutant in shard["mutants"]:
+            seen = mutants.setdefault(mutant["id"], dict(mutant))
+            seen["status"] = compare.merged_status([seen["status"], mutant["status"]])
+            seen["killed_by"] = {**mutant.get("killed_by", {}), **seen.get("killed_by", {})}
+    order = {m["id"]: i for s in shards for i, m in enumerate(s["mutants"])}
+    merged["mutants"] = sorted(mutants.values(), key=lambda m: order[m["id"]])
+    return merged

@@ -1,0 +1,57 @@
+"""A patched vLLM source tree that copies nothing it does not change.
+
+The tree is a folder of symbolic links to the release's own files and
+folders; only the folders on the way to a changed file are real, and only
+the changed files are written, as new files in the overlay. The release's
+files (the release cache's entry, or an installed vLLM) are read, never
+written: a link is replaced, never written through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+
+def _materialise(folder: Path, original: Path) -> None:
+    """Make ``folder`` a real directory whose entries link to ``original``'s."""
+    if folder.is_symlink():
+        folder.unlink()
+    if folder.is_dir():
+        return
+    folder.mkdir()
+    if original.is_dir():
+        for entry in original.iterdir():
+            if entry.name != "__pycache__":  # bytecode of the unpatched files must not shadow the patched ones
+                os.symlink(entry, folder / entry.name)
+
+
+def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
+    """``dest`` holding ``base``'s tree with ``patched`` (relative path -> text, None: deleted) in place."""
+    base, dest = Path(base).resolve(), Path(dest)
+    _materialise(dest, base)
+    for relative, text in sorted(patched.items()):
+        parts = Path(relative).parts
+        folder, original = dest, base
+        for part in parts[:-1]:
+            folder, original = folder / part, original / part
+            _materialise(folder, original)
+        target = folder / parts[-1]
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        if text is not None:
+            target.write_text(text, encoding="utf-8")
+    return dest
+
+
+def vllm_cache_root(tree: Path) -> str:
+    """The VLLM_CACHE_ROOT the harness gives the vLLM under ``tree`` (harness.environment.vllm_cache_per_release).
+
+    An overlay gets its release's (vLLM keys what it caches by the model file's
+    hash, so a patched tree reuses it safely), not a fresh one per temporary
+    folder, which would cost a ~20 s model inspection on every review.
+    """
+    base = os.environ.get("GDN_REVIEW_CACHE") or os.path.join(os.environ.get("HOME") or os.path.expanduser("~"), ".cache", "gdn-review")
+    key = hashlib.sha256(str(Path(tree).resolve() / "vllm").encode()).hexdigest()[:16]
+    return os.path.join(base, "vllm-cache", key)

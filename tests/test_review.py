@@ -1,0 +1,242 @@
+"""gdn-review review: a change checked against the KB before it merges (slow: vLLM runs in subprocesses).
+
+The changes are real: the diffs between consecutive releases' copies of the
+builder's file, made here from the release cache, each reviewed onto its older
+release and compared with what `gdn-review matrix` shows for the same step.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gdn_review import release_cache
+from gdn_review.kb import load_kb
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "vllm/v1/attention/backends/gdn_attn.py"
+RELEASES = ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+STEPS = list(zip(RELEASES, RELEASES[1:]))
+# Snapshots are whole whatever -k says; C1 and C2 are #52078's op counts.
+STEP_TESTS = "snapshot or C1 or C2"
+
+
+def gdn(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gdn_review.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def release_diff(old: str, new: str, files: list[str]) -> str:
+    text = []
+    for path in files:
+        before = release_cache.ensure(old).path / path
+        after = release_cache.ensure(new).path / path
+        a = before.read_text(encoding="utf-8").splitlines(True) if before.exists() else []
+        b = after.read_text(encoding="utf-8").splitlines(True) if after.exists() else []
+        text.append("".join(difflib.unified_diff(a, b, f"a/{path}" if a else "/dev/null", f"b/{path}")))
+    return "".join(text)
+
+
+MISSING = re.compile(r"No module named '([\w.]+)'|cannot import name '\w+' from '([\w.]+)'")
+
+
+def review_step(old: str, new: str, folder: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """The builder's file alone where it imports on ``old``, else with the files the import says it needs."""
+    files = [TARGET]
+    for _ in range(6):
+        diff = folder / f"step-{old}.diff"
+        diff.write_text(release_diff(old, new, files), encoding="utf-8")
+        done = gdn("review", str(diff), "--onto", old, "--max-mutants", "0", "-k", STEP_TESTS, "--out", str(folder))
+        missing = MISSING.search(done.stderr) if done.returncode == 2 else None
+        if not missing:
+            break
+        module = (missing.group(1) or missing.group(2)).replace(".", "/")
+        files.append(f"{module}.py" if (release_cache.ensure(new).path / f"{module}.py").exists() else f"{module}/__init__.py")
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-3000:]
+    return done, json.loads((folder / f"step-{old}.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def matrix_drift(tmp_path_factory):
+    """What `gdn-review matrix` shows between consecutive releases, per record: {(record, from): rows}."""
+    from gdn_review import matrix, report
+
+    records = {r.pr.number: r for r in load_kb(ROOT / "kb").values()}
+    drift = {}
+    for number, record in records.items():
+        work = tmp_path_factory.mktemp(f"matrix-{number}")
+        versions = [arg for version in RELEASES for arg in ("--vllm", version)]
+        done = gdn("matrix", "--record", str(number), *versions, "-k", "snapshot", "--work", str(work), "--reports", str(work / "reports"), "--fail-on", "")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        data = report.matrix_report(record, matrix.load_matrix(work), set(records))
+        for row in data["matrix"]["drift"]["rows"]:
+            drift.setdefault((number, row["from"]), []).append(row)
+    return drift
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("review_steps")
+@pytest.mark.parametrize("old, new", STEPS, ids=[f"{a}-{b}" for a, b in STEPS])
+def test_each_release_step_moves_what_the_matrix_shows(old, new, matrix_drift, tmp_path):
+    done, data = review_step(old, new, tmp_path)
+    assert data["onto"] == old and data["lands_in"] == new
+    for record in data["records"]:
+        shown = {(row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"])) for row in matrix_drift.get((record["number"], old), [])}
+        moved = {(row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"])) for row in record["moved"]}
+        assert moved == shown, (record["number"], moved ^ shown)
+    carried = [c["number"] for c in data["carried"]]
+    markdown = (tmp_path / f"step-{old}.md").read_text(encoding="utf-8")
+    if old == "0.28.0":  # the step that carries #52078: its op counts change as the record says
+        (record,) = [r for r in data["records"] if r["number"] == 52078]
+        assert record["carries_pr"] and 52078 in carried
+        claims = {c["id"]: c for c in record["claims"]}
+        assert (claims["C1"]["before"], claims["C1"]["after"]) == ("fails", "holds")
+        assert claims["C1"]["measured_before"] != claims["C1"]["measured_after"]
+        assert claims["C2"]["measured_before"] != claims["C2"]["measured_after"]
+        assert "#52078" in markdown and "kb/52078.yaml" in markdown
+    if not carried:  # no recorded PR shipped in this step: the change is reported as unexplained
+        assert "**Unexplained change**" in markdown and "no recorded PR explains the change" in done.stdout
+    if any(record["moved"] for record in data["records"]):  # --draft: the moved cases, measured with the change
+        from gdn_review.kb import is_draft, load_record
+        from gdn_review.review import orchestrate
+
+        draft = load_record(orchestrate.write_draft(data, ROOT / "kb", 99999, tmp_path))
+        assert is_draft(draft) and draft.target.base_release == old
+        moved = [(r["number"], row["case"]) for r in data["records"] for row in r["moved"]]
+        assert len({c for change in draft.target.changes for c in change.cases}) == len(moved) == len(draft.cases)
+        first = next(r for r in data["records"] if r["moved"])
+        case_id = first["moved"][0]["case"]
+        assert next(c for c in draft.cases if c.id == case_id).expect == first["expect_after"][case_id]
+
+
+def test_a_diff_that_does_not_apply_names_the_hunk_and_runs_nothing(tmp_path):
+    diff = tmp_path / "old.diff"
+    diff.write_text(release_diff("0.28.0", "0.29.0", [TARGET]), encoding="utf-8")
+    done = gdn("review", str(diff), "--onto", "0.33.0", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert f"{diff}:" in done.stderr and f"{TARGET}: hunk 1 (@@ -" in done.stderr and "does not apply" in done.stderr
+    assert "running" not in done.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_change_that_needs_code_outside_the_diff_names_what_is_missing(tmp_path):
+    diff = tmp_path / "jump.diff"  # 0.33.0's builder file alone, onto 0.28.0
+    diff.write_text(release_diff("0.28.0", "0.33.0", [TARGET]), encoding="utf-8")
+    done = gdn("review", str(diff), "--onto", "0.28.0", "--max-mutants", "0", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "does not import on vLLM 0.28.0" in done.stderr
+    assert "No module named 'vllm.model_executor.layers.mamba.checkpoint'" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_diff_outside_the_kb_affects_no_claim(tmp_path):
+    diff = tmp_path / "docs.diff"
+    diff.write_text(release_diff("0.32.0", "0.33.0", ["vllm/v1/kv_cache_interface.py"]) or "", encoding="utf-8")
+    assert diff.read_text(), "the two releases' kv_cache_interface.py are the same: pick another file"
+    done = gdn("review", str(diff), "--onto", "0.32.0", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "no recorded claim affected" in done.stderr.lower() + done.stdout.lower()
+    assert "outside the KB" in (tmp_path / "out" / "docs.md").read_text(encoding="utf-8")
+
+
+# --- The installed vLLM is never written: after a run, an interrupt, and a change that never returns.
+
+
+def _installed_digest() -> str:
+    _, root = release_cache.loaded()
+    digest = hashlib.sha256()
+    for path in sorted((root / "vllm").rglob("*.py")):
+        digest.update(str(path).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _never_returning_build() -> str:
+    """The installed builder file with build() looping forever before its first statement."""
+    version, root = release_cache.loaded()
+    source = (root / TARGET).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GDNAttentionMetadataBuilder"]
+    (build,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "build"]
+    first = build.body[1] if isinstance(build.body[0], ast.Expr) and isinstance(build.body[0].value, ast.Constant) else build.body[0]
+    lines = source.splitlines(True)
+    indent = " " * first.col_offset
+    lines.insert(first.lineno - 1, f"{indent}while True:  # never returns\n{indent}    pass\n")
+    return "".join(difflib.unified_diff(source.splitlines(True), "".join(lines).splitlines(True), f"a/{TARGET}", f"b/{TARGET}"))
+
+
+@pytest.mark.slow
+def test_a_change_whose_build_never_returns_is_stopped_and_leaves_vllm_as_it_was(tmp_path):
+    before = _installed_digest()
+    diff = tmp_path / "hang.diff"
+    diff.write_text(_never_returning_build(), encoding="utf-8")
+    done = gdn("review", str(diff), "--timeout", "20", "-k", "C1", "--out", str(tmp_path / "out"), timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    text = (tmp_path / "out" / "hang.md").read_text(encoding="utf-8")
+    assert "**patched side did not finish**: did not finish within 20 s (killed)" in text
+    assert "fail-on: breaks: #52078 C1: holds → not run" in done.stderr
+    assert _installed_digest() == before
+
+
+@pytest.mark.slow
+def test_sigint_stops_every_process_writes_nothing_and_leaves_vllm_as_it_was(tmp_path):
+    before = _installed_digest()
+    diff = tmp_path / "hang.diff"
+    diff.write_text(_never_returning_build(), encoding="utf-8")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gdn_review.cli", "review", str(diff), "-k", "C1", "--out", str(tmp_path / "out")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    seen = []
+    for line in proc.stderr:  # wait until both sides run (the patched one never ends)
+        seen.append(line)
+        if "imported and warm" in line:
+            break
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert "nothing was written" in rest and not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob("gdn-review-review-*")), "the workspace was left behind"
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(tmp_path).encode() in _environ(p)]
+    assert not left, f"processes left running: {[p.name for p in left]}"
+    assert _installed_digest() == before
+
+
+def _environ(process: Path) -> bytes:
+    try:
+        return (process / "environ").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.slow
+def test_three_shards_merged_give_the_report_of_one_run(tmp_path):
+    before = _installed_digest()
+    diff = tmp_path / "step.diff"
+    diff.write_text(release_diff("0.32.0", "0.33.0", [TARGET]), encoding="utf-8")
+    common = ["--onto", "0.32.0", "-k", "C1 or snapshot", "--max-mutants", "4", "--fail-on", ""]
+    whole = gdn("review", str(diff), *common, "--out", str(tmp_path / "whole"))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    shards = []
+    for index in (1, 2, 3):
+        done = gdn("review", str(diff), *common, "--shard", f"{index}/3", "--out", str(tmp_path / f"shard{index}"))
+        assert done.returncode == 0, done.stderr[-3000:]
+        shards.append(str(tmp_path / f"shard{index}" / "step.json"))
+    merged = gdn("review-merge", *shards, "--out", str(tmp_path / "merged"), "--fail-on", "")
+    assert merged.returncode == 0, merged.stderr
+    one = (tmp_path / "whole" / "step.md").read_text(encoding="utf-8")
+    assert (tmp_path / "merged" / "step.md").read_text(encoding="utf-8") == one
+    assert "mutants of the new lines killed" in one and "### #52078" in one and "### #56531" in one
+    assert _installed_digest() == before

