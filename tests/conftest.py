@@ -68,3 +68,28 @@ def pytest_collection_modifyitems(items):
     start on the long runs side by side and the many quick tests fill in at the end,
     so a run does not end waiting on one long test."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    _group_for_xdist(items)
+
+
+def _group_for_xdist(items) -> None:
+    """Give each xdist worker's items the ``@group`` suffix that `--dist loadgroup` schedules by.
+
+    pytest-xdist 3.8 sets ``item._nodeid``, which pytest 9.2 no longer reads (a node's
+    id is its structured ``_id``): every grouped test then went to any worker, and a
+    shared costly fixture ran once per worker. The suffix is harmless under other
+    --dist modes.
+    """
+    import os
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for item in items:
+        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")) for mark in item.iter_markers("xdist_group")})
+        if names and item.nodeid.rfind("@") <= item.nodeid.rfind("]"):
+            grouped = f"{item.nodeid}@{'_'.join(names)}"
+            if hasattr(item, "_id"):  # pytest 9.2 keeps a structured id; nodeid is its text
+                from _pytest.nodes import NodeId
+
+                item._id = NodeId.parse(grouped)
+            else:
+                item._nodeid = grouped

@@ -226,7 +226,7 @@ def test_three_shards_merged_give_the_report_of_one_run(tmp_path):
     before = _installed_digest()
     diff = tmp_path / "step.diff"
     diff.write_text(release_diff("0.32.0", "0.33.0", [TARGET]), encoding="utf-8")
-    common = ["--onto", "0.32.0", "-k", "C1 or snapshot", "--max-mutants", "4", "--fail-on", ""]
+    common = ["--onto", "0.32.0", "-k", "C1 or snapshot", "--max-mutants", "3", "--fail-on", ""]
     whole = gdn("review", str(diff), *common, "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr[-3000:]
     shards = []
@@ -240,3 +240,13 @@ def test_three_shards_merged_give_the_report_of_one_run(tmp_path):
     assert (tmp_path / "merged" / "step.md").read_text(encoding="utf-8") == one
     assert "mutants of the new lines killed" in one and "### #52078" in one and "### #56531" in one
     assert _installed_digest() == before
+
+
+def test_a_change_that_deletes_the_target_file_is_bad_input(tmp_path):
+    source = (release_cache.ensure("0.33.0").path / TARGET).read_text(encoding="utf-8")
+    diff = tmp_path / "delete.diff"
+    diff.write_text("".join(difflib.unified_diff(source.splitlines(True), [], f"a/{TARGET}", "/dev/null")), encoding="utf-8")
+    done = gdn("review", str(diff), "--onto", "0.33.0", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"the change deletes {TARGET}, which records target" in done.stderr
+    assert "running" not in done.stderr and not (tmp_path / "out").exists()

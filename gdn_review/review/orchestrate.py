@@ -236,6 +236,9 @@ def review(
             data["run"] = {"seconds": round(time.monotonic() - started, 1)}
             return data
     chosen_records = dict(chosen)
+    deleted = sorted({r.target.file for r in chosen_records.values() if patched.get(r.target.file) is None})
+    if deleted:
+        raise ReviewError(f"{diff_path}: the change deletes {', '.join(deleted)}, which records target: nothing to run them on")
     modules = current_modules(kb_dir, chosen_records, generated, False, say)
     target = next(iter(chosen_records.values())).target.file
     changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
@@ -256,7 +259,8 @@ def review(
             "records": {str(r.pr.number): str(p) for p, r in chosen_records.items()},
             "keyword": keyword,
             "target": target,
-            "changed_modules": [p for p in changed_py if patched[p] is not None],
+            # The records' target module must import with the change (it imports what it needs of the rest).
+            "changed_modules": sorted({r.target.file for r in chosen_records.values() if patched.get(r.target.file) is not None}),
             "timeout": timeout,
             "jobs": jobs,
             "lands_in": window_end,
