@@ -59,10 +59,11 @@ def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
 @click.option("--generated", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
 @click.option("--out", "out_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where NAME.md and NAME.json go.  [default: reports/review]")
 @click.option("--name", default=None, help="Report name.  [default: the diff's file name without extension]")
+@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Keep the run's files in this new or empty folder: each side's evidence and snapshots, the mutants' sources.  [default: a temp folder, removed]")
 @click.option("--draft", "draft_number", type=click.IntRange(min=1), default=None, metavar="PR", help="Also write a draft record of the change as OUT/PR.yaml: target from the hunks, the moved cases with expect blocks measured with the change (target.changes), surviving mutants as risk candidates.")
 @click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="Comma list of what makes the exit code 1: breaks (a claim that held no longer does), drift (a field moved that no record explains), survived (a mutant of the new lines survived).")
 @_exit_codes
-def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, draft_number, fail_on) -> None:
+def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, work_dir, draft_number, fail_on) -> None:
     """Check a change to vLLM against the whole KB before it merges.
 
     DIFF is a unified diff as `git diff` or `gh pr diff` writes it. It is
@@ -95,7 +96,7 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
     try:
-        data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), say=_say)
+        data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=_say)
     except KeyboardInterrupt:
         _say("interrupted: the review's processes are stopped; nothing was written")
         sys.exit(EXIT_INTERRUPTED)

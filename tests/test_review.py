@@ -50,52 +50,75 @@ def release_diff(old: str, new: str, files: list[str]) -> str:
 MISSING = re.compile(r"No module named '([\w.]+)'|cannot import name '\w+' from '([\w.]+)'")
 
 
-def review_step(old: str, new: str, folder: Path) -> tuple[subprocess.CompletedProcess, dict]:
+def review_step(old: str, new: str, folder: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
     """The builder's file alone where it imports on ``old``, else with the files the import says it needs."""
     files = [TARGET]
-    for _ in range(6):
+    for attempt in range(6):
         diff = folder / f"step-{old}.diff"
         diff.write_text(release_diff(old, new, files), encoding="utf-8")
-        done = gdn("review", str(diff), "--onto", old, "--max-mutants", "0", "-k", STEP_TESTS, "--out", str(folder))
+        work = folder / f"work-{old}-{attempt}"
+        done = gdn("review", str(diff), "--onto", old, "--max-mutants", "0", "-k", STEP_TESTS, "--out", str(folder), "--work", str(work))
         missing = MISSING.search(done.stderr) if done.returncode == 2 else None
         if not missing:
             break
         module = (missing.group(1) or missing.group(2)).replace(".", "/")
         files.append(f"{module}.py" if (release_cache.ensure(new).path / f"{module}.py").exists() else f"{module}/__init__.py")
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-3000:]
-    return done, json.loads((folder / f"step-{old}.json").read_text(encoding="utf-8"))
+    return done, json.loads((folder / f"step-{old}.json").read_text(encoding="utf-8")), work
 
 
 @pytest.fixture(scope="module")
-def matrix_drift(tmp_path_factory):
-    """What `gdn-review matrix` shows between consecutive releases, per record: {(record, from): rows}."""
-    from gdn_review import matrix, report
+def step_reviews(tmp_path_factory):
+    """Each consecutive-release step reviewed onto its older release (kept: each side's snapshots)."""
+    found = {}
+    for old, new in STEPS:
+        folder = tmp_path_factory.mktemp(f"step-{old}")
+        found[old] = (folder, *review_step(old, new, folder))
+    return found
+
+
+def _unpatched_snapshot(work: Path, number: int) -> dict:
+    (path,) = work.glob(f"*/snapshot-unpatched-{number}.json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def release_drift(step_reviews):
+    """What the release matrix shows between consecutive releases, per record: {(record, from): rows}.
+
+    The matrix compares each release's snapshots (taken by ``snapshot.take`` on that
+    release) with ``matrix_report.drift_data``. Each release's own snapshots are here
+    already: the side without the change of the review onto it, and for 0.33.0 the
+    stored ones (``gdn-review snapshot``); the same function compares them.
+    """
+    from gdn_review import snapshot
+    from gdn_review.matrix_report import drift_data
 
     records = {r.pr.number: r for r in load_kb(ROOT / "kb").values()}
     drift = {}
     for number, record in records.items():
-        work = tmp_path_factory.mktemp(f"matrix-{number}")
-        versions = [arg for version in RELEASES for arg in ("--vllm", version)]
-        done = gdn("matrix", "--record", str(number), *versions, "-k", "snapshot", "--work", str(work), "--reports", str(work / "reports"), "--fail-on", "")
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        data = report.matrix_report(record, matrix.load_matrix(work), set(records))
-        for row in data["matrix"]["drift"]["rows"]:
+        taken = [(old, _unpatched_snapshot(step_reviews[old][3], number)) for old, _ in STEPS]
+        taken.append((RELEASES[-1], snapshot.stored(ROOT / "kb", number)[RELEASES[-1]]))
+        for row in drift_data(record, taken, set(records))["rows"]:
             drift.setdefault((number, row["from"]), []).append(row)
     return drift
+
+
+def _rows(rows: list[dict]) -> set:
+    return {(row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"])) for row in rows}
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("review_steps")
 @pytest.mark.parametrize("old, new", STEPS, ids=[f"{a}-{b}" for a, b in STEPS])
-def test_each_release_step_moves_what_the_matrix_shows(old, new, matrix_drift, tmp_path):
-    done, data = review_step(old, new, tmp_path)
+def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, release_drift):
+    folder, done, data, _ = step_reviews[old]
     assert data["onto"] == old and data["lands_in"] == new
     for record in data["records"]:
-        shown = {(row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"])) for row in matrix_drift.get((record["number"], old), [])}
-        moved = {(row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"])) for row in record["moved"]}
-        assert moved == shown, (record["number"], moved ^ shown)
+        shown = _rows(release_drift.get((record["number"], old), []))
+        assert _rows(record["moved"]) == shown, (record["number"], _rows(record["moved"]) ^ shown)
     carried = [c["number"] for c in data["carried"]]
-    markdown = (tmp_path / f"step-{old}.md").read_text(encoding="utf-8")
+    markdown = (folder / f"step-{old}.md").read_text(encoding="utf-8")
     if old == "0.28.0":  # the step that carries #52078: its op counts change as the record says
         (record,) = [r for r in data["records"] if r["number"] == 52078]
         assert record["carries_pr"] and 52078 in carried
@@ -110,13 +133,32 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, matrix_drift, t
         from gdn_review.kb import is_draft, load_record
         from gdn_review.review import orchestrate
 
-        draft = load_record(orchestrate.write_draft(data, ROOT / "kb", 99999, tmp_path))
+        draft = load_record(orchestrate.write_draft(data, ROOT / "kb", 99999, folder))
         assert is_draft(draft) and draft.target.base_release == old
         moved = [(r["number"], row["case"]) for r in data["records"] for row in r["moved"]]
         assert len({c for change in draft.target.changes for c in change.cases}) == len(moved) == len(draft.cases)
         first = next(r for r in data["records"] if r["moved"])
         case_id = first["moved"][0]["case"]
         assert next(c for c in draft.cases if c.id == case_id).expect == first["expect_after"][case_id]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("review_steps")
+def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_reviews, release_drift, tmp_path):
+    """The step where fields move (0.31.0 -> 0.32.0, #56531): `gdn-review matrix` itself, both records."""
+    from gdn_review import matrix, report
+
+    records = {r.pr.number: r for r in load_kb(ROOT / "kb").values()}
+    _, _, data, _ = step_reviews["0.31.0"]
+    assert any(record["moved"] for record in data["records"])
+    for number, record in records.items():
+        work = tmp_path / f"matrix-{number}"
+        done = gdn("matrix", "--record", str(number), "--vllm", "0.31.0", "--vllm", "0.32.0", "-k", "snapshot",
+                   "--work", str(work), "--reports", str(tmp_path / "reports"), "--fail-on", "")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        rows = report.matrix_report(record, matrix.load_matrix(work), set(records))["matrix"]["drift"]["rows"]
+        (reviewed,) = [r for r in data["records"] if r["number"] == number]
+        assert _rows(rows) == _rows(reviewed["moved"]) == _rows(release_drift.get((number, "0.31.0"), []))
 
 
 def test_a_diff_that_does_not_apply_names_the_hunk_and_runs_nothing(tmp_path):
@@ -226,7 +268,7 @@ def test_three_shards_merged_give_the_report_of_one_run(tmp_path):
     before = _installed_digest()
     diff = tmp_path / "step.diff"
     diff.write_text(release_diff("0.32.0", "0.33.0", [TARGET]), encoding="utf-8")
-    common = ["--onto", "0.32.0", "-k", "C1 or snapshot", "--max-mutants", "3", "--fail-on", ""]
+    common = ["--onto", "0.32.0", "-k", "C1 or snapshot", "--max-mutants", "2", "--fail-on", ""]
     whole = gdn("review", str(diff), *common, "--out", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stderr[-3000:]
     shards = []

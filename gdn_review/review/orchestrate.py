@@ -244,7 +244,7 @@ def review(
     changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
     in_memory = changed_py == [target] and patched[target] is not None
     data["run"]["mode"] = "in memory over the release (one vLLM import)" if in_memory else "patched tree of links (one vLLM import per side)"
-    workspace = Path(tempfile.mkdtemp(prefix="gdn-review-review-", dir=_work_root(work)))
+    workspace = _workspace(work)
     workers = _Workers(say)
     try:
         equivalent = {k: v for r in chosen_records.values() for k, v in r.equivalent_mutants.items()}
@@ -308,13 +308,19 @@ def review(
         workers.stop()
         raise
     finally:
-        shutil.rmtree(workspace, ignore_errors=True)
+        if work is None:
+            shutil.rmtree(workspace, ignore_errors=True)
 
 
-def _work_root(work: Path | None) -> Path:
-    root = Path(work) if work else Path(tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+def _workspace(work: Path | None) -> Path:
+    """``work`` (kept: each side's evidence and snapshots, for a look), else a temp folder removed at the end."""
+    if work is None:
+        return Path(tempfile.mkdtemp(prefix="gdn-review-review-"))
+    work = Path(work)
+    if work.exists() and any(work.iterdir()):
+        raise ReviewError(f"--work {work}: not empty (give a new or empty folder; an earlier run's files would be mixed in)")
+    work.mkdir(parents=True, exist_ok=True)
+    return work
 
 
 def _spec(workspace: Path, spec: dict, sides: list[str], in_memory: dict | None) -> Path:
