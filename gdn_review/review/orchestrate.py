@@ -32,11 +32,11 @@ from typing import Callable
 from packaging.version import Version
 
 from gdn_review import release_cache
+from gdn_review.matrix import CLAIMS_ON_ANY_RELEASE
 from gdn_review.files import atomic_write
 from gdn_review.review import compare, impact, patch, tree
 
 REVIEW_FORMAT = "gdn-review-review/1"
-CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # both sides carry the release's own number
 
 
 class ReviewError(Exception):

@@ -144,8 +144,10 @@ def import_check(spec: dict) -> dict:
 
 def as_shipped(spec: dict) -> None:
     """The change as it would ship: ranges read as of the release it lands in; claims keep their ranges."""
-    os.environ["GDN_REVIEW_RANGES_AS_RELEASE"] = spec["lands_in"]
-    os.environ.pop("GDN_REVIEW_CLAIMS_ON_ANY_RELEASE", None)
+    from gdn_review.harness.release_ranges import CLAIMS_ON_ANY_RELEASE, RANGES_AS_RELEASE
+
+    os.environ[RANGES_AS_RELEASE] = spec["lands_in"]
+    os.environ.pop(CLAIMS_ON_ANY_RELEASE, None)
 
 
 def side_body(spec: dict, side: str):
