@@ -3,9 +3,14 @@
 The exported module imports only the standard library, pytest, torch and vLLM:
 it runs wherever vLLM is installed, without gdn-review and without network.
 Its helpers (a real builder from a real VllmConfig, a case -> ``build()``
-inputs, the snapshot of what ``build()`` returns, seeded random batches, the
-invariant properties) are not written twice: they are the harness's own
-functions, read from ``gdn_review/harness/*.py`` and copied verbatim.
+inputs and scenarios, the snapshot of what ``build()`` returns, seeded random
+batches, the invariant properties, the CPU proxy of host-device syncs) are not
+written twice: they are the harness's own functions, read from
+``gdn_review/harness/*.py`` and copied verbatim. Every check kind of the record
+becomes tests (op_budget, equivalence, invariant, gpu_sync with its CPU proxy,
+differential); the stored full-metadata snapshot of the target release
+(``kb/snapshots/N/<release>.json``, ``gdn-review snapshot``) travels as data:
+a literal in the module and a test per case that compares ``build()`` with it.
 
 The module is rendered from ``templates/export/``; record strings reach it only
 as string literals or escaped docstring text. It is written as ``ruff format``
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
 import re
 import sys
 from pathlib import Path
@@ -30,106 +36,29 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from gdn_review import generate
-from gdn_review.export_format import Call, Code, ExportError, assignment, docstring, flat_literal, literal
+from gdn_review import snapshot as snapshots
+from gdn_review.export_format import (
+    Call,
+    Code,
+    ExportError,
+    assignment,
+    docstring,
+    flat_literal,
+    import_sections,
+    literal,
+    runs,
+)
+from gdn_review.export_helpers import HARNESS, harness_helpers
 from gdn_review.files import atomic_write
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
 
 TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
 MODULE_TEMPLATE = "test_module.py.j2"
-HARNESS = Path(__file__).resolve().parent / "harness"
 EXPORT_MARK = "Exported by gdn-review from "
 ALLOWED_IMPORTS = {"pytest", "torch", "vllm", "__future__"}
 # Third-party modules the template itself imports at the top of the module.
 TEMPLATE_IMPORTS = ("pytest", "torch")
-
-# Harness definitions copied into every exported module, in this order:
-# (file in gdn_review/harness/, names of its top-level definitions).
-HELPERS = (
-    ("environment.py", ("prepare_platform",)),
-    (
-        "builders.py",
-        (
-            "BuilderSettings",
-            "_accepted_kwargs",
-            "MODEL_CONFIG",
-            "_model_dir",
-            "_model_config",
-            "_vllm_config",
-            "make_builder",
-        ),
-    ),
-    (
-        "run.py",
-        (
-            "BuildRun",
-            "settings_for",
-            "_row_values",
-            "_inputs",
-            "_OpCounter",
-            "_plain",
-            "_rows_of",
-            "_cells_of",
-            "snapshot",
-            "build_case",
-            "prepare_builders",
-            "count_sync_warnings",
-        ),
-    ),
-)
-# ...and, for records with invariant checks, the seeded batches and every property.
-INVARIANT_HELPERS = (
-    ("strategies.py", ("draw_batch", "seeded_batches")),
-    ("properties.py", None),  # None: every top-level definition, in file order
-)
-
-
-# --- The harness's own source ----------------------------------------------------
-
-
-def _definitions(path: Path) -> dict[str, str]:
-    """Top-level definitions of a harness file: name -> source (decorators and the
-    comment lines just above included), in file order."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines(keepends=True)
-    found: dict[str, str] = {}
-    for node in ast.parse(text, filename=str(path)).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            name = node.name
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-        else:
-            continue
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        while start > 1 and lines[start - 2].lstrip().startswith("#"):
-            start -= 1
-        found[name] = "".join(lines[start - 1 : node.end_lineno]).rstrip() + "\n"
-    return found
-
-
-def _module_imports(path: Path) -> set[str]:
-    """Modules a harness file imports at its top with a plain ``import x``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
-
-
-def harness_helpers(invariants: bool, harness: Path = HARNESS) -> tuple[str, list[str]]:
-    """The harness definitions an exported module needs, as source, and the modules they use."""
-    parts, available = [], set()
-    groups = HELPERS + (INVARIANT_HELPERS if invariants else ())
-    for file_name, names in groups:
-        path = harness / file_name
-        definitions = _definitions(path)
-        available |= _module_imports(path)
-        chosen = list(definitions) if names is None else list(names)
-        missing = [name for name in chosen if name not in definitions]
-        if missing:
-            raise ExportError(f"gdn_review/harness/{file_name} no longer defines {', '.join(missing)} (see export.HELPERS)")
-        parts.extend(definitions[name] for name in chosen)
-    source = "\n\n".join(parts)
-    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
-    return source, sorted(module for module in available if module in used)
-
 
 # --- Record -> template context ------------------------------------------------
 
@@ -143,14 +72,27 @@ def _in_range(releases: str | None, release: Version) -> bool:
 
 
 def _active_deviation(claim, selector: str, value: str, release: Version):
-    """Index and deviation of ``claim`` that applies on ``release`` to ``value`` (or None)."""
+    """Index and deviation of ``claim`` that applies on ``release`` to ``value`` (or None).
+
+    A differential check's value is a pair (``first-vs-second``): a deviation
+    naming either of its cases applies to it.
+    """
+    pairs = _pairs(claim.check)
+    names = set(pairs.get(value, ())) | {value}
     for index, deviation in enumerate(claim.known_deviations):
         if not _in_range(deviation.releases, release):
             continue
         chosen = getattr(deviation, selector)
-        if not chosen or value in chosen:
+        if not chosen or names & set(chosen):
             return index, deviation
     return None
+
+
+def _pairs(check) -> dict[str, list[str]]:
+    """A differential check's pairs by id (``first-vs-second``, as generated modules name them)."""
+    if check.kind != "differential":
+        return {}
+    return {f"{first}-vs-{second}": [first, second] for first, second in check.pairs}
 
 
 def _risks(record: Record, claim_id: str) -> list:
@@ -168,10 +110,22 @@ KIND_TEXT = {
         "{examples} random valid batches drawn from random.Random({seed})."
     ),
     "gpu_sync": (
-        "Checked on CUDA only: build() synchronises host and device at most {max_syncs} "
-        "times (torch.cuda.set_sync_debug_mode)."
+        "Checked on CUDA: the case's builder call synchronises host and device at most "
+        "{max_syncs} times (torch.cuda.set_sync_debug_mode). On any device, a CPU proxy "
+        "counts the host reads of tensors that would live on the device "
+        "(DeviceOriginReads): at most {max_syncs}; CUDA's count stays the authority."
+    ),
+    "differential": (
+        "Checked as a differential: two scenarios of the same batch (pairs of cases in "
+        "CASES) agree on {fields}{prefix}."
     ),
 }
+PROXY_TEXT = (
+    "CPU proxy of the check above: host reads, while the case's builder call runs, of "
+    "tensors that would live on the device (its device-side inputs, the builder's "
+    "buffers and what is computed from them), counted by DeviceOriginReads. The CUDA "
+    "count stays the authority; this one runs where CUDA is absent."
+)
 
 
 def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict | None:
@@ -183,7 +137,13 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
     params = []
     pinned = {}
     selector = "properties" if kind == "invariant" else "cases"
-    values = list(check.properties) if kind == "invariant" else [c for c in check.cases if c in cases]
+    pairs = {pair: both for pair, both in _pairs(check).items() if all(c in cases for c in both)}
+    if kind == "invariant":
+        values = list(check.properties)
+    elif kind == "differential":
+        values = list(pairs)
+    else:
+        values = [c for c in check.cases if c in cases]
     for value in values:
         found = _active_deviation(claim, selector, value, release)
         if found is None:
@@ -204,12 +164,16 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
     paragraphs = [f"Claim {claim.id} of PR #{record.pr.number}: {claim.text}"]
     data = check.model_dump(mode="json")
     how = KIND_TEXT[kind].format(
-        budget=flat_literal(data.get("budget")), examples=data.get("examples"), seed=seed, max_syncs=data.get("max_syncs")
+        budget=flat_literal(data.get("budget")),
+        examples=data.get("examples"),
+        seed=seed,
+        max_syncs=data.get("max_syncs"),
+        fields=", ".join(data.get("fields") or ()),
+        prefix=" (the first case's lists a prefix of the second's)" if data.get("compare") == "prefix" else "",
     )
     risks = _risks(record, claim.id)
-    if risks:
-        how += " Risks it addresses: " + ", ".join(risk.id for risk in risks) + " (module docstring)."
-    paragraphs.append(how)
+    addresses = " Risks it addresses: " + ", ".join(risk.id for risk in risks) + " (module docstring)." if risks else ""
+    paragraphs.append(how + addresses)
     for deviation in deviations.values():
         paragraphs.append("Strict xfail, " + deviation["reason"])
     instead = {}
@@ -217,12 +181,20 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
         found = _active_deviation(claim, selector, value, release)
         if found is not None and found[1].instead:
             instead[value] = found[1].instead
+    used = sorted({c for pair in pairs.values() for c in pair}) if kind == "differential" else (
+        [] if kind == "invariant" else list(values)
+    )
     return {
         "id": claim.id,
         "kind": kind,
         "constant": constant,
         "function": f"test_{name.lower()}_{kind}",
         "doc": docstring(paragraphs, 4),
+        "proxy_doc": docstring([paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]], 4) if kind == "gpu_sync" else None,
+        "cases": used,
+        "pairs": assignment(f"{constant}_PAIRS", pairs) if kind == "differential" else None,
+        "fields": assignment(f"{constant}_FIELDS", list(data["fields"])) if kind == "differential" else None,
+        "compare": data.get("compare"),
         "check": data,
         "params": literal(params, 4, 4, 1),
         "deviations": [
@@ -243,13 +215,45 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
     }
 
 
-def _case_data(case) -> dict:
-    data = case.model_dump(mode="json", exclude={"id", "text", "expect", "releases", "allow_impossible"}, exclude_none=True)
+# What only the record reads: left out of the cases a module holds.
+CASE_METADATA = frozenset({"id", "text", "expect", "releases", "allow_impossible"})
+
+
+def _plain_case(data: dict) -> dict:
+    data = {key: value for key, value in data.items() if key not in CASE_METADATA}
     data["rows"] = [dict(sorted(row.items())) for row in data["rows"]]
+    if "after" in data:
+        data["after"] = [_plain_case(earlier) for earlier in data["after"]]
     return dict(sorted(data.items()))
 
 
-def module_context(record: Record, source: str, release: Version, harness: Path = HARNESS) -> dict:
+def case_inputs(record: Record) -> dict[str, dict]:
+    """Every case of ``record`` as ``build()`` inputs, keys sorted: the generated
+    module's CASES (``Record.case_inputs``, which resolves ``after`` into the
+    earlier cases' data, one level deep) without what only the record reads."""
+    return {case_id: _plain_case(data) for case_id, data in record.case_inputs().items()}
+
+
+def _stored_snapshot(folder: Path | None, record: Record, release: Version) -> tuple[dict | None, str]:
+    """(the stored full-metadata snapshot of ``release``, or None; why not)."""
+    make = f"make one with `{snapshots.command_for(record.pr.number, str(release))}`"
+    path = Path(folder) / f"{release}.json" if folder is not None else None
+    if path is None or not path.exists():
+        return None, f"the full-metadata snapshot (no stored snapshot of vLLM {release}: {make})"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ExportError(f"{path}: not a stored snapshot ({error}): {make}") from None
+    if stored.get("format") != snapshots.SNAPSHOT_FORMAT or not isinstance(stored.get("cases"), dict):
+        raise ExportError(f"{path}: not a {snapshots.SNAPSHOT_FORMAT} file: {make}")
+    return stored, ""
+
+
+def module_context(
+    record: Record, source: str, release: Version, harness: Path = HARNESS, snapshot_folder: Path | None = None
+) -> dict:
+    """The template's context. ``snapshot_folder``: where the record's stored snapshots
+    are (kb/snapshots/N); the one of ``release`` is embedded (None: none is)."""
     if is_draft(record):
         raise ExportError(f"{source} is a draft (open TODOs): complete it first (gdn-review validate lists them)")
     cases = {case.id: case for case in record.cases if _in_range(case.releases, release)}
@@ -271,11 +275,26 @@ def module_context(record: Record, source: str, release: Version, harness: Path 
         if len(set(names)) != len(names):
             raise ExportError(f"{source}: claim ids that differ only in case give the same {attribute} name")
     kinds = {c["kind"] for c in claims}
-    helpers, modules = harness_helpers("invariant" in kinds, harness)
-    stdlib = sorted(m for m in modules if m in sys.stdlib_module_names)
-    third_party = sorted(set(TEMPLATE_IMPORTS) | {m for m in modules if m not in sys.stdlib_module_names})
+    stored, why = _stored_snapshot(snapshot_folder, record, release)
+    snapshot_cases = []
+    if stored is None:
+        left_out.append(why)
+    else:
+        snapshot_cases = sorted(c for c in cases if c in stored["cases"])
+        missing = sorted(c for c in cases if c not in stored["cases"])
+        if missing:
+            left_out.append(
+                f"the snapshot of {', '.join(missing)} (the stored snapshot of vLLM {release} has no such case: "
+                f"make one with `{snapshots.command_for(record.pr.number, str(release))}`)"
+            )
+        if not snapshot_cases:
+            stored = None
+    needs = kinds | ({"snapshot"} if stored is not None else set())
+    helpers, statements = harness_helpers(needs, harness)
+    stdlib, third_party = import_sections(statements + [f"import {m}" for m in TEMPLATE_IMPORTS])
+    inputs = case_inputs(record)
     used_cases = sorted(cases) if "invariant" in kinds else sorted(
-        {c for claim in claims if claim["kind"] != "invariant" for c in claim["check"]["cases"] if c in cases}
+        {c for claim in claims for c in claim["cases"]} | set(snapshot_cases)
     )
     expected = {
         case_id: dict(sorted(cases[case_id].expect.items()))
@@ -299,7 +318,7 @@ def module_context(record: Record, source: str, release: Version, harness: Path 
     if risks:
         paragraphs.append(["Risks these tests address:", *risks])
     if left_out:
-        paragraphs.append(f"Not exported (not applicable to vLLM {release}): " + ", ".join(left_out) + ".")
+        paragraphs.append(f"Not exported for vLLM {release}: " + ", ".join(left_out) + ".")
     paragraphs.append(
         f"{EXPORT_MARK}{source} for vLLM {release}. Change the record and export again "
         f"rather than editing: gdn-review export --record {record.pr.number}"
@@ -309,11 +328,18 @@ def module_context(record: Record, source: str, release: Version, harness: Path 
         "stdlib": stdlib,
         "third_party": third_party,
         "helpers": helpers,
-        "cases": assignment("CASES", {case_id: _case_data(cases[case_id]) for case_id in used_cases}),
+        "cases": assignment("CASES", {case_id: inputs[case_id] for case_id in used_cases}),
         "expected": assignment("EXPECTED", dict(sorted(expected.items()))) if expected else None,
         "claims": claims,
         "kinds": sorted(kinds),
-        "needs_device": bool(kinds - {"gpu_sync"}),
+        "needs_device": bool(kinds - {"gpu_sync"}) or stored is not None,
+        "snapshot": None if stored is None else {
+            "release": str(release),
+            "made_by": snapshots.command_for(record.pr.number, str(release)),
+            "device": assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),
+            "data": assignment("SNAPSHOT", runs({c: stored["cases"][c] for c in snapshot_cases})),
+            "params": literal(snapshot_cases, 4, 4, 1),
+        },
     }
 
 
@@ -356,14 +382,26 @@ def _check_module(text: str, name: str) -> None:
         raise ExportError(f"exported module {name} uses undefined names: {', '.join(undefined)}")
 
 
-def render(record: Record, source: str, release: str | Version, templates: Path = TEMPLATES, harness: Path = HARNESS) -> str:
-    """The exported module for ``record`` and target vLLM ``release``; checked before it is returned."""
+def render(
+    record: Record,
+    source: str,
+    release: str | Version,
+    templates: Path = TEMPLATES,
+    harness: Path = HARNESS,
+    snapshot_folder: Path | None = None,
+) -> str:
+    """The exported module for ``record`` and target vLLM ``release``; checked before it is returned.
+
+    ``snapshot_folder``: the record's stored snapshots (``kb/snapshots/N``); the one
+    of ``release`` goes into the module as data, with a test per case. Without one
+    the module's docstring says that the snapshot is not exported.
+    """
     try:
         release = Version(str(release))
     except InvalidVersion:
         raise ExportError(f"{release!r} is not a vLLM release (for example 0.33.0)") from None
     source = re.sub(r"[^A-Za-z0-9_./-]", "_", source)
-    context = module_context(record, source, release, harness)
+    context = module_context(record, source, release, harness, snapshot_folder)
     env = generate.environment(templates, lit=literal, assign=assignment)
     try:
         text = env.get_template(MODULE_TEMPLATE).render(**context)
@@ -403,7 +441,7 @@ def export(kb_dir: Path, number: int, out_dir: Path, release: str | None = None)
         from gdn_review.harness.environment import vllm_release
 
         release = str(vllm_release())
-    text = render(record, source, release)
+    text = render(record, source, release, snapshot_folder=snapshots.snapshot_dir(kb_dir, number))
     path = Path(out_dir) / module_name(record)
     if path.exists() and not is_exported(path):
         raise ExportError(f"refusing to overwrite {path}: it was not written by gdn-review export")

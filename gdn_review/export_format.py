@@ -4,13 +4,17 @@ Literals (strings, numbers, lists, dicts, calls) laid out to line length 88
 with double quotes and magic trailing commas, and docstrings wrapped to it, so
 an exported module passes ``ruff check`` and ``ruff format --check`` without
 running ruff. These functions are how record text becomes source: an escaped
-string literal or escaped docstring text, never raw interpolation.
+string literal or escaped docstring text, never raw interpolation. Long runs in
+plain data (a stored snapshot's padded buffers) are written as starred list
+items, ``*[-1] * 2045`` and ``*range(13, 37)`` (``runs``), which evaluate to
+the same list.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 import unicodedata
 
 WIDTH = 88  # vLLM's ruff line length
@@ -34,6 +38,51 @@ class Call:
 
     function: str
     args: tuple
+
+
+SHORTEST_RUN = 8  # fewer equal or consecutive items stay written out
+
+
+def _scalar(value) -> bool:
+    return value is None or isinstance(value, (bool, int, str))
+
+
+def _counting(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def runs(value, shortest: int = SHORTEST_RUN):
+    """``value`` with every run of ``shortest`` or more equal scalars in a list written
+    ``*[v] * n``, and every run of consecutive integers ``*range(a, b)`` (recursively).
+
+    The result is laid out by ``literal`` and evaluates to ``value``; a list of
+    2048 buffer entries becomes one line instead of 2048.
+    """
+    if isinstance(value, dict):
+        return {key: runs(item, shortest) for key, item in value.items()}
+    if not isinstance(value, list):
+        return value
+    out, index = [], 0
+    while index < len(value):
+        item, end = value[index], index + 1
+        if _scalar(item):
+            while end < len(value) and type(value[end]) is type(item) and value[end] == item:
+                end += 1
+            if end - index >= shortest:
+                out.append(Code(f"*[{flat_literal(item)}] * {end - index}"))
+                index = end
+                continue
+            end = index + 1
+            while end < len(value) and _counting(item) and _counting(value[end]) and value[end] == value[end - 1] + 1:
+                end += 1
+            if end - index >= shortest:
+                stop = value[end - 1] + 1
+                out.append(Code(f"*range({stop})" if item == 0 else f"*range({item}, {stop})"))
+                index = end
+                continue
+        out.append(runs(item, shortest))
+        index += 1
+    return out
 
 
 def width(text: str) -> int:
@@ -205,3 +254,23 @@ def docstring(paragraphs: list[str], indent: int = 0) -> str:
         return f'"""{lines[0]}"""'
     body = "\n".join(pad + line if line else "" for line in lines[1:])
     return f'"""{lines[0]}\n{body}\n{pad}"""' if body else f'"""{lines[0]}\n{pad}"""'
+
+
+def import_sections(statements: list[str]) -> tuple[list[str], list[str]]:
+    """Import lines as ruff's isort writes them: stdlib, then third-party; in each,
+    ``import x`` lines first, then ``from x import ...`` (one line per module)."""
+    plain: dict[bool, set[str]] = {True: set(), False: set()}
+    froms: dict[bool, dict[str, set[str]]] = {True: {}, False: {}}
+    for statement in statements:
+        words = statement.split()
+        stdlib = words[1].split(".")[0] in sys.stdlib_module_names
+        if words[0] == "import":
+            plain[stdlib].add(words[1])
+        else:
+            froms[stdlib].setdefault(words[1], set()).add(" ".join(words[3:]))
+    sections = []
+    for stdlib in (True, False):
+        lines = [f"import {module}" for module in sorted(plain[stdlib])]
+        lines += [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(froms[stdlib].items())]
+        sections.append(lines)
+    return sections[0], sections[1]

@@ -90,6 +90,8 @@ def module_name(record: Record) -> str:
 def _check_data(claim) -> dict:
     check = claim.check.model_dump(mode="json")
     check.pop("kind")
+    if claim.check.kind == "differential":
+        check["pairs_by_id"] = {f"{first}-vs-{second}": [first, second] for first, second in claim.check.pairs}
     return check
 
 
@@ -116,8 +118,19 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         name = f"test_{python_name(claim.id)}_{claim.check.kind}"
         check = _check_data(claim)
         params = [
-            {"id": case_id, "risks": _risks_for(record, claim.id, case_id)} for case_id in check.get("cases", [])
+            {"id": case_id, "cases": [case_id], "risks": _risks_for(record, claim.id, case_id)}
+            for case_id in check.get("cases", [])
         ]
+        if claim.check.kind == "differential":
+            params = [
+                {
+                    "id": f"{first}-vs-{second}",
+                    "cases": [first, second],
+                    "pair": [first, second],
+                    "risks": sorted(set(_risks_for(record, claim.id, first)) | set(_risks_for(record, claim.id, second))),
+                }
+                for first, second in claim.check.pairs
+            ]
         claims.append(
             {
                 "id": claim.id,
@@ -131,7 +144,7 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
                 "deviations": [d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
             }
         )
-    cases = {case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True) for case in record.cases}
+    cases = record.case_inputs()
     return {
         # The banner names the record; keep it to path characters (it is a comment line).
         "source": re.sub(r"[^A-Za-z0-9_./-]", "_", source),
@@ -155,7 +168,8 @@ def expected_tests(record: Record) -> dict[str, list[dict]]:
     """
     expected: dict[str, list[dict]] = {}
     for claim in module_context(record, "expected")["claims"]:
-        devices = ["cuda"] if claim["kind"] == "gpu_sync" else list(DEVICES)
+        # gpu_sync: CUDA's count on CUDA, its CPU proxy (device-origin reads) on CPU.
+        devices = ["cuda", "cpu"] if claim["kind"] == "gpu_sync" else list(DEVICES)
         if claim["kind"] == "invariant":
             labels = [(prop, claim["risks"]) for prop in claim["check"]["properties"]]
         elif claim["kind"] in ("TODO", "latency"):  # latency: measured by `gdn-review bench`

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from packaging.version import Version
+
 from gdn_review.kb import Record
 from gdn_review.report_contents import report_data
 from gdn_review.verdicts import RAN, ReportError, discrimination, load_evidence
@@ -151,7 +153,15 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             tests = [t for t in evidence.tests if t["record"] == record.pr.number and t["claim"] == claim.id]
             cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": cell_measure(claim, tests), "tests": tests})
         by_version = {c["version"]: c for c in cells}
-        verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(head))
+        # A head release that cannot run here (0.24 to 0.27 pick no CPU platform) is
+        # stood in for by the first later release that ran; the reason says so.
+        after = head
+        if head and head not in per_release:
+            later = sorted((v for v in per_release if Version(v) > Version(head)), key=Version)
+            after = later[0] if later else head
+        verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(after))
+        if after != head:
+            why += f" (head release {head} not run: {after}, the first later release that ran, stands in)"
         trajectories = []
         if claim.check.kind == "op_budget":
             for key in claim.check.budget:

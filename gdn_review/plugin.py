@@ -98,6 +98,14 @@ def cuda_device(request):
     return harness.prepare_device("cuda", request.module.CASES.values())
 
 
+@pytest.fixture(scope="module")
+def cpu_device(request):
+    """The CPU, for CPU proxies of CUDA-only checks (gpu_sync's device-origin reads)."""
+    from gdn_review import harness
+
+    return harness.prepare_device("cpu", request.module.CASES.values())
+
+
 def _marker_arg(item, name):
     marker = item.get_closest_marker(name)
     return marker.args[0] if marker and marker.args else None
@@ -111,6 +119,8 @@ def _test_entry(item) -> dict | None:
     risks = sorted({risk for marker in item.iter_markers("risk") for risk in marker.args})
     params = getattr(getattr(item, "callspec", None), "params", {})
     device = params.get("device") or ("cuda" if item.get_closest_marker("cuda") else None)
+    if device is None and "cpu_device" in getattr(item, "fixturenames", ()):
+        device = "cpu"
     return {
         "nodeid": item.nodeid,
         "record": record,

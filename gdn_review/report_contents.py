@@ -49,7 +49,12 @@ def _check_summary(claim) -> str:
     if check.kind == "latency":
         return f"latency: build() A/B between releases on {plural(len(check.cases), 'case')} (gdn-review bench)"
     if check.kind == "gpu_sync":
-        return f"gpu_sync: ≤ {check.max_syncs} host-device syncs per build() on {plural(len(check.cases), 'case')} (CUDA)"
+        return (
+            f"gpu_sync: ≤ {check.max_syncs} host-device syncs per call on {plural(len(check.cases), 'case')} "
+            "(CUDA, the authority; on CPU its proxy: device-origin reads)"
+        )
+    if check.kind == "differential":
+        return f"differential: {plural(len(check.pairs), 'pair')} of scenarios agree on {', '.join(check.fields)} ({check.compare})"
     return "TODO: no check yet"
 
 
@@ -73,6 +78,12 @@ def _measured_summary(claim, ran: list[dict]) -> str:
             if values:
                 shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
                 parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
+    if claim.check.kind == "gpu_sync":
+        for device, key, name in (("cuda", "syncs", "CUDA syncs"), ("cpu", "device_origin_reads", "CPU proxy: device-origin reads")):
+            values = sorted({t["measured"][key] for t in ran if t.get("device") == device and isinstance(t.get("measured"), dict) and key in t["measured"]})
+            if values:
+                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+                parts.append(f"{name}: measured {shown}, budget ≤ {claim.check.max_syncs}")
     return "; ".join(parts)
 
 
@@ -219,6 +230,24 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         )
         if claim.check.kind == "latency":
             claims[-1].update(latency_claim(claim, record.pr.number, evidence.bench.get(str(record.pr.number))))
+    upstream = []
+    for item in record.upstream_tests:
+        # The verdict of the claims' tests on these cases only (a claim's other cases aside).
+        chosen = [t for t in mine if t["claim"] in item.claims and (t.get("case") in item.cases or t.get("property") in item.cases)]
+        verdicts = [claim_verdict(record.claims[[c.id for c in record.claims].index(cid)], [t for t in chosen if t["claim"] == cid]) for cid in item.claims]
+        severity = ("fails", "unverified", "known deviation", "not applicable", "holds")
+        worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
+        upstream.append(
+            {
+                "test": item.test,
+                "cases": item.cases,
+                "claims": item.claims,
+                "verdict": worst[0],
+                "reason": worst[1],
+                "vllm": ", ".join(sorted({_release(evidence, t) for t in chosen if t["outcome"] in RAN})) or "—",
+                "note": item.note,
+            }
+        )
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
     mutation = mutation_data(record, evidence)
     ran_mutants = [m for m in evidence.mutants if m["record"] == record.pr.number] if mutation else None
@@ -254,6 +283,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         "vllm_versions": environments,
         "claims": claims,
         "risks": risks,
+        "upstream_tests": upstream,
         "verdict_counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
         "mutation": mutation,

@@ -159,7 +159,8 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     failing = [t for t in ran if t["outcome"] in FAILED]
     if failing:
         first = failing[0]
-        return "fails", f"{len(failing)} of {len(ran)} tests fail; first: {label_of(first)} ({first.get('device')}): {first.get('reason') or first['outcome']}"
+        proxy = " (CPU proxy: device-origin reads)" if claim.check.kind == "gpu_sync" and first.get("device") == "cpu" else ""
+        return "fails", f"{len(failing)} of {len(ran)} tests fail; first: {label_of(first)} ({first.get('device')}){proxy}: {first.get('reason') or first['outcome']}"
     if ran:
         if not_run or other_skips:
             why = sorted({_not_run_reason(t) for t in not_run})
@@ -170,6 +171,9 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
                 + ("pass" if not any(t["outcome"] == "xfailed" for t in ran) else "pass or deviate as known")
             )
         note = f" ({plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA)" if needs_cuda else ""
+        if claim.check.kind == "gpu_sync" and not any(t.get("device") == "cuda" for t in ran):
+            # Only the CPU proxy ran: say so, CUDA's count stays the authority.
+            note = " by the CPU proxy: device-origin reads" + note
         deviations = [t for t in ran if t["outcome"] == "xfailed"]
         if deviations:
             reasons = sorted({(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations})

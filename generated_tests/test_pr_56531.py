@@ -394,7 +394,7 @@ def test_snapshot(device, case_id, record_property):
     stored, why = harness.stored_snapshot(__file__, SNAPSHOTS, RECORD, case_id, device)
     if stored is None:
         pytest.skip(why)
-    measured = harness.build_case(device, CASES[case_id], count_ops=False).metadata
+    measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
     assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"

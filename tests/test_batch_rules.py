@@ -82,6 +82,11 @@ TABLE = [
         [f"7.yaml:25:7: cases[0].rows: 2 rows + 0 padded exceed max_num_seqs 1 (rule max-num-seqs; {WAIVE})"],
     ),
     (
+        "zero-length-rows",
+        with_case("{seq_len: 10, query_len: 3, drafted: 2}", "{seq_len: 12, query_len: 0}"),
+        [f"7.yaml:26:34: cases[0].rows[1].query_len: a zero-length row is CUDA-graph padding, which the runner puts after every real row: use padded_rows (rule zero-length-rows; {WAIVE})"],
+    ),
+    (
         "two rules, one row",
         with_case("{seq_len: 10, query_len: 4, drafted: 3}"),
         [

@@ -128,7 +128,8 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no bundle, no staging folder left
     manifest = bundling.write_bundle(tmp_path / "out", records, ["0.28.0", "0.29.0", "0.33.0"], max_bytes=10 << 20, project_root=ROOT, say=lambda line: None)
     assert manifest["bytes"] <= 10 << 20
-    assert json.loads((tmp_path / "out" / "bundle.json").read_text())["records"][0]["bench"] == {"base": "0.28.0", "head": "0.29.0"}
+    carried = {r["record"]: r for r in json.loads((tmp_path / "out" / "bundle.json").read_text())["records"]}
+    assert carried[52078]["bench"] == {"base": "0.28.0", "head": "0.29.0"}
     assert (tmp_path / "out" / "project" / "generated_tests" / "test_pr_52078.py").is_file()
     import hashlib
 

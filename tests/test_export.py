@@ -1,9 +1,11 @@
 """gdn-review export: standalone vLLM test modules, the example CI workflow.
 
 The exported module must import only the standard library, pytest, torch and
-vLLM; carry the harness's own source rather than a second copy; pass ruff at
+vLLM; carry the harness's own source rather than a second copy; carry every
+check kind and the stored full-metadata snapshot (as data); pass ruff at
 vLLM's settings; be byte-identical on every export; and fail on the record's
-mutants when it runs without gdn-review (the slow tests).
+mutants when it runs without gdn-review, on every one its generated module
+kills (the slow tests).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import ast
 import importlib
 import importlib.metadata
 import inspect
+import json
 import os
 import random
 import re
@@ -24,7 +27,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gdn_review import export, generate
+from gdn_review import export, export_helpers, generate
 from gdn_review.cli import main
 from gdn_review.kb import load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
@@ -36,6 +39,7 @@ RUFF_CONFIG = GOLDEN / "export" / "vllm-ruff.toml"
 WORKFLOW = ROOT / "examples" / "github-actions" / "gdn-review.yml"
 RELEASE = "0.33.0"  # the release the golden file and the lint checks export for
 RECORD = load_record(ROOT / "kb" / "52078.yaml")
+SNAPSHOTS = ROOT / "kb" / "snapshots"
 
 
 def _tool(command: str, distribution: str) -> str:
@@ -76,8 +80,116 @@ def _lint(folder: Path) -> None:
             assert done.returncode == 0, f"ruff {' '.join(command + settings)}:\n{done.stdout}{done.stderr}"
 
 
-def _exported(record=RECORD, release=RELEASE, source="kb/52078.yaml") -> str:
-    return export.render(record, source, release)
+# A record of scenarios (FULL-graph staging, builds before a case, capture, a re-gather),
+# a differential check, a CUDA sync check with its CPU proxy and the scenario invariants,
+# with mutants each of them kills on 0.33.0. It passes on the installed vLLM 0.33.0.
+SCENARIO_YAML = """\
+schema_version: 1
+pr:
+  number: 9
+  repo: example/repo
+  title: Scenarios, a differential check and a CPU proxy
+target:
+  file: vllm/v1/attention/backends/gdn_attn.py
+  symbol: GDNAttentionMetadataBuilder.build
+  base_release: 0.28.0
+  head_release: 0.29.0
+claims:
+  - id: C1
+    text: After a larger batch filled the FULL-graph buffers, a padded FULL-graph build keeps the eager build's rows.
+    check:
+      kind: differential
+      pairs: [[eager_spec, full_spec_after]]
+      fields: [num_spec_decodes, spec_query_start_loc, num_accepted_tokens, spec_state_indices_tensor]
+      compare: prefix
+  - id: C2
+    text: Capture and the re-gather read no device tensor on the host.
+    releases: ">=0.31"
+    check:
+      kind: gpu_sync
+      max_syncs: 0
+      cases: [capture_spec, regather]
+  - id: C3
+    text: Capture equals build, a re-gather a fresh build, and padded tails are neutral.
+    releases: ">=0.31"
+    check:
+      kind: invariant
+      properties: [capture_matches_build, regather_matches_fresh_build, full_graph_tails_neutral]
+      speculative_tokens: [1, 2]
+      max_rows: 4
+      examples: 3
+cases:
+  - id: larger_spec
+    text: Four spec rows, built first into the FULL-graph buffers.
+    speculative_tokens: 2
+    cudagraph_mode: FULL_AND_PIECEWISE
+    block_table_offset: 30000
+    rows:
+      - {seq_len: 40, query_len: 3, drafted: 2, accepted: 2}
+      - {seq_len: 41, query_len: 3, drafted: 2, accepted: 3}
+      - {seq_len: 42, query_len: 3, drafted: 2, accepted: 1}
+      - {seq_len: 43, query_len: 3, drafted: 2, accepted: 2}
+  - id: eager_spec
+    text: Two spec rows, eager.
+    speculative_tokens: 2
+    rows:
+      - {seq_len: 10, query_len: 3, drafted: 2, accepted: 2}
+      - {seq_len: 12, query_len: 3, drafted: 2, accepted: 3}
+  - id: full_spec_after
+    text: The same rows in FULL-graph mode with two padded rows, after larger_spec.
+    speculative_tokens: 2
+    cudagraph_mode: FULL_AND_PIECEWISE
+    after: [larger_spec]
+    padded_rows: 2
+    rows:
+      - {seq_len: 10, query_len: 3, drafted: 2, accepted: 2}
+      - {seq_len: 12, query_len: 3, drafted: 2, accepted: 3}
+  - id: capture_spec
+    text: FULL-graph capture of two uniform decode rows and a padded row.
+    speculative_tokens: 2
+    cudagraph_mode: FULL_AND_PIECEWISE
+    entry: capture
+    padded_rows: 1
+    releases: ">=0.31"
+    rows:
+      - {seq_len: 3, query_len: 3}
+      - {seq_len: 3, query_len: 3}
+  - id: regather
+    text: A re-gather of two spec rows' state indices with the second block table.
+    speculative_tokens: 2
+    mamba_cache_mode: none
+    entry: update_block_table
+    releases: ">=0.31"
+    rows:
+      - {seq_len: 10, query_len: 3, drafted: 2, accepted: 2}
+      - {seq_len: 30, query_len: 2, drafted: 1, accepted: 1}
+risks:
+  - id: R1
+    text: FULL-graph staging copies other accepted counts than the eager build computes.
+    claims: [C1, C3]
+    mutants:
+      - id: staged_accepted_plus_one
+        releases: ">=0.33"
+        find: "                num_accepted_tokens, non_blocking=True\\n"
+        replace: "                num_accepted_tokens + 1, non_blocking=True\\n"
+  - id: R2
+    text: The re-gather reads the device's block table on the host.
+    claims: [C2]
+    mutants:
+      - id: regather_reads_device
+        releases: ">=0.33"
+        find: "            spec_indices = blk_table[: m.num_spec_decodes, : self.num_spec + 1]\\n"
+        replace: "            spec_indices = blk_table[: m.num_spec_decodes, : self.num_spec + 1]\\n            assert blk_table.sum().item() > 0\\n"
+"""
+
+
+def _scenario_record():
+    return parse_record(SCENARIO_YAML, "9.yaml")
+
+
+def _exported(record=RECORD, release=RELEASE, source="kb/52078.yaml", snapshots=SNAPSHOTS) -> str:
+    """The module `gdn-review export` writes for ``record`` (its stored snapshots in ``snapshots``)."""
+    return export.render(record, source, release, snapshot_folder=snapshots / str(record.pr.number))
 
 
 # --- Golden file, determinism -------------------------------------------------
@@ -85,7 +197,7 @@ def _exported(record=RECORD, release=RELEASE, source="kb/52078.yaml") -> str:
 
 def test_golden_export_is_up_to_date():
     record = load_record(GOLDEN / "kb" / "1.yaml")
-    text = export.render(record, "kb/1.yaml", RELEASE)
+    text = _exported(record, source="kb/1.yaml", snapshots=GOLDEN / "kb" / "snapshots")
     assert text == GOLDEN_EXPORT.read_text(encoding="utf-8"), (
         "the exported golden module differs; after an intended change of templates/export/ "
         "or the harness, run scripts/regenerate-goldens and review git diff tests/golden/export"
@@ -140,11 +252,18 @@ def test_exported_module_follows_vllm_test_conventions():
     tests = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
     assert sorted(tests) == [
         "test_c1_op_budget", "test_c2_op_budget", "test_c3_equivalence", "test_c5_invariant", "test_c6_gpu_sync",
+        "test_c6_gpu_sync_cpu_proxy", "test_snapshot",
     ]
     for name, node in tests.items():
         claim = name.split("_")[1].upper()
         doc = ast.get_docstring(node)
-        assert doc.startswith(f"Claim {claim} of PR #52078: "), name
+        if name == "test_snapshot":
+            assert doc.startswith("Every field build() returns for the case equals the stored snapshot"), doc
+        else:
+            assert doc.startswith(f"Claim {claim} of PR #52078: "), name
+    # The CPU proxy of the CUDA sync check says what it counts, and that CUDA's count rules.
+    proxy = " ".join(ast.get_docstring(tests["test_c6_gpu_sync_cpu_proxy"]).split())
+    assert "CPU proxy of the check above" in proxy and "The CUDA count stays the authority" in proxy
     # Parametrize ids are the case names (plain strings, or pytest.param without id=).
     assert '    [\n        "all_rows_not_speculating",\n' in text
     assert 'pytest.param("some_spec_rows_zero_drafts", marks=C2_KNOWN_DEVIATION_2)' in text
@@ -160,18 +279,29 @@ def test_exported_module_follows_vllm_test_conventions():
 
 def test_exported_helpers_are_the_harness_source():
     """One source of truth: the case -> build() inputs code is the harness's, verbatim."""
-    text = _exported()
-    for file_name, names in export.HELPERS + export.INVARIANT_HELPERS:
-        # (import_module: gdn_review.harness.environment is also a function's name there)
-        module = importlib.import_module("gdn_review.harness." + file_name.removesuffix(".py"))
-        if names is None:
-            names = [name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__]
-        for name in names:
-            value = getattr(module, name)
-            if callable(value):  # functions, classes, functools.cache wrappers
-                assert inspect.getsource(value) in text, f"{file_name}: {name} is not copied verbatim"
-            else:
-                assert f"\n{name} = " in text, f"{file_name}: {name} is not copied"
+    # 52078: op budgets, equivalence, invariants, gpu_sync and its stored snapshot;
+    # the scenario record: a differential check.
+    needs = {"op_budget", "equivalence", "invariant", "gpu_sync", "snapshot"}
+    for text, needed in ((_exported(), needs), (_exported(_scenario_record(), source="kb/9.yaml"), {"differential"})):
+        for file_name, names in export_helpers.helper_groups(needed):
+            # (import_module: gdn_review.harness.environment is also a function's name there)
+            module = importlib.import_module("gdn_review.harness." + file_name.removesuffix(".py"))
+            if names is None:
+                names = [name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__]
+            for name in names:
+                value = getattr(module, name)
+                if callable(value):  # functions, classes, functools.cache wrappers
+                    assert inspect.getsource(value) in text, f"{file_name}: {name} is not copied verbatim"
+                else:
+                    assert f"\n{name} = " in text, f"{file_name}: {name} is not copied"
+    # Every optional group is used by some need, and every kind a check can have is known.
+    from typing import get_args
+
+    from gdn_review.kb.models import Check
+
+    kinds = {get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Check)[0])}
+    assert set(export_helpers.OPTIONAL_HELPERS) - {"snapshot"} <= kinds
+    assert kinds - set(export.KIND_TEXT) == {"latency", "TODO"}, "a check kind the export does not render"
     # ...and the export's templates hold no second copy of it.
     templates = "".join(p.read_text(encoding="utf-8") for p in sorted(export.TEMPLATES.rglob("*.j2")))
     for needle in ("CommonAttentionMetadata", "block_table", "VllmConfig(", "GDNAttentionMetadataBuilder(", "def _check_"):
@@ -242,6 +372,155 @@ def test_deviations_and_applicability_follow_the_target_release():
         _exported(release="latest")
 
 
+# --- The full-metadata snapshot, scenarios, differential and CPU proxy ----------------
+
+
+def _assigned(tree: ast.Module, name: str):
+    """The value a module-level ``name = ...`` gives, evaluated on its own (no imports needed)."""
+    (node,) = [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name]
+    namespace: dict = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), name, "exec"), namespace)
+    return namespace[name]
+
+
+def _test_function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_the_stored_snapshot_travels_as_data():
+    """Every field of every case of the target release's stored snapshot is a literal in the
+    module, and test_snapshot compares build() with it (snapshot_differences, copied)."""
+    tree = ast.parse(_exported())
+    stored = json.loads((SNAPSHOTS / "52078" / f"{RELEASE}.json").read_text(encoding="utf-8"))
+    assert _assigned(tree, "SNAPSHOT") == stored["cases"]
+    assert _assigned(tree, "SNAPSHOT_DEVICE") == stored["device"] == "cpu"
+    cases = _assigned(tree, "CASES")
+    assert set(stored["cases"]) <= set(cases)
+    test = _test_function(tree, "test_snapshot")
+    params = ast.literal_eval(test.decorator_list[0].args[1])
+    assert params == sorted(stored["cases"])
+    source = ast.unparse(test)
+    assert "snapshot_differences(measured, SNAPSHOT[case_id])" in source and "build_case(device, CASES[case_id]" in source
+    # 2048-entry buffers stay one line each: runs are starred items.
+    text = _exported()
+    assert '        "batch_ptr": [0, 1, 2, *[-1] * 2045],\n' in text and len(text.splitlines()) < 3000
+
+
+def test_a_missing_snapshot_is_named_not_exported(tmp_path):
+    # No snapshot of 0.31.0 is stored for 52078: no SNAPSHOT, no test, and the docstring says so.
+    text = _exported(release="0.31.0")
+    tree = ast.parse(text)
+    assert "SNAPSHOT" not in text and "def test_snapshot" not in text
+    doc = " ".join(ast.get_docstring(tree).split())
+    assert (
+        "Not exported for vLLM 0.31.0: C4 (latency: gdn-review bench times it between releases), "
+        "the full-metadata snapshot (no stored snapshot of vLLM 0.31.0: make one with "
+        "`gdn-review snapshot --record 52078 --release 0.31.0`)."
+    ) in doc
+    # A stored snapshot without some case: the others are exported, the missing ones named.
+    folder = tmp_path / "52078"
+    folder.mkdir()
+    stored = json.loads((SNAPSHOTS / "52078" / f"{RELEASE}.json").read_text(encoding="utf-8"))
+    del stored["cases"]["largest_batch"]
+    (folder / f"{RELEASE}.json").write_text(json.dumps(stored), encoding="utf-8")
+    text = _exported(snapshots=tmp_path)
+    tree = ast.parse(text)
+    assert set(_assigned(tree, "SNAPSHOT")) == set(stored["cases"])
+    assert "the snapshot of largest_batch (the stored snapshot of vLLM 0.33.0 has no such case" in " ".join(
+        ast.get_docstring(tree).split()
+    )
+    (folder / f"{RELEASE}.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(export.ExportError, match="not a stored snapshot"):
+        _exported(snapshots=tmp_path)
+
+
+def test_cli_export_embeds_the_kb_snapshot(tmp_path):
+    result = CliRunner().invoke(main, ["export", "--record", "56531", "--out", str(tmp_path), "--vllm-release", RELEASE])
+    assert result.exit_code == 0, result.output
+    tree = ast.parse((tmp_path / "test_gdn_pr_56531.py").read_text(encoding="utf-8"))
+    stored = json.loads((SNAPSHOTS / "56531" / f"{RELEASE}.json").read_text(encoding="utf-8"))
+    assert _assigned(tree, "SNAPSHOT") == stored["cases"]
+
+
+def test_scenario_cases_differential_and_cpu_proxy_are_exported(tmp_path):
+    record = _scenario_record()
+    text = _exported(record, source="kb/9.yaml")
+    tree = ast.parse(text)
+    cases = _assigned(tree, "CASES")
+    # `after` is resolved into the earlier case's own data, as the generated module has it.
+    generated = generate.module_context(record, "kb/9.yaml")["cases"]
+    assert cases["full_spec_after"]["after"] == [cases["larger_spec"]]
+    assert [earlier["block_table_offset"] for earlier in generated["full_spec_after"]["after"]] == [30000]
+    assert cases == export.case_inputs(record)
+    assert not any({"id", "text", "releases"} & set(data) for data in cases.values())
+    assert cases["capture_spec"]["entry"] == "capture" and cases["regather"]["entry"] == "update_block_table"
+    # The differential check: its pairs, fields and comparison, by pair id.
+    assert _assigned(tree, "C1_PAIRS") == {"eager_spec-vs-full_spec_after": ["eager_spec", "full_spec_after"]}
+    assert _assigned(tree, "C1_FIELDS") == record.claims[0].check.fields
+    differential = ast.unparse(_test_function(tree, "test_c1_differential"))
+    assert "field_differences(runs[0].metadata, runs[1].metadata, C1_FIELDS, 'prefix')" in differential
+    # gpu_sync: the CUDA count and its CPU proxy over the same cases.
+    for name in ("test_c2_gpu_sync", "test_c2_gpu_sync_cpu_proxy"):
+        params = ast.literal_eval(_test_function(tree, name).decorator_list[-1].args[1])
+        assert params == ["capture_spec", "regather"], name
+    assert "count_device_origin_reads('cpu', CASES[case_id])" in ast.unparse(_test_function(tree, "test_c2_gpu_sync_cpu_proxy"))
+    assert "class DeviceOriginReads(TorchFunctionMode):" in text
+    # No stored snapshot for this record: said, not silently dropped.
+    assert "the full-metadata snapshot (no stored snapshot of vLLM 0.33.0" in " ".join(ast.get_docstring(tree).split())
+    # Cases and claims outside the target release stay out (capture and re-gather: >=0.31).
+    old = _exported(record, release="0.29.0", source="kb/9.yaml")
+    assert "capture_spec" not in old and "test_c2_gpu_sync" not in old and "DeviceOriginReads" not in old
+    assert "C2 (covers vLLM >=0.31)" in " ".join(ast.get_docstring(ast.parse(old)).split())
+    (tmp_path / "test_gdn_pr_9.py").write_text(text, encoding="utf-8")
+    (tmp_path / "test_gdn_pr_9_on_029.py").write_text(old, encoding="utf-8")
+    _lint(tmp_path)
+
+
+def test_a_differential_deviation_applies_to_the_pairs_of_its_cases():
+    record = _scenario_record()
+    claim = record.claims[0]
+    deviation = {"releases": ">=0.33", "cases": ["full_spec_after"], "reason": "staged on purpose"}
+    claim = claim.model_validate({**claim.model_dump(), "known_deviations": [deviation]})
+    text = _exported(record.model_copy(update={"claims": [claim, *record.claims[1:]]}), source="kb/9.yaml")
+    assert 'pytest.param("eager_spec-vs-full_spec_after", marks=C1_KNOWN_DEVIATION)' in text
+    assert "known deviation on vLLM 0.33.0: staged on purpose" in text
+
+
+def test_runs_are_laid_out_as_ruff_lays_them_out(tmp_path):
+    """Long runs (a snapshot's padded buffers) are starred items that evaluate to the same list."""
+    rng = random.Random(11)
+    values = []
+    for _ in range(200):
+        items = []
+        for _ in range(rng.randint(0, 6)):
+            kind = rng.choice(["same", "count", "mixed", "nested"])
+            length = rng.choice([1, 3, 7, 8, 9, 40, 2045])
+            if kind == "same":
+                items += [rng.choice([-1, 0, True, False, None, "x", 7])] * length
+            elif kind == "count":
+                start = rng.randint(-5, 50)
+                items += list(range(start, start + length))
+            elif kind == "nested":
+                items.append({"k": [rng.randint(0, 1)] * length, "v": [[0, 0]] * 3})
+            else:
+                items += [rng.choice([1, True, 1, 2]) for _ in range(min(length, 12))]
+        values.append(items)
+    from gdn_review.export_format import runs
+
+    assert runs([1, True, 1, 1, 1, 1, 1, 1, 1]) == [1, True, *[1] * 7]  # True is not 1 here
+    lines = [export.assignment(f"VALUE_{i}", runs(value)) for i, value in enumerate(values)]
+    source = "\n".join(lines) + "\n"
+    namespace: dict = {}
+    exec(compile(source, "runs.py", "exec"), namespace)
+    for i, value in enumerate(values):
+        assert namespace[f"VALUE_{i}"] == value and [type(v) for v in namespace[f"VALUE_{i}"]] == [type(v) for v in value]
+    assert len(source) < 200_000
+    (tmp_path / "runs.py").write_text(source, encoding="utf-8")
+    for command in (["format", "--diff"], ["check"]):
+        done = _ruff(*command, "--no-cache", "--config", str(RUFF_CONFIG), str(tmp_path / "runs.py"))
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr
+
+
 # --- Lint -----------------------------------------------------------------------
 
 
@@ -297,6 +576,9 @@ def test_hostile_record_text_stays_text_and_lints(index, tmp_path):
 
 def test_exported_modules_pass_ruff(tmp_path):
     (tmp_path / "test_gdn_pr_52078.py").write_text(_exported(), encoding="utf-8")
+    (tmp_path / "test_gdn_pr_56531.py").write_text(
+        _exported(load_record(ROOT / "kb" / "56531.yaml"), source="kb/56531.yaml"), encoding="utf-8"
+    )
     (tmp_path / "test_gdn_pr_52078_on_031.py").write_text(_exported(release="0.31.0"), encoding="utf-8")
     shutil.copy(GOLDEN_EXPORT, tmp_path)
     _lint(tmp_path)
@@ -304,7 +586,7 @@ def test_exported_modules_pass_ruff(tmp_path):
 
 def test_inlined_harness_files_pass_ruff():
     """The harness files the export copies from are kept as ruff writes them at vLLM's settings."""
-    files = sorted({str(ROOT / "gdn_review" / "harness" / name) for name, _ in export.HELPERS + export.INVARIANT_HELPERS})
+    files = sorted({str(ROOT / "gdn_review" / "harness" / name) for name, _ in export_helpers.helper_groups(export_helpers.OPTIONAL_HELPERS)})
     # In this project gdn_review is first-party and vllm third-party.
     settings = ["--config", str(RUFF_CONFIG), "--config", "lint.isort.known-first-party = ['gdn_review']"]
     for command in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
@@ -427,7 +709,7 @@ def exported_mutant_runs(tmp_path_factory):
 
     scratch = tmp_path_factory.mktemp("exported-mutants")
     path = scratch / export.module_name(RECORD)
-    path.write_text(export.render(RECORD, "kb/52078.yaml", harness.vllm_release()), encoding="utf-8")
+    path.write_text(_exported(release=harness.vllm_release()), encoding="utf-8")
     chosen = {p.id: p.values[0] for p in _record_mutants() if harness.release_in_range(p.values[1])}
     # The baseline is the whole module, unmutated (test_exported_module_passes_without_gdn_review).
     return run_mutants(chosen, [path.name, "-q", "-p", "no:cacheprovider", "-x", "-k", "cpu"], scratch, scratch,
@@ -448,3 +730,125 @@ def test_exported_module_fails_on_mutant(edits, releases, exported_mutant_runs, 
     done = exported_mutant_runs[request.node.callspec.id]
     assert done["returncode"] == 1, f"expected failing tests (exit 1), got {done['returncode']}:\n{done['stdout'][-3000:]}"
     assert re.search(r"\d+ failed", done["stdout"].strip().splitlines()[-1])
+
+
+# --- Slow: parity with the generated module under gdn-review mutate's machinery -------
+
+PARITY_DRIVER = r'''
+import json, sys, time, types
+from pathlib import Path
+
+from gdn_review.mutation import runner
+
+runner.prepare_cpu()  # before vLLM is imported: the mutants run in forked children
+
+from gdn_review import export, generate, harness
+from gdn_review.harness import mutation as loader
+from gdn_review.kb import load_record
+from gdn_review.mutation import catalogue_for
+
+scratch, jobs, paths = Path(sys.argv[1]), int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
+release = str(harness.vllm_release())
+plan = []
+for path in paths:
+    record = load_record(path)
+    found = catalogue_for(path, record, fetch=False, say=lambda _: None)
+    mutants = [m for m in found.runnable() if m.origin == "record"]
+    for mutant in mutants:
+        mutant.code = loader.compile_source(found.target_file, mutant.source)
+    folder = path.parent / "snapshots" / str(record.pr.number)
+    generated = scratch / "generated" / generate.module_name(record)
+    exported = scratch / "exported" / export.module_name(record)
+    for module in (generated, exported):
+        module.parent.mkdir(parents=True, exist_ok=True)
+    # (an absolute snapshot folder: the generated module joins it to its own folder)
+    generated.write_text(generate.render_module(record, f"kb/{path.name}", snapshot_dir=str(folder)), encoding="utf-8")
+    exported.write_text(export.render(record, f"kb/{path.name}", release, snapshot_folder=folder), encoding="utf-8")
+    plan.append((record.pr.number, found, mutants, generated, exported))
+
+started = time.monotonic()
+# The generated suites' baseline, in this process, as `gdn-review mutate` runs it.
+code, _ = runner.baseline([str(p[3]) for p in plan], scratch / "baseline.json")
+results = {"release": release, "generated_baseline": code, "baseline_s": round(time.monotonic() - started, 1), "records": {}}
+unmutated = open(loader.target_path(plan[0][1].target_file), encoding="utf-8").read()
+for number, found, mutants, generated, exported in plan:
+    # The exported module runs in children only, first unmutated: imported here, its own
+    # builder cache would keep the builders of the unmutated class.
+    original = types.SimpleNamespace(id="(unmutated)", code=loader.compile_source(found.target_file, unmutated))
+    entry = results["records"][str(number)] = {"mutants": [m.id for m in mutants], "generated": {}, "exported": {}}
+    for side, module, chosen in (("generated", generated, mutants), ("exported", exported, [original, *mutants])):
+        began = time.monotonic()
+        runner.run_forked(chosen, found.target_file, [str(module)], jobs, 600,
+                          lambda m, r, side=side, entry=entry: entry[side].__setitem__(m.id, r))
+        entry[side + "_s"] = round(time.monotonic() - began, 1)
+(scratch / "parity.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+'''
+
+
+def _parity_keys(record) -> dict[str, str]:
+    """Exported test names (as KillCollector names tests without a claim mark) -> claim id."""
+    from gdn_review.kb.models import python_name
+
+    keys = {"snapshot": "snapshot"}
+    for claim in record.claims:
+        name = f"{python_name(claim.id).lower()}_{claim.check.kind}"
+        keys[name] = keys[name + "_cpu_proxy"] = claim.id
+    return keys
+
+
+@pytest.mark.slow
+def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path):
+    """The exported module of each record fails on every record mutant its generated module kills.
+
+    Records: kb/52078.yaml and kb/56531.yaml (with their stored snapshots of the installed
+    release, on both sides) and SCENARIO_YAML (scenarios, a differential check, a CPU proxy).
+    Mutants: every record mutant of each that applies to the installed vLLM (on 0.33.0: 3 of
+    52078's 6, all 5 of 56531's, both of the scenario record's); the automatic mutants of the
+    PRs' diffs are left out. Machinery: `gdn-review mutate`'s own (catalogue_for,
+    runner.baseline, runner.run_forked: vLLM imported once, the generated suites' baseline in
+    the parent, one forked child per mutant with the mutant loaded in memory); the exported
+    modules run in children only, first unmutated (they must pass). Beyond the mutant: a
+    claim checked on the same cases on both sides (all but invariants, whose random batches
+    differ: Hypothesis there, seeded here) must kill in the exported module too.
+    About 45 s on 2 CPUs (one vLLM import; each child 0.5-1.5 s), 55-60 s beside the other tests.
+    """
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "9.yaml").write_text(SCENARIO_YAML, encoding="utf-8")
+    paths = [ROOT / "kb" / "52078.yaml", ROOT / "kb" / "56531.yaml", kb / "9.yaml"]
+    scratch = tmp_path / "scratch"
+    (scratch / "tmp").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
+    env |= {"TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *map(str, paths)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    result = scratch / "parity.json"
+    assert result.exists(), f"the parity run stopped (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    data = json.loads(result.read_text(encoding="utf-8"))
+    print(json.dumps(data, indent=1))  # the kill sets and timings, for -s
+    assert data["generated_baseline"] == 0, "the generated suites must pass without a mutant:\n" + done.stdout[-3000:]
+    records = {path.stem: load_record(path) for path in paths}
+    killed_total, summary = 0, []
+    for number, entry in data["records"].items():
+        unmutated = entry["exported"]["(unmutated)"]
+        assert unmutated["status"] == "survived" and unmutated["tests_run"] > 0, f"{number}: the exported module fails unmutated: {unmutated}"
+        keys = _parity_keys(records[number])
+        kinds = {claim.id: claim.check.kind for claim in records[number].claims}
+        assert entry["mutants"], f"{number}: no record mutant applies to vLLM {data['release']}"
+        for mutant in entry["mutants"]:
+            generated, exported = entry["generated"][mutant], entry["exported"][mutant]
+            assert generated["status"] in ("killed", "survived"), f"{number} {mutant}: {generated}"
+            summary.append(f"{number} {mutant}: generated {generated['status']}, exported {exported['status']}")
+            if generated["status"] != "killed":
+                continue
+            killed_total += 1
+            assert exported["status"] == "killed", (
+                f"PR {number}: mutant {mutant} is killed by the generated module ({sorted(generated['killed_by'])}) "
+                f"but not by the exported one: {exported}"
+            )
+            by_exported = {keys.get(key, key) for key in exported["killed_by"]}
+            same_cases = {c for c in generated["killed_by"] if kinds.get(c) != "invariant"}
+            assert same_cases <= by_exported, f"PR {number}: mutant {mutant}: claims {sorted(same_cases - by_exported)} kill only in the generated module"
+    assert killed_total >= 8, "\n".join(summary)

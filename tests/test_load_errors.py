@@ -22,7 +22,7 @@ TABLE = [
     (
         "unknown top-level key",
         broken("schema_version: 1\n", "schema_version: 1\nreviewer: me\n"),
-        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, equivalent_mutants, pr, related, report, risks, schema_version, summary, target)"],
+        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, equivalent_mutants, pr, related, report, risks, schema_version, summary, target, upstream_tests)"],
     ),
     (
         "unknown key in a check",
@@ -78,7 +78,7 @@ TABLE = [
     (
         "unknown check kind",
         broken("      kind: op_budget\n", "      kind: vibes\n"),
-        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'latency', 'TODO')"],
+        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'differential', 'latency', 'TODO')"],
     ),
     (
         "alias (and so no alias bomb)",

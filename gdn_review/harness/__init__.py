@@ -35,10 +35,16 @@ from gdn_review.harness.release_ranges import (
 from gdn_review.harness.run import (
     BuildRun,
     build_case,
+    count_device_origin_reads,
     count_sync_warnings,
     prepare_builders,
+    snapshot_case,
 )
-from gdn_review.harness.snapshots import snapshot_differences, stored_snapshot
+from gdn_review.harness.snapshots import (
+    field_differences,
+    snapshot_differences,
+    stored_snapshot,
+)
 from gdn_review.harness.strategies import random_batches
 
 
@@ -55,10 +61,12 @@ __all__ = [
     "check_deviation_unchanged",
     "check_property",
     "claim_in_range",
+    "count_device_origin_reads",
     "count_sync_warnings",
     "cuda_skip_reason",
     "device_skip_reason",
     "environment",
+    "field_differences",
     "known_deviation",
     "make_builder",
     "prepare_builders",
@@ -68,6 +76,7 @@ __all__ = [
     "release_in_range",
     "skip_outside_claim_releases",
     "skip_outside_releases",
+    "snapshot_case",
     "snapshot_differences",
     "stored_snapshot",
     "target_source",

@@ -27,13 +27,21 @@ from gdn_review.harness.environment import prepare_platform
 
 @dataclasses.dataclass(frozen=True)
 class BuilderSettings:
-    """What a case needs of the builder: device and speculative config."""
+    """What a case needs of the builder: device, speculative and scenario config.
+
+    ``None`` leaves a setting as the VllmConfig makes it (eager, no capture size
+    limit, the model's mamba cache mode, the release's default prefill backend).
+    """
 
     device: str = "cpu"
     speculative_tokens: int | None = None  # None: no speculative config at all
     max_num_seqs: int = 8
     max_model_len: int = 256
     block_size: int = 16
+    cudagraph_mode: str | None = None  # a CUDAGraphMode name, e.g. "FULL_AND_PIECEWISE"
+    mamba_cache_mode: str | None = None  # "none" or "align"
+    max_cudagraph_capture_size: int | None = None
+    prefill_backend: str | None = None  # additional_config["gdn_prefill_backend"]
 
     @property
     def block_table_columns(self) -> int:
@@ -141,7 +149,7 @@ def _vllm_config(settings: BuilderSettings):
             is_encoder_decoder=False,
         )
     )
-    return VllmConfig(
+    config = VllmConfig(
         model_config=_model_config(settings.max_model_len),
         # vLLM's CPU platform asserts a cpu device config. Where the builder's
         # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
@@ -156,7 +164,27 @@ def _vllm_config(settings: BuilderSettings):
         ),
         scheduler_config=scheduler,
         speculative_config=speculative,
+        **_accepted_kwargs(
+            VllmConfig,
+            additional_config={"gdn_prefill_backend": settings.prefill_backend}
+            if settings.prefill_backend is not None
+            else {},
+        ),
     )
+    # Set after the config is made, as vLLM's own CPU tests of the builder do:
+    # the eager model config would turn a requested graph mode back into NONE.
+    if settings.cudagraph_mode is not None:
+        from vllm.config import CUDAGraphMode
+
+        config.compilation_config.cudagraph_mode = CUDAGraphMode[
+            settings.cudagraph_mode
+        ]
+    if settings.max_cudagraph_capture_size is not None:
+        compilation = config.compilation_config
+        compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
+    if settings.mamba_cache_mode is not None:
+        config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+    return config
 
 
 def warm_up(construct: bool = False) -> None:
@@ -179,6 +207,11 @@ def warm_up(construct: bool = False) -> None:
 @functools.cache
 def make_builder(settings: BuilderSettings):
     """The real builder for ``settings``; built once per process and reused."""
+    return new_builder(settings)
+
+
+def new_builder(settings: BuilderSettings):
+    """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import MambaSpec

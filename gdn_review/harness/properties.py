@@ -142,3 +142,145 @@ def _check_indices_in_bounds(batch, run):
 def _check_deterministic(batch, run):
     again = build_case(run.device, batch, count_ops=False)
     assert again.metadata == run.metadata, "two builds of the same batch differ"
+
+
+# --- Scenario invariants: FULL-graph staging, capture, re-gather ----------------
+
+FULL_GRAPH = "FULL_AND_PIECEWISE"
+# Fields build() stages into the FULL-graph buffers, by path: (field, its tail
+# value, whether it holds one entry per request plus one).
+STAGED = {
+    "spec": [
+        ("spec_state_indices_tensor", "null", False),
+        ("spec_sequence_masks", False, False),
+        ("spec_query_start_loc", "flat", True),
+        ("num_accepted_tokens", 1, False),
+    ],
+    "decode": [
+        ("non_spec_state_indices_tensor", 0, False),
+        ("non_spec_query_start_loc", "flat", True),
+    ],
+}
+# Derived from the state-index tensors: they follow from the tensors themselves.
+DERIVED = {"spec_state_rows", "spec_state_cells", "non_spec_state_rows"}
+
+
+def _variant(batch, **changes):
+    """The batch as another scenario: scenario keys replaced, earlier builds dropped."""
+    keys = ("after", "entry", "cudagraph_mode", "block_table_offset")
+    variant = {key: value for key, value in batch.items() if key not in keys}
+    variant.update({key: value for key, value in changes.items() if value is not None})
+    return variant
+
+
+def _dirty_batches(batch):
+    """Builds that fill every FULL-graph buffer with other state ids first."""
+    k = batch.get("speculative_tokens")
+    size = batch.get("max_num_seqs", 8)
+    decodes = [{"seq_len": 40, "query_len": 1, "prefilling": False}] * size
+    dirty = [_variant(batch, rows=decodes, padded_rows=0, block_table_offset=20000)]
+    if k is not None:
+        spec = [
+            {"seq_len": 40, "query_len": k + 1, "drafted": k, "accepted": k + 1}
+        ] * size
+        dirty.append(_variant(batch, rows=spec, padded_rows=0, drafts="given"))
+        dirty[-1]["block_table_offset"] = 30000
+    return [dict(d, cudagraph_mode=FULL_GRAPH) for d in dirty]
+
+
+def _check_full_graph_tails_neutral(batch, run):
+    # After larger batches filled the buffers, a FULL-graph build's padded
+    # tails are neutral and its real prefix is the eager build's.
+    eager = build_case(run.device, _variant(batch), count_ops=False).metadata
+    full = build_case(
+        run.device,
+        _variant(batch, cudagraph_mode=FULL_GRAPH, after=_dirty_batches(batch)),
+        count_ops=False,
+    ).metadata
+    requests = len(batch["rows"]) + batch.get("padded_rows", 0)
+    # The buffers hold decode_cudagraph_max_bs requests (and tokens): what the
+    # builder stages must fit, as _stage_spec_decode / _stage_decode require.
+    limit = batch.get("max_num_seqs", 8) * ((batch.get("speculative_tokens") or 0) + 1)
+    if batch.get("max_cudagraph_capture_size") is not None:
+        limit = min(limit, batch["max_cudagraph_capture_size"])
+    staged = []
+    if (
+        eager["num_prefills"] == 0
+        and eager["num_decodes"] == 0
+        and eager["num_spec_decodes"] <= limit
+        and eager["num_spec_decode_tokens"] <= limit
+    ):
+        staged, real = STAGED["spec"], eager["num_spec_decodes"]
+    elif (
+        eager["num_prefills"] == 0
+        and eager["num_spec_decodes"] == 0
+        and eager["num_decodes"] <= limit
+    ):
+        staged, real = STAGED["decode"], eager["num_decodes"]
+    for field, tail, plus_one in staged:
+        values, length = full[field], requests + int(plus_one)
+        assert len(values) == length, f"{field} has {len(values)} entries, not {length}"
+        cut = real + int(plus_one)
+        assert values[:cut] == eager[field][:cut], (
+            f"{field}: real prefix {values[:cut]} != eager {eager[field][:cut]}"
+        )
+        expected = values[cut - 1] if tail == "flat" else tail
+        for value in values[cut:]:
+            flat = value if isinstance(value, list) else [value]
+            assert all(v == (0 if tail == "null" else expected) for v in flat), (
+                f"{field}: padded tail {values[cut:]} is not neutral"
+            )
+    skip = {field for field, _, _ in staged} | DERIVED
+    differ = sorted(f for f in eager if f not in skip and full.get(f) != eager[f])
+    assert not differ, f"the FULL-graph build differs from the eager one on {differ}"
+
+
+def _check_capture_matches_build(batch, run):
+    # Capture derives drafts from the query lengths: it equals a build of the
+    # same batch with drafts = query length - 1 and accepted = query length.
+    k = batch.get("speculative_tokens")
+    query = 1 + (k or 0)
+    rows = [
+        {"seq_len": max(row["seq_len"], query), "query_len": query}
+        for row in batch["rows"]
+    ]
+    built_rows = [
+        dict(row, prefilling=False)
+        if k is None
+        else dict(row, drafted=query - 1, accepted=query, prefilling=False)
+        for row in rows
+    ]
+    captured = build_case(
+        run.device, _variant(batch, rows=rows, entry="capture"), count_ops=False
+    ).metadata
+    built = build_case(
+        run.device, _variant(batch, rows=built_rows, drafts="given"), count_ops=False
+    ).metadata
+    differ = {
+        f: (captured[f], built.get(f)) for f in captured if captured[f] != built.get(f)
+    }
+    assert not differ, f"capture differs from build (capture, build): {differ}"
+
+
+def _check_regather_matches_fresh_build(batch, run):
+    # update_block_table with a second table equals a fresh build with that
+    # table on the state indices, and leaves every other field as it was.
+    base = _variant(batch, mamba_cache_mode="none")
+    regather = build_case(
+        run.device, _variant(base, entry="update_block_table"), count_ops=False
+    )
+    fresh = build_case(
+        run.device, _variant(base, block_table_offset=10000), count_ops=False
+    ).metadata
+    state = {
+        "spec_state_indices_tensor",
+        "non_spec_state_indices_tensor",
+        "prefill_state_indices",
+    }
+    for field in sorted(state):
+        assert regather.metadata[field] == fresh[field], (
+            f"{field}: re-gathered {regather.metadata[field]} != fresh {fresh[field]}"
+        )
+    others = set(regather.metadata) - state - DERIVED - {"checkpoint"}
+    changed = sorted(f for f in others if regather.metadata[f] != regather.built[f])
+    assert not changed, f"update_block_table changed batch-level fields {changed}"

@@ -12,6 +12,17 @@ A case is plain data (as a record states it)::
 ``drafted`` is the row's draft count, or None for a row that does not
 speculate (vLLM's -1). Padded rows are zero-length rows at the back, as the
 runner pads a batch for CUDA graphs.
+
+Scenario keys (all optional) describe the builder as vLLM runs it: builder
+settings (``cudagraph_mode``, ``mamba_cache_mode``, ``max_cudagraph_capture_size``,
+``block_size``, ``prefill_backend``), token padding (``padded_tokens``), host
+sequence lengths above the real ones (``host_seq_len_offset``, or a row's
+``host_seq_len``), the block table's ``block_table_offset``, the ``entry``
+point (``build``, ``capture``: ``build_for_cudagraph_capture``,
+``update_block_table``: a re-gather of the build's metadata with the second
+block table) and ``after``: cases (as dicts) built first on the same builder.
+Block-table entry (r, c) is ``offset + r * columns + c + 1``; the second table
+of a re-gather is the first plus ``SECOND_TABLE``.
 """
 
 from __future__ import annotations
@@ -22,8 +33,19 @@ import warnings
 
 import torch
 
-from gdn_review.harness.builders import BuilderSettings, make_builder
+from gdn_review.harness.builders import BuilderSettings, make_builder, new_builder
 from gdn_review.harness.environment import prepare_platform
+from gdn_review.harness.sync_proxy import DeviceOriginReads
+
+# Offset of the second block table (update_block_table); table offsets are
+# multiples of it, so an entry still names its row and slot.
+SECOND_TABLE = 10000
+# Entry points of the builder a case can use: case "entry" -> method name.
+ENTRY_METHODS = {
+    "build": "build",
+    "capture": "build_for_cudagraph_capture",
+    "update_block_table": "update_block_table",
+}
 
 
 @dataclasses.dataclass
@@ -35,6 +57,8 @@ class BuildRun:
     rows: int
     padded_rows: int
     device: str
+    # update_block_table: the snapshot of the build it re-gathered
+    built: dict | None = None
 
 
 def settings_for(case: dict, device: str) -> BuilderSettings:
@@ -42,7 +66,57 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         device=device,
         speculative_tokens=case.get("speculative_tokens"),
         max_num_seqs=case.get("max_num_seqs", 8),
+        block_size=case.get("block_size", 16),
+        cudagraph_mode=case.get("cudagraph_mode"),
+        mamba_cache_mode=case.get("mamba_cache_mode"),
+        max_cudagraph_capture_size=case.get("max_cudagraph_capture_size"),
+        prefill_backend=case.get("prefill_backend"),
     )
+
+
+def needs_own_builder(case: dict) -> bool:
+    """Whether a case needs a builder of its own: FULL-graph staging writes the
+    builder's persistent buffers, so a build there depends on the builds before."""
+    mode = case.get("cudagraph_mode")
+    return bool(case.get("after")) or (mode is not None and "FULL" in mode)
+
+
+def scenario_skip_reason(case: dict, builder) -> str | None:
+    """Why the loaded release or device cannot run this case (None: it can)."""
+    import vllm
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    release = vllm.__version__
+    method = ENTRY_METHODS[case.get("entry", "build")]
+    if not hasattr(builder, method):
+        return (
+            f"not applicable: vLLM {release} has no {type(builder).__name__}.{method}"
+        )
+    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata
+
+    fields = {f.name for f in dataclasses.fields(GDNAttentionMetadata)}
+    for name in case.get("needs") or []:
+        if name not in fields and not hasattr(builder, name):
+            return f"not applicable: vLLM {release} has no {name} (metadata or builder)"
+    host_lens = case.get("host_seq_len_offset") or any(
+        row.get("host_seq_len") is not None for row in case["rows"]
+    )
+    names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    if host_lens and "seq_lens_cpu_upper_bound" not in names:
+        return (
+            f"not applicable: vLLM {release}'s CommonAttentionMetadata has no "
+            "seq_lens_cpu_upper_bound (host sequence lengths)"
+        )
+    if (
+        case.get("entry") == "update_block_table"
+        and builder.vllm_config.cache_config.mamba_cache_mode == "align"
+        and not getattr(builder, "supports_update_block_table", False)
+    ):
+        return (
+            "needs CUDA and the V2 model runner: update_block_table in "
+            "mamba_cache_mode 'align' re-gathers vLLM's aligned state indices"
+        )
+    return None
 
 
 def _row_values(case: dict) -> list[dict]:
@@ -71,28 +145,42 @@ def _inputs(case: dict, settings: BuilderSettings):
     starts = [0]
     for length in query_lens:
         starts.append(starts[-1] + length)
-    num_tokens = starts[-1]
+    # Token padding (FULL-graph replay) counts tokens beyond the real ones.
+    num_tokens = starts[-1] + case.get("padded_tokens", 0)
     columns = settings.block_table_columns
-    # Entry (r, c) = r * columns + c + 1: every state index names its row, and
-    # 0 (vLLM's NULL_BLOCK_ID) never appears as a real entry.
-    block_table = torch.arange(1, len(rows) * columns + 1, dtype=torch.int32).reshape(
-        len(rows), columns
-    )
+    # Entry (r, c) = offset + r * columns + c + 1: every state index names its
+    # row, and 0 (vLLM's NULL_BLOCK_ID) never appears as a real entry.
+    block_table = case.get("block_table_offset", 0) + torch.arange(
+        1, len(rows) * columns + 1, dtype=torch.int32
+    ).reshape(len(rows), columns)
+    if case.get("null_padded_blocks"):
+        # Padded rows own no blocks: every entry is NULL_BLOCK_ID (0).
+        block_table[len(case["rows"]) :] = 0
     # Unless a row says so, a row that does not speculate and has more than
-    # one query token is a prefill (vLLM's is_prefilling).
+    # one query token is a prefill (vLLM's is_prefilling); capture batches
+    # are decodes.
+    capture = case.get("entry") == "capture"
     prefilling = [
         row["prefilling"]
         if row.get("prefilling") is not None
-        else (row.get("drafted") is None and row["query_len"] > 1)
+        else (not capture and row.get("drafted") is None and row["query_len"] > 1)
+        for row in rows
+    ]
+    # What the host believes of each sequence's length (vLLM may overestimate).
+    host_seq_lens = [
+        row["seq_len"]
+        if row.get("padded")
+        else row.get("host_seq_len")
+        or row["seq_len"] + case.get("host_seq_len_offset", 0)
         for row in rows
     ]
     seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
     query_lens_cpu = torch.tensor(query_lens, dtype=torch.int32)
     query_start_loc_cpu = torch.tensor(starts, dtype=torch.int32)
     candidates = {
-        "query_start_loc": query_start_loc_cpu.to(device),
+        "query_start_loc": query_start_loc_cpu.to(device, copy=True),
         "query_start_loc_cpu": query_start_loc_cpu,
-        "seq_lens": seq_lens_cpu.to(device),
+        "seq_lens": seq_lens_cpu.to(device, copy=True),
         "num_reqs": len(rows),
         "num_actual_tokens": num_tokens,
         "max_query_len": max(query_lens, default=0),
@@ -101,7 +189,7 @@ def _inputs(case: dict, settings: BuilderSettings):
         "slot_mapping": torch.arange(num_tokens, dtype=torch.int64).to(device),
         "causal": True,
         "is_prefilling": torch.tensor(prefilling, dtype=torch.bool),
-        "seq_lens_cpu_upper_bound": seq_lens_cpu.clone(),
+        "seq_lens_cpu_upper_bound": torch.tensor(host_seq_lens, dtype=torch.int32),
         # Fields of older releases (0.28, 0.29), ignored where absent.
         "_seq_lens_cpu": seq_lens_cpu.clone(),
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
@@ -113,14 +201,15 @@ def _inputs(case: dict, settings: BuilderSettings):
 
     drafts = None
     num_accepted = None
-    if (
-        case.get("drafts", "given") == "given"
-        and case.get("speculative_tokens") is not None
-    ):
-        drafts = torch.tensor(
-            [-1 if row.get("drafted") is None else row["drafted"] for row in rows],
-            dtype=torch.int32,
-        )
+    given = case.get("drafts", "given")
+    if given != "none" and case.get("speculative_tokens") is not None:
+        # "accepted_only": the accepted counts without draft counts (a runner
+        # step that drafted nothing still passes what the last step accepted).
+        if given == "given":
+            drafts = torch.tensor(
+                [-1 if row.get("drafted") is None else row["drafted"] for row in rows],
+                dtype=torch.int32,
+            )
         num_accepted = torch.tensor(
             [row.get("accepted", 1) for row in rows], dtype=torch.int32
         ).to(device)
@@ -179,7 +268,10 @@ def _rows_of(indices, columns: int) -> list[int] | None:
     values = indices.detach().cpu()
     if values.dim() == 2:
         values = values[:, 0]
-    return [(int(v) - 1) // columns if int(v) > 0 else -1 for v in values.tolist()]
+    return [
+        (int(v) - 1) % SECOND_TABLE // columns if int(v) > 0 else -1
+        for v in values.tolist()
+    ]
 
 
 def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
@@ -188,7 +280,7 @@ def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
         return None
     return [
         [
-            [(int(v) - 1) // columns, (int(v) - 1) % columns]
+            [(int(v) - 1) % SECOND_TABLE // columns, (int(v) - 1) % columns]
             if int(v) > 0
             else [-1, -1]
             for v in row
@@ -214,46 +306,120 @@ def snapshot(metadata, columns: int) -> dict:
     return data
 
 
+def _run_entry(builder, case: dict, settings: BuilderSettings):
+    """Call the case's entry point on ``builder``; returns (metadata, the build it
+    re-gathered or None) and the columns of the block table."""
+    kwargs, _, columns = _inputs(case, settings)
+    entry = case.get("entry", "build")
+    if entry == "capture":
+        return builder.build_for_cudagraph_capture(kwargs["common_attn_metadata"]), None
+    metadata = builder.build(**kwargs)
+    if entry == "build":
+        return metadata, None
+    common = kwargs["common_attn_metadata"]
+    second = common.block_table_tensor + SECOND_TABLE
+    built = snapshot(metadata, columns)
+    return builder.update_block_table(metadata, second, common.slot_mapping), built
+
+
 def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
-    """Run the real ``build()`` on ``case`` and return its snapshot and op counts."""
+    """Run the real builder on ``case`` (its entry point, after the builds it
+    names) and return the snapshot of the metadata and the ops it executed."""
     prepare_platform()
-    settings = settings_for(case, device)
-    builder = make_builder(settings)
-    kwargs, rows, columns = _inputs(case, settings)
+    builder, settings = _builder_after(device, case)
+    columns = settings.block_table_columns
     counter = _OpCounter()
     if count_ops:
         with counter.mode:
-            metadata = builder.build(**kwargs)
+            metadata, built = _run_entry(builder, case, settings)
     else:
-        metadata = builder.build(**kwargs)
+        metadata, built = _run_entry(builder, case, settings)
     padded = case.get("padded_rows", 0)
     return BuildRun(
         metadata=snapshot(metadata, columns),
         ops=dict(sorted(counter.counts.items())),
-        rows=len(rows) - padded,
+        rows=len(case["rows"]),
         padded_rows=padded,
         device=device,
+        built=built,
     )
 
 
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build()."""
     for case in cases:
-        make_builder(settings_for(case, device))
+        if not needs_own_builder(case):
+            make_builder(settings_for(case, device))
+
+
+def _builder_after(device: str, case: dict):
+    """The builder a case runs on, after the builds its ``after`` names."""
+    settings = settings_for(case, device)
+    if needs_own_builder(case):
+        builder = new_builder(settings)
+    else:
+        builder = make_builder(settings)
+    reason = scenario_skip_reason(case, builder)
+    if reason is not None:
+        import pytest
+
+        pytest.skip(reason)
+    for earlier in case.get("after") or []:
+        _run_entry(builder, earlier, settings_for(earlier, device))
+    return builder, settings
 
 
 def count_sync_warnings(device: str, case: dict) -> int:
-    """How many host-device synchronisations CUDA reports while ``build()`` runs."""
-    settings = settings_for(case, device)
-    builder = make_builder(settings)
-    kwargs, _, _ = _inputs(case, settings)
+    """How many host-device synchronisations CUDA reports while the case's entry
+    point runs."""
+    builder, settings = _builder_after(device, case)
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            builder.build(**kwargs)
+            _run_entry(builder, case, settings)
         finally:
             torch.cuda.set_sync_debug_mode(previous)
     return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
+
+
+def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
+    """CPU proxy for host-device syncs: host reads, while the case's entry point
+    runs, of tensors that would live on the device (the device-side inputs, the
+    builder's buffers, and what is computed from them). CUDA's count stays the
+    authority; this tells on CPU whether such a read happens at all."""
+    builder, settings = _builder_after(device, case)
+    kwargs, _, _ = _inputs(case, settings)
+    common = kwargs["common_attn_metadata"]
+    tracker = DeviceOriginReads()
+    tracker.mark(
+        common.query_start_loc,
+        common.seq_lens,
+        common.block_table_tensor,
+        common.slot_mapping,
+        kwargs["num_accepted_tokens"],
+    )
+    tracker.mark_attributes(builder)
+    entry = case.get("entry", "build")
+    with tracker:
+        if entry == "capture":
+            builder.build_for_cudagraph_capture(common)
+        else:
+            metadata = builder.build(**kwargs)
+            if entry == "update_block_table":
+                second = common.block_table_tensor + SECOND_TABLE
+                tracker.mark(second)
+                builder.update_block_table(metadata, second, common.slot_mapping)
+    return dict(sorted(tracker.reads.items()))
+
+
+def snapshot_case(device: str, case: dict) -> dict:
+    """What the case's entry point returns, as a snapshot; a release where it
+    raises (a bug a later PR fixed) gives ``{"raised": "<type>: <message>"}``."""
+    try:
+        return build_case(device, case, count_ops=False).metadata
+    except Exception as error:  # noqa: BLE001  (any crash is the release's behaviour)
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return {"raised": f"{type(error).__name__}: {message}"}

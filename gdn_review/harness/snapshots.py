@@ -40,3 +40,19 @@ def snapshot_differences(measured: dict, stored: dict) -> dict:
         for field in sorted(set(measured) | set(stored))
         if measured.get(field, NO_FIELD) != stored.get(field, NO_FIELD)
     }
+
+
+def field_differences(
+    first: dict, second: dict, fields, compare: str = "equal"
+) -> dict:
+    """field -> (first, second) where two scenarios disagree; ``prefix``: the first's
+    lists only need to be a prefix of the second's (the real rows of a padded build)."""
+    found = {}
+    for field in fields:
+        a, b = first.get(field, NO_FIELD), second.get(field, NO_FIELD)
+        if compare == "prefix" and isinstance(a, list) and isinstance(b, list):
+            if b[: len(a)] != a:
+                found[field] = (a, b)
+        elif a != b:
+            found[field] = (a, b)
+    return found

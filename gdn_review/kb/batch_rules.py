@@ -133,6 +133,14 @@ def runner_order(case: Case) -> Iterator[tuple[Loc, str]]:
         )
 
 
+def zero_length_rows(case: Case) -> Iterator[tuple[Loc, str]]:
+    for i, row in enumerate(case.rows):
+        if row.query_len == 0:
+            yield ("rows", i, "query_len"), (
+                "a zero-length row is CUDA-graph padding, which the runner puts after every real row: use padded_rows"
+            )
+
+
 # Enforced rules, by name. runner_order is not among them yet: kb/52078.yaml's cases
 # spec_decode_and_prefill and largest_batch put a first chunk before an extend,
 # which neither runner does; add it once those cases are reordered and re-measured.
@@ -144,6 +152,7 @@ RULES: dict[str, Rule] = {
     "max-model-len": max_model_len,
     "token-budget": token_budget,
     "max-num-seqs": max_num_seqs,
+    "zero-length-rows": zero_length_rows,
 }
 
 # Row fields whose lower bound the model itself checks, and the rule that bound belongs to.

@@ -139,7 +139,7 @@ def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) 
 
 
 def _is_union_tag(item: Any) -> bool:
-    return item in {"op_budget", "equivalence", "invariant", "gpu_sync", "TODO"} or (
+    return item in {"op_budget", "equivalence", "invariant", "gpu_sync", "differential", "TODO"} or (
         isinstance(item, str) and item.startswith(("function-", "list[", "int", "str"))
     )
 
@@ -184,12 +184,18 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
 
     for c_index, case in enumerate(record.cases):
         problems.extend((("cases", c_index) + loc, message) for loc, message in case_problems(case))
+        problems.extend((("cases", c_index) + loc, message) for loc, message in scenario_problems(record, case))
 
     for index, claim in enumerate(record.claims):
         check = claim.check
         base: Loc = ("claims", index, "check")
         check_cases = getattr(check, "cases", [])
         known(base + ("cases",), "case", check_cases, case_ids)
+        if check.kind == "differential":
+            for p_index, pair in enumerate(check.pairs):
+                known(base + ("pairs", p_index), "case", pair, case_ids)
+                if pair[0] == pair[1]:
+                    problems.append((base + ("pairs", p_index, 1), "a differential check compares two different cases"))
         if check.kind == "equivalence":
             for c_index, case_id in enumerate(check_cases):
                 if case_id in case_ids and not record.case(case_id).expect:
@@ -214,6 +220,82 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
             known(("related", index, "changes", c_index, "cases"), "case", change.cases, case_ids)
     for c_index, change in enumerate(record.target.changes):
         known(("target", "changes", c_index, "cases"), "case", change.cases, case_ids)
+    for u_index, upstream in enumerate(record.upstream_tests):
+        known(("upstream_tests", u_index, "cases"), "case", upstream.cases, case_ids)
+        known(("upstream_tests", u_index, "claims"), "claim", upstream.claims, claim_ids)
+    problems.extend(_target_reached(record))
+    return problems
+
+
+# Entry points other than build() a target symbol may name, and what reaches them:
+# a case with that `entry`, or an invariant that calls it.
+ENTRY_SYMBOLS = {
+    "build_for_cudagraph_capture": ("capture", "capture_matches_build"),
+    "update_block_table": ("update_block_table", "regather_matches_fresh_build"),
+}
+
+
+def _target_reached(record: Record) -> list[tuple[Loc, str]]:
+    """A record whose target is an entry point other than build() needs a check that calls it."""
+    method = record.target.symbol.rsplit(".", 1)[-1]
+    if method not in ENTRY_SYMBOLS:
+        return []
+    entry, prop = ENTRY_SYMBOLS[method]
+    case_ids = {c.id for c in record.cases}
+    for claim in record.claims:
+        check = claim.check
+        if prop in getattr(check, "properties", []):
+            return []
+        if any(record.case(c).entry == entry for c in getattr(check, "cases", []) if c in case_ids):
+            return []
+    return [
+        (("target", "symbol"), f"no check reaches {record.target.symbol}: check a case with `entry: {entry}` "
+         f"(or the invariant {prop}); build() alone never calls it")
+    ]
+
+
+def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
+    """Scenario combinations that can never run (a skip covers what is only absent here)."""
+    problems: list[tuple[Loc, str]] = []
+    case_ids = {c.id for c in record.cases}
+    if case.entry == "capture":
+        for index, row in enumerate(case.rows):
+            for name in ("drafted", "accepted"):
+                if name in row.model_fields_set:
+                    problems.append(
+                        (("rows", index, name), f"a capture case derives {name} from the query lengths (build_for_cudagraph_capture); leave {name} out")
+                    )
+        # build_for_cudagraph_capture asserts both fit the FULL-graph buffers.
+        limit = case.max_num_seqs * ((case.speculative_tokens or 0) + 1)
+        if case.max_cudagraph_capture_size is not None:
+            limit = min(limit, case.max_cudagraph_capture_size)
+        requests = len(case.rows) + case.padded_rows
+        tokens = sum(row.query_len for row in case.rows) + (case.padded_tokens or 0)
+        if requests > limit or tokens > limit:
+            problems.append(
+                (("rows",), f"capture asserts {requests} requests and {tokens} tokens <= decode_cudagraph_max_bs {limit} "
+                 "(max_num_seqs * (k + 1), capped by max_cudagraph_capture_size)")
+            )
+    for index, row in enumerate(case.rows):
+        if row.host_seq_len is not None and row.host_seq_len < row.seq_len:
+            problems.append((("rows", index, "host_seq_len"), f"host_seq_len {row.host_seq_len} < seq_len {row.seq_len}: the host's length is an upper bound"))
+        if row.host_seq_len is not None and case.host_seq_len_offset is not None:
+            problems.append((("rows", index, "host_seq_len"), "give host_seq_len per row or host_seq_len_offset for the case, not both"))
+    for index, earlier_id in enumerate(case.after or []):
+        loc: Loc = ("after", index)
+        if earlier_id not in case_ids:
+            problems.append((loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})"))
+            continue
+        earlier = record.case(earlier_id)
+        if earlier_id == case.id:
+            problems.append((loc, "a case cannot be built before itself"))
+        elif earlier.after:
+            problems.append((loc, f"case {earlier_id!r} has its own after: name its builds here instead (one level)"))
+        else:
+            settings = ("speculative_tokens", "max_num_seqs", "cudagraph_mode", "mamba_cache_mode", "max_cudagraph_capture_size", "block_size", "prefill_backend")
+            differ = [name for name in settings if getattr(earlier, name) != getattr(case, name)]
+            if differ:
+                problems.append((loc, f"case {earlier_id!r} needs another builder ({', '.join(differ)} differ): builds after one another share one builder"))
     return problems
 
 

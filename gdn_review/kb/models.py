@@ -82,11 +82,35 @@ ExpectField = Literal[
     "num_accepted_tokens",
     "spec_token_indx",
     "non_spec_token_indx",
+    # Every other field build() returns (GDNAttentionMetadata, 0.28.0 to 0.33.0):
+    # raw tensors as lists, the padded tails of FULL-graph buffers included.
+    "spec_state_indices_tensor",
+    "non_spec_state_indices_tensor",
+    "prefill_state_indices",
+    "spec_sequence_masks",
+    "spec_sequence_masks_cpu",
+    "uniform_spec_sequence_length",
+    "chunk_indices",
+    "chunk_offsets",
+    "nums_dict",
+    "batch_ptr",
+    "token_chunk_offset_ptr",
+    "checkpoint",
+    "flashinfer_checkpoint_plan",
+    "aiter_prefill_metadata",
+    # Fields of open PRs (#40738, #55504) that no release up to 0.33.0 has; a case
+    # stating them lists them in `needs`.
+    "spec_decode_src_indices",
+    "non_spec_num_accepted",
 ]
 
 InvariantProperty = Literal[
     "fallback_condition",
     "fallback_without_speculating_rows",
+    # Scenario invariants: FULL-graph staging, capture, re-gather.
+    "full_graph_tails_neutral",
+    "capture_matches_build",
+    "regather_matches_fresh_build",
     "partition",
     "spec_rows_match_drafts",
     "counts_add_up",
@@ -114,6 +138,9 @@ class PullRequest(Strict):
         default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
     )
     source_report: str | None = None
+    state: Literal["merged", "open"] = Field(
+        default="merged", description="open: not merged when the record was written; it has no head release yet"
+    )
 
     @model_validator(mode="after")
     def _default_url(self) -> PullRequest:
@@ -150,7 +177,7 @@ class Row(Strict):
     """One request of a batch. What vLLM can produce is checked by kb.batch_rules."""
 
     seq_len: Annotated[int, Field(ge=1, description="tokens of the sequence after this step: already computed + query_len")]
-    query_len: Annotated[int, Field(ge=1, description="tokens this step computes")]
+    query_len: Annotated[int, Field(ge=0, description="tokens this step computes (0: a zero-length padded row; padding belongs in padded_rows)")]
     drafted: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="draft tokens of a speculating row (0..k); null: the row does not speculate (-1)"
     )
@@ -160,6 +187,18 @@ class Row(Strict):
     prefilling: bool | None = Field(
         default=None, description="still in its prompt (vLLM's is_prefilling); null: true for a row that does not speculate and has query_len > 1"
     )
+    host_seq_len: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="the host's (optimistic) length of the sequence, vLLM's seq_lens_cpu_upper_bound; at least seq_len; "
+        "null: seq_len plus the case's host_seq_len_offset",
+    )
+
+
+# vLLM's CUDAGraphMode names (vllm/config/compilation.py).
+CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+# What a case calls on the builder: build(), build_for_cudagraph_capture(), or
+# update_block_table() on the metadata of the case's build, with the second block table.
+Entry = Literal["build", "capture", "update_block_table"]
 
 
 class Case(Strict):
@@ -168,13 +207,56 @@ class Case(Strict):
     speculative_tokens: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="k of the speculative config; null: no speculative config"
     )
-    drafts: Literal["given", "none"] = Field(
-        default="given", description="none: build() gets num_decode_draft_tokens_cpu=None"
+    drafts: Literal["given", "none", "accepted_only"] = Field(
+        default="given",
+        description="none: build() gets num_decode_draft_tokens_cpu=None (and no accepted counts); "
+        "accepted_only: no draft counts, but each row's accepted count",
     )
     rows: Annotated[list[Row], Field(min_length=1)]
     padded_rows: Annotated[int, Field(ge=0)] = 0
     max_num_seqs: Annotated[int, Field(ge=1)] = 8
     releases: ReleaseRange | None = None
+    # Scenario (all optional; left out: a fresh builder in the eager default, one build()).
+    cudagraph_mode: CudaGraphMode | None = Field(
+        default=None, description="compilation_config.cudagraph_mode (vLLM's names); FULL modes stage metadata into the builder's persistent buffers"
+    )
+    mamba_cache_mode: Literal["none", "align"] | None = Field(
+        default=None, description="cache_config.mamba_cache_mode; null: as the config makes it (align: prefix caching is on)"
+    )
+    max_cudagraph_capture_size: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="compilation_config.max_cudagraph_capture_size: caps the FULL-graph buffers (decode_cudagraph_max_bs)"
+    )
+    block_size: Annotated[int, Field(ge=1, le=256)] | None = Field(default=None, description="block size of the cache and the mamba spec (default 16)")
+    prefill_backend: Text | None = Field(
+        default=None, description="additional_config.gdn_prefill_backend (auto, triton, flashinfer, ...), where the release reads it"
+    )
+    padded_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="token padding: num_actual_tokens counts this many tokens beyond the real ones (FULL-graph replay)"
+    )
+    host_seq_len_offset: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="every real row's host sequence length (seq_lens_cpu_upper_bound) is seq_len plus this"
+    )
+    block_table_offset: Annotated[int, Field(ge=10000, multiple_of=10000)] | None = Field(
+        default=None,
+        description="added to every block-table entry (a multiple of 10000: an entry still names its row), "
+        "so a build's state ids differ from those of builds before it",
+    )
+    entry: Entry | None = Field(
+        default=None,
+        description="build (default), capture (build_for_cudagraph_capture: drafts from the query lengths), "
+        "update_block_table (re-gather of this case's build with the second block table: entries + 10000)",
+    )
+    null_padded_blocks: bool | None = Field(
+        default=None, description="padded rows own no blocks: their block-table entries are NULL_BLOCK_ID (0)"
+    )
+    needs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] | None = Field(
+        default=None,
+        description="metadata fields or builder attributes the case needs (of a later release or an open PR); "
+        "a release without one reads 'not applicable: vLLM X has no <name>'",
+    )
+    after: Annotated[list[Id], Field(min_length=1)] | None = Field(
+        default=None, description="cases built first on the same builder (its persistent buffers are reused, as in a server)"
+    )
     allow_impossible: Text | None = Field(
         default=None,
         description="why this batch is one vLLM never produces, on purpose (a robustness check); "
@@ -208,6 +290,23 @@ class GpuSyncCheck(Strict):
     cases: Annotated[list[Id], Field(min_length=1)]
 
 
+class DifferentialCheck(Strict):
+    """Two scenarios of the same batch agree on named fields (vLLM's "fast metadata matches legacy")."""
+
+    kind: Literal["differential"]
+    pairs: Annotated[list[Annotated[list[Id], Field(min_length=2, max_length=2)]], Field(min_length=1)]
+    fields: Annotated[list[ExpectField], Field(min_length=1)]
+    compare: Literal["equal", "prefix"] = Field(
+        default="equal",
+        description="prefix: the first case's lists are a prefix of the second's (the real rows of a padded FULL-graph build)",
+    )
+
+    @property
+    def cases(self) -> list[str]:
+        """Every case of the pairs, once, in order (what other checks call ``cases``)."""
+        return list(dict.fromkeys(case_id for pair in self.pairs for case_id in pair))
+
+
 class LatencyCheck(Strict):
     """build() latency, A/B between two releases (`gdn-review bench`), not a pytest check."""
 
@@ -225,7 +324,7 @@ class TodoCheck(Strict):
 
 
 Check = Annotated[
-    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, LatencyCheck, TodoCheck],
+    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, DifferentialCheck, LatencyCheck, TodoCheck],
     Field(discriminator="kind"),
 ]
 
@@ -328,6 +427,17 @@ class ReportNotes(Strict):
     risk_flags: list[str] = Field(default_factory=list)
 
 
+class UpstreamTest(Strict):
+    """A test of vLLM's own suite this record states as cases and claims."""
+
+    test: Annotated[str, StringConstraints(pattern=r"^tests/\S+\.py::\S+$")] = Field(
+        description="vLLM's test id: tests/<path>.py::<name>[<param>]"
+    )
+    cases: Annotated[list[Id], Field(min_length=1)]
+    claims: Annotated[list[Id], Field(min_length=1)]
+    note: str | None = None
+
+
 class Record(Strict):
     schema_version: Literal[1] = 1
     pr: PullRequest
@@ -338,6 +448,9 @@ class Record(Strict):
     cases: list[Case] = Field(default_factory=list)
     risks: list[Risk] = Field(default_factory=list)
     related: list[Relation] = Field(default_factory=list)
+    upstream_tests: list[UpstreamTest] = Field(
+        default_factory=list, description="vLLM's own tests this record states (its cases and claims); the report gives each a verdict"
+    )
     equivalent_mutants: dict[Id, Text] = Field(
         default_factory=dict,
         description="automatic mutants (by id, see `gdn-review mutate --list`) that cannot change behaviour, "
@@ -346,3 +459,17 @@ class Record(Strict):
 
     def case(self, case_id: str) -> Case:
         return next(c for c in self.cases if c.id == case_id)
+
+    def case_inputs(self) -> dict[str, dict]:
+        """Every case as the harness takes it (generated modules' CASES), sorted by id.
+
+        A case's ``after`` names cases; the harness takes them as batches (one level).
+        """
+        cases = {
+            case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True)
+            for case in sorted(self.cases, key=lambda c: c.id)
+        }
+        for data in cases.values():
+            if "after" in data:
+                data["after"] = [{k: v for k, v in cases[earlier].items() if k != "after"} for earlier in data["after"]]
+        return cases

@@ -1,0 +1,147 @@
+"""Which harness definitions an exported module copies, read from the harness's own source.
+
+``gdn-review export`` writes no second copy of the harness: the definitions a
+module needs (a real builder, a case -> ``build()`` inputs, the snapshot, and
+per need the invariant properties, the CPU sync proxy, the field comparisons)
+are read from ``gdn_review/harness/*.py`` with ``ast`` and copied verbatim,
+with the imports they use. Those files import only the standard library,
+torch, pytest and vLLM (and each other), so the copies run without gdn-review.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from gdn_review.export_format import ExportError
+
+HARNESS = Path(__file__).resolve().parent / "harness"
+
+# Harness definitions copied into every exported module, in this order:
+# (file in gdn_review/harness/, names of its top-level definitions).
+HELPERS = (
+    ("environment.py", ("prepare_platform",)),
+    (
+        "builders.py",
+        (
+            "BuilderSettings",
+            "_accepted_kwargs",
+            "MODEL_CONFIG",
+            "_model_dir",
+            "_model_config",
+            "_vllm_config",
+            "make_builder",
+            "new_builder",
+        ),
+    ),
+    (
+        "run.py",
+        (
+            "SECOND_TABLE",
+            "ENTRY_METHODS",
+            "BuildRun",
+            "settings_for",
+            "needs_own_builder",
+            "scenario_skip_reason",
+            "_row_values",
+            "_inputs",
+            "_OpCounter",
+            "_plain",
+            "_rows_of",
+            "_cells_of",
+            "snapshot",
+            "_run_entry",
+            "build_case",
+            "prepare_builders",
+            "_builder_after",
+        ),
+    ),
+)
+# ...and what some modules need besides, by need: a check kind, or "snapshot"
+# (the stored full-metadata snapshot is exported). None: every top-level
+# definition of the file, in file order. A definition two needs share is copied once.
+OPTIONAL_HELPERS = {
+    # The seeded batches and every property.
+    "invariant": (
+        ("strategies.py", ("draw_batch", "seeded_batches")),
+        ("properties.py", None),
+    ),
+    # CUDA's sync count, and its CPU proxy (device-origin reads).
+    "gpu_sync": (
+        ("run.py", ("count_sync_warnings", "count_device_origin_reads")),
+        ("sync_proxy.py", None),
+    ),
+    "differential": (("snapshots.py", ("NO_FIELD", "field_differences")),),
+    "snapshot": (("snapshots.py", ("NO_FIELD", "snapshot_differences")),),
+}
+
+
+# --- The harness's own source ----------------------------------------------------
+
+
+def _definitions(path: Path) -> dict[str, str]:
+    """Top-level definitions of a harness file: name -> source (decorators and the
+    comment lines just above included), in file order."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    found: dict[str, str] = {}
+    for node in ast.parse(text, filename=str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = node.name
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+        else:
+            continue
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        while start > 1 and lines[start - 2].lstrip().startswith("#"):
+            start -= 1
+        found[name] = "".join(lines[start - 1 : node.end_lineno]).rstrip() + "\n"
+    return found
+
+
+def _module_imports(path: Path) -> dict[str, str]:
+    """What a harness file imports at its top: bound name -> import statement.
+
+    ``import x`` and ``from x import y`` of modules outside gdn-review (the
+    harness files import each other; the export copies those definitions).
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is None and "." not in alias.name:
+                    found[alias.name] = f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in ("gdn_review", "__future__"):
+                continue
+            for alias in node.names:
+                bound = alias.asname or alias.name
+                found[bound] = f"from {node.module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+    return found
+
+
+def helper_groups(needs) -> tuple:
+    """(file, names) of every harness definition a module with these needs copies, in order."""
+    return HELPERS + tuple(group for need in sorted(needs) for group in OPTIONAL_HELPERS.get(need, ()))
+
+
+def harness_helpers(needs, harness: Path = HARNESS) -> tuple[str, list[str]]:
+    """The harness definitions an exported module needs, as source, and the import
+    statements they use. ``needs``: check kinds of the module, and "snapshot"."""
+    parts, seen, available = [], set(), {}
+    for file_name, names in helper_groups(needs):
+        path = harness / file_name
+        definitions = _definitions(path)
+        available |= _module_imports(path)
+        chosen = list(definitions) if names is None else list(names)
+        missing = [name for name in chosen if name not in definitions]
+        if missing:
+            raise ExportError(f"gdn_review/harness/{file_name} no longer defines {', '.join(missing)} (see export_helpers.HELPERS)")
+        for name in chosen:
+            if (file_name, name) not in seen:
+                seen.add((file_name, name))
+                parts.append(definitions[name])
+    source = "\n\n".join(parts)
+    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    return source, sorted(statement for name, statement in available.items() if name in used)
