@@ -61,8 +61,9 @@ CASES = {
         'cudagraph_mode': 'FULL_AND_PIECEWISE',
         'drafts': 'given',
         'id': 'full_graph_at_capacity',
-        'max_num_seqs': 2,
-        'padded_rows': 0,
+        'max_cudagraph_capture_size': 4,
+        'max_num_seqs': 8,
+        'padded_rows': 1,
         'rows': [
             {'accepted': 2, 'drafted': 1, 'query_len': 2, 'seq_len': 30},
             {'accepted': 1, 'drafted': 1, 'query_len': 2, 'seq_len': 20},
@@ -136,11 +137,11 @@ EXPECTATIONS = {
         'spec_token_indx': [0, 1, 2],
     },
     'full_graph_at_capacity': {
-        'num_accepted_tokens': [2, 1],
+        'num_accepted_tokens': [2, 1, 1],
         'num_spec_decodes': 2,
-        'spec_query_start_loc': [0, 2, 4],
-        'spec_sequence_masks': [True, True],
-        'spec_state_indices_tensor': [[2, 3], [18, 19]],
+        'spec_query_start_loc': [0, 2, 4, 4],
+        'spec_sequence_masks': [True, True, False],
+        'spec_state_indices_tensor': [[2, 3], [18, 19], [0, 0]],
     },
     'full_graph_over_capture_size': {
         'num_accepted_tokens': [2, 1, 1],

@@ -43,6 +43,19 @@ CASES = {
             {'accepted': 1, 'query_len': 1, 'seq_len': 1},
         ],
     },
+    'capture_one_token_rows': {
+        'cudagraph_mode': 'FULL_AND_PIECEWISE',
+        'drafts': 'given',
+        'entry': 'capture',
+        'id': 'capture_one_token_rows',
+        'max_num_seqs': 8,
+        'padded_rows': 1,
+        'rows': [
+            {'accepted': 1, 'query_len': 1, 'seq_len': 1},
+            {'accepted': 1, 'query_len': 1, 'seq_len': 1},
+        ],
+        'speculative_tokens': 2,
+    },
     'capture_spec': {
         'after': [
             {
@@ -116,6 +129,17 @@ EXPECTATIONS = {
         'spec_sequence_masks': None,
         'spec_state_indices_tensor': None,
         'spec_token_indx': None,
+    },
+    'capture_one_token_rows': {
+        'non_spec_query_start_loc': [0, 1, 2, 2],
+        'non_spec_state_indices_tensor': [1, 17, 33],
+        'num_accepted_tokens': None,
+        'num_actual_tokens': 2,
+        'num_decodes': 3,
+        'num_prefills': 0,
+        'num_spec_decodes': 0,
+        'path': 'non_spec',
+        'spec_state_indices_tensor': None,
     },
     'capture_spec': {
         'non_spec_query_start_loc': None,
@@ -231,7 +255,16 @@ def test_C1_gpu_sync_cpu_proxy(cpu_device, case_id, request, record_property):
 
 
 CLAIM_C2 = 'Capture builds the same metadata as before the PR (the device-derived reference), in FULL-graph mode, padded tails included.'
-DEVIATIONS_C2 = []
+DEVIATIONS_C2 = [
+    {
+        'cases': ['capture_one_token_rows'],
+        'expect': {'num_decodes': 0, 'num_spec_decodes': 2, 'path': 'spec'},
+        'measured': 'path = spec, num_spec_decodes = 2, num_decodes = 0 on 0.32.0 and 0.33.0',
+        'properties': [],
+        'reason': 'PR #56531 (0.32.0) routes a batch whose speculating rows all drafted zero tokens through the speculative path; capture of one-token rows derives zero drafts, so from 0.32.0 it builds spec-decode metadata (0.29.0 to 0.31.0 fell back to the non-speculative path).',
+        'releases': '>=0.32',
+    },
+]
 
 
 @pytest.mark.claim('C2')
@@ -252,6 +285,11 @@ DEVIATIONS_C2 = []
             'capture_no_spec',
             id='capture_no_spec',
             marks=[pytest.mark.case('capture_no_spec'), pytest.mark.risk('R1', 'R3')],
+        ),
+        pytest.param(
+            'capture_one_token_rows',
+            id='capture_one_token_rows',
+            marks=[pytest.mark.case('capture_one_token_rows'), pytest.mark.risk('R1')],
         ),
     ],
 )
@@ -294,6 +332,7 @@ def claim_C3(request, prop):
 @given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8))
 @example(batch=CASES['build_like_capture_spec'])
 @example(batch=CASES['capture_no_spec'])
+@example(batch=CASES['capture_one_token_rows'])
 @example(batch=CASES['capture_spec'])
 @example(batch=CASES['capture_spec_one_row'])
 @example(batch=CASES['larger_spec_batch'])
@@ -364,6 +403,7 @@ SNAPSHOTS = '../kb/snapshots/55404'
     [
         pytest.param('build_like_capture_spec', id='build_like_capture_spec', marks=pytest.mark.case('build_like_capture_spec')),
         pytest.param('capture_no_spec', id='capture_no_spec', marks=pytest.mark.case('capture_no_spec')),
+        pytest.param('capture_one_token_rows', id='capture_one_token_rows', marks=pytest.mark.case('capture_one_token_rows')),
         pytest.param('capture_spec', id='capture_spec', marks=pytest.mark.case('capture_spec')),
         pytest.param('capture_spec_one_row', id='capture_spec_one_row', marks=pytest.mark.case('capture_spec_one_row')),
         pytest.param('larger_spec_batch', id='larger_spec_batch', marks=pytest.mark.case('larger_spec_batch')),

@@ -107,6 +107,17 @@ def test_before_fails_then_holds_discriminates_with_measured_values(matrix_folde
     assert row["trajectories"] == ["aten.ge, most per build(): 2 (0.28.0) → 1 (0.29.0–0.31.0)"]
 
 
+def test_a_head_release_that_did_not_run_is_stood_in_for_by_the_next_one(matrix_folder):
+    # vLLM 0.24 to 0.27 pick no CPU platform here: a record whose head release is one of
+    # them is judged on the first later release that ran, and the reason says so.
+    record, folder = matrix_folder
+    runs = matrix.load_matrix(folder)
+    runs["releases"] = [entry for entry in runs["releases"] if entry["role"] != "head"]
+    (row,) = report.matrix_data(record, runs, {7})["rows"]
+    assert row["discrimination"] == "discriminates"
+    assert "head release 0.29.0 not run: 0.30.0, the first later release that ran, stands in" in row["discrimination_reason"]
+
+
 @pytest.mark.parametrize(
     "before, base, head, expected",
     [

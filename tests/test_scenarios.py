@@ -161,3 +161,36 @@ def test_field_differences_compare_prefixes():
     assert harness.field_differences(first, second, ["a", "b"], "prefix") == {}
     assert harness.field_differences(first, second, ["a"], "equal") == {"a": ([1, 2], [1, 2, 0])}
     assert harness.field_differences({"a": [2]}, second, ["a"], "prefix") == {"a": ([2], [1, 2, 0])}
+
+
+def test_a_crash_is_stored_as_what_the_release_raised():
+    # vLLM refuses sycl on CPU in the builder's constructor: the snapshot says so.
+    stored = harness.snapshot_case("cpu", {"rows": [{"seq_len": 5, "query_len": 5}], "prefill_backend": "sycl"})
+    assert list(stored) == ["raised"] and stored["raised"].startswith("ValueError:") and "sycl" in stored["raised"]
+
+
+PROXY_ON_CAPTURE = """
+import json
+from gdn_review import harness
+case = {"speculative_tokens": 2, "entry": "capture", "rows": [{"seq_len": 3, "query_len": 3}] * 2, "padded_rows": 1}
+print(json.dumps(harness.count_device_origin_reads("cpu", case)))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release, reads", [("0.29.0", {"Tensor.cpu": 1}), ("0.30.0", {})])
+def test_the_cpu_proxy_tells_capture_before_and_after_pr_55404(release, reads):
+    # 0.29.0: (num_accepted_tokens - 1).cpu(), a copy of a device tensor to the host;
+    # 0.30.0: torch.diff(m.query_start_loc_cpu).sub_(1), host data only.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from gdn_review import release_cache
+
+    path = release_cache.ensure(release).path
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", PROXY_ON_CAPTURE], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == reads

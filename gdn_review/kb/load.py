@@ -190,7 +190,8 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
         check = claim.check
         base: Loc = ("claims", index, "check")
         check_cases = getattr(check, "cases", [])
-        known(base + ("cases",), "case", check_cases, case_ids)
+        if check.kind != "differential":  # its cases come from its pairs, checked below
+            known(base + ("cases",), "case", check_cases, case_ids)
         if check.kind == "differential":
             for p_index, pair in enumerate(check.pairs):
                 known(base + ("pairs", p_index), "case", pair, case_ids)
