@@ -243,7 +243,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 "cases": item.cases,
                 "claims": item.claims,
                 "verdict": worst[0],
-                "reason": worst[1],
+                "reason": worst[1].removeprefix("not applicable: "),
                 "vllm": ", ".join(sorted({_release(evidence, t) for t in chosen if t["outcome"] in RAN})) or "—",
                 "note": item.note,
             }
