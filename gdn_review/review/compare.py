@@ -115,9 +115,9 @@ def carried(records, onto: str, lands_in: str) -> list[dict]:
 def _expect_fields(snapshot: dict) -> dict:
     import typing
 
-    from gdn_review.kb.models import ExpectField
+    from gdn_review.kb.models import CoreExpectField
 
-    return {field: snapshot[field] for field in typing.get_args(ExpectField) if field in snapshot}
+    return {field: snapshot[field] for field in typing.get_args(CoreExpectField) if field in snapshot}
 
 
 def _after(release: str, other: str) -> bool:
