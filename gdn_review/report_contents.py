@@ -327,6 +327,12 @@ def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = N
         if claim["verdict"] == "unverified":
             hint = " Run the suite on a machine with a CUDA GPU." if "needs CUDA" in claim["reason"] else ""
             steps.append(f"Claim {claim['id']} is unverified: {claim['reason']}.{hint}")
+    for claim in claims:
+        if claim["kind"] == "gpu_sync" and claim["verdict"] == "holds" and "CPU proxy" in claim["reason"]:
+            steps.append(
+                f"Claim {claim['id']} holds by its CPU proxy only: CUDA's sync count, the authority, "
+                "needs the suite on a machine with a CUDA GPU (gdn-review bundle)."
+            )
     for risk in risks:
         if risk["coverage"] == "uncovered":
             steps.append(f"Risk {risk['id']} is uncovered: {risk['missing'][0]}.")

@@ -170,10 +170,11 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
                 + "); those that ran "
                 + ("pass" if not any(t["outcome"] == "xfailed" for t in ran) else "pass or deviate as known")
             )
-        note = f" ({plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA)" if needs_cuda else ""
+        notes = [f"{plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA"] if needs_cuda else []
         if claim.check.kind == "gpu_sync" and not any(t.get("device") == "cuda" for t in ran):
             # Only the CPU proxy ran: say so, CUDA's count stays the authority.
-            note = " by the CPU proxy: device-origin reads" + note
+            notes.insert(0, "CPU proxy: device-origin reads")
+        note = f" ({'; '.join(notes)})" if notes else ""
         deviations = [t for t in ran if t["outcome"] == "xfailed"]
         if deviations:
             reasons = sorted({(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations})
