@@ -135,3 +135,23 @@ def test_making_a_builder_starts_no_background_process():
     env = {k: v for k, v in os.environ.items() if k != "HUMMING_DISABLE_PARALLEL_BUILD"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "children 0" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_importing_the_harness_tells_vllm_its_platform():
+    # vLLM picks its platform at first import. A test reaching vLLM through a helper
+    # that does not prepare it (a bare VllmConfig) once left a pytest worker on the
+    # CUDA platform, and every later build() there failed with "no NVIDIA driver".
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from gdn_review.harness.builders import BuilderSettings, _vllm_config\n"
+        "_vllm_config(BuilderSettings())\n"
+        "from vllm.platforms import current_platform\n"
+        "print('platform', type(current_platform).__name__)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "platform CpuPlatform" in done.stdout, done.stdout + done.stderr[-2000:]

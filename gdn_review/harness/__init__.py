@@ -6,9 +6,13 @@ Everything the harness returns is plain data (ints, lists, dicts), so a test
 compares values, not tensors, and the evidence can be written as JSON.
 """
 
-from gdn_review.harness.environment import vllm_cache_per_release
+from gdn_review.harness.environment import prepare_platform, vllm_cache_per_release
 
-vllm_cache_per_release()  # before anything here imports vLLM
+# Before anything imports vLLM: it picks its platform once, at first import, and a
+# test that reached vLLM through a helper that does not prepare it (a bare
+# VllmConfig) left a whole pytest worker on the wrong platform.
+vllm_cache_per_release()
+prepare_platform()
 
 from gdn_review.harness import properties as _properties
 from gdn_review.harness.builders import BuilderSettings, make_builder, warm_up
