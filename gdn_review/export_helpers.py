@@ -50,6 +50,7 @@ HELPERS = (
             "_rows_of",
             "_cells_of",
             "snapshot",
+            "_call_entry",
             "_run_entry",
             "build_case",
             "prepare_builders",

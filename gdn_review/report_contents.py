@@ -234,7 +234,8 @@ def report_data(record: Record, evidence: Evidence) -> dict:
     for item in record.upstream_tests:
         # The verdict of the claims' tests on these cases only (a claim's other cases aside).
         chosen = [t for t in mine if t["claim"] in item.claims and (t.get("case") in item.cases or t.get("property") in item.cases)]
-        verdicts = [claim_verdict(record.claims[[c.id for c in record.claims].index(cid)], [t for t in chosen if t["claim"] == cid]) for cid in item.claims]
+        by_id = {claim.id: claim for claim in record.claims}
+        verdicts = [claim_verdict(by_id[cid], [t for t in chosen if t["claim"] == cid]) for cid in item.claims]
         severity = ("fails", "unverified", "known deviation", "not applicable", "holds")
         worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
         upstream.append(

@@ -306,20 +306,29 @@ def snapshot(metadata, columns: int) -> dict:
     return data
 
 
-def _run_entry(builder, case: dict, settings: BuilderSettings):
-    """Call the case's entry point on ``builder``; returns (metadata, the build it
-    re-gathered or None) and the columns of the block table."""
-    kwargs, _, columns = _inputs(case, settings)
+def _call_entry(builder, case: dict, kwargs: dict, keep_built=None):
+    """Call the case's entry point with ``build()``'s arguments; returns the metadata
+    and, for a re-gather, ``keep_built`` of the build it re-gathered, taken before
+    the re-gather restages the FULL-graph buffers (else None)."""
+    common = kwargs["common_attn_metadata"]
     entry = case.get("entry", "build")
     if entry == "capture":
-        return builder.build_for_cudagraph_capture(kwargs["common_attn_metadata"]), None
+        return builder.build_for_cudagraph_capture(common), None
     metadata = builder.build(**kwargs)
     if entry == "build":
         return metadata, None
-    common = kwargs["common_attn_metadata"]
+    built = keep_built(metadata) if keep_built else None
     second = common.block_table_tensor + SECOND_TABLE
-    built = snapshot(metadata, columns)
     return builder.update_block_table(metadata, second, common.slot_mapping), built
+
+
+def _run_entry(builder, case: dict, settings: BuilderSettings):
+    """Call the case's entry point on ``builder``; returns (metadata, the snapshot of
+    the build it re-gathered or None)."""
+    kwargs, _, columns = _inputs(case, settings)
+    return _call_entry(
+        builder, case, kwargs, lambda metadata: snapshot(metadata, columns)
+    )
 
 
 def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
@@ -402,16 +411,8 @@ def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
         kwargs["num_accepted_tokens"],
     )
     tracker.mark_attributes(builder)
-    entry = case.get("entry", "build")
     with tracker:
-        if entry == "capture":
-            builder.build_for_cudagraph_capture(common)
-        else:
-            metadata = builder.build(**kwargs)
-            if entry == "update_block_table":
-                second = common.block_table_tensor + SECOND_TABLE
-                tracker.mark(second)
-                builder.update_block_table(metadata, second, common.slot_mapping)
+        _call_entry(builder, case, kwargs)
     return dict(sorted(tracker.reads.items()))
 
 
