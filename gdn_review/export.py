@@ -92,7 +92,7 @@ def _pairs(check) -> dict[str, list[str]]:
     """A differential check's pairs by id (``first-vs-second``, as generated modules name them)."""
     if check.kind != "differential":
         return {}
-    return {f"{first}-vs-{second}": [first, second] for first, second in check.pairs}
+    return {generate.pair_id(first, second): [first, second] for first, second in check.pairs}
 
 
 def _risks(record: Record, claim_id: str) -> list:

@@ -91,8 +91,13 @@ def _check_data(claim) -> dict:
     check = claim.check.model_dump(mode="json")
     check.pop("kind")
     if claim.check.kind == "differential":
-        check["pairs_by_id"] = {f"{first}-vs-{second}": [first, second] for first, second in claim.check.pairs}
+        check["pairs_by_id"] = {pair_id(first, second): [first, second] for first, second in claim.check.pairs}
     return check
+
+
+def pair_id(first: str, second: str) -> str:
+    """The test id of a differential check's pair of cases."""
+    return f"{first}-vs-{second}"
 
 
 def _risks_for(record: Record, claim_id: str, case_id: str | None) -> list[str]:
@@ -118,15 +123,12 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         name = f"test_{python_name(claim.id)}_{claim.check.kind}"
         check = _check_data(claim)
         params = [
-            {"id": case_id, "cases": [case_id], "risks": _risks_for(record, claim.id, case_id)}
-            for case_id in check.get("cases", [])
+            {"id": case_id, "risks": _risks_for(record, claim.id, case_id)} for case_id in check.get("cases", [])
         ]
         if claim.check.kind == "differential":
             params = [
                 {
-                    "id": f"{first}-vs-{second}",
-                    "cases": [first, second],
-                    "pair": [first, second],
+                    "id": pair_id(first, second),
                     "risks": sorted(set(_risks_for(record, claim.id, first)) | set(_risks_for(record, claim.id, second))),
                 }
                 for first, second in claim.check.pairs
