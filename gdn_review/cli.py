@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from gdn_review import cli_long_runs, cli_review
+from gdn_review import cli_authoring, cli_long_runs, cli_review
 from gdn_review import fast_exit
 from gdn_review import generate as generator
 from gdn_review.cli_support import (
@@ -278,7 +278,7 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
 
 
 for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_runs.matrix_command, cli_long_runs.bundle_command,
-                 cli_review.review_command, cli_review.review_merge_command):
+                 cli_review.review_command, cli_review.review_merge_command, cli_authoring.find_release_command):
     main.add_command(_command)
 
 

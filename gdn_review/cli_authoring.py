@@ -1,0 +1,55 @@
+"""The click commands that help write a record: ``find-release`` (which release first has a line).
+
+Each command parses, calls one function (``release_finder``), prints and chooses
+the exit code: 0 found, 1 not found, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from gdn_review.cli_support import EXIT_FAILED, BadInput, _exit_codes, _say
+
+
+@click.command(name="find-release")
+@click.argument("wanted", metavar="LINE")
+@click.option("--file", "file", default="vllm/v1/attention/backends/gdn_attn.py", show_default=True, help="The file in vLLM to look in.")
+@click.option("--from", "start", default=None, metavar="X.Y.Z", help="The oldest release to check.  [default: 0.28.0]")
+@click.option("--to", "end", default=None, metavar="X.Y.Z", help="The newest release to check.  [default: the installed vLLM]")
+@click.option("--fixed-string", is_flag=True, help="Find LINE as a string anywhere in the file (as given, not stripped) instead of as a whole line.")
+@click.option("--offline", is_flag=True, help="Only the installed vLLM and the release cache; releases not there are named, not fetched.")
+@_exit_codes
+def find_release_command(wanted: str, file: str, start: str | None, end: str | None, fixed_string: bool, offline: bool) -> None:
+    """Say which releases contain LINE of a vLLM file: the first, the last, the target lines to paste.
+
+    Checks every X.Y.0 release from --from to --to, and every release of the
+    release cache in that range; a release missing from the cache is fetched
+    into it (about 0.5 GB, once) unless --offline. A line matches with its
+    surrounding whitespace stripped; several lines (LINE with newlines, or -
+    to read it from stdin) match consecutive non-blank lines of the file.
+    The release checked before the first one that has it is the record's
+    base_release, the first one its head_release.
+
+    Exit 0 found, 1 found in no release checked, 2 bad input.
+
+    \b
+    Examples:
+      gdn-review find-release "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"
+      gdn-review find-release "if num_spec_decodes == 0:" --from 0.28.0 --to 0.33.0 --offline
+      gdn-review find-release "_stage_spec_decode(" --fixed-string
+      gh pr diff 52078 | grep '^+ ' | cut -c2- | head -3 | gdn-review find-release -
+    """
+    from gdn_review import release_finder
+
+    if wanted == "-":
+        wanted = sys.stdin.read()
+    try:
+        finding = release_finder.find_release(wanted, file, start, end, fixed_string, offline, say=_say)
+    except release_finder.FinderError as error:
+        raise BadInput(str(error)) from None
+    for line in release_finder.finding_lines(finding):
+        click.echo(line)
+    if finding.first is None:
+        sys.exit(EXIT_FAILED)
