@@ -125,27 +125,34 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
 
 @click.command(name="matrix")
 @kb_option
-@click.option("--record", "number", required=True, type=int, help="PR number of the record.")
+@click.option("--record", "numbers", multiple=True, type=int, help="PR number of a record (repeatable).")
+@click.option("--all", "every", is_flag=True, help="Every record that is not a draft, in one pool of release runs; also writes the history page.")
+@click.option("--since", default=None, metavar="X.Y.Z", help="Leave out releases older than this (the history's window, e.g. 0.28.0).")
 @click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to run (repeatable).  [default: the record's base and head release and every release after it up to the installed one]")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]")
 @click.option("-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run').")
 @click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
-@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N]")
-@click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the report goes.")
+@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N; with several records WORK/matrix-N]")
+@click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the reports go.")
+@click.option("--history", "history_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="With --all: where the history page goes.")
 @click.option("--fail-on", "fail_on", default="drift", show_default=True, help="Comma list of what makes the exit code 1: fails (on the newest release), unverified, uncovered, drift (unexplained).")
 @_exit_codes
-def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, fail_on) -> None:
-    """Run a record's generated tests on the release without the PR, the release with it, and every later one.
+def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, history_path, fail_on) -> None:
+    """Run records' generated tests on the release without the PR, the release with it, and every later one.
 
     Each release runs in its own subprocess with that release's Python sources
     (from the release cache, fetched once) first on PYTHONPATH over the
     installed torch; releases run in parallel. On the base release every claim
     runs whatever its range, so the report says per claim whether the check
-    discriminates (fails before the PR, holds after it). Every case's full
-    metadata is compared between consecutive releases; each difference is
-    attributed to a PR (target.changes, related[].changes) or shown as
-    unexplained drift.
+    discriminates (fails before the PR, holds after it) or, for a claim of no
+    change, is preserved. Every case's full metadata is compared between
+    consecutive releases; each difference is attributed to a PR
+    (target.changes, related[].changes) or shown as unexplained drift.
+
+    With --all, every record runs and reports/history.md says, release by
+    release, which PRs changed the builder, what moved and each claim's
+    verdict since (`gdn-review history` renders it again without running).
 
     Exit 0 ok, 1 what --fail-on names, 2 bad input (unknown record or release).
 
@@ -154,17 +161,63 @@ def matrix_command(kb_dir, number, versions, jobs, keyword, out_dir, write, work
       gdn-review matrix --record 52078
       gdn-review matrix --record 56531 --vllm 0.31.0 --vllm 0.32.0
       gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
+      gdn-review matrix --all --since 0.28.0       # the whole KB, 0.28.0 to the installed release; writes reports/history.md
     """
     from gdn_review import matrix
 
+    if bool(numbers) == every:
+        raise click.UsageError("give --record N (repeatable) or --all")
     chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
-    report_data, written = matrix.matrix_command(kb_dir, number, list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo)
-    click.echo("\n".join(matrix.summary_lines(report_data)))
+    reports, written = matrix.matrix_command(
+        kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir,
+        say=click.echo, since=since, history_path=history_path if every else None,
+    )
+    tripped = []
+    for report_data in reports:
+        if len(reports) > 1:
+            click.echo(f"PR #{report_data['number']}:")
+        click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix.summary_lines(report_data)))
+        tripped += reporting.matrix_failures(report_data, chosen)
     _print_written(written)
-    tripped = reporting.matrix_failures(report_data, chosen)
     for line in tripped:
         _say(f"fail-on: {line}")
     sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+
+
+@click.command(name="history")
+@kb_option
+@click.option("--since", default=None, metavar="X.Y.Z", help="Leave out releases older than this.  [default: every release the matrix runs have]")
+@click.option("--work", "work_dir", default=".gdn-review", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the matrix runs are (WORK/matrix-N).")
+@click.option("--bench", "bench_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="`gdn-review bench`'s results (latency per record), if any.")
+@click.option("--out", "out_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="Where the page goes.")
+@click.option("--fail-on", "fail_on", default="drift", show_default=True, type=click.Choice(["drift", "none"]), help="drift: exit 1 when a change is unexplained.")
+@_exit_codes
+def history_command(kb_dir, since, work_dir, bench_path, out_path, fail_on) -> None:
+    """Write the builder's history from the matrix runs already made (runs nothing).
+
+    Per release: the PRs that first shipped in it (records by their head
+    release, related PRs by from_release, each relation checked against the
+    matrix: the cases it says it changed moved, or none moved), what moved in
+    every record's cases and which PR explains it, metadata fields that came
+    or went, op counts and build() latency; then every claim's verdict on
+    every release.
+
+    \b
+    Examples:
+      gdn-review matrix --all --since 0.28.0       # runs the matrices, then writes the page
+      gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
+    """
+    from gdn_review import history
+    from gdn_review.selection import load_records
+
+    records = load_records(kb_dir)
+    data = history.history_data(records, history.load_matrices(records, work_dir), history.load_bench(bench_path), since=since)
+    for number, why in data["missing"].items():
+        _say(f"left out #{number}: {why}")
+    path = reporting.write_history(data, out_path)
+    click.echo(f"{len(data['releases'])} releases ({data['releases'][0]} .. {data['releases'][-1]}), {sum(len(r['prs']) for r in data['per_release'])} PRs, {len(data['unexplained'])} unexplained change(s)")
+    click.echo(f"wrote {path}")
+    sys.exit(EXIT_FAILED if data["unexplained"] and fail_on == "drift" else EXIT_OK)
 
 
 @click.command(name="bundle")

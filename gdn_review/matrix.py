@@ -53,11 +53,15 @@ class Planned:
 
 
 def default_releases(base: str | None, head: str | None, installed: str | None) -> list[str]:
-    """Base, head, and every minor release X.Y.0 after the head up to the installed one."""
-    if not base or not head:
-        raise MatrixError("the record names no target.base_release and head_release: give releases with --vllm")
+    """Base, head, and every minor release X.Y.0 after the head up to the installed one.
+
+    An open PR (no head release yet) runs on its base release and every later one.
+    """
+    if not base:
+        raise MatrixError("the record names no target.base_release: give releases with --vllm")
     if installed is None:
         raise MatrixError("no vLLM is importable here to end the default range: give releases with --vllm")
+    head = head or base
     chosen = [Version(base), Version(head)]
     top = Version(installed)
     step = Version(head)
@@ -70,9 +74,14 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
     return [str(v) for v in sorted(set(chosen))]
 
 
-def plan(record, installed: str | None, requested: list[str] | None = None) -> list[Planned]:
+def plan(record, installed: str | None, requested: list[str] | None = None, since: str | None = None) -> list[Planned]:
+    """The releases to run for a record; ``since``: none older than that (a history's window)."""
     base, head = record.target.base_release, record.target.head_release
     versions = requested or default_releases(base, head, installed)
+    if since:
+        versions = [v for v in versions if Version(v) >= Version(since)]
+        if not versions:
+            raise MatrixError(f"PR #{record.pr.number}: no release of its matrix is at or after {since}")
     checked = set()
     for version in versions:
         try:
@@ -183,6 +192,17 @@ def target_diff(record) -> str | None:
     return "".join(lines)
 
 
+@dataclasses.dataclass
+class Job:
+    """One record's matrix: what runs, and where its evidence, snapshots and matrix.json go."""
+
+    record: object
+    record_path: Path
+    module: Path
+    out_dir: Path
+    planned: list[Planned]
+
+
 def run_matrix(
     record,
     record_path: Path,
@@ -192,44 +212,66 @@ def run_matrix(
     jobs: int | None = None,
     keyword: str | None = None,
     say: Callable[[str], None] = print,
+    since: str | None = None,
 ) -> dict:
     """Run the record's module on every planned release; write and return matrix.json's data."""
     installed = release_cache.installed()  # None in a bundle: every release comes from the release cache
-    planned = plan(record, installed, requested)
-    say(f"release matrix of PR #{record.pr.number}: vLLM {', '.join(p.version for p in planned)} (installed: {installed or 'none'})")
-    paths, downloaded = fetch(planned, say)
+    job = Job(record, record_path, module, out_dir, plan(record, installed, requested, since))
+    return run_matrices([job], installed, jobs, keyword, say)[record.pr.number]
+
+
+def run_matrices(work: list[Job], installed: str | None, jobs: int | None = None, keyword: str | None = None, say: Callable[[str], None] = print) -> dict[int, dict]:
+    """Run several records' matrices with one pool of release runs; each record's matrix.json data by PR number."""
+    for job in work:
+        say(f"release matrix of PR #{job.record.pr.number}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
+    wanted = {p.version: p for job in work for p in job.planned}
+    paths, downloaded = fetch(list(wanted.values()), say)
     if downloaded:
         say(f"release cache: downloaded {', '.join(downloaded)}")
     else:
         say(f"release cache: every release was already cached; nothing downloaded ({release_cache.cache_root()})")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [(job, item) for job in work for item in job.planned]
+    for job in work:
+        job.out_dir.mkdir(parents=True, exist_ok=True)
     jobs = jobs or default_jobs()
-    say(f"running {len(planned)} releases, {jobs} at a time")
+    several = len(work) > 1
+    say(f"running {len(runs)} release runs of {len(work)} records, {jobs} at a time" if several else f"running {len(runs)} releases, {jobs} at a time")
     started = time.monotonic()
-    results: dict[str, dict] = {}
+    results: dict[tuple[int, str], dict] = {}
     done = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_one, item, paths[item.version], module, record_path, out_dir, keyword): item for item in planned}
+        futures = {
+            pool.submit(run_one, item, paths[item.version], job.module, job.record_path, job.out_dir, keyword): (job, item)
+            for job, item in runs
+        }
         for future in concurrent.futures.as_completed(futures):
-            item = futures[future]
+            job, item = futures[future]
             result = future.result()
-            results[item.version] = result
+            results[(job.record.pr.number, item.version)] = result
             done += 1
             where = "installed" if item.installed else "unpacked"
             forced = ", every claim checked" if result["claims_on_any_release"] else ""
-            say(f"[{done}/{len(planned)}] vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
-    data = {
-        "format": MATRIX_FORMAT,
-        "record": record.pr.number,
-        "installed": installed,
-        "downloaded": downloaded,
-        "jobs": jobs,
-        "duration_s": round(time.monotonic() - started, 1),
-        "releases": [results[p.version] for p in planned],
-        "target_diff": target_diff(record),
-    }
-    atomic_write(out_dir / "matrix.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
-    return data
+            whose = f"#{job.record.pr.number} " if several else ""
+            say(f"[{done}/{len(runs)}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
+    duration = round(time.monotonic() - started, 1)
+    written = {}
+    for job in work:
+        number = job.record.pr.number
+        data = {
+            "format": MATRIX_FORMAT,
+            "record": number,
+            "installed": installed,
+            "downloaded": [v for v in downloaded if v in {p.version for p in job.planned}],
+            "jobs": jobs,
+            "duration_s": duration,
+            "releases": [results[(number, p.version)] for p in job.planned],
+            "target_diff": target_diff(job.record),
+        }
+        if several:
+            data["records_in_run"] = len(work)
+        atomic_write(job.out_dir / "matrix.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+        written[number] = data
+    return written
 
 
 def load_matrix(folder: Path) -> dict:
@@ -251,7 +293,7 @@ def load_matrix(folder: Path) -> dict:
 
 def matrix_command(
     kb_dir: Path,
-    number: int,
+    numbers: list[int],
     versions: list[str],
     jobs: int | None,
     keyword: str | None,
@@ -260,23 +302,46 @@ def matrix_command(
     work_dir: Path | None,
     reports_dir: Path,
     say: Callable[[str], None] = print,
-) -> tuple[dict, list[Path]]:
-    """``gdn-review matrix``: run the record on its releases, write the report; its data and files."""
+    since: str | None = None,
+    history_path: Path | None = None,
+) -> tuple[list[dict], list[Path]]:
+    """``gdn-review matrix``: run the records on their releases, write their reports; their data and files.
+
+    ``numbers`` empty: every record that is not a draft. With several records
+    the release runs share one pool, each record's work goes to
+    ``WORK/matrix-N`` (default ``.gdn-review``), and with ``history_path`` the
+    history page is written from them.
+    """
+    from gdn_review import history
     from gdn_review import report as reporting
     from gdn_review.kb import is_draft
     from gdn_review.selection import current_modules, load_records
 
-    known = {r.pr.number for r in load_records(kb_dir).values()}
-    records = load_records(kb_dir, (number,))
-    (record_path, record), = records.items()
-    if is_draft(record):
-        raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
+    every = load_records(kb_dir)
+    known = {r.pr.number for r in every.values()}
+    records = load_records(kb_dir, tuple(numbers)) if numbers else {p: r for p, r in every.items() if not is_draft(r)}
+    for record_path, record in records.items():
+        if is_draft(record):
+            raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
+    if not records:
+        raise MatrixError(f"{kb_dir}: no record to run")
     modules = current_modules(kb_dir, records, generated, write, say)
-    work = work_dir or Path(".gdn-review") / f"matrix-{number}"
-    run_matrix(record, record_path, modules[number], work, versions or None, jobs, keyword, say=say)
-    report_data = reporting.matrix_report(record, load_matrix(work), known)
-    written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=[report_data])
-    return report_data, written
+    installed = release_cache.installed()
+    single = len(records) == 1 and bool(numbers)  # --work is then the record's own folder, as before
+    root = work_dir if work_dir and not single else Path(".gdn-review")
+    work = []
+    for record_path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+        number = record.pr.number
+        folder = work_dir if single and work_dir else root / history.matrix_folder_name(number)
+        work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
+    run_matrices(work, installed, jobs, keyword, say)
+    reports = [reporting.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
+    written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
+    if history_path is not None:
+        bench = history.load_bench(Path(".gdn-review") / "bench.json")
+        data = history.history_data(every, history.load_matrices(every, root), bench, since=since)
+        written.append(reporting.write_history(data, history_path))
+    return reports, written
 
 
 def summary_lines(report_data: dict) -> list[str]:

@@ -70,3 +70,13 @@ def write_reports(
         atomic_write(index, render_index(reports))
         written.append(index)
     return written, reports
+
+
+def render_history(data: dict) -> str:
+    return environment(cell=_cell).get_template("history.md.j2").render(**data)
+
+
+def write_history(data: dict, path: Path) -> Path:
+    """reports/history.md from ``history.history_data``; its path."""
+    atomic_write(Path(path), render_history(data))
+    return Path(path)

@@ -1,0 +1,267 @@
+"""The builder's history: per release, the PRs that changed it, what moved, and each claim's verdict since.
+
+Reads what `gdn-review matrix` left for every record (``matrix.json`` and each
+release's evidence and snapshot under ``.gdn-review/matrix-N/``) and, where
+`gdn-review bench` ran, its latency ratios; writes nothing itself but the data
+that ``report.write_history`` renders into ``reports/history.md``. No vLLM is
+imported: the history is a reading of runs already made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from packaging.version import Version
+
+from gdn_review.kb import Record, is_draft
+from gdn_review.matrix import MatrixError, load_matrix
+from gdn_review.matrix_report import matrix_report
+from gdn_review.verdicts import RAN, ReportError, load_evidence
+
+# Short forms of verdicts for the release x claim table.
+SHORT = {
+    "holds": "holds",
+    "fails": "**fails**",
+    "known deviation": "deviates (known)",
+    "not applicable": "n/a",
+    "unverified": "unverified",
+    "not run": "not run",
+}
+
+
+class HistoryError(MatrixError):
+    """Nothing to read a history from (no matrix run at all): bad input, exit 2."""
+
+
+@dataclasses.dataclass
+class Matrices:
+    """The matrix runs found per record, and the records that have none (with the command that makes one)."""
+
+    reports: dict[int, dict]  # record -> matrix report data
+    tests: dict[int, dict[str, list[dict]]]  # record -> release -> that release's evidence tests
+    missing: dict[int, str]
+
+
+def matrix_folder_name(number: int) -> str:
+    return f"matrix-{number}"
+
+
+def matrix_folder(work_root: Path, number: int) -> Path:
+    return Path(work_root) / matrix_folder_name(number)
+
+
+def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
+    """Each record's matrix report data from its last matrix run under ``work_root``."""
+    known = {r.pr.number for r in records.values()}
+    reports, tests, missing = {}, {}, {}
+    for record in sorted(records.values(), key=lambda r: r.pr.number):
+        if is_draft(record):
+            continue
+        number = record.pr.number
+        try:
+            matrix = load_matrix(matrix_folder(work_root, number))
+            reports[number] = matrix_report(record, matrix, known)
+            tests[number] = {
+                entry["version"]: [t for t in load_evidence([Path(entry["evidence_path"])]).tests if t["record"] == number]
+                for entry in matrix["releases"] if entry.get("evidence_path")
+            }
+        except (MatrixError, ReportError) as error:
+            missing[number] = f"{error}; run `gdn-review matrix --record {number}`"
+    if not reports:
+        raise HistoryError(f"no record has a matrix run under {work_root}: run `gdn-review matrix --all --since 0.28.0` first")
+    return Matrices(reports, tests, missing)
+
+
+def load_bench(path: Path) -> dict[int, dict]:
+    """Latency ratios per record from `gdn-review bench`'s file (per device, CUDA preferred), or {}."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for number, by_device in (data.get("bench") or {}).items():
+        results = by_device if "pooled" not in by_device else {by_device.get("device") or "cpu": by_device}
+        chosen = results.get("cuda") or results.get("cpu") or next(iter(results.values()), None)
+        if isinstance(chosen, dict) and isinstance(chosen.get("pooled"), dict):
+            found[int(number)] = chosen
+    return found
+
+
+def _in(version: str, since: str | None) -> bool:
+    return since is None or Version(version) >= Version(since)
+
+
+def _releases(reports: dict[int, dict], since: str | None) -> list[str]:
+    seen = {c["version"] for data in reports.values() for c in data["matrix"]["columns"]}
+    return sorted((v for v in seen if _in(v, since)), key=Version)
+
+
+def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
+    """Per release, the PRs that first shipped in it: records by their head release, relations by from_release."""
+    numbers = {r.pr.number for r in records}
+    per: dict[str, dict[int, dict]] = {v: {} for v in releases}
+    for record in records:
+        head = record.target.head_release
+        if head in per:
+            per[head][record.pr.number] = {
+                "number": record.pr.number, "title": record.pr.title, "record": True,
+                "merged_at": record.pr.merged_at, "named_by": [], "summary": record.summary,
+            }
+    for record in records:
+        for relation in record.related:
+            release = relation.from_release
+            if release not in per:
+                continue
+            entry = per[release].setdefault(relation.number, {
+                "number": relation.number, "title": relation.title, "record": relation.number in numbers,
+                "merged_at": None, "named_by": [], "summary": None,
+            })
+            entry["named_by"].append(_relation_check(record, relation, reports.get(record.pr.number)))
+    return {v: sorted(per[v].values(), key=lambda e: e["number"]) for v in releases}
+
+
+def _relation_check(record: Record, relation, report: dict | None) -> dict:
+    """What a record says a related PR changed in its cases, and whether the matrix shows that."""
+    said = [f"{', '.join(c.cases)}" + (f" ({', '.join(c.fields)})" if c.fields else "") for c in relation.changes]
+    entry = {"record": record.pr.number, "relation": relation.relation, "says": said, "note": relation.note}
+    if report is None:
+        entry["checked"] = "not checked: this record has no matrix run"
+        return entry
+    versions = [c["version"] for c in report["matrix"]["columns"]]
+    release = relation.from_release
+    earlier = [v for v in versions if Version(v) < Version(release)]
+    if release not in versions or not earlier:
+        entry["checked"] = f"not checked: the matrix of #{record.pr.number} does not run both sides of {release}"
+        return entry
+    previous = earlier[-1]
+    moved = [r for r in report["matrix"]["drift"]["rows"] if r["from"] == previous and r["to"] == release]
+    mine = [r for r in moved if any(e["number"] == relation.number for e in r["explained_by"])]
+    if relation.changes:
+        entry["checked"] = (
+            f"confirmed: {len(mine)} case(s) of #{record.pr.number} moved {previous} → {release} as stated"
+            if mine else f"not seen: no case of #{record.pr.number} it names moved {previous} → {release}"
+        )
+    else:
+        entry["checked"] = (
+            f"confirmed: changes none of #{record.pr.number}'s cases (no field moved {previous} → {release})"
+            if not moved else f"contradicted: {len(moved)} case(s) of #{record.pr.number} moved {previous} → {release}"
+        )
+    return entry
+
+
+def _moved(reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
+    """Per release, the drift rows of every record that end in it (what moved since the release before)."""
+    per: dict[str, list[dict]] = {v: [] for v in releases}
+    for number, data in sorted(reports.items()):
+        for row in data["matrix"]["drift"]["rows"]:
+            if row["to"] in per and row["from"] in per:
+                per[row["to"]].append({"record": number, **row})
+    return per
+
+
+def _schema(reports: dict[int, dict], releases: list[str]) -> dict[str, dict]:
+    """Per release, the metadata fields that appeared or went away (any record's snapshots)."""
+    per: dict[str, dict] = {}
+    for data in reports.values():
+        for change in data["matrix"]["drift"]["schema"]:
+            if change["to"] in releases and change["from"] in releases:
+                entry = per.setdefault(change["to"], {"from": change["from"], "added": set(), "removed": set()})
+                entry["added"] |= set(change["added"])
+                entry["removed"] |= set(change["removed"])
+    return {v: {"from": e["from"], "added": sorted(e["added"]), "removed": sorted(e["removed"])} for v, e in per.items()}
+
+
+def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) -> list[dict]:
+    """Op counts per release of every op_budget claim: the most per build() over its cases."""
+    from gdn_review.matrix_report import _op_values  # one reading of measured op counts
+
+    series = []
+    for number in sorted(matrices.reports):
+        record = records[number]
+        for claim in record.claims:
+            if claim.check.kind != "op_budget":
+                continue
+            for key in claim.check.budget:
+                values = {}
+                for version in releases:
+                    ran = [t for t in matrices.tests[number].get(version, []) if t["claim"] == claim.id and t["outcome"] in RAN]
+                    found = _op_values(ran, key)
+                    values[version] = found[-1] if found else None
+                if any(v is not None for v in values.values()):
+                    series.append({
+                        "record": number, "claim": claim.id, "op": key.split("|")[0], "budget": claim.check.budget[key],
+                        "values": values, "complete": all(v is not None for v in values.values()),
+                    })
+    return series
+
+
+def _verdicts(records: dict[int, Record], reports: dict[int, dict], releases: list[str]) -> list[dict]:
+    rows = []
+    for number, data in sorted(reports.items()):
+        record = records[number]
+        discrimination = {r["id"]: r["discrimination"] for r in data["matrix"]["rows"]}
+        for row in data["matrix"]["rows"]:
+            by_version = {c["version"]: c for c in row["cells"]}
+            claim = next(c for c in record.claims if c.id == row["id"])
+            cells = []
+            for version in releases:
+                cell = by_version.get(version)
+                cells.append(SHORT.get(cell["verdict"], cell["verdict"]) if cell else "")
+            rows.append({
+                "record": number, "claim": row["id"], "text": claim.text, "kind": claim.check.kind,
+                "cells": cells, "discrimination": discrimination[row["id"]],
+            })
+    return rows
+
+
+def history_data(records: dict[Path, Record], matrices: Matrices, bench: dict[int, dict] | None = None, since: str | None = None) -> dict:
+    """Everything reports/history.md shows, as plain data."""
+    by_number = {r.pr.number: r for r in records.values()}
+    reports = matrices.reports
+    releases = _releases(reports, since)
+    if not releases:
+        raise HistoryError(f"no release at or after {since} in any matrix run")
+    shipped = _shipped(list(by_number.values()), reports, releases)
+    moved = _moved(reports, releases)
+    schema = _schema(reports, releases)
+    earlier = sorted(
+        ({"number": r.pr.number, "title": r.pr.title, "head": r.target.head_release} for r in by_number.values()
+         if r.target.head_release and not _in(r.target.head_release, releases[0]) and r.pr.number in reports),
+        key=lambda e: Version(e["head"]),
+    )
+    open_prs = [{"number": r.pr.number, "title": r.pr.title, "base": r.target.base_release} for r in by_number.values() if r.pr.state == "open"]
+    latency = []
+    for number, result in sorted((bench or {}).items()):
+        if number in by_number:
+            pooled = result["pooled"]
+            latency.append({"record": number, "base": result.get("base"), "head": result.get("head"), "device": result.get("device", "cpu"),
+                            "ratio": pooled.get("ratio"), "ci95": pooled.get("ci95"), "verdict": result.get("verdict")})
+    per_release = []
+    for index, version in enumerate(releases):
+        rows = moved[version]
+        per_release.append({
+            "version": version,
+            "previous": releases[index - 1] if index else None,
+            "prs": shipped[version],
+            "moved": rows,
+            "unexplained": [r for r in rows if not r["explained_by"]],
+            "schema": schema.get(version),
+            "latency": [entry for entry in latency if entry["head"] == version],
+        })
+    unexplained = [r for entry in per_release for r in entry["unexplained"]]
+    return {
+        "since": since,
+        "releases": releases,
+        "per_release": per_release,
+        "verdicts": _verdicts(by_number, reports, releases),
+        "ops": _ops(by_number, matrices, releases),
+        "earlier": earlier,
+        "open_prs": open_prs,
+        "missing": matrices.missing,
+        "unexplained": unexplained,
+        "latency": latency,
+        "durations": {n: d["matrix"].get("duration_s") for n, d in sorted(reports.items())},
+    }
+

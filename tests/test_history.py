@@ -1,0 +1,156 @@
+"""The history page without vLLM: PRs per release, what moved and who explains it, relations checked, verdicts, op counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gdn_review import history, matrix, report
+from gdn_review.cli import main
+from gdn_review.selection import load_records
+from tests.test_matrix import RECORD, _evidence, _snapshot
+
+# A second record, of the later PR #9 that the first names: it says its change moves `spec`'s
+# num_decodes from 0.31.0 (the first record's relation says the same), and names a PR #11
+# that claims to change none of its cases.
+LATER = (
+    RECORD.replace("number: 7", "number: 9").replace("title: A small PR", "title: Later change")
+    .replace("base_release: 0.28.0", "base_release: 0.30.0").replace("head_release: 0.29.0", "head_release: 0.31.0")
+    .replace("url: https://example.invalid/pr/7", "url: https://example.invalid/pr/9")
+    .replace(
+        "  - number: 9\n    title: Later change\n    relation: changes-claim\n    from_release: 0.31.0\n"
+        "    changes:\n      - cases: [spec]\n        fields: [num_decodes]\n",
+        "  - number: 11\n    title: Cosmetic refactor\n    relation: same-area\n    from_release: 0.31.0\n",
+    )
+)
+assert "number: 11" in LATER
+
+SPEC = {"num_decodes": 0, "path": "spec"}
+PLAIN = {"num_prefills": 0, "path": "non_spec"}
+
+
+def _matrix(folder: Path, number: int, runs, snapshots_by_version) -> None:
+    folder.mkdir(parents=True)
+    entries = []
+    for version, role, outcome, ge in runs:
+        evidence = _evidence(folder, version, outcome, ge)
+        data = json.loads((folder / evidence).read_text(encoding="utf-8"))
+        for test in data["tests"]:
+            test["record"] = number
+        (folder / evidence).write_text(json.dumps(data), encoding="utf-8")
+        entries.append({
+            "version": version, "role": role, "source": "unpacked on PYTHONPATH", "claims_on_any_release": role == "base",
+            "evidence": evidence, "snapshot": _snapshot(folder, version, *snapshots_by_version[version]),
+            "summary": "", "pytest_exit": 0, "duration_s": 1.0,
+        })
+    (folder / "matrix.json").write_text(json.dumps({
+        "format": matrix.MATRIX_FORMAT, "record": number, "releases": entries, "downloaded": [], "jobs": 2,
+        "duration_s": 3.0, "target_diff": None,
+    }), encoding="utf-8")
+
+
+@pytest.fixture
+def kb_and_work(tmp_path, write_record):
+    """Two records' matrix runs as `gdn-review matrix --all` leaves them (WORK/matrix-N)."""
+    write_record(RECORD)
+    kb = write_record(LATER, "9.yaml")
+    work = tmp_path / "work"
+    moved = {**SPEC, "num_decodes": 2}
+    _matrix(work / "matrix-7", 7, [("0.28.0", "base", "failed", 2), ("0.29.0", "head", "passed", 1), ("0.30.0", "later", "passed", 1), ("0.31.0", "later", "passed", 1)], {
+        "0.28.0": (SPEC, PLAIN), "0.29.0": (SPEC, PLAIN),
+        "0.30.0": (SPEC, {**PLAIN, "num_prefills": 1}),  # no PR explains it
+        "0.31.0": (moved, {**PLAIN, "num_prefills": 1}),  # #9, as #7's relation says
+    })
+    _matrix(work / "matrix-9", 9, [("0.30.0", "base", "passed", 1), ("0.31.0", "head", "passed", 1)], {
+        "0.30.0": (SPEC, PLAIN), "0.31.0": (SPEC, PLAIN),  # none of #9's cases move: #11 changes none, as said
+    })
+    return kb, work
+
+
+def test_each_release_lists_its_prs_what_moved_and_who_explains_it(kb_and_work):
+    kb, work = kb_and_work
+    records = load_records(kb)
+    data = history.history_data(records, history.load_matrices(records, work))
+    assert data["releases"] == ["0.28.0", "0.29.0", "0.30.0", "0.31.0"]
+    by_version = {r["version"]: r for r in data["per_release"]}
+    assert [p["number"] for p in by_version["0.29.0"]["prs"]] == [7]
+    assert [p["number"] for p in by_version["0.31.0"]["prs"]] == [9, 11]
+    assert by_version["0.28.0"]["prs"] == [] and by_version["0.30.0"]["prs"] == []
+    # 0.29.0 -> 0.30.0: num_prefills of `plain` moved and no PR is said to have moved it.
+    (unexplained,) = data["unexplained"]
+    assert (unexplained["record"], unexplained["from"], unexplained["to"], unexplained["case"]) == (7, "0.29.0", "0.30.0", "plain")
+    (moved,) = [m for m in by_version["0.31.0"]["moved"]]
+    assert moved["case"] == "spec" and [e["number"] for e in moved["explained_by"]] == [9]
+
+
+def test_a_relation_is_checked_against_the_matrix_of_the_record_that_names_it(kb_and_work):
+    kb, work = kb_and_work
+    records = load_records(kb)
+    data = history.history_data(records, history.load_matrices(records, work))
+    prs = {p["number"]: p for p in data["per_release"][-1]["prs"]}
+    (said_by_7,) = prs[9]["named_by"]
+    assert said_by_7["checked"].startswith("confirmed: 1 case(s) of #7 moved 0.30.0 → 0.31.0")
+    (said_by_9,) = prs[11]["named_by"]
+    assert said_by_9["says"] == [] and said_by_9["checked"].startswith("confirmed: changes none of #9's cases")
+
+
+def test_a_relation_that_claims_no_change_is_contradicted_when_a_case_moves(kb_and_work):
+    kb, work = kb_and_work
+    snapshot = work / "matrix-9" / "snapshot-0.31.0.json"
+    data = json.loads(snapshot.read_text(encoding="utf-8"))
+    data["cases"]["spec"]["num_decodes"] = 5
+    snapshot.write_text(json.dumps(data), encoding="utf-8")
+    records = load_records(kb)
+    prs = {p["number"]: p for p in history.history_data(records, history.load_matrices(records, work))["per_release"][-1]["prs"]}
+    assert prs[11]["named_by"][0]["checked"].startswith("contradicted: 1 case(s) of #9 moved")
+
+
+def test_the_page_shows_verdicts_per_release_op_counts_and_a_chart(kb_and_work):
+    kb, work = kb_and_work
+    records = load_records(kb)
+    text = report.render_history(history.history_data(records, history.load_matrices(records, work)))
+    for version in ("0.28.0", "0.29.0", "0.30.0", "0.31.0"):
+        assert f"## vLLM {version}\n" in text
+    assert "**1 unexplained change(s)**" in text
+    assert "| [#7](matrix/7.md) | C1 | op_budget | **fails** | holds | holds | holds | discriminates |" in text
+    assert "| #7 | C1 | `aten.ge` | ≤ 1 | 2 | 1 | 1 | 1 |" in text
+    assert "```mermaid\nxychart-beta\n" in text and "line [2, 1, 1, 1]" in text
+    assert "line [" not in text.split("line [2, 1, 1, 1]")[1]  # #9 ran on two releases only: table, not chart
+
+
+def test_since_leaves_out_older_releases_and_a_record_without_a_matrix_run_is_named(kb_and_work):
+    kb, work = kb_and_work
+    (work / "matrix-9" / "matrix.json").unlink()
+    records = load_records(kb)
+    data = history.history_data(records, history.load_matrices(records, work), since="0.30.0")
+    assert data["releases"] == ["0.30.0", "0.31.0"]
+    assert list(data["missing"]) == [9] and "gdn-review matrix --record 9" in data["missing"][9]
+
+
+def test_history_command_writes_the_page_and_exits_1_on_unexplained_drift(kb_and_work, tmp_path):
+    kb, work = kb_and_work
+    out = tmp_path / "reports" / "history.md"
+    result = CliRunner().invoke(main, ["history", "--kb", str(kb), "--work", str(work), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "4 releases (0.28.0 .. 0.31.0), 3 PRs, 1 unexplained change(s)" in result.output
+    assert out.read_text(encoding="utf-8").startswith("# The GDN builder's history, vLLM 0.28.0 to 0.31.0")
+    relaxed = CliRunner().invoke(main, ["history", "--kb", str(kb), "--work", str(work), "--out", str(out), "--fail-on", "none"])
+    assert relaxed.exit_code == 0, relaxed.output
+
+
+def test_history_without_any_matrix_run_is_bad_input(write_record, tmp_path):
+    kb = write_record(RECORD)
+    result = CliRunner().invoke(main, ["history", "--kb", str(kb), "--work", str(tmp_path / "nothing"), "--out", str(tmp_path / "h.md")])
+    assert result.exit_code == 2
+    assert "gdn-review matrix --all" in result.output
+    assert not (tmp_path / "h.md").exists()
+
+
+def test_matrix_refuses_both_or_neither_of_record_and_all(write_record):
+    kb = write_record(RECORD)
+    for args in ([], ["--all", "--record", "7"]):
+        result = CliRunner().invoke(main, ["matrix", "--kb", str(kb), *args])
+        assert result.exit_code == 2 and "--record N (repeatable) or --all" in result.output
