@@ -198,26 +198,34 @@ def schema() -> None:
 @click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out_path", default=None, type=click.Path(path_type=Path), help="Where the draft goes: a file named <number>.yaml or a folder.  [default: kb/<number>.yaml]")
 @click.option("--force", is_flag=True, help="Replace the file if it exists.")
+@click.option("--diff", "diff_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="What `gh pr diff N` wrote: the target file and symbol come from its hunks (with gh's JSON only).")
 @_exit_codes
-def import_command(report_path: Path, out_path: Path | None, force: bool) -> None:
-    """Turn a review report (markdown) into a draft record.
+def import_command(report_path: Path, out_path: Path | None, force: bool, diff_path: Path | None) -> None:
+    """Turn a review report (markdown) or gh's JSON of a PR into a draft record.
 
-    Reads the PR's metadata, summary, motivation, implementation, key files,
-    code snippets, discussion, risks and related PRs. Each sentence that
-    states a checkable effect becomes a claim with a TODO check; the target
-    releases are left open. Complete the draft by hand, then validate it.
+    From a report: the PR's metadata, summary, motivation, implementation, key
+    files, code snippets, discussion, risks and related PRs. From gh's JSON (a
+    .json file, or one starting with '{'): the PR's metadata, claims from its
+    title and body, risks from reviews and comments that raise a concern,
+    #NNNNN references as related PRs; --diff gives the target file and
+    symbol. Each sentence that states a checkable effect becomes a claim with
+    a TODO check; the target releases are left open. Complete the draft by
+    hand, then validate it.
 
     \b
     Examples:
       gdn-review import report.md                     # -> kb/<number>.yaml
       gdn-review import report.md --out /tmp/drafts   # -> /tmp/drafts/<number>.yaml
       gdn-review import report.md --force             # replace an existing record
+      gh pr view 55404 --json number,title,body,mergedAt,url,files,reviews,comments > pr.json
+      gh pr diff 55404 > pr.diff
+      gdn-review import pr.json --diff pr.diff        # gh's JSON and diff -> kb/55404.yaml
       gdn-review validate                             # lists the draft's open TODOs
     """
-    from gdn_review.importers.review_report import write_draft
+    from gdn_review.importers import write_draft
     from gdn_review.kb import load_record, open_items
 
-    path = write_draft(report_path, out_path, force)
+    path = write_draft(report_path, out_path, force, diff_path)
     click.echo(f"wrote {path} (draft: {len(open_items(load_record(path)))} open TODOs; run gdn-review validate)")
 
 

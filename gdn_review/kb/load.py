@@ -237,9 +237,12 @@ ENTRY_SYMBOLS = {
 
 
 def _target_reached(record: Record) -> list[tuple[Loc, str]]:
-    """A record whose target is an entry point other than build() needs a check that calls it."""
+    """A record whose target is an entry point other than build() needs a check that calls it.
+
+    A draft (a check still of kind TODO) is exempt: its checks are not written yet.
+    """
     method = record.target.symbol.rsplit(".", 1)[-1]
-    if method not in ENTRY_SYMBOLS:
+    if method not in ENTRY_SYMBOLS or any(claim.check.kind == "TODO" for claim in record.claims):
         return []
     entry, prop = ENTRY_SYMBOLS[method]
     case_ids = {c.id for c in record.cases}
