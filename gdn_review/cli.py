@@ -259,10 +259,12 @@ def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None
 @kb_option
 @click.option("--record", "number", required=True, type=int, help="PR number of the record.")
 @click.option("--release", "versions", multiple=True, metavar="X.Y.Z", help="Release to snapshot (repeatable; from the release cache unless installed).  [default: the installed vLLM]")
-@click.option("--case", "case_id", default=None, metavar="ID", help="With --as-expect: the case to print.")
+@click.option("--case", "case_id", default=None, metavar="ID", help="With --as-expect: the case to print; with --fill-expects: fill only this case.")
 @click.option("--as-expect", is_flag=True, help="Print the case's `expect` block (YAML) instead of storing the snapshot.")
+@click.option("--fill-expects", is_flag=True, help="Measure every case once and write each missing `expect` block into the record (comments kept).")
+@click.option("--print", "print_only", is_flag=True, help="With --fill-expects: print all the blocks instead of writing them.")
 @_exit_codes
-def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, as_expect: bool) -> None:
+def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, as_expect: bool, fill_expects: bool, print_only: bool) -> None:
     """Store the full metadata build() returns for every case of a record, per release.
 
     The snapshot of release V goes to kb/snapshots/N/V.json (the release, the
@@ -271,13 +273,30 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
     snapshot is skipped with this command as the hint. Each release is taken in
     its own interpreter (its sources first on PYTHONPATH).
 
+    --fill-expects measures every case once and writes an `expect` block (the
+    fields --as-expect prints) into the record for each case that an
+    equivalence check names and that states none, after the case's last line,
+    comments kept; the record is validated again before it is replaced.
+
     \b
     Examples:
       gdn-review snapshot --record 52078                       # the installed release
       gdn-review snapshot --record 52078 --release 0.31.0 --release 0.32.0
       gdn-review snapshot --record 56531 --case all_zero_drafts --release 0.32.0 --as-expect
+      gdn-review snapshot --record 52078 --fill-expects        # every case an equivalence check names that has no expect
+      gdn-review snapshot --record 52078 --fill-expects --print --release 0.29.0
     """
     from gdn_review import snapshot
+
+    if fill_expects or print_only:
+        if not fill_expects or as_expect or len(versions) > 1:
+            raise click.UsageError("--fill-expects takes at most one --release and --case ID, and --print; not --as-expect")
+        from gdn_review import fill_expects as filling
+
+        filled = filling.fill_expects(kb_dir, number, versions[0] if versions else None, [case_id] if case_id else None, not print_only, _say)
+        for line in filling.filled_lines(filled, written=not print_only):
+            click.echo(line)
+        return
 
     if as_expect and (not case_id or len(versions) > 1):
         raise click.UsageError("--as-expect needs --case ID and at most one --release")

@@ -149,29 +149,19 @@ def snapshot_command(
     say: Callable[[str], None] = print,
 ) -> list[str]:
     """``gdn-review snapshot``: store (or, with ``as_expect``, print) the record's snapshots; lines to show."""
-    import tempfile
-
-    from gdn_review import release_cache
     from gdn_review.selection import load_records
 
-    (record_path, record), = load_records(kb_dir, (number,)).items()
+    if as_expect:  # the case to print may state no expect yet
+        record_path, record = record_file(kb_dir, number)
+    else:
+        (record_path, record), = load_records(kb_dir, (number,)).items()
     if case_id and case_id not in {c.id for c in record.cases}:
         raise SnapshotError(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
-    installed, _ = release_cache.loaded()
-    paths = {}
-    for version in versions or [installed]:
-        paths[version] = None if release_cache.checked_version(version) == installed else release_cache.ensure(version, say=say).path
     shown = []
-    for version, path in paths.items():
-        with tempfile.TemporaryDirectory() as scratch:
-            out = Path(scratch) / "snapshot.json"
-            done = take_in_subprocess(record_path, path, out)
-            data = load(out) if done.returncode == 0 else None
-            if data is None:
-                say(done.stderr[-3000:])
-                raise SnapshotError(f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})")
+    for version in versions or [None]:
+        data = take_release(record_path, version, say)
         if as_expect:
-            shown += expect_lines(data, case_id, version)
+            shown += expect_lines(data, case_id, data["release"])
             continue
         target = snapshot_path(kb_dir, number, data["release"])
         atomic_write(target, dumps(data))
@@ -179,20 +169,62 @@ def snapshot_command(
     return shown
 
 
-def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
-    """A case's ``expect`` block (YAML) from a snapshot, to read through and paste into the record."""
-    import typing
+def record_file(kb_dir: Path, number: int):
+    """(path, record) of ``kb_dir/<number>.yaml``, loaded with its cases' expects optional."""
+    from gdn_review.kb import load_record
 
-    import yaml
+    path = Path(kb_dir) / f"{number}.yaml"
+    if not path.is_file():
+        raise SnapshotError(f"no record for PR {number} in {kb_dir} (no {path})")
+    return path, load_record(path, expects_optional=True)
+
+
+def take_release(record_path: Path, version: str | None, say: Callable[[str], None] = print) -> dict:
+    """The snapshot of every case of a record on ``version`` (default: the installed vLLM), in one subprocess."""
+    import tempfile
+
+    from gdn_review import release_cache
+
+    installed, _ = release_cache.loaded()
+    version = version or installed
+    path = None if release_cache.checked_version(version) == installed else release_cache.ensure(version, say=say).path
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "snapshot.json"
+        done = take_in_subprocess(record_path, path, out)
+        data = load(out) if done.returncode == 0 else None
+        if data is None:
+            say(done.stderr[-3000:])
+            raise SnapshotError(f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})")
+    return data
+
+
+def core_expect(measured: dict) -> dict:
+    """The core expect fields (what ``--as-expect`` and ``--fill-expects`` write) of one case's snapshot."""
+    import typing
 
     from gdn_review.kb.models import CoreExpectField
 
+    return {field: measured[field] for field in typing.get_args(CoreExpectField) if field in measured}
+
+
+def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
+    """A case's ``expect`` block (YAML) from a snapshot, to read through and paste into the record."""
     case = data["cases"].get(case_id)
     if case is None:
         raise SnapshotError(f"case {case_id!r} does not apply to vLLM {version} (its releases range)")
-    expect = {field: case[field] for field in typing.get_args(CoreExpectField) if field in case}
-    block = yaml.safe_dump({"expect": expect}, sort_keys=False, default_flow_style=None, width=120)
-    return [f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}); read it through before pasting"] + block.rstrip("\n").split("\n")
+    if "raised" in case or "not_applicable" in case:
+        raise SnapshotError(f"case {case_id!r} gives no metadata on vLLM {version}: {case.get('raised') or case.get('not_applicable')}")
+    return [f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}); read it through before pasting"] + expect_block(core_expect(case))
+
+
+def expect_block(expect: dict, indent: int = 0) -> list[str]:
+    """``expect:`` and one line per field, its value in flow style (``spec_state_cells: [[[1, 1]]]``), indented."""
+    import yaml
+
+    lines = [" " * indent + "expect:"]
+    for field, value in expect.items():
+        lines.append(" " * (indent + 2) + yaml.safe_dump({field: value}, default_flow_style=True, width=1 << 30).strip()[1:-1])
+    return lines
 
 
 # --- As a pytest plugin (``-p gdn_review.snapshot``): the release matrix takes the
@@ -226,7 +258,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("out")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    record = load_record(Path(args.record))
+    record = load_record(Path(args.record), expects_optional=True)  # a snapshot needs no expect
     taken = take(case_inputs(record), args.device)
     atomic_write(Path(args.out), dumps(document(record.pr.number, taken)))
     return 0

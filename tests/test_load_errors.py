@@ -49,7 +49,8 @@ TABLE = [
         broken("cases:\n", "  - id: C1\n    text: Again.\n    check: {kind: equivalence, cases: [spec]}\ncases:\n"),
         [
             "7.yaml:20:9: claims[1].id: duplicate id 'C1'",
-            "7.yaml:22:40: claims[1].check.cases[0]: case 'spec' states no expect: an equivalence check needs expected fields",
+            "7.yaml:22:40: claims[1].check.cases[0]: case 'spec' states no expect: an equivalence check needs expected fields; "
+            "run gdn-review snapshot --record 7 --fill-expects",
         ],
     ),
     (

@@ -144,7 +144,7 @@ def _is_union_tag(item: Any) -> bool:
     )
 
 
-def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
+def _cross_references(record: Record, stem: str, expects_optional: bool = False) -> list[tuple[Loc, str]]:
     """What types alone cannot say: unique ids, references that resolve, batches vLLM can produce."""
     problems: list[tuple[Loc, str]] = []
     if stem != str(record.pr.number):
@@ -197,10 +197,11 @@ def _cross_references(record: Record, stem: str) -> list[tuple[Loc, str]]:
                 known(base + ("pairs", p_index), "case", pair, case_ids)
                 if pair[0] == pair[1]:
                     problems.append((base + ("pairs", p_index, 1), "a differential check compares two different cases"))
-        if check.kind == "equivalence":
+        if check.kind == "equivalence" and not expects_optional:
             for c_index, case_id in enumerate(check_cases):
                 if case_id in case_ids and not record.case(case_id).expect:
-                    problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields"))
+                    problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
+                                     f"run gdn-review snapshot --record {record.pr.number} --fill-expects"))
         for d_index, deviation in enumerate(claim.known_deviations):
             d_loc: Loc = ("claims", index, "known_deviations", d_index)
             known(d_loc + ("cases",), "case of this claim's check", deviation.cases, set(check_cases))
@@ -321,8 +322,12 @@ def _deviation_problems(deviation, check, loc: Loc) -> list[tuple[Loc, str]]:
     return problems
 
 
-def parse_record(text: str, file: str) -> Record:
-    """A record from YAML text; raises RecordErrors naming every problem."""
+def parse_record(text: str, file: str, expects_optional: bool = False) -> Record:
+    """A record from YAML text; raises RecordErrors naming every problem.
+
+    ``expects_optional``: a case an equivalence check names may state no ``expect``
+    yet (``snapshot --fill-expects`` and ``--as-expect`` measure them).
+    """
     stem = Path(file).stem
     try:
         aliases = _aliases(text)
@@ -362,7 +367,7 @@ def parse_record(text: str, file: str) -> Record:
         record = Record.model_validate(data)
     except ValidationError as error:
         raise RecordErrors(errors + _pydantic_errors(file, root, error)) from None
-    for loc, message in _cross_references(record, stem):
+    for loc, message in _cross_references(record, stem, expects_optional):
         line, column = _locate(root, loc)
         errors.append(RecordError(file, line, column, _field_path(loc), message))
     if errors:
@@ -370,13 +375,13 @@ def parse_record(text: str, file: str) -> Record:
     return record
 
 
-def load_record(path: str | os.PathLike) -> Record:
+def load_record(path: str | os.PathLike, expects_optional: bool = False) -> Record:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RecordErrors([RecordError(str(path), 1, 1, "", f"cannot read: {error}")]) from None
-    return parse_record(text, str(path))
+    return parse_record(text, str(path), expects_optional)
 
 
 def record_paths(kb_dir: str | os.PathLike) -> list[Path]:

@@ -1,0 +1,171 @@
+"""Write the missing ``expect`` blocks of a record's cases into its YAML: ``gdn-review snapshot --fill-expects``.
+
+The record's cases are measured once (one subprocess, every case, as
+``snapshot`` does) on a release, and each case that needs an ``expect`` (an
+equivalence check names it, or it is asked for by id) and states none gets one:
+the core fields that ``--as-expect`` prints. The YAML is edited as text, so its
+comments and layout stay: the block goes after the case's last line, indented
+as the case's keys. The result is loaded and validated again, and must state
+exactly the planned expects, before it replaces the file (temp file and
+rename); nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from gdn_review import snapshot
+from gdn_review.files import atomic_write
+from gdn_review.kb import parse_record
+from gdn_review.snapshot import SnapshotError
+
+
+@dataclasses.dataclass
+class Filled:
+    path: Path
+    release: str
+    device: str
+    expects: dict[str, dict]  # case id -> the expect written (or to print)
+    left: dict[str, str]  # case id -> why it got none
+    notes: list[str]
+
+
+def needing_expect(record, case_ids: list[str] | None = None) -> list[str]:
+    """Cases without an expect that an equivalence check names (or ``case_ids``), in the record's order."""
+    if case_ids:
+        known = {c.id for c in record.cases}
+        unknown = [c for c in case_ids if c not in known]
+        if unknown:
+            raise SnapshotError(f"no case {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
+        stated = [c for c in case_ids if record.case(c).expect]
+        if stated:
+            raise SnapshotError(f"case {', '.join(map(repr, stated))} already states an expect: edit it by hand (or print the measured one with --as-expect)")
+        wanted = set(case_ids)
+    else:
+        wanted = {c for claim in record.claims if claim.check.kind == "equivalence" for c in claim.check.cases}
+    return [case.id for case in record.cases if case.id in wanted and not case.expect]
+
+
+def fill_expects(
+    kb_dir: Path, number: int, version: str | None = None, case_ids: list[str] | None = None,
+    write: bool = True, say: Callable[[str], None] = print,
+) -> Filled:
+    """Measure the record's cases on ``version`` (default: installed) and write (or only plan) the missing expects."""
+    path, record = snapshot.record_file(kb_dir, number)
+    wanted = needing_expect(record, case_ids)
+    if not wanted:  # nothing to measure
+        return Filled(path, version or "", "", {}, {}, [f"{path}: no case needs an expect (every case an equivalence check names states one); name another with --case ID"])
+    data = snapshot.take_release(path, version, say)
+    release = data["release"]
+    expects, left, notes = {}, {}, []
+    for case_id in wanted:
+        measured = data["cases"].get(case_id)
+        if measured is None:
+            left[case_id] = f"does not apply to vLLM {release} (its releases range)"
+        elif "raised" in measured or "not_applicable" in measured:
+            left[case_id] = f"gives no metadata on vLLM {release}: {measured.get('raised') or measured.get('not_applicable')}"
+        else:
+            expects[case_id] = snapshot.core_expect(measured)
+            notes += _deviation_notes(record, case_id, release)
+    filled = Filled(path, release, data["device"], expects, left, notes)
+    if write and expects:
+        text = path.read_text(encoding="utf-8")
+        new_text = insert_expects(text, str(path), expects)
+        check_filled(new_text, str(path), record, expects)
+        atomic_write(path, new_text)
+    return filled
+
+
+def _deviation_notes(record, case_id: str, release: str) -> list[str]:
+    """A known deviation of this case on this release: the measured expect is the deviating value."""
+    notes = []
+    for claim in record.claims:
+        if claim.check.kind != "equivalence" or case_id not in claim.check.cases:
+            continue
+        for deviation in claim.known_deviations:
+            in_range = not deviation.releases or SpecifierSet(deviation.releases).contains(release, prereleases=True)
+            if (not deviation.cases or case_id in deviation.cases) and in_range:
+                notes.append(f"case {case_id}: claim {claim.id} has a known deviation on vLLM {release} ({deviation.reason.strip()[:80]}); "
+                             "its expect is what this release measures: state what the claim expects instead")
+    return notes
+
+
+def _block_lines(expect: dict, indent: int) -> list[str]:
+    return [line + "\n" for line in snapshot.expect_block(expect, indent)]
+
+
+def _last_line(node: yaml.Node, lines: list[str]) -> int:
+    """0-based index of the last line that holds part of ``node`` (not the comments or blank lines after it)."""
+    if isinstance(node, yaml.ScalarNode):
+        if node.style in ("|", ">"):  # a block scalar ends where the next token starts
+            end = node.end_mark.line - (1 if node.end_mark.column == 0 else 0)
+            while end > node.start_mark.line and not lines[end].strip():
+                end -= 1
+            return end
+        return node.end_mark.line
+    if getattr(node, "flow_style", False) or not node.value:
+        return node.end_mark.line
+    last = node.value[-1]
+    if isinstance(node, yaml.MappingNode):
+        return max(_last_line(last[0], lines), _last_line(last[1], lines))
+    return _last_line(last, lines)
+
+
+def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
+    """``text`` with an ``expect:`` block after each named case's last line (an empty ``expect`` replaced)."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    cases = next((value for key, value in root.value if key.value == "cases"), None)
+    edits: list[tuple[int, int, list[str]]] = []  # (first line, lines replaced, new lines)
+    for index, node in enumerate(cases.value if isinstance(cases, yaml.SequenceNode) else []):
+        keys = {key.value: (key, value) for key, value in node.value} if isinstance(node, yaml.MappingNode) else {}
+        case_id = keys.get("id", (None, None))[1]
+        if case_id is None or case_id.value not in expects:
+            continue
+        where = f"{file}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: cases[{index}]"
+        if node.flow_style:
+            raise SnapshotError(f"{where}: case {case_id.value!r} is written in flow style ({{...}}): write it as a block mapping to fill its expect")
+        indent = node.value[0][0].start_mark.column
+        block = _block_lines(expects[case_id.value], indent)
+        if "expect" in keys:  # `expect: {}` or `expect:` with nothing: that line is replaced
+            key, value = keys["expect"]
+            if _last_line(value, lines) != key.start_mark.line:
+                raise SnapshotError(f"{where}.expect: an empty expect over several lines: leave it out to fill it")
+            edits.append((key.start_mark.line, 1, block))
+        else:
+            edits.append((_last_line(node, lines) + 1, 0, block))
+    for first, count, new in sorted(edits, reverse=True):
+        lines[first : first + count] = new
+    return "".join(lines)
+
+
+def check_filled(new_text: str, file: str, before, expects: dict[str, dict]) -> None:
+    """The edited text loads, validates, states exactly the planned expects and changes nothing else."""
+    after = parse_record(new_text, file, expects_optional=True)
+    wrong = [case.id for case in after.cases if case.expect != expects.get(case.id, before.case(case.id).expect)]
+    if wrong or after.model_dump(exclude={"cases"}) != before.model_dump(exclude={"cases"}):
+        raise SnapshotError(f"{file}: the edited record would not state the measured expects of {', '.join(wrong) or 'its cases'} "
+                            "(an unusual layout?); nothing was written: paste the blocks of --print by hand")
+
+
+def filled_lines(filled: Filled, written: bool) -> list[str]:
+    """What the command prints: the blocks (or what was written), cases left without one, notes."""
+    out = []
+    if written:
+        if filled.expects:
+            out.append(f"wrote the expect of {len(filled.expects)} case(s) into {filled.path}, measured on vLLM {filled.release} "
+                       f"({filled.device}): {', '.join(filled.expects)}; read them through (git diff)")
+    else:
+        for case_id, expect in filled.expects.items():
+            out.append(f"# expect of case {case_id}, measured on vLLM {filled.release} ({filled.device})")
+            out += [line.rstrip("\n") for line in _block_lines(expect, 0)]
+    out += [f"no expect for case {case_id}: it {why}" for case_id, why in filled.left.items()]
+    out += [f"note: {note}" for note in filled.notes]
+    return out
