@@ -98,5 +98,6 @@ def diff_target(files: list[FileDiff]) -> DiffTarget | None:
     file = target_file(files)
     if file is None:
         return None
-    snippet = "\n".join(line for hunk in file.hunks for line in [hunk.header, *hunk.lines])
+    # Lines stripped on the right (a blank context line is " "), so the snippet reads as a literal block.
+    snippet = "\n".join(line.rstrip() for hunk in file.hunks for line in [hunk.header, *hunk.lines])
     return DiffTarget(file.path, symbols_of(file), snippet)

@@ -29,6 +29,7 @@ from pathlib import Path
 from gdn_review.importers.diff_target import diff_target
 from gdn_review.importers.drafting import ReportImportError, checked, draft_claims, draft_yaml
 from gdn_review.importers.report_sections import parse_markdown
+from gdn_review.kb.load import ENTRY_SYMBOLS
 from gdn_review.review.patch import PatchError, read_diff_file
 
 ORIGIN = "the PR's JSON"
@@ -131,11 +132,12 @@ def _pull_request(data: dict, source: str) -> dict:
 
 
 def _blocks(markdown: str | None) -> list[str]:
-    """The paragraphs and list items of a markdown text (no code, no HTML)."""
-    return [event.text for event in parse_markdown(markdown or "") if hasattr(event, "item")]
+    """The paragraphs and list items of a markdown text (no code, no HTML, no headings)."""
+    return [event.text for event in parse_markdown(markdown or "") if hasattr(event, "item")]  # blocks have .item
 
 
 def _fences(markdown: str | None) -> list[str]:
+    """The code blocks of a markdown text (fences have .code)."""
     return [event.code.strip("\n").rstrip() for event in parse_markdown(markdown or "") if hasattr(event, "code") and event.code.strip()]
 
 
@@ -232,13 +234,16 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
         "claims": draft_claims(claim_sources, origin="the PR's title and body"),
         "cases": [],
         "risks": _risks(thread),
-        "related": _related(data, [(data.get("title"), "PR title"), (data.get("body"), "PR body")]
+        "related": _related(data, [(data.get("title"), "PR title")] + [(block, "PR body") for block in _blocks(data.get("body"))]
                             + [(" ".join(blocks), label) for _, label, blocks, _ in thread]),
     }
     report = {key: value for key, value in notes.items() if value}
     if report:
         data_out["report"] = report
-    header_notes = ()
+    header_notes = []
     if target and "." not in symbol and symbol != "TODO":
-        header_notes = (f"target.symbol: {symbol} as the diff names it; the diff does not show its class (qualify a method: Class.{symbol})",)
-    return checked(draft_yaml(data_out, source, origin=ORIGIN, notes=header_notes), pr["number"], source)
+        header_notes.append(f"target.symbol: {symbol} as the diff names it; the diff does not show its class (qualify a method: Class.{symbol})")
+    if symbol.rsplit(".", 1)[-1] in ENTRY_SYMBOLS:
+        entry, prop = ENTRY_SYMBOLS[symbol.rsplit(".", 1)[-1]]
+        header_notes.append(f"target.symbol: build() alone never calls {symbol}: a check needs a case with `entry: {entry}` (or the invariant {prop})")
+    return checked(draft_yaml(data_out, source, origin=ORIGIN, notes=tuple(header_notes)), pr["number"], source)

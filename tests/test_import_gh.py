@@ -1,0 +1,232 @@
+"""`gdn-review import` of gh's JSON of a PR (and `--diff`): a draft record, or exit 2 with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gdn_review.cli import main
+from gdn_review.importers.diff_target import diff_target
+from gdn_review.kb import is_draft, load_record
+from gdn_review.review.patch import read_diff
+from tests.conftest import ROOT
+
+# Real PR #55404 in gh's shape; tests/fixtures/gh/README.md says what the thread gave.
+FIXTURES = ROOT / "tests" / "fixtures" / "gh"
+PR_JSON = FIXTURES / "pr-55404.json"
+PR_DIFF = FIXTURES / "pr-55404.diff"
+PR = json.loads(PR_JSON.read_text(encoding="utf-8"))
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def variant(tmp_path, name="pr.json", **changes) -> str:
+    """The fixture with some fields changed (test inputs, not PR data), written to tmp_path/name."""
+    path = tmp_path / name
+    path.write_text(json.dumps({**PR, **changes}, indent=2), encoding="utf-8")
+    return path
+
+
+def imported(tmp_path, *args):
+    out = tmp_path / "kb"
+    out.mkdir(exist_ok=True)
+    result = run("import", *args, "--out", out)
+    assert result.exit_code == 0, result.output
+    return out, load_record(out / "55404.yaml")
+
+
+# ------------------------------------------------------------------ the draft
+
+
+def test_json_and_diff_give_a_draft_that_validates_as_a_draft(tmp_path):
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    result = run("import", PR_JSON, "--diff", PR_DIFF, "--out", kb)
+    assert result.exit_code == 0, result.output
+    path = kb / "55404.yaml"
+    assert result.output.strip() == f"wrote {path} (draft: 5 open TODOs; run gdn-review validate)"
+    result = run("validate", "--kb", kb)
+    assert result.exit_code == 1, result.output  # a draft: open TODOs, not a bad record
+    assert f"draft  {path}  PR #55404: 3 claims, 0 cases, 1 risks" in result.output
+    assert "5 open TODO(s)" in result.output
+    assert "error" not in result.output.lower()
+
+
+def test_pr_fields_claims_risks_and_notes(tmp_path):
+    _, record = imported(tmp_path, PR_JSON, "--diff", PR_DIFF)
+    assert is_draft(record)
+    pr = record.pr
+    assert (pr.number, pr.repo, pr.title) == (55404, "vllm-project/vllm", PR["title"])
+    assert pr.url == "https://github.com/vllm-project/vllm/pull/55404"
+    assert pr.merged_at is None and pr.state == "merged"  # mergedAt left out: unknown, not "open"
+    assert pr.source_report == str(PR_JSON)
+    claims = [(c.text, c.source) for c in record.claims]
+    assert claims[0] == ("Build cudagraph-capture metadata without a device sync", "PR title")
+    assert {source for _, source in claims} == {"PR title", "PR body"}
+    assert all(c.check.kind == "TODO" and c.check.hint for c in record.claims)
+    assert any(text.startswith("`build_for_cudagraph_capture` derived the host-side draft counts") for text, _ in claims)
+    assert "gpu_sync" in record.claims[0].check.hint
+    assert [r.text for r in record.risks] == ["_🗄️ Data Integrity & Integration_ | _🟠 Major_ | _🏗️ Heavy lift_ (review by coderabbitai[bot])"]
+    assert record.related == []  # the thread references no other PR
+    notes = record.report
+    assert notes.motivation.startswith("`build_for_cudagraph_capture` derived")
+    assert [k.path for k in notes.key_files] == [f["path"] for f in PR["files"]]
+    assert notes.discussion.startswith("- review by coderabbitai[bot]: ")
+    assert notes.code_snippets[-1].file == "vllm/v1/attention/backends/gdn_attn.py"
+    assert "+        assert num_decode_draft_tokens_cpu.shape == num_accepted_tokens.shape" in notes.code_snippets[-1].code
+
+
+def test_target_file_and_symbol_from_the_diff(tmp_path):
+    out, record = imported(tmp_path, PR_JSON, "--diff", PR_DIFF)
+    assert record.target.file == "vllm/v1/attention/backends/gdn_attn.py"
+    assert record.target.symbol == "build_for_cudagraph_capture"  # the hunk header's context; no class in the diff
+    assert record.report.key_symbols == ["build_for_cudagraph_capture"]
+    header = (out / "55404.yaml").read_text(encoding="utf-8").split("schema_version:")[0]
+    assert "qualify a method: Class.build_for_cudagraph_capture" in header
+    assert "a check needs a case with `entry: capture`" in header
+
+
+def test_without_a_diff_the_file_comes_from_files_and_the_symbol_is_todo(tmp_path):
+    _, record = imported(tmp_path, PR_JSON)
+    assert record.target.file == "vllm/v1/attention/backends/gdn_attn.py"
+    assert record.target.symbol == "TODO"
+
+
+def test_the_class_qualifies_a_method_when_the_diff_shows_it():
+    # A test input: the class line of vLLM 0.29.0's gdn_attn.py in a hunk before the method's.
+    text = PR_DIFF.read_text(encoding="utf-8").replace(
+        "@@ -542,6 +542,7 @@",
+        "@@ -82,2 +82,2 @@\n"
+        " class GDNAttentionMetadataBuilder(AttentionMetadataBuilder[GDNAttentionMetadata]):\n"
+        "-    reorder_batch_threshold: int = 1\n"
+        "+    reorder_batch_threshold: int = 2\n"
+        "@@ -542,6 +542,7 @@",
+    ).replace("@@ -82,2 +82,2 @@", "@@ -82,2 +82,2 @@ class GDNAttentionMetadata:")
+    target = diff_target(read_diff(text, "t.diff"))
+    assert target.symbols == ["GDNAttentionMetadataBuilder", "GDNAttentionMetadataBuilder.build_for_cudagraph_capture"]
+
+
+def test_a_def_line_in_the_hunk_names_the_symbol():
+    text = (
+        "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1,3 +1,3 @@\n"
+        " class Builder:\n     def build(self):\n-        return 1\n+        return 2\n"
+    )
+    assert diff_target(read_diff(text, "t.diff")).symbols == ["Builder.build"]
+
+
+def test_json_detected_by_content_not_only_by_name(tmp_path):
+    path = tmp_path / "pr-55404.txt"
+    path.write_text(PR_JSON.read_text(encoding="utf-8"), encoding="utf-8")
+    _, record = imported(tmp_path, path)
+    assert record.pr.number == 55404
+
+
+def test_merged_at_from_iso_and_null_means_open(tmp_path):
+    # mergedAt values here are test inputs: the thread gives no merge time.
+    _, record = imported(tmp_path, variant(tmp_path, mergedAt="2026-09-04T18:02:11Z"))
+    assert record.pr.merged_at == "2026-09-04 18:02:11" and record.pr.state == "merged"
+    kb = tmp_path / "open"
+    kb.mkdir()
+    assert run("import", variant(tmp_path, mergedAt=None), "--out", kb).exit_code == 0
+    assert load_record(kb / "55404.yaml").pr.state == "open"
+    result = run("validate", "--kb", kb)
+    assert result.exit_code == 1 and "head_release" not in result.output
+
+
+def test_references_become_related_prs(tmp_path):
+    # A test input comment (not in the thread) that references another PR and the PR itself.
+    comment = {"author": {"login": "reviewer"}, "body": "Same area as #52078; see also #55404."}
+    _, record = imported(tmp_path, variant(tmp_path, comments=[comment]))
+    assert [(r.number, r.relation, r.note) for r in record.related] == [(52078, "same-area", "referenced in the comment by reviewer")]
+
+
+def test_a_review_that_requests_changes_is_a_risk(tmp_path):
+    review = {"author": {"login": "reviewer"}, "body": "Please add a test.", "state": "CHANGES_REQUESTED"}
+    _, record = imported(tmp_path, variant(tmp_path, reviews=[review]))
+    assert [r.text for r in record.risks] == ["Please add a test. (review by reviewer, CHANGES_REQUESTED)"]
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def test_bad_json_exits_2_naming_file_line_col_and_writes_nothing(tmp_path):
+    text = PR_JSON.read_text(encoding="utf-8")
+    bad = tmp_path / "pr.json"
+    bad.write_text(text.replace('"number": 55404,', '"number": 55404'), encoding="utf-8")  # a missing comma
+    with pytest.raises(json.JSONDecodeError) as error:
+        json.loads(bad.read_text(encoding="utf-8"))
+    out = tmp_path / "kb"
+    out.mkdir()
+    result = run("import", bad, "--out", out)
+    assert result.exit_code == 2
+    assert f"{bad}:{error.value.lineno}:{error.value.colno}: not valid JSON: Expecting ',' delimiter" in result.output
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"number": "55404"}, "pr.json: number: expected an integer"),
+        ({"title": None}, "pr.json: title: expected a string"),
+        ({"reviews": [{"author": {"login": 7}, "body": "x"}]}, "pr.json: reviews[0].author.login: expected a string"),
+        ({"files": {"path": "a.py"}}, "pr.json: files: expected a list"),
+        ({"url": "https://github.com/vllm-project/vllm/pull/1"}, "pr.json: url: names PR #1, but number is 55404"),
+        ({"url": None}, "pr.json: url: missing"),
+        ({"mergedAt": "yesterday"}, "pr.json: mergedAt: 'yesterday' is not an ISO 8601 time"),
+    ],
+)
+def test_wrong_shape_exits_2_naming_the_field(tmp_path, monkeypatch, changes, message):
+    monkeypatch.chdir(tmp_path)
+    variant(tmp_path, **changes)
+    result = run("import", "pr.json", "--out", tmp_path)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "55404.yaml").exists()
+
+
+def test_a_json_list_is_refused(tmp_path):
+    path = tmp_path / "pr.json"
+    path.write_text("[]", encoding="utf-8")
+    result = run("import", path, "--out", tmp_path)
+    assert result.exit_code == 2 and "expected a JSON object" in result.output
+
+
+def test_bad_diff_exits_2_naming_file_and_line_and_writes_nothing(tmp_path):
+    bad = tmp_path / "pr.diff"
+    bad.write_text("\n".join(PR_DIFF.read_text(encoding="utf-8").splitlines()[:-3]) + "\n", encoding="utf-8")  # cut short
+    out = tmp_path / "kb"
+    out.mkdir()
+    result = run("import", PR_JSON, "--diff", bad, "--out", out)
+    assert result.exit_code == 2
+    assert f"{bad}:9: vllm/v1/attention/backends/gdn_attn.py hunk 1" in result.output
+    assert list(out.iterdir()) == []
+
+
+def test_diff_goes_with_gh_json_only(tmp_path):
+    report = ROOT / "tests" / "fixtures" / "pr-52078-review-report.md"
+    result = run("import", report, "--diff", PR_DIFF, "--out", tmp_path)
+    assert result.exit_code == 2 and "--diff goes with gh's JSON" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_needs_force(tmp_path):
+    out, _ = imported(tmp_path, PR_JSON)
+    target = out / "55404.yaml"
+    target.write_text("# kept\n", encoding="utf-8")
+    result = run("import", PR_JSON, "--diff", PR_DIFF, "--out", out)
+    assert result.exit_code == 2 and "exists; use --force" in result.output
+    assert target.read_text(encoding="utf-8") == "# kept\n"
+    assert run("import", PR_JSON, "--diff", PR_DIFF, "--out", out, "--force").exit_code == 0
+    assert yaml.safe_load(target.read_text(encoding="utf-8"))["target"]["symbol"] == "build_for_cudagraph_capture"
+
+
+def test_import_help_shows_gh_examples():
+    result = run("import", "--help")
+    assert result.exit_code == 0
+    assert "gh pr view 55404 --json number,title,body,mergedAt,url,files,reviews,comments" in result.output
+    assert "gdn-review import pr.json --diff pr.diff" in result.output and "--diff" in result.output
