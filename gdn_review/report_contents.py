@@ -17,12 +17,14 @@ from gdn_review.verdicts import (
     LATENCY_VERDICTS,
     MUTANT_STATUSES,
     RAN,
+    SURVIVED,
     VERDICTS,
     Evidence,
     claim_verdict,
     label_of,
     missing_tests,
     plural,
+    protection,
     risk_coverage,
     superseded_skips,
     verdicts_by_device,
@@ -133,7 +135,7 @@ def _device_cell(by_device: dict[str, str], ran: bool = True) -> str:
 
 
 def _kill_cell(mutant: dict, claim_id: str) -> str:
-    if mutant["status"] != "killed" and mutant["status"] != "survived":
+    if mutant["status"] != "killed" and mutant["status"] not in SURVIVED:
         return "—"
     killers = mutant.get("killed_by", {}).get(claim_id)
     if killers:
@@ -171,8 +173,8 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
         "claims": claims,
         "risks": per_risk,
         "counts": {s: sum(r["status"] == s for r in rows) for s in MUTANT_STATUSES},
-        "survivors": [r for r in rows if r["status"] in {"survived", "timeout", "error"}],
-        "missing_tests": [r for r in rows if r["status"] == "survived" and r["origin"] == "diff" and not r["risks"]],
+        "survivors": [r for r in rows if r["status"] in SURVIVED | {"timeout", "error"}],
+        "missing_tests": [r for r in rows if r["status"] in SURVIVED and r["origin"] == "diff" and not r["risks"]],
         "others": [r for r in rows if not r["risks"]],
         "gone_hunks": (info or {}).get("gone_hunks", []),
         "notes": (info or {}).get("notes", []),
@@ -255,7 +257,8 @@ def report_data(record: Record, evidence: Evidence) -> dict:
     risks = []
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
-        coverage, missing = risk_coverage(risk, tests, risk.id in addressed, _risk_mutants(risk, ran_mutants))
+        mutants = _risk_mutants(risk, ran_mutants)
+        coverage, missing = risk_coverage(risk, tests, risk.id in addressed, mutants)
         outcomes = Counter(t["outcome"] for t in tests)
         risks.append(
             {
@@ -266,6 +269,8 @@ def report_data(record: Record, evidence: Evidence) -> dict:
                 "tests": len(tests),
                 "outcomes": ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())) or "none",
                 "coverage": coverage,
+                # "not protected: 3 of 4 mutants survived": the count beside the word
+                "coverage_note": protection(mutants) if coverage == "not protected" else "",
                 "missing": missing,
             }
         )
@@ -320,7 +325,10 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
 def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = None) -> list[str]:
     steps = []
     for row in (mutation or {}).get("missing_tests", []):
-        steps.append(f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a case, an expected field or a property that catches it, or mark it equivalent with a reason.")
+        if row["status"] == "not reached":
+            steps.append(f"Missing test: mutant {row['id']} of the PR's code is not reached ({row['reason']}).")
+        else:
+            steps.append(f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a case, an expected field or a property that catches it, or mark it equivalent with a reason.")
     for claim in claims:
         if claim["verdict"] == "fails":
             steps.append(f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or record the deviation with its measured reason.")
@@ -339,6 +347,11 @@ def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = N
             steps.append(f"Risk {risk['id']} is uncovered: {risk['missing'][0]}.")
         elif risk["coverage"] == "targeted":
             steps.append(f"Risk {risk['id']} is only targeted: {'; '.join(risk['missing'][:2])}.")
+        elif risk["coverage"] == "not protected":
+            steps.append(
+                f"Risk {risk['id']} is not protected: {risk['coverage_note']}; its tests pass with the bug planted. "
+                "Add a case, an expected field or a property that kills them (see Survivors), or mark one equivalent with a reason."
+            )
     for claim in claims:
         if claim["verdict"] == "known deviation":
             steps.append(f"Claim {claim['id']} is a known deviation (see its row): decide whether the claim's wording or vLLM should change.")

@@ -18,8 +18,11 @@ EVIDENCE_FORMAT = "gdn-review-evidence/1"
 RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
 FAILED = {"failed", "error", "xpassed"}
 VERDICTS = ("holds", "fails", "known deviation", "not applicable", "unverified")
-COVERAGE = ("uncovered", "targeted", "passing", "mutation-verified")
-MUTANT_STATUSES = ("killed", "survived", "timeout", "error", "not applicable", "equivalent")
+# "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test executes).
+COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
+# "not reached": a survivor whose edited lines no test executed (mutation.reach).
+MUTANT_STATUSES = ("killed", "survived", "not reached", "timeout", "error", "not applicable", "equivalent")
+SURVIVED = {"survived", "not reached"}
 
 
 class ReportError(Exception):
@@ -225,17 +228,36 @@ def risk_coverage(risk, tests: list[dict], has_tests: bool, mutants: list[dict] 
         applicable = [m for m in mutants if m["status"] not in {"not applicable", "equivalent"}]
         unkilled = [m for m in applicable if m["status"] != "killed"]
         for m in unkilled:
-            missing.append(f"mutant {m['id']} {m['status']}")
+            hint = f": {m['reason']}" if m["status"] == "not reached" and m.get("reason") else ""
+            missing.append(f"mutant {m['id']} {m['status']}{hint}")
         if not applicable:
             missing.append("no mutant of it applies to this release: coverage cannot be mutation-verified here")
         verified = bool(applicable) and not unkilled
-    # Passing means every test of it that could run here ran, and none failed.
+    # Passing means every test of it that could run here ran, and none failed; and
+    # no mutant of it survived them: tests that let its bug through do not protect it.
     level = "passing" if passing and not failing and not not_run else "targeted"
     if level == "passing" and verified:
         level = "mutation-verified"
+    if level == "passing" and protection(mutants):
+        level = "not protected"  # the report gives the count beside it (protection)
     if level == "targeted" and ran and not failing and not passing:
         missing.insert(0, "only known deviations ran")
     return level, missing
+
+
+def protection(mutants: list[dict] | None) -> str | None:
+    """``3 of 4 mutants survived (1 not reached)``: a risk's survivors among its applicable mutants; None if none survived."""
+    applicable = [m for m in mutants or [] if m["status"] not in {"not applicable", "equivalent"}]
+    survived = [m for m in applicable if m["status"] in SURVIVED]
+    if not survived:
+        return None
+    unreached = sum(m["status"] == "not reached" for m in survived)
+    word = "mutant" if len(applicable) == 1 else "mutants"
+    if unreached == len(survived):
+        how = " (not reached)" if unreached == 1 else " (none of them reached)"
+    else:
+        how = f" ({unreached} not reached)" if unreached else ""
+    return f"{len(survived)} of {len(applicable)} {word} survived{how}"
 
 
 def missing_tests(number: int, expected: dict[str, list[dict]], present: list[dict]) -> list[dict]:
@@ -262,7 +284,12 @@ def missing_tests(number: int, expected: dict[str, list[dict]], present: list[di
 
 
 def discrimination(before: str | None, base: dict | None, head: dict | None) -> tuple[str, str]:
-    """(verdict, why): does the check tell the release without the PR from the release with it?"""
+    """(verdict, why): does the check tell the release without the PR from the release with it?
+
+    ``before: fails`` (an improvement) discriminates when it fails on the base
+    release and holds on the head release; ``before: holds`` (a preservation
+    claim) reads **preserved** when it holds on both.
+    """
     if before is None:
         return "not stated", "the record gives no `before` for this claim"
     if base is None or head is None:
@@ -281,7 +308,8 @@ def discrimination(before: str | None, base: dict | None, head: dict | None) -> 
         return "does not discriminate", f"fails on the base release although the record says it held there: {base['reason']}"
     if not after_ok:
         return "does not discriminate", f"holds on the base release but {vh} on the head release: {head['reason']}"
-    return "does not discriminate", "as the record says (before: holds): a preservation claim holds before and after the PR"
+    # A preservation claim is not meant to tell the releases apart: holding on both is its pass.
+    return "preserved", f"{vb} on the base release and {vh} on the head release, as the record says (before: holds)"
 
 
 def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
@@ -298,8 +326,8 @@ def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
                 found.append(f"PR {data['number']} risk {risk['id']} uncovered")
         if "survived" in fail_on:
             for row in (data.get("mutation") or {}).get("survivors", []):
-                if row["status"] == "survived":
-                    found.append(f"PR {data['number']} mutant {row['id']} survived")
+                if row["status"] in SURVIVED:
+                    found.append(f"PR {data['number']} mutant {row['id']} {row['status']}")
     return found
 
 

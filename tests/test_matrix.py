@@ -123,8 +123,10 @@ def test_a_head_release_that_did_not_run_is_stood_in_for_by_the_next_one(matrix_
     [
         ("fails", "holds", "holds", "does not discriminate"),
         ("fails", "fails", "fails", "does not discriminate"),
-        ("holds", "holds", "holds", "does not discriminate"),
+        ("holds", "holds", "holds", "preserved"),
+        ("holds", "holds", "known deviation", "preserved"),
         ("holds", "fails", "holds", "does not discriminate"),
+        ("holds", "holds", "fails", "does not discriminate"),
         (None, "fails", "holds", "not stated"),
         ("fails", "unverified", "holds", "unverified"),
     ],
@@ -132,6 +134,22 @@ def test_a_head_release_that_did_not_run_is_stood_in_for_by_the_next_one(matrix_
 def test_discrimination_rules(before, base, head, expected):
     cell = lambda v: {"verdict": v, "reason": "r", "measure": ""}  # noqa: E731
     assert verdicts.discrimination(before, cell(base), cell(head))[0] == expected
+
+
+def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_failure(matrix_folder, tmp_path):
+    _, folder = matrix_folder
+    (tmp_path / "kb" / "7.yaml").write_text(RECORD.replace("before: fails", "before: holds"), encoding="utf-8")
+    record = load_record(tmp_path / "kb" / "7.yaml")
+    _evidence(folder, "0.28.0", "passed", 1)  # the base release holds too
+    data = report.matrix_report(record, matrix.load_matrix(folder), {7})
+    (row,) = data["matrix"]["rows"]
+    assert (row["before"], row["discrimination"]) == ("holds", "preserved")
+    assert row["discrimination_reason"] == "holds on the base release and holds on the head release, as the record says (before: holds)"
+    assert matrix.summary_lines(data)[0] == "C1: preserved: 0.28.0 holds (aten.ge 1), 0.29.0 holds (aten.ge 1), 0.30.0 holds (aten.ge 1), 0.31.0 holds (aten.ge 1)"
+    text = report.render_markdown(data)
+    assert "| C1 | holds | **holds**: aten.ge 1 |" in text and "| **preserved** |" in text
+    assert "- **C1: preserved**: holds on the base release" in text
+    assert "**does not discriminate** |" not in text and "does not discriminate**:" not in text
 
 
 def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained(matrix_folder):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -137,3 +138,35 @@ def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
     for ident, entry in in_process.items():
         fresh = runner.run_fresh_process(TARGET, found[ident].source, args, cwd=ROOT)
         assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (entry["status"], sorted(entry["killed_by"])), ident
+
+
+def test_a_mutant_no_test_executes_reads_not_reached_and_a_survivor_that_ran_survived(tmp_path):
+    # plan_flashinfer_checkpoints runs only for prefill checkpoints, which never exist
+    # on CPU (no checkpoint alignment): no case's entry point executes it.
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    text = (ROOT / "kb" / "52078.yaml").read_text(encoding="utf-8")
+    unreached = (
+        "      - id: checkpoint_stride_off_by_one\n"
+        '        releases: ">=0.33"\n'
+        '        find: "cu_starts.append(cu_starts[-1] + query_len // every_n_tokens)"\n'
+        '        replace: "cu_starts.append(cu_starts[-1] + query_len // every_n_tokens + 1)"\n'
+    )
+    anchor = "      - id: ge_to_gt\n"
+    (kb / "52078.yaml").write_text(text.replace(anchor, unreached + anchor), encoding="utf-8")
+    done = mutate("--kb", str(kb), "--generated", str(tmp_path / "generated"), "--write",
+                  "--mutant", "checkpoint_stride_off_by_one", "--mutant", "ge_to_gt", "-k", "C1 and pure_spec_decode",
+                  "--jobs", "1", "--fail-on", "fails", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    found = mutants_of(tmp_path)
+    # ge_to_gt's line runs under C1's case and no op count changes: a survivor that ran.
+    assert (found["ge_to_gt"]["status"], found["ge_to_gt"]["reason"]) == ("survived", "")
+    entry = found["checkpoint_stride_off_by_one"]
+    assert entry["status"] == "not reached", entry
+    assert re.fullmatch(r"no test executes line \d+ of plan_flashinfer_checkpoints: add a case that reaches it", entry["reason"])
+    assert "1 not reached, 1 survived" in done.stderr
+    assert "not reached checkpoint_stride_off_by_one" in " ".join(done.stderr.split())
+    report = (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8")
+    assert "| `checkpoint_stride_off_by_one` | record | **not reached**: no test executes line" in report
+    assert "| `ge_to_gt` | record | **survived** |" in report
+    assert "<code>checkpoint_stride_off_by_one</code> not reached: no test executes line" in report

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 
 from gdn_review.kb import parse_record
-from gdn_review.mutation import catalogue, operators
+from gdn_review import mutation
+from gdn_review.mutation import catalogue, operators, reach, runner
 from tests.conftest import MINIMAL
 
 BASE = textwrap.dedent(
@@ -173,3 +174,70 @@ def test_validate_reports_a_mutant_find_with_a_typo(write_record):
     fixed = text.replace(">= 00", ">= 0")
     kb = write_record(fixed)
     assert CliRunner().invoke(main, ["validate", "--kb", str(kb)]).exit_code == 0
+
+
+# --- not reached: the baseline's line trace and the statements a mutant edits ---
+
+TRACED = textwrap.dedent(
+    """\
+    LIMIT = 3
+
+
+    def used(x):
+        if x > 0:
+            return x + 1
+        return x - 1
+
+
+    class Plan:
+        def unused(self, rows):
+            total = 0
+            for row in rows:
+                total += row
+            return total
+    """
+)
+
+
+def test_edit_sites_name_the_function_and_skip_what_runs_at_import():
+    (site,) = reach.edit_sites(TRACED, TRACED.replace("total += row", "total -= row"))
+    assert (site.line, site.function, site.lines) == (14, "Plan.unused", (14,))
+    (site,) = reach.edit_sites(TRACED, TRACED.replace("if x > 0:", "if x >= 0:"))
+    assert (site.function, site.lines) == ("used", (5,))  # a compound statement: its header only
+    assert reach.edit_sites(TRACED, TRACED.replace("LIMIT = 3", "LIMIT = 4")) is None  # module level: runs at import
+    assert reach.edit_sites(TRACED, TRACED.replace("    def unused", "    @staticmethod\n    def unused")) is None  # insertion only
+
+
+def test_the_baseline_trace_tells_a_mutant_no_test_executes_from_one_that_ran(tmp_path):
+    package = tmp_path / "tracedpkg"
+    package.mkdir()
+    (package / "target.py").write_text(TRACED, encoding="utf-8")
+    test_file = tmp_path / "test_traced.py"
+    test_file.write_text(
+        f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nfrom tracedpkg import target\n\n"
+        "def test_used():\n    assert target.used(2) == 3\n",
+        encoding="utf-8",
+    )
+    trace = reach.LineTrace({"tracedpkg/target.py"})
+    code = pytest.main([str(test_file), *runner.PYTEST_ARGS, "--gdn-no-evidence"], plugins=[trace])
+    assert code == 0 and trace.active
+    reached = trace.reached(test_file, "tracedpkg/target.py")
+    assert {5, 6} <= reached and not {7, 12, 13, 14} & reached
+    unused = reach.edit_sites(TRACED, TRACED.replace("total += row", "total -= row"))
+    assert reach.unreached(unused, reached) == "no test executes line 14 of Plan.unused: add a case that reaches it"
+    taken = reach.edit_sites(TRACED, TRACED.replace("return x + 1", "return x + 2"))
+    assert reach.unreached(taken, reached) is None
+    # The branch not taken is a line of a function that ran: still not reached.
+    assert reach.unreached(reach.edit_sites(TRACED, TRACED.replace("return x - 1", "return x - 2")), reached).startswith("no test executes line 7 of used")
+    assert reach.unreached(unused, None) is None  # not traced: nothing is judged
+
+
+def test_only_a_survivor_is_renamed_not_reached():
+    found = catalogue.Catalogue(1, "0.33.0", "tracedpkg/target.py", [], [], [], TRACED)
+    mutant = catalogue.Mutant("m", "record", ["R1"], diff="", source=TRACED.replace("total += row", "total -= row"))
+    entry = mutation.result_entry(found, mutant, {"status": "survived", "tests_run": 3}, reached={5, 6})
+    assert (entry["status"], entry["reason"]) == ("not reached", "no test executes line 14 of Plan.unused: add a case that reaches it")
+    killed = {"status": "killed", "killed_by": {"C1": ["t"]}, "messages": {"t": "boom"}}
+    assert mutation.result_entry(found, mutant, killed, reached={5, 6})["status"] == "killed"
+    assert mutation.result_entry(found, mutant, {"status": "survived"}, reached={14})["status"] == "survived"
+    assert mutation.result_entry(found, mutant, {"status": "survived"}, reached=None)["status"] == "survived"

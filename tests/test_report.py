@@ -57,23 +57,53 @@ def test_verdicts_of_the_golden_run(tmp_path):
 def test_killed_mutants_make_a_passing_risk_mutation_verified():
     data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "mutation.json"]))
     coverage = {r["id"]: r["coverage"] for r in data["risks"]}
-    # R1: passing tests and its one applicable mutant killed; R2: its only mutant does not apply here.
-    assert coverage == {"R1": "mutation-verified", "R2": "passing", "R3": "uncovered"}
-    assert [m["id"] for m in data["mutation"]["missing_tests"]] == ["auto.drop_clause1.use_spec_decode.d6fb08"]
+    # R1: passing tests and its one applicable mutant killed; R2: passing tests, but its one
+    # applicable mutant runs on a line no test executes.
+    assert coverage == {"R1": "mutation-verified", "R2": "not protected", "R3": "uncovered"}
+    assert [m["id"] for m in data["mutation"]["missing_tests"]] == ["auto.drop_clause1.use_spec_decode.d6fb08", "auto.gt_to_ge.n.7c01d2"]
     r1 = next(r for r in data["mutation"]["risks"] if r["id"] == "R1")
     assert r1["mutants"][0]["cells"] == ["killed", "·", "passed", "·"]
-    assert report.failures([data], {"survived"}) == ["PR 1 mutant auto.drop_clause1.use_spec_decode.d6fb08 survived"]
+    assert report.failures([data], {"survived"}) == [
+        "PR 1 mutant auto.drop_clause1.use_spec_decode.d6fb08 survived",
+        "PR 1 mutant auto.plus_one.rows.5e2a1c not reached",
+        "PR 1 mutant auto.gt_to_ge.n.7c01d2 not reached",
+    ]
     assert report.failures([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
 
 
-def test_a_surviving_mutant_keeps_its_risk_below_mutation_verified(tmp_path):
+def _edited_mutation_evidence(tmp_path, edit) -> dict:
     evidence = json.loads((GOLDEN / "evidence" / "mutation.json").read_text(encoding="utf-8"))
-    evidence["mutation"]["mutants"][0].update(status="survived", killed_by={})
+    edit(evidence["mutation"]["mutants"])
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence), encoding="utf-8")
-    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([path]))
+    return report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([path]))
+
+
+def test_a_risk_whose_mutants_survive_reads_not_protected_never_passing(tmp_path):
+    # R1's tests all pass; its one mutant survived them. This read "passing" before.
+    data = _edited_mutation_evidence(tmp_path, lambda mutants: mutants[0].update(status="survived", killed_by={}))
     r1 = next(r for r in data["risks"] if r["id"] == "R1")
-    assert r1["coverage"] == "passing" and "mutant m1 survived" in r1["missing"]
+    assert (r1["coverage"], r1["coverage_note"]) == ("not protected", "1 of 1 mutant survived")
+    assert "mutant m1 survived" in r1["missing"]
+    assert data["coverage_counts"]["passing"] == 0 and data["coverage_counts"]["not protected"] == 2
+    step = next(s for s in data["next_steps"] if s.startswith("Risk R1"))
+    assert step.startswith("Risk R1 is not protected: 1 of 1 mutant survived; its tests pass with the bug planted.")
+    row = next(line for line in report.render_markdown(data).splitlines() if line.startswith("| R1 |"))
+    assert "| **not protected**: 1 of 1 mutant survived |" in row and "passing" not in row
+
+
+def test_not_protected_counts_the_survivors_among_the_applicable_mutants(tmp_path):
+    def edit(mutants):
+        killed, _, unreached = mutants[0], mutants[1], mutants[2]
+        for index, status in enumerate(["killed", "survived", "not reached", "survived", "equivalent"]):
+            mutants.append({**(unreached if status == "not reached" else killed), "id": f"r1.{index}", "risks": ["R1"], "status": status,
+                            "killed_by": killed["killed_by"] if status == "killed" else {}})
+
+    data = _edited_mutation_evidence(tmp_path, edit)
+    r1 = next(r for r in data["risks"] if r["id"] == "R1")
+    # m1 and r1.0 killed, r1.1 and r1.3 survived, r1.2 not reached; r1.4 equivalent does not count.
+    assert (r1["coverage"], r1["coverage_note"]) == ("not protected", "3 of 5 mutants survived (1 not reached)")
+    assert "mutant r1.2 not reached: no test executes line 9 of Builder._stage_decode: add a case that reaches it" in r1["missing"]
 
 
 def test_malformed_mutation_evidence_is_bad_input(tmp_path):

@@ -72,7 +72,7 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
         for ident in record.equivalent_mutants:
             if ident not in known:
                 notes.append(f"equivalent_mutants names {ident}, which the diff does not give on vLLM {release}")
-    return Catalogue(record.pr.number, release, target, mutants, gone, notes)
+    return Catalogue(record.pr.number, release, target, mutants, gone, notes, loaded)
 
 
 def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
@@ -158,11 +158,22 @@ def listing_lines(found_all: list[Catalogue]) -> list[str]:
     return lines
 
 
-def result_entry(found: Catalogue, mutant: Mutant, result: dict | None) -> dict:
-    """One mutant's evidence: what it is, how it ended, which tests killed it."""
+def result_entry(found: Catalogue, mutant: Mutant, result: dict | None, reached: set[int] | None = None) -> dict:
+    """One mutant's evidence: what it is, how it ended, which tests killed it.
+
+    ``reached``: the target file's lines the baseline executed for this record's
+    tests (None: not traced); a survivor none of whose edited statements is
+    among them is **not reached** (see ``reach``).
+    """
     result = result or {}
     status = mutant.status or result.get("status", "error")
     reason = mutant.reason or result.get("reason") or ""
+    if status == "survived" and mutant.source and found.source:
+        from gdn_review.mutation import reach  # imports pytest: only where mutants ran
+
+        hint = reach.unreached(reach.edit_sites(found.source, mutant.source), reached)
+        if hint:
+            status, reason = "not reached", hint
     killed_by = result.get("killed_by", {})
     if status == "killed" and not reason:
         first = next(iter(killed_by.values()))[0]
@@ -209,14 +220,15 @@ def run(
     on_result: Callable[[dict], None] = lambda entry: None,
 ) -> list[dict]:
     """Baseline suite, then every runnable mutant; returns the evidence entries (also written)."""
-    from gdn_review.mutation import runner
+    from gdn_review.mutation import reach, runner
 
     runner.prepare_cpu()
     evidence = Path(evidence)
     evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
     staged = evidence.with_name(f".{evidence.name}.baseline")
     args = runner.test_args([modules[c.record] for c in catalogues], keyword)
-    code, seconds = runner.baseline(args, staged)
+    trace = reach.LineTrace({c.target_file for c in catalogues})  # which lines run, to name the unreached
+    code, seconds = runner.baseline(args, staged, plugins=(trace,))
     if code != 0 or not staged.exists():
         staged.unlink(missing_ok=True)
         raise MutationError(
@@ -224,21 +236,21 @@ def run(
             "fix the suite or the record first (gdn-review run shows the failures)"
         )
     try:
-        entries = _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result)
+        entries = _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace)
     except BaseException:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
         raise
     order = {(c.record, m.id): i for c in catalogues for i, m in enumerate(c.mutants)}
     entries.sort(key=lambda e: order[(e["record"], e["id"])])
     write_evidence(staged, catalogues, entries, {
-        "jobs": jobs, "timeout_s": timeout, "keyword": keyword, "baseline_s": round(seconds, 2),
+        "jobs": jobs, "timeout_s": timeout, "keyword": keyword, "baseline_s": round(seconds, 2), "line_trace": trace.active,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     os.replace(staged, evidence)
     return entries
 
 
-def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result) -> list[dict]:
+def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace) -> list[dict]:
     """Every runnable mutant of every catalogue, forked from this (unmutated) process."""
     from gdn_review.harness import mutation as loader
     from gdn_review.mutation import runner
@@ -246,9 +258,10 @@ def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_resul
     entries: list[dict] = []
     on_start(sum(len(c.runnable()) for c in catalogues))
     for found in catalogues:
+        reached = trace.reached(modules[found.record], found.target_file)
 
-        def finished(mutant, result, found=found, progress=True):
-            entry = result_entry(found, mutant, result)
+        def finished(mutant, result, found=found, reached=reached, progress=True):
+            entry = result_entry(found, mutant, result, reached)
             entries.append(entry)
             if progress:  # decided before anything ran (equivalent, not applicable): no progress step
                 on_result(entry)

@@ -52,6 +52,7 @@ class Catalogue:
     mutants: list[Mutant]
     gone_hunks: list[str]  # PR hunks no longer in the loaded file (they yield no mutant)
     notes: list[str]  # what could not be derived, and why
+    source: str = ""  # the loaded release's target file, as the mutants' edits start from it
 
     def runnable(self) -> list[Mutant]:
         return [m for m in self.mutants if m.status is RUNNABLE]

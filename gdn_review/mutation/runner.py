@@ -44,10 +44,13 @@ def test_args(modules: list[Path], keyword: str | None) -> list[str]:
     return args + (["-k", keyword] if keyword else [])
 
 
-def baseline(args: list[str], evidence: Path) -> tuple[int, float]:
-    """The unmutated suite, in this process, with the evidence plugin: (pytest exit code, seconds)."""
+def baseline(args: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int, float]:
+    """The unmutated suite, in this process, with the evidence plugin: (pytest exit code, seconds).
+
+    ``plugins``: more pytest plugins for this run (``reach.LineTrace``: the lines it executes).
+    """
     started = time.monotonic()
-    code = pytest.main([*args, *PYTEST_ARGS, "--gdn-evidence", str(evidence)])
+    code = pytest.main([*args, *PYTEST_ARGS, "--gdn-evidence", str(evidence)], plugins=list(plugins))
     # Everything made so far is shared with every child: keep the collector off it
     # (a full collection over vLLM's and torch's objects costs a child ~1.5 s).
     gc.collect()

@@ -1,0 +1,178 @@
+"""Which lines of the target file the unmutated suite executes, and which mutants edit none of them.
+
+A survivor whose edited lines no test ever executes is not a weak test but a
+missing one: ``gdn-review mutate`` names it **not reached**, with the line and
+the function, instead of ``survived``.
+
+Why the baseline, traced once (and not each forked child): the tests are
+deterministic (fixed cases; Hypothesis runs ``derandomize=True``), and a
+mutant's run is the baseline's run up to the first time it executes an edited
+statement. So a statement the unmutated suite never executes is never executed
+under a mutant whose edits all lie there: the mutant cannot be told apart by
+any test, whatever the test checks. Tracing the baseline costs one traced run;
+tracing every child would cost it once per mutant. The trace is
+``sys.settrace`` (Python 3.11 has no ``sys.monitoring``): a global function
+that returns a line tracer only for frames of the target file, so every other
+frame pays one call and a dict lookup. Lines are kept per test module, so a
+record's mutants are judged by the tests that run against them (plus what runs
+while collecting, which a child does again).
+
+Only edits inside function bodies are judged: a module- or class-level line (a
+default, a constant, a decorator) runs at import, before the trace starts, so
+it is never called not reached. An edit that only inserts lines is not judged
+either (no original statement to look up). Only a survivor is renamed: a
+mutant that killed a test was reached, whatever the trace says.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+_UNSEEN = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One edited statement of the original file: the lines whose execution means it ran."""
+
+    line: int  # the first edited line (1-based, original file)
+    function: str  # qualified name of the innermost function holding it
+    lines: tuple[int, ...]  # the statement's own lines (a compound statement: its header)
+
+
+class LineTrace:
+    """pytest plugin of the baseline: lines of the target files executed, per test module.
+
+    ``targets``: the target files as relative paths (``vllm/v1/.../gdn_attn.py``);
+    a frame belongs to one when its code's file name ends with it (the loaded
+    release's copy, installed or unpacked on PYTHONPATH; never a mutant's
+    in-memory source, whose name says so).
+    """
+
+    def __init__(self, targets: set[str]):
+        self.targets = {t.replace(os.sep, "/") for t in targets}
+        self.by_module: dict[str | None, dict[str, set[int]]] = {None: {}}
+        self.active = False  # False when another tracer (coverage, a debugger) was there: nothing judged
+        self._files: dict[str, str | None] = {}
+        self._current = self.by_module[None]
+
+    def _target_of(self, filename: str) -> str | None:
+        path = os.path.realpath(filename).replace(os.sep, "/")
+        return next((t for t in self.targets if path.endswith("/" + t)), None)
+
+    def _trace(self, frame, event, arg):
+        filename = frame.f_code.co_filename
+        target = self._files.get(filename, _UNSEEN)
+        if target is _UNSEEN:
+            target = self._files[filename] = self._target_of(filename)
+        if target is None:
+            return None
+        add = self._current.setdefault(target, set()).add
+
+        def lines(frame, event, arg):
+            if event == "line":
+                add(frame.f_lineno)
+            return lines
+
+        return lines
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        if sys.gettrace() is None:
+            sys.settrace(self._trace)
+            self.active = True
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        self._current = self.by_module.setdefault(_module_key(item.path), {})
+        yield
+        self._current = self.by_module[None]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self.active:
+            sys.settrace(None)
+
+    def reached(self, module: Path, target: str) -> set[int] | None:
+        """Lines of ``target`` executed while collecting or running ``module``'s tests (None: not traced)."""
+        if not self.active:
+            return None
+        target = target.replace(os.sep, "/")
+        return set(self.by_module[None].get(target, ())) | set(self.by_module.get(_module_key(module), {}).get(target, ()))
+
+
+def _module_key(path) -> str:
+    return str(Path(path).resolve())
+
+
+def edit_sites(original: str, mutated: str) -> list[Site] | None:
+    """The statements of ``original`` that the mutant edits; None when it cannot be judged.
+
+    None: the edit inserts lines only, or touches a line outside every
+    function body (it runs at import), or the original does not parse.
+    """
+    try:
+        tree = ast.parse(original)
+    except SyntaxError:
+        return None
+    statements = _function_statements(tree)
+    matcher = difflib.SequenceMatcher(a=original.splitlines(), b=mutated.splitlines(), autojunk=False)
+    sites: list[Site] = []
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if tag == "insert":
+            return None
+        for line in range(i1 + 1, i2 + 1):
+            holding = [s for s in statements if s[0] <= line <= s[1]]
+            if not holding:
+                return None
+            start, end, header_end, function = min(holding, key=lambda s: s[1] - s[0])
+            span = tuple(range(start, (header_end if line <= header_end else end) + 1))
+            site = Site(line, function, span)
+            if not any(s.lines == site.lines for s in sites):
+                sites.append(site)
+    return sites or None
+
+
+def _function_statements(tree: ast.Module) -> list[tuple[int, int, int, str]]:
+    """(first line, last line, last header line, function) of every statement inside a function body."""
+    found: list[tuple[int, int, int, str]] = []
+
+    def visit(node, scope: list[str], function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                if function is not None:
+                    start = min([child.lineno] + [d.lineno for d in getattr(child, "decorator_list", [])])
+                    body = getattr(child, "body", None)
+                    header_end = body[0].lineno - 1 if isinstance(body, list) and body else child.end_lineno
+                    found.append((start, child.end_lineno, max(start, header_end), function))
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    # Its decorators and defaults are expressions of the enclosing scope: no statements.
+                    visit(child, [*scope, child.name], ".".join([*scope, child.name]))
+                elif isinstance(child, ast.ClassDef):
+                    visit(child, [*scope, child.name], function)  # a class body runs where the class statement does
+                else:
+                    visit(child, scope, function)
+            elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                visit(child, scope, function)
+
+    visit(tree, [], None)
+    return found
+
+
+def unreached(sites: list[Site] | None, reached: set[int] | None) -> str | None:
+    """The hint for a mutant none of whose edited statements ran, or None (it ran, or cannot be judged)."""
+    if not sites or reached is None:
+        return None
+    if any(line in reached for site in sites for line in site.lines):
+        return None
+    first = sites[0]
+    return f"no test executes line {first.line} of {first.function}: add a case that reaches it"
