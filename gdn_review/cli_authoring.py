@@ -39,7 +39,7 @@ def find_release_command(wanted: str, file: str, start: str | None, end: str | N
       gdn-review find-release "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"
       gdn-review find-release "if num_spec_decodes == 0:" --from 0.28.0 --to 0.33.0 --offline
       gdn-review find-release "_stage_spec_decode(" --fixed-string
-      gh pr diff 52078 | grep '^+ ' | cut -c2- | head -3 | gdn-review find-release -
+      printf 'if num_spec_decodes == 0:\\n    num_spec_decodes = 0\\n' | gdn-review find-release -    # two lines: first in 0.32.0 (#56531)
     """
     from gdn_review import release_finder
 

@@ -62,6 +62,15 @@ def test_the_command_exits_1_when_no_release_has_it_and_2_on_bad_input():
     assert no_file.exit_code == 2 and "no release checked has this file" in no_file.output
 
 
+def test_lines_from_stdin_are_found_in_the_installed_release():
+    installed = release_cache.installed()
+    lines = "if num_spec_decodes == 0:\n    num_spec_decodes = 0\n"  # two consecutive lines of 0.33.0
+    result = CliRunner().invoke(main, ["find-release", "-", "--offline", "--from", installed], input=lines)
+    assert result.exit_code == 0, result.output
+    assert f"first: {installed}, last: {installed} (still present)" in result.output
+    assert f"it is already in {installed}, the oldest release checked" in result.output
+
+
 @pytest.mark.slow  # may fetch 0.28.0 and 0.29.0 into the release cache (about 0.5 GB each, once)
 def test_a_line_of_52078_first_ships_in_0_29_0_and_is_still_in_the_installed_release():
     for version in ("0.28.0", "0.29.0"):
