@@ -40,6 +40,8 @@ def main() -> None:
       gdn-review review pr.diff           # a change (gh pr diff N) against the whole KB before it merges
       gdn-review report --format json     # verdicts from the last run's evidence
       gdn-review import report.md         # a review report -> draft kb/N.yaml
+      gdn-review find-release "LINE"      # which release first has a line of gdn_attn.py: base/head_release
+      gdn-review snapshot --record N --fill-expects   # write the missing expect blocks, measured
     """
 
 
