@@ -169,9 +169,14 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
         raise click.UsageError("give --record N (repeatable) or --all")
     chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
     reports, written = matrix.matrix_command(
-        kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir,
-        say=click.echo, since=since, history_path=history_path if every else None,
+        kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
     )
+    if every:
+        from gdn_review import history
+
+        data, page = history.history_command(kb_dir, work_dir or Path(".gdn-review"), BENCH_EVIDENCE, history_path, since)
+        written.append(page)
+        click.echo(_history_line(data))
     tripped = []
     for report_data in reports:
         if len(reports) > 1:
@@ -182,6 +187,12 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     for line in tripped:
         _say(f"fail-on: {line}")
     sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+
+
+def _history_line(data: dict) -> str:
+    releases = data["releases"]
+    prs = sum(len(r["prs"]) for r in data["per_release"])
+    return f"history: {len(releases)} releases ({releases[0]} .. {releases[-1]}), {prs} PRs, {len(data['unexplained'])} unexplained change(s)"
 
 
 @click.command(name="history")
@@ -208,14 +219,11 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, fail_on) -> N
       gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
     """
     from gdn_review import history
-    from gdn_review.selection import load_records
 
-    records = load_records(kb_dir)
-    data = history.history_data(records, history.load_matrices(records, work_dir), history.load_bench(bench_path), since=since)
+    data, path = history.history_command(kb_dir, work_dir, bench_path, out_path, since)
     for number, why in data["missing"].items():
         _say(f"left out #{number}: {why}")
-    path = reporting.write_history(data, out_path)
-    click.echo(f"{len(data['releases'])} releases ({data['releases'][0]} .. {data['releases'][-1]}), {sum(len(r['prs']) for r in data['per_release'])} PRs, {len(data['unexplained'])} unexplained change(s)")
+    click.echo(_history_line(data))
     click.echo(f"wrote {path}")
     sys.exit(EXIT_FAILED if data["unexplained"] and fail_on == "drift" else EXIT_OK)
 

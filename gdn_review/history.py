@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.kb import Record, is_draft
-from gdn_review.matrix import MatrixError, load_matrix
+from gdn_review.matrix import MatrixError, load_matrix, matrix_folder_name
 from gdn_review.matrix_report import matrix_report
 from gdn_review.verdicts import RAN, ReportError, load_evidence
 
@@ -42,10 +42,6 @@ class Matrices:
     reports: dict[int, dict]  # record -> matrix report data
     tests: dict[int, dict[str, list[dict]]]  # record -> release -> that release's evidence tests
     missing: dict[int, str]
-
-
-def matrix_folder_name(number: int) -> str:
-    return f"matrix-{number}"
 
 
 def matrix_folder(work_root: Path, number: int) -> Path:
@@ -265,3 +261,13 @@ def history_data(records: dict[Path, Record], matrices: Matrices, bench: dict[in
         "durations": {n: d["matrix"].get("duration_s") for n, d in sorted(reports.items())},
     }
 
+
+
+def history_command(kb_dir: Path, work_root: Path, bench_path: Path, out_path: Path, since: str | None = None) -> tuple[dict, Path]:
+    """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its data and path."""
+    from gdn_review import report as reporting
+    from gdn_review.selection import load_records
+
+    records = load_records(kb_dir)
+    data = history_data(records, load_matrices(records, work_root), load_bench(bench_path), since=since)
+    return data, reporting.write_history(data, out_path)

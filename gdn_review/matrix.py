@@ -274,6 +274,11 @@ def run_matrices(work: list[Job], installed: str | None, jobs: int | None = None
     return written
 
 
+def matrix_folder_name(number: int) -> str:
+    """A record's folder under the work root when several records run (``gdn-review matrix --all``)."""
+    return f"matrix-{number}"
+
+
 def load_matrix(folder: Path) -> dict:
     """matrix.json of a matrix run, with each release's evidence path and snapshot loaded."""
     path = Path(folder) / "matrix.json"
@@ -303,16 +308,13 @@ def matrix_command(
     reports_dir: Path,
     say: Callable[[str], None] = print,
     since: str | None = None,
-    history_path: Path | None = None,
 ) -> tuple[list[dict], list[Path]]:
     """``gdn-review matrix``: run the records on their releases, write their reports; their data and files.
 
     ``numbers`` empty: every record that is not a draft. With several records
-    the release runs share one pool, each record's work goes to
-    ``WORK/matrix-N`` (default ``.gdn-review``), and with ``history_path`` the
-    history page is written from them.
+    the release runs share one pool and each record's work goes to
+    ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
     """
-    from gdn_review import history
     from gdn_review import report as reporting
     from gdn_review.kb import is_draft
     from gdn_review.selection import current_modules, load_records
@@ -332,15 +334,11 @@ def matrix_command(
     work = []
     for record_path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
         number = record.pr.number
-        folder = work_dir if single and work_dir else root / history.matrix_folder_name(number)
+        folder = work_dir if single and work_dir else root / matrix_folder_name(number)
         work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
     run_matrices(work, installed, jobs, keyword, say)
     reports = [reporting.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
     written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
-    if history_path is not None:
-        bench = history.load_bench(Path(".gdn-review") / "bench.json")
-        data = history.history_data(every, history.load_matrices(every, root), bench, since=since)
-        written.append(reporting.write_history(data, history_path))
     return reports, written
 
 

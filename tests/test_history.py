@@ -135,7 +135,7 @@ def test_history_command_writes_the_page_and_exits_1_on_unexplained_drift(kb_and
     out = tmp_path / "reports" / "history.md"
     result = CliRunner().invoke(main, ["history", "--kb", str(kb), "--work", str(work), "--out", str(out)])
     assert result.exit_code == 1, result.output
-    assert "4 releases (0.28.0 .. 0.31.0), 3 PRs, 1 unexplained change(s)" in result.output
+    assert "history: 4 releases (0.28.0 .. 0.31.0), 3 PRs, 1 unexplained change(s)" in result.output
     assert out.read_text(encoding="utf-8").startswith("# The GDN builder's history, vLLM 0.28.0 to 0.31.0")
     relaxed = CliRunner().invoke(main, ["history", "--kb", str(kb), "--work", str(work), "--out", str(out), "--fail-on", "none"])
     assert relaxed.exit_code == 0, relaxed.output
