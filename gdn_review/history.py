@@ -212,8 +212,38 @@ def _verdicts(records: dict[int, Record], reports: dict[int, dict], releases: li
     return rows
 
 
-def history_data(records: dict[Path, Record], matrices: Matrices, bench: dict[int, dict] | None = None, since: str | None = None) -> dict:
-    """Everything reports/history.md shows, as plain data."""
+def _attributed_schema(schema: dict | None, notes: list) -> dict | None:
+    """A release's added and removed fields, each with the noted change that adds it (None: unattributed)."""
+    if not schema:
+        return None
+    owner = {name: note for note in notes for name in note.fields}
+
+    def who(name):
+        note = owner.get(name)
+        if note is None:
+            return None
+        return f"#{note.pr.number}" if note.pr else "no PR found"
+
+    return {
+        "from": schema["from"],
+        "added": [{"field": f, "by": who(f)} for f in schema["added"]],
+        "removed": [{"field": f, "by": who(f)} for f in schema["removed"]],
+    }
+
+
+def _note(change) -> dict:
+    pr = change.pr
+    return {
+        "what": change.what, "fields": change.fields, "searched": change.searched,
+        "pr": None if pr is None else {"number": pr.number, "title": pr.title, "url": pr.url or f"https://github.com/vllm-project/vllm/pull/{pr.number}", "evidence": pr.evidence, "why": pr.why},
+    }
+
+
+def history_data(
+    records: dict[Path, Record], matrices: Matrices, bench: dict[int, dict] | None = None, since: str | None = None, changes: list | None = None
+) -> dict:
+    """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's notes."""
+    changes = changes or []
     by_number = {r.pr.number: r for r in records.values()}
     reports = matrices.reports
     releases = _releases(reports, since)
@@ -237,13 +267,19 @@ def history_data(records: dict[Path, Record], matrices: Matrices, bench: dict[in
     per_release = []
     for index, version in enumerate(releases):
         rows = moved[version]
+        notes = [c for c in changes if c.release == version]
+        fields = _attributed_schema(schema.get(version), notes)
+        unattributed = [f for f in (fields["added"] + fields["removed"] if fields else []) if f["by"] is None]
         per_release.append({
             "version": version,
             "previous": releases[index - 1] if index else None,
             "prs": shipped[version],
             "moved": rows,
-            "unexplained": [r for r in rows if not r["explained_by"]],
-            "schema": schema.get(version),
+            "unexplained": [r for r in rows if not r["explained_by"]] + [
+                {"record": None, "from": fields["from"], "to": version, "case": "(metadata class)", "fields": [f["field"]], "explained_by": []} for f in unattributed
+            ],
+            "schema": fields,
+            "changes": [_note(c) for c in notes],
             "latency": [entry for entry in latency if entry["head"] == version],
         })
     unexplained = [r for entry in per_release for r in entry["unexplained"]]
@@ -268,6 +304,8 @@ def history_command(kb_dir: Path, work_root: Path, bench_path: Path, out_path: P
     from gdn_review import report as reporting
     from gdn_review.selection import load_records
 
+    from gdn_review.kb.changes import load_changes
+
     records = load_records(kb_dir)
-    data = history_data(records, load_matrices(records, work_root), load_bench(bench_path), since=since)
+    data = history_data(records, load_matrices(records, work_root), load_bench(bench_path), since=since, changes=load_changes(kb_dir))
     return data, reporting.write_history(data, out_path)

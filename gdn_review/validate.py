@@ -30,9 +30,12 @@ def validate_kb(kb_dir: Path) -> Validation:
     """Load and check every record; RecordErrors (all of them) when one is bad."""
     from gdn_review.mutation import check_finds
 
+    from gdn_review.kb.changes import changes_path, load_changes
+
     records = load_kb(kb_dir)
     if not records:
         raise SelectionError(f"no records (*.yaml) in {kb_dir}")
+    load_changes(kb_dir)  # the history's notes: RecordErrors with file:line:col when malformed
     find_errors, notes = [], []
     for path, record in records.items():
         problems, skipped = check_finds(path, record)
@@ -40,4 +43,6 @@ def validate_kb(kb_dir: Path) -> Validation:
         notes += [f"{path}: mutant finds not checked against {what}" for what in skipped]
     if find_errors:
         raise RecordErrors(find_errors)
+    if changes_path(kb_dir).is_file():
+        notes.append(f"{changes_path(kb_dir)}: {len(load_changes(kb_dir))} builder change(s) that no record states (for the history page)")
     return Validation(records, {path: incomplete(path, record) for path, record in records.items()}, notes)

@@ -154,3 +154,60 @@ def test_matrix_refuses_both_or_neither_of_record_and_all(write_record):
     for args in ([], ["--all", "--record", "7"]):
         result = CliRunner().invoke(main, ["matrix", "--kb", str(kb), *args])
         assert result.exit_code == 2 and "--record N (repeatable) or --all" in result.output
+
+
+def _add_field(work: Path, version: str) -> None:
+    for number in (7, 9):
+        path = work / f"matrix-{number}" / f"snapshot-{version}.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for case in data["cases"].values():
+            case["new_field"] = None
+        path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_a_field_that_appears_is_unattributed_until_a_noted_change_adds_it(kb_and_work):
+    kb, work = kb_and_work
+    _add_field(work, "0.31.0")
+    records = load_records(kb)
+    data = history.history_data(records, history.load_matrices(records, work))
+    assert [(u["to"], u["fields"]) for u in data["unexplained"] if u["record"] is None] == [("0.31.0", ["new_field"])]
+    (kb / "history").mkdir()
+    (kb / "history" / "changes.yaml").write_text(
+        "schema_version: 1\nchanges:\n"
+        "  - release: 0.31.0\n    what: A new field.\n    fields: [new_field]\n"
+        "    pr: {number: 12, title: Adds it, evidence: high, why: the thread quotes the hunk}\n"
+        "  - release: 0.31.0\n    what: A refactor nobody could tie.\n    searched: [\"a query\"]\n",
+        encoding="utf-8",
+    )
+    from gdn_review.kb.changes import load_changes
+
+    data = history.history_data(records, history.load_matrices(records, work), changes=load_changes(kb))
+    assert [u for u in data["unexplained"] if u["record"] is None] == []
+    last = data["per_release"][-1]
+    assert last["schema"]["added"] == [{"field": "new_field", "by": "#12"}]
+    text = report.render_history(data)
+    assert "`new_field` (#12)" in text and "| none found | A refactor nobody could tie. | searched: a query |" in text
+
+
+def test_a_noted_change_without_a_pr_must_say_what_was_searched(tmp_path):
+    from gdn_review.kb import RecordErrors
+    from gdn_review.kb.changes import load_changes
+
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "changes.yaml").write_text(
+        "schema_version: 1\nchanges:\n  - release: 0.31.0\n    what: Guessed.\n  - release: nope\n    what: x\n    searched: [q]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(RecordErrors) as failure:
+        load_changes(tmp_path)
+    lines = [str(e) for e in failure.value.errors]
+    assert any(line.startswith(f"{tmp_path / 'history' / 'changes.yaml'}:3:") and "never attribute by guess" in line for line in lines), lines
+    assert any(":5:14:" in line and "changes[1].release" in line and "not a release number" in line for line in lines), lines
+
+
+def test_the_kb_notes_validate():
+    from gdn_review.kb.changes import load_changes
+    from tests.conftest import ROOT
+
+    changes = load_changes(ROOT / "kb")
+    assert changes and all(c.pr is not None or c.searched for c in changes)
