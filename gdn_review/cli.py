@@ -306,7 +306,7 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
         click.echo(line)
 
 
-for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_runs.matrix_command, cli_long_runs.bundle_command,
+for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_runs.matrix_command, cli_long_runs.history_command, cli_long_runs.bundle_command,
                  cli_review.review_command, cli_review.review_merge_command, cli_authoring.find_release_command):
     main.add_command(_command)
 
