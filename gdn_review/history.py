@@ -205,9 +205,14 @@ def _verdicts(records: dict[int, Record], reports: dict[int, dict], releases: li
             for version in releases:
                 cell = by_version.get(version)
                 cells.append(SHORT.get(cell["verdict"], cell["verdict"]) if cell else "")
+            verdict = discrimination[row["id"]]
+            base = record.target.base_release
+            if base and base not in releases and claim.before:
+                # The window starts after the base release: before -> after was judged by the record's own matrix.
+                verdict = f"base {base} not in this window (`gdn-review matrix --record {number}`)"
             rows.append({
                 "record": number, "claim": row["id"], "text": claim.text, "kind": claim.check.kind,
-                "cells": cells, "discrimination": discrimination[row["id"]],
+                "cells": cells, "discrimination": verdict,
             })
     return rows
 
@@ -237,6 +242,16 @@ def _note(change) -> dict:
         "what": change.what, "fields": change.fields, "searched": change.searched,
         "pr": None if pr is None else {"number": pr.number, "title": pr.title, "url": pr.url or f"https://github.com/vllm-project/vllm/pull/{pr.number}", "evidence": pr.evidence, "why": pr.why},
     }
+
+
+def _durations(reports: dict[int, dict]) -> list[str]:
+    """Wall time of the matrix runs read: one entry per run (``--all`` runs every record at once)."""
+    runs: dict[float, list[int]] = {}
+    for number, data in sorted(reports.items()):
+        runs.setdefault(data["matrix"].get("duration_s") or 0.0, []).append(number)
+    return [
+        f"{seconds:.0f} s for {', '.join(f'#{n}' for n in numbers)}" for seconds, numbers in sorted(runs.items(), key=lambda item: item[1][0])
+    ]
 
 
 def history_data(
@@ -294,7 +309,7 @@ def history_data(
         "missing": matrices.missing,
         "unexplained": unexplained,
         "latency": latency,
-        "durations": {n: d["matrix"].get("duration_s") for n, d in sorted(reports.items())},
+        "durations": _durations(reports),
     }
 
 
