@@ -227,6 +227,9 @@ def run(
     evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
     staged = evidence.with_name(f".{evidence.name}.baseline")
     args = runner.test_args([modules[c.record] for c in catalogues], keyword)
+    from gdn_review import harness
+
+    harness.warm_up()  # vLLM imported before the traced tests start (reach: tracing is slow)
     trace = reach.LineTrace({c.target_file for c in catalogues})  # which lines run, to name the unreached
     code, seconds = runner.baseline(args, staged, plugins=(trace,))
     if code != 0 or not staged.exists():
