@@ -241,3 +241,37 @@ def test_only_a_survivor_is_renamed_not_reached():
     assert mutation.result_entry(found, mutant, killed, reached={5, 6})["status"] == "killed"
     assert mutation.result_entry(found, mutant, {"status": "survived"}, reached={14})["status"] == "survived"
     assert mutation.result_entry(found, mutant, {"status": "survived"}, reached=None)["status"] == "survived"
+
+
+# A release step that carries two PRs' changes: the record's (compute the inverse once)
+# and another PR's (a new argument and its test) that no record states.
+TWO_PRS = HEAD.replace("def build(drafts, rows):\n", "def build(drafts, rows, strict=False):\n    assert not strict or rows is not None\n")
+
+
+def _record_with_own_hunks(anchors: str) -> str:
+    return MINIMAL.replace("  head_release: 0.29.0\n", f"  head_release: 0.29.0\n  own_hunks: {anchors}\n")
+
+
+def test_own_hunks_keep_only_the_prs_hunks_of_a_step_that_carries_others():
+    hunks = operators.pr_hunks(BASE, TWO_PRS)
+    everything = parse_record(MINIMAL, "kb/7.yaml")
+    assert len(catalogue.own_hunks(everything, hunks)) == 2  # no own_hunks: every hunk of the step
+    mine = parse_record(_record_with_own_hunks('["inverse = ~mask"]'), "kb/7.yaml")
+    kept = catalogue.own_hunks(mine, hunks)
+    assert [line.strip() for hunk in kept for line in hunk.lines] == ["inverse = ~mask", "other = rows[inverse]", "also = rows[inverse]"]
+    mutants, gone = catalogue.automatic(mine, TWO_PRS, BASE, TWO_PRS)
+    assert gone == [] and {m.operator for m in mutants} == {"drop_invert"}  # none from `not strict or ...`
+    assert len(catalogue.automatic(everything, TWO_PRS, BASE, TWO_PRS)[0]) > len(mutants)
+    none = parse_record(_record_with_own_hunks("[]"), "kb/7.yaml")
+    assert catalogue.automatic(none, TWO_PRS, BASE, TWO_PRS) == ([], [])
+
+
+def test_an_own_hunks_line_the_step_does_not_add_is_a_record_error(tmp_path):
+    text = _record_with_own_hunks('["inverse = ~mask", "mask = drafts >= 0"]')
+    path = tmp_path / "7.yaml"
+    path.write_text(text, encoding="utf-8")
+    (problem,) = catalogue.own_hunk_problems(path, parse_record(text, str(path)), BASE, TWO_PRS)
+    assert str(problem).startswith(f"{path}:") and "target.own_hunks[1]" in str(problem)
+    assert "'mask = drafts >= 0' is not a line the diff 0.28.0 -> 0.29.0 adds or changes" in str(problem)
+    line = int(str(problem).split(":")[1])
+    assert "mask = drafts >= 0" in text.splitlines()[line - 1]

@@ -174,6 +174,11 @@ class Target(Strict):
         default_factory=list,
         description="metadata the PR itself changed (cases and fields): explains snapshot drift from base to head release",
     )
+    own_hunks: list[Text] | None = Field(
+        default=None,
+        description="when the base->head step also carries other PRs' changes of the file: a line (stripped) of each of this "
+        "PR's hunks; only those hunks give automatic mutants ([]: the PR does not change the file). Default: every hunk",
+    )
 
 
 class Row(Strict):

@@ -20,7 +20,7 @@ from typing import Callable
 from gdn_review import release_cache
 from gdn_review.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
-from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, record_mutants
+from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, own_hunk_problems, record_mutants
 
 MUTATION_FORMAT = "gdn-review-mutation/1"
 
@@ -81,7 +81,7 @@ def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
     At hand: the installed (loaded) release and any release in the cache; the
     head release is the one a find must match, so it is named when missing.
     """
-    if not any(risk.mutants for risk in record.risks):
+    if not any(risk.mutants for risk in record.risks) and record.target.own_hunks is None:
         return [], []
     target = record.target.file
     sources: dict[str, str] = {}
@@ -95,10 +95,13 @@ def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
         text = _quiet_source(version, target)
         if text is not None:
             sources.setdefault(version, text)
-    head = record.target.head_release
+    head, base = record.target.head_release, record.target.base_release
     if head and head not in sources:
         skipped.append(f"vLLM {head} (the head release) is not in the release cache; `gdn-review mutate` fetches it")
-    return find_problems(path, record, sources), skipped
+    problems = find_problems(path, record, sources)
+    if record.target.own_hunks and base in sources and head in sources:
+        problems += own_hunk_problems(path, record, sources[base], sources[head])
+    return problems, skipped
 
 
 def _quiet_source(version: str, target: str) -> str | None:

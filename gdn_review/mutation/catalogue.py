@@ -161,9 +161,33 @@ def record_mutants(record: Record, release: str, loaded: str, sources: dict[str,
     return found
 
 
+def own_hunks(record: Record, hunks: list[operators.Hunk]) -> list[operators.Hunk]:
+    """The step's hunks that are this PR's (``target.own_hunks``); every hunk when the record names none."""
+    anchors = record.target.own_hunks
+    if anchors is None:
+        return hunks
+    wanted = {anchor.strip() for anchor in anchors}
+    return [hunk for hunk in hunks if wanted & {line.strip() for line in hunk.lines}]
+
+
+def own_hunk_problems(path: Path, record: Record, base: str, head: str) -> list[RecordError]:
+    """Record errors for ``target.own_hunks`` lines that are in no hunk of the base->head diff."""
+    anchors = record.target.own_hunks or []
+    present = {line.strip() for hunk in operators.pr_hunks(base, head) for line in hunk.lines}
+    problems = []
+    for index, anchor in enumerate(anchors):
+        if anchor.strip() not in present:
+            line, column = _locate(_yaml_root(path), ("target", "own_hunks", index))
+            problems.append(RecordError(
+                str(path), line, column, f"target.own_hunks[{index}]",
+                f"{anchor.strip()!r} is not a line the diff {record.target.base_release} -> {record.target.head_release} adds or changes",
+            ))
+    return problems
+
+
 def automatic(record: Record, loaded: str, base: str, head: str) -> tuple[list[Mutant], list[str]]:
     """Mutants from the PR's diff mapped onto the loaded file, and the hunks that are gone."""
-    hunks = operators.pr_hunks(base, head)
+    hunks = own_hunks(record, operators.pr_hunks(base, head))
     lines, gone = operators.map_hunks(hunks, loaded)
     named: dict[str, list[str]] = {}
     for risk in record.risks:
