@@ -134,10 +134,23 @@ def fetch(planned: list[Planned], say: Callable[[str], None]) -> tuple[dict[str,
 
 def run_one(item: Planned, path: Path | None, module: Path, record_path: Path, out_dir: Path, keyword: str | None = None) -> dict:
     """Run the record's module on one release (a subprocess); the evidence, snapshot and log go to ``out_dir``."""
-    evidence = out_dir / f"evidence-{item.version}.json"
-    snapshot = out_dir / f"snapshot-{item.version}.json"
-    log = out_dir / f"pytest-{item.version}.log"
-    for stale in (evidence, snapshot, log):
+    return run_group(item, path, [(module, record_path, out_dir)], keyword)[0]
+
+
+def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, Path]], keyword: str | None = None) -> list[dict]:
+    """Run several records' modules on one release in one subprocess (vLLM imported once); a result per member.
+
+    ``members``: (module, record path, out dir) of records that run this release in
+    the same role (a base release runs every claim, so it is never shared with a
+    record for which it is a later release). Each member gets its own evidence
+    (the session's tests of its record), snapshot and the session's log.
+    """
+    first_dir = members[0][2]
+    shared = len(members) > 1
+    evidence = first_dir / (f".group-evidence-{item.version}.json" if shared else f"evidence-{item.version}.json")
+    log = first_dir / (f".group-pytest-{item.version}.log" if shared else f"pytest-{item.version}.log")
+    outputs = [(out / f"evidence-{item.version}.json", out / f"snapshot-{item.version}.json", out / f"pytest-{item.version}.log") for _, _, out in members]
+    for stale in [evidence, log, *(p for trio in outputs for p in trio)]:
         stale.unlink(missing_ok=True)
     env = dict(os.environ)
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
@@ -145,30 +158,75 @@ def run_one(item: Planned, path: Path | None, module: Path, record_path: Path, o
         env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    command = [
-        sys.executable, "-c", fast_exit.PYTEST, str(module), "-q", "-p", "no:cacheprovider",
-        "--gdn-evidence", str(evidence),
-        "-p", "gdn_review.snapshot", "--gdn-snapshot-record", str(record_path), "--gdn-snapshot-out", str(snapshot),
-    ]
+    command = [sys.executable, "-c", fast_exit.PYTEST, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.snapshot"]
+    for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
+        command += ["--gdn-snapshot-record", str(record_path), "--gdn-snapshot-out", str(snapshot)]
     if keyword:
         command += ["-k", keyword]
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as stream:
         code = subprocess.run(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
-    lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    duration = round(time.monotonic() - started, 1)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    lines = [line for line in text.splitlines() if line.strip()]
     summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and ("passed" in line or "failed" in line or "skipped" in line or "error" in line)), f"pytest exit code {code}")
+    data = None
+    if shared:
+        try:
+            data = json.loads(evidence.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        evidence.unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
+    results = []
+    for (_, record_path, _), (own_evidence, snapshot, own_log) in zip(members, outputs):
+        own_summary = summary
+        if shared:
+            atomic_write(own_log, text)
+            if data is not None:
+                number = _record_number(record_path)
+                mine = _evidence_of(data, number)
+                atomic_write(own_evidence, json.dumps(mine, indent=1, sort_keys=True, default=str) + "\n")
+                own_summary = _outcome_summary(mine["tests"], duration, len(members))
+        results.append({
+            "version": item.version,
+            "role": item.role,
+            "source": "installed" if path is None else "unpacked on PYTHONPATH",
+            "claims_on_any_release": item.role == "base",
+            "evidence": own_evidence.name if own_evidence.exists() else None,
+            "snapshot": snapshot.name if snapshot.exists() else None,
+            "log": own_log.name,
+            "pytest_exit": code,
+            "summary": own_summary,
+            "duration_s": duration,
+            **({"shared_with": len(members) - 1} if shared else {}),
+        })
+    return results
+
+
+def _record_number(record_path: Path) -> int:
+    return int(Path(record_path).stem)
+
+
+def _evidence_of(data: dict, number: int) -> dict:
+    """A shared session's evidence cut down to one record's tests (and its claim and risk index)."""
+    prefix = f"{number}:"
     return {
-        "version": item.version,
-        "role": item.role,
-        "source": "installed" if path is None else "unpacked on PYTHONPATH",
-        "claims_on_any_release": item.role == "base",
-        "evidence": evidence.name if evidence.exists() else None,
-        "snapshot": snapshot.name if snapshot.exists() else None,
-        "log": log.name,
-        "pytest_exit": code,
-        "summary": summary,
-        "duration_s": round(time.monotonic() - started, 1),
+        **data,
+        "tests": [t for t in data.get("tests", []) if t.get("record") == number],
+        "claims": {k: v for k, v in data.get("claims", {}).items() if k.startswith(prefix)},
+        "risks": {k: v for k, v in data.get("risks", {}).items() if k.startswith(prefix)},
     }
+
+
+def _outcome_summary(tests: list[dict], duration: float, records: int) -> str:
+    """pytest's closing line for one record's share of a session ('12 passed, 3 skipped of a session of 4 records in 40.1s')."""
+    counts: dict[str, int] = {}
+    for test in tests:
+        counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
+    order = ["failed", "passed", "skipped", "xfailed", "xpassed", "error", "deselected", "not run"]
+    parts = [f"{counts[o]} {o}" for o in order if counts.get(o)]
+    return f"{', '.join(parts) or 'no tests'} (one session of {records} records, {duration:.1f}s)"
 
 
 def target_diff(record) -> str | None:
@@ -230,29 +288,37 @@ def run_matrices(work: list[Job], installed: str | None, jobs: int | None = None
         say(f"release cache: downloaded {', '.join(downloaded)}")
     else:
         say(f"release cache: every release was already cached; nothing downloaded ({release_cache.cache_root()})")
-    runs = [(job, item) for job in work for item in job.planned]
     for job in work:
         job.out_dir.mkdir(parents=True, exist_ok=True)
+    # One session per release and per kind of run: a base release (every claim checked)
+    # apart from the records for which it is a later release; vLLM is imported once each.
+    groups: dict[tuple[str, bool], list[tuple[Job, Planned]]] = {}
+    for job in work:
+        for item in job.planned:
+            groups.setdefault((item.version, item.role == "base"), []).append((job, item))
+    ordered = sorted(groups.items(), key=lambda entry: (-len(entry[1]), Version(entry[0][0])))  # big sessions first
     jobs = jobs or default_jobs()
     several = len(work) > 1
-    say(f"running {len(runs)} release runs of {len(work)} records, {jobs} at a time" if several else f"running {len(runs)} releases, {jobs} at a time")
+    runs = sum(len(members) for members in groups.values())
+    say(f"running {runs} release runs of {len(work)} records in {len(groups)} sessions, {jobs} at a time" if several else f"running {runs} releases, {jobs} at a time")
     started = time.monotonic()
     results: dict[tuple[int, str], dict] = {}
     done = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
-            pool.submit(run_one, item, paths[item.version], job.module, job.record_path, job.out_dir, keyword): (job, item)
-            for job, item in runs
+            pool.submit(run_group, members[0][1], paths[version], [(job.module, job.record_path, job.out_dir) for job, _ in members], keyword): members
+            for (version, _), members in ordered
         }
         for future in concurrent.futures.as_completed(futures):
-            job, item = futures[future]
-            result = future.result()
-            results[(job.record.pr.number, item.version)] = result
-            done += 1
-            where = "installed" if item.installed else "unpacked"
-            forced = ", every claim checked" if result["claims_on_any_release"] else ""
-            whose = f"#{job.record.pr.number} " if several else ""
-            say(f"[{done}/{len(runs)}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
+            members = futures[future]
+            for (job, item), result in zip(members, future.result()):
+                result["role"] = item.role  # head, later or earlier: the same kind of session
+                results[(job.record.pr.number, item.version)] = result
+                done += 1
+                where = "installed" if item.installed else "unpacked"
+                forced = ", every claim checked" if result["claims_on_any_release"] else ""
+                whose = f"#{job.record.pr.number} " if several else ""
+                say(f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
     duration = round(time.monotonic() - started, 1)
     written = {}
     for job in work:

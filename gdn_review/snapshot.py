@@ -233,19 +233,20 @@ def expect_block(expect: dict, indent: int = 0) -> list[str]:
 
 def pytest_addoption(parser):
     group = parser.getgroup("gdn-review-snapshot", "gdn-review full-metadata snapshots")
-    group.addoption("--gdn-snapshot-record", default=None, metavar="RECORD.yaml", help="take this record's case snapshots at the end of the session")
-    group.addoption("--gdn-snapshot-out", default=None, metavar="PATH", help="where the snapshot JSON goes")
+    group.addoption("--gdn-snapshot-record", action="append", default=[], metavar="RECORD.yaml", help="take this record's case snapshots at the end of the session (repeatable, one --gdn-snapshot-out each)")
+    group.addoption("--gdn-snapshot-out", action="append", default=[], metavar="PATH", help="where the snapshot JSON of the record given at the same position goes")
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    record_path, out = config.getoption("gdn_snapshot_record"), config.getoption("gdn_snapshot_out")
-    if not record_path or not out:
-        return
+    record_paths, outs = config.getoption("gdn_snapshot_record"), config.getoption("gdn_snapshot_out")
+    if len(record_paths) != len(outs):
+        raise pytest.UsageError("--gdn-snapshot-record and --gdn-snapshot-out go in pairs")
     from gdn_review.kb import load_record
 
-    record = load_record(Path(record_path))
-    atomic_write(Path(out), dumps(document(record.pr.number, take(case_inputs(record)))))
+    for record_path, out in zip(record_paths, outs):
+        record = load_record(Path(record_path))
+        atomic_write(Path(out), dumps(document(record.pr.number, take(case_inputs(record)))))
 
 
 def _main(argv: list[str]) -> int:

@@ -211,3 +211,30 @@ def test_the_kb_notes_validate():
 
     changes = load_changes(ROOT / "kb")
     assert changes and all(c.pr is not None or c.searched for c in changes)
+
+
+@pytest.mark.slow
+def test_matrix_all_runs_records_that_share_a_release_in_one_session_and_writes_the_history(write_record, tmp_path):
+    from tests.conftest import MINIMAL
+
+    write_record(MINIMAL)
+    kb = write_record(MINIMAL.replace("number: 7", "number: 8").replace("https://example.invalid/pr/7", "https://example.invalid/pr/8"), "8.yaml")
+    work, reports = tmp_path / "work", tmp_path / "reports"
+    generated = tmp_path / "generated"
+    result = CliRunner().invoke(main, [
+        "matrix", "--all", "--kb", str(kb), "--vllm", "0.33.0", "--generated", str(generated), "--write",
+        "--work", str(work), "--reports", str(reports / "matrix"), "--history", str(reports / "history.md"),
+    ])
+    assert result.exit_code == 0, result.output
+    assert "running 2 release runs of 2 records in 1 sessions" in result.output
+    for number in (7, 8):
+        folder = work / f"matrix-{number}"
+        evidence = json.loads((folder / "evidence-0.33.0.json").read_text(encoding="utf-8"))
+        assert evidence["tests"] and {t["record"] for t in evidence["tests"]} == {number}
+        assert all(key.startswith(f"{number}:") for key in evidence["claims"])
+        snapshot = json.loads((folder / "snapshot-0.33.0.json").read_text(encoding="utf-8"))
+        assert snapshot["record"] == number and "spec" in snapshot["cases"]
+        entry = json.loads((folder / "matrix.json").read_text(encoding="utf-8"))["releases"][0]
+        assert entry["shared_with"] == 1 and "one session of 2 records" in entry["summary"]
+    page = (reports / "history.md").read_text(encoding="utf-8")
+    assert page.startswith("# The GDN builder's history, vLLM 0.33.0 to 0.33.0") and "| [#7](matrix/7.md) | C1 | op_budget | holds |" in page
