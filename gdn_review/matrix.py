@@ -278,8 +278,15 @@ def run_matrix(
     return run_matrices([job], installed, jobs, keyword, say)[record.pr.number]
 
 
-def run_matrices(work: list[Job], installed: str | None, jobs: int | None = None, keyword: str | None = None, say: Callable[[str], None] = print) -> dict[int, dict]:
-    """Run several records' matrices with one pool of release runs; each record's matrix.json data by PR number."""
+def run_matrices(
+    work: list[Job], installed: str | None, jobs: int | None = None, keyword: str | None = None, say: Callable[[str], None] = print,
+    share_sessions: bool = True,
+) -> dict[int, dict]:
+    """Run several records' matrices with one pool of release runs; each record's matrix.json data by PR number.
+
+    ``share_sessions=False`` gives every record and release a session of its own
+    (benchmarks/matrix_sessions.py compares the two).
+    """
     for job in work:
         say(f"release matrix of PR #{job.record.pr.number}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
     wanted = {p.version: p for job in work for p in job.planned}
@@ -292,10 +299,11 @@ def run_matrices(work: list[Job], installed: str | None, jobs: int | None = None
         job.out_dir.mkdir(parents=True, exist_ok=True)
     # One session per release and per kind of run: a base release (every claim checked)
     # apart from the records for which it is a later release; vLLM is imported once each.
-    groups: dict[tuple[str, bool], list[tuple[Job, Planned]]] = {}
+    groups: dict[tuple, list[tuple[Job, Planned]]] = {}
     for job in work:
         for item in job.planned:
-            groups.setdefault((item.version, item.role == "base"), []).append((job, item))
+            key = (item.version, item.role == "base") if share_sessions else (item.version, job.record.pr.number)
+            groups.setdefault(key, []).append((job, item))
     ordered = sorted(groups.items(), key=lambda entry: (-len(entry[1]), Version(entry[0][0])))  # big sessions first
     jobs = jobs or default_jobs()
     several = len(work) > 1
