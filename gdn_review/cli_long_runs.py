@@ -171,18 +171,20 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     reports, written = matrix.matrix_command(
         kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
     )
+    tripped: list[str] = []
+    for report_data in reports:
+        if len(reports) > 1:
+            click.echo(f"PR #{report_data['number']}:")
+        click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix.summary_lines(report_data)))
+        tripped += reporting.matrix_failures(report_data, chosen)
     if every:
         from gdn_review import history
 
         data, page = history.history_command(kb_dir, work_dir or Path(".gdn-review"), BENCH_EVIDENCE, history_path, since)
         written.append(page)
         click.echo(_history_line(data))
-    tripped = []
-    for report_data in reports:
-        if len(reports) > 1:
-            click.echo(f"PR #{report_data['number']}:")
-        click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix.summary_lines(report_data)))
-        tripped += reporting.matrix_failures(report_data, chosen)
+        if "drift" in chosen:  # a metadata field that came or went with no noted change behind it
+            tripped += [f"history: {u['from']} → {u['to']}: field {', '.join(u['fields'])} unattributed" for u in data["unexplained"] if u["record"] is None]
     _print_written(written)
     for line in tripped:
         _say(f"fail-on: {line}")
