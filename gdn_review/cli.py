@@ -198,7 +198,7 @@ def schema() -> None:
 
 @main.command(name="import")
 @click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", "out_path", default=None, type=click.Path(path_type=Path), help="Where the draft goes: a file named <number>.yaml or a folder.  [default: kb/<number>.yaml]")
+@click.option("--out", "out_path", default=None, type=click.Path(path_type=Path), help="Where the draft goes: a file named <number>.yaml, or a folder (made if needed).  [default: kb/<number>.yaml]")
 @click.option("--force", is_flag=True, help="Replace the file if it exists.")
 @click.option("--diff", "diff_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="What `gh pr diff N` wrote: the target file and symbol come from its hunks (with gh's JSON only).")
 @_exit_codes

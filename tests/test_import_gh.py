@@ -230,3 +230,11 @@ def test_import_help_shows_gh_examples():
     assert result.exit_code == 0
     assert "gh pr view 55404 --json number,title,body,mergedAt,url,files,reviews,comments" in result.output
     assert "gdn-review import pr.json --diff pr.diff" in result.output and "--diff" in result.output
+
+
+def test_out_may_name_a_folder_that_does_not_exist_yet(tmp_path):
+    folder = tmp_path / "drafts" / "new"
+    assert run("import", PR_JSON, "--out", folder).exit_code == 0
+    assert is_draft(load_record(folder / "55404.yaml"))
+    wrong = run("import", PR_JSON, "--out", tmp_path / "other.yaml")
+    assert wrong.exit_code == 2 and "must be named 55404.yaml" in wrong.output

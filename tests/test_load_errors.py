@@ -165,7 +165,7 @@ def test_open_items_of_a_draft(write_record):
     record = load_record(kb / "7.yaml")
     assert [message for _, message in open_items(record)] == [
         "TODO: target.file is not known yet",
-        "TODO: base_release is not set (which vLLM release lacks the PR?)",
+        'TODO: base_release is not set (which vLLM release lacks the PR? `gdn-review find-release "<a line the PR added>"` prints both)',
         "TODO: claim C1 has no check yet (count ge)",
     ]
 

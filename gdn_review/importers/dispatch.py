@@ -53,8 +53,9 @@ def draft_text(report_path: Path, diff_path: Path | None = None) -> str:
 def write_draft(report_path: Path, out_path: Path | None = None, force: bool = False, diff_path: Path | None = None) -> Path:
     """Import ``report_path`` (and ``diff_path``) and write the draft; returns the path written.
 
-    ``out_path`` is a file (named ``<number>.yaml``, as the loader requires) or an
-    existing folder; by default ``kb/<number>.yaml``. An existing file is replaced
+    ``out_path`` is a file (named ``<number>.yaml``, as the loader requires) or a
+    folder (an existing one, or a path without a suffix, made if needed); by
+    default ``kb/<number>.yaml``. An existing file is replaced
     only with ``force``. The write goes through a temp file and a rename.
     """
     text = draft_text(Path(report_path), Path(diff_path) if diff_path is not None else None)
@@ -62,7 +63,7 @@ def write_draft(report_path: Path, out_path: Path | None = None, force: bool = F
     name = f"{number}.yaml"
     if out_path is None:
         target = Path("kb") / name
-    elif Path(out_path).is_dir():
+    elif Path(out_path).is_dir() or not Path(out_path).suffix:  # a folder, made if it does not exist yet
         target = Path(out_path) / name
     else:
         target = Path(out_path)

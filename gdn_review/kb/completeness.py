@@ -26,7 +26,8 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
         if field == "head_release" and record.pr.state == "open":
             continue  # an open PR is in no release yet
         if getattr(record.target, field) is None:
-            items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR?)"))
+            items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "
+                          "`gdn-review find-release \"<a line the PR added>\"` prints both)"))
     for index, claim in enumerate(record.claims):
         if claim.check.kind == "TODO":
             hint = f" ({claim.check.hint})" if claim.check.hint else ""
