@@ -278,7 +278,10 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
     --fill-expects measures every case once and writes an `expect` block (the
     fields --as-expect prints) into the record for each case that an
     equivalence check names and that states none, after the case's last line,
-    comments kept; the record is validated again before it is replaced.
+    comments kept; the record is validated again before it is replaced. It
+    measures on the release the claims speak of: the base release for a claim
+    of no change (before: holds), the head release for a fix (before: fails);
+    --release chooses another.
 
     \b
     Examples:

@@ -55,14 +55,17 @@ def fill_expects(
     kb_dir: Path, number: int, version: str | None = None, case_ids: list[str] | None = None,
     write: bool = True, say: Callable[[str], None] = print,
 ) -> Filled:
-    """Measure the record's cases on ``version`` (default: installed) and write (or only plan) the missing expects."""
+    """Measure the record's cases on ``version`` (default: ``default_release``) and write (or only plan) the missing expects."""
     path, record = snapshot.record_file(kb_dir, number)
     wanted = needing_expect(record, case_ids)
     if not wanted:  # nothing to measure
         return Filled(path, version or "", "", {}, {}, [f"{path}: no case needs an expect (every case an equivalence check names states one); name another with --case ID"])
+    chosen_note = None
+    if version is None:
+        version, chosen_note = default_release(record, wanted)
     data = snapshot.take_release(path, version, say)
     release = data["release"]
-    expects, left, notes = {}, {}, []
+    expects, left, notes = {}, {}, [chosen_note] if chosen_note else []
     for case_id in wanted:
         measured = data["cases"].get(case_id)
         if measured is None:
@@ -79,6 +82,33 @@ def fill_expects(
         check_filled(new_text, str(path), record, expects)
         atomic_write(path, new_text)
     return filled
+
+
+def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
+    """The release an expect should be measured on when none is given, and why (None: the installed one).
+
+    An expectation measured on the release the suite then runs can never fail
+    there, so it comes from the release the claims speak of: the base release
+    (without the PR) for a claim of no change (``before: holds``), the head
+    release for a fix or an improvement (``before: fails``). Cases that claims
+    of both kinds name need ``--release`` (or ``--case`` per kind).
+    """
+    befores = {
+        claim.before for claim in record.claims
+        if claim.check.kind == "equivalence" and set(claim.check.cases) & set(wanted)
+    }
+    base, head = record.target.base_release, record.target.head_release
+    if befores == {"holds"} and base:
+        return base, f"measured on vLLM {base}, the base release: a claim of no change (before: holds) expects what the release without the PR builds"
+    if befores == {"fails"} and head:
+        return head, f"measured on vLLM {head}, the head release: a fix or improvement (before: fails) expects what the PR builds"
+    if {"holds", "fails"} <= befores:
+        raise SnapshotError(
+            f"PR #{record.pr.number}: the cases to fill are named by claims of no change (before: holds, measured on {base}) and by "
+            f"fixes (before: fails, measured on {head}): give --release, or fill them with --case ID per kind"
+        )
+    return None, ("measured on the installed vLLM: no claim naming these cases states `before`; an expect measured on the "
+                  "release the suite runs cannot fail there, so read it through (or give --release)")
 
 
 def _deviation_notes(record, case_id: str, release: str) -> list[str]:

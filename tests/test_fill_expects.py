@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from conftest import MINIMAL, ROOT
 from gdn_review.cli import main
-from gdn_review.fill_expects import check_filled, insert_expects, needing_expect
+from gdn_review.fill_expects import check_filled, default_release, insert_expects, needing_expect
 from gdn_review.kb import RecordErrors, load_record, parse_record
 from gdn_review.snapshot import SnapshotError
 
@@ -101,7 +101,8 @@ def test_filling_a_record_without_expects_gives_back_its_values_with_its_comment
     path = kb / "34871.yaml"
     path.write_text(stripped, encoding="utf-8")
 
-    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "34871", "--fill-expects"])
+    # The installed release (the record's claims are fixes, so the default would be its head release, 0.18.0).
+    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "34871", "--fill-expects", "--release", "0.33.0"])
     assert result.exit_code == 0, result.output
     assert "wrote the expect of 8 case(s)" in result.output
 
@@ -121,3 +122,17 @@ def test_filling_a_record_without_expects_gives_back_its_values_with_its_comment
         measured = filled.case(case.id).expect
         assert {field: measured.get(field) for field in case.expect} == case.expect, case.id
 
+
+
+def test_without_release_an_expect_comes_from_the_release_the_claims_speak_of():
+    record = parse_record(EQUIVALENCE, "7.yaml", expects_optional=True)  # C2 states no `before`
+    version, why = default_release(record, ["spec", "plain"])
+    assert version is None and "cannot fail there" in why
+    holds = parse_record(EQUIVALENCE.replace("    text: Same metadata.\n", "    text: Same metadata.\n    before: holds\n"), "7.yaml", expects_optional=True)
+    assert default_release(holds, ["spec"])[0] == "0.28.0"  # no change: what the release without the PR builds
+    fails = parse_record(EQUIVALENCE.replace("    text: Same metadata.\n", "    text: Same metadata.\n    before: fails\n"), "7.yaml", expects_optional=True)
+    assert default_release(fails, ["spec"])[0] == "0.29.0"  # a fix: what the PR builds
+    both = EQUIVALENCE.replace("    text: Same metadata.\n", "    text: Same metadata.\n    before: holds\n").replace(
+        "cases:\n", "  - id: C3\n    text: Fixed.\n    before: fails\n    check: {kind: equivalence, cases: [spec]}\ncases:\n", 1)
+    with pytest.raises(SnapshotError, match="give --release"):
+        default_release(parse_record(both, "7.yaml", expects_optional=True), ["spec"])

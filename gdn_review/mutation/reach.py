@@ -20,8 +20,7 @@ vLLM and warms it before (``harness.warm_up``): traced everywhere, the
 baseline of #52078 took 32 s instead of 21 s. Collecting a generated module
 runs no builder code (cases are data; builders are made by the tests), and a
 mutant that breaks the import is killed, never a survivor. Lines are kept per
-test module, so a record's mutants are judged by the tests that run against
-them.
+test module but judged over all of them (see ``LineTrace.reached``).
 
 Only edits inside function bodies are judged: a module- or class-level line (a
 default, a constant, a decorator) runs at import, before the trace starts, so
@@ -109,10 +108,20 @@ class LineTrace:
             threading.settrace(None)
 
     def reached(self, module: Path, target: str) -> set[int] | None:
-        """Lines of ``target`` executed while ``module``'s tests ran (None: not traced)."""
+        """Lines of ``target`` executed while any module's tests ran (None: not traced).
+
+        The union over modules, not ``module``'s own lines: builders are made once
+        per process and shared by the modules that need the same settings, so the
+        builder's construction runs under the first such module only, while a forked
+        mutant child (which drops the cached builders) constructs again under its
+        record's module. Crediting each module with its own lines alone would call a
+        mutant of construction code not reached when it ran; the union can only err
+        the safe way (survived instead of not reached).
+        """
         if not self.active:
             return None
-        return set(self.by_module.get(_module_key(module), {}).get(target.replace(os.sep, "/"), ()))
+        key = target.replace(os.sep, "/")
+        return set().union(*(lines.get(key, set()) for lines in self.by_module.values()))
 
 
 def _module_key(path) -> str:
