@@ -48,7 +48,7 @@ class MatrixError(Exception):
 @dataclasses.dataclass
 class Planned:
     version: str
-    role: str  # base, head, later, requested
+    role: str  # base, head, later, earlier
     installed: bool
 
 
@@ -94,7 +94,7 @@ def plan(record, installed: str | None, requested: list[str] | None = None, sinc
             role = "base"
         elif head and Version(version) == Version(head):
             role = "head"
-        elif head and Version(version) > Version(head):
+        elif (head or base) and Version(version) > Version(head or base):  # an open PR (no head yet): after its base
             role = "later"
         else:
             role = "earlier"
@@ -159,6 +159,8 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
     command = [sys.executable, "-c", fast_exit.PYTEST, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.snapshot"]
+    if shared:  # one module that does not collect must not take the others' tests with it
+        command.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
         command += ["--gdn-snapshot-record", str(record_path), "--gdn-snapshot-out", str(snapshot)]
     if keyword:
@@ -179,15 +181,21 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         evidence.unlink(missing_ok=True)
         log.unlink(missing_ok=True)
     results = []
-    for (_, record_path, _), (own_evidence, snapshot, own_log) in zip(members, outputs):
-        own_summary = summary
+    for member, (own_evidence, snapshot, own_log) in zip(members, outputs):
+        own_summary, own_code = summary, code
         if shared:
+            mine = _evidence_of(data, _record_number(member[1])) if data is not None else None
+            if not mine or not mine["tests"]:
+                # Nothing of this record in the shared session (another module's crash, a
+                # collection error): it runs alone, so its result is its own.
+                (alone,) = run_group(item, path, [member], keyword)
+                alone["summary"] += " (run alone: the shared session gave it no tests)"
+                results.append(alone)
+                continue
             atomic_write(own_log, text)
-            if data is not None:
-                number = _record_number(record_path)
-                mine = _evidence_of(data, number)
-                atomic_write(own_evidence, json.dumps(mine, indent=1, sort_keys=True, default=str) + "\n")
-                own_summary = _outcome_summary(mine["tests"], duration, len(members))
+            atomic_write(own_evidence, json.dumps(mine, indent=1, sort_keys=True, default=str) + "\n")
+            own_summary = _outcome_summary(mine["tests"], duration, len(members))
+            own_code = mine["pytest_exit_status"]
         results.append({
             "version": item.version,
             "role": item.role,
@@ -196,7 +204,7 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
             "evidence": own_evidence.name if own_evidence.exists() else None,
             "snapshot": snapshot.name if snapshot.exists() else None,
             "log": own_log.name,
-            "pytest_exit": code,
+            "pytest_exit": own_code,
             "summary": own_summary,
             "duration_s": duration,
             **({"shared_with": len(members) - 1} if shared else {}),
@@ -211,9 +219,12 @@ def _record_number(record_path: Path) -> int:
 def _evidence_of(data: dict, number: int) -> dict:
     """A shared session's evidence cut down to one record's tests (and its claim and risk index)."""
     prefix = f"{number}:"
+    tests = [t for t in data.get("tests", []) if t.get("record") == number]
     return {
         **data,
-        "tests": [t for t in data.get("tests", []) if t.get("record") == number],
+        # pytest's code as if the session had held this record alone: 1 when one of its tests failed.
+        "pytest_exit_status": 1 if any(t["outcome"] in {"failed", "error"} for t in tests) else (0 if tests else 5),
+        "tests": tests,
         "claims": {k: v for k, v in data.get("claims", {}).items() if k.startswith(prefix)},
         "risks": {k: v for k, v in data.get("risks", {}).items() if k.startswith(prefix)},
     }

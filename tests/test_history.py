@@ -238,3 +238,49 @@ def test_matrix_all_runs_records_that_share_a_release_in_one_session_and_writes_
         assert entry["shared_with"] == 1 and "one session of 2 records" in entry["summary"]
     page = (reports / "history.md").read_text(encoding="utf-8")
     assert page.startswith("# The GDN builder's history, vLLM 0.33.0 to 0.33.0") and "| [#7](matrix/7.md) | C1 | op_budget | holds |" in page
+
+
+def test_a_shared_sessions_evidence_is_cut_to_each_record_with_its_own_exit_code():
+    data = {
+        "format": "gdn-review-evidence/1", "pytest_exit_status": 1, "environment": {"vllm_version": "0.33.0"},
+        "tests": [
+            {"nodeid": "a::t[1]", "record": 7, "claim": "C1", "outcome": "passed"},
+            {"nodeid": "b::t[1]", "record": 9, "claim": "C1", "outcome": "failed"},
+        ],
+        "claims": {"7:C1": {"tests": ["a::t[1]"]}, "9:C1": {"tests": ["b::t[1]"]}},
+        "risks": {"7:R1": {"tests": ["a::t[1]"]}},
+    }
+    mine = matrix._evidence_of(data, 7)
+    assert [t["nodeid"] for t in mine["tests"]] == ["a::t[1]"] and list(mine["claims"]) == ["7:C1"] and list(mine["risks"]) == ["7:R1"]
+    assert mine["pytest_exit_status"] == 0  # the other record's failure is not this one's
+    assert matrix._evidence_of(data, 9)["pytest_exit_status"] == 1 and matrix._evidence_of(data, 11)["pytest_exit_status"] == 5
+    assert matrix._outcome_summary(mine["tests"], 12.34, 2) == "1 passed (one session of 2 records, 12.3s)"
+
+
+def test_an_open_prs_releases_after_its_base_are_later(write_record):
+    kb = write_record(RECORD.replace("  head_release: 0.29.0\n", "").replace("url: https://example.invalid/pr/7\n", "url: https://example.invalid/pr/7\n  state: open\n"))
+    record = load_records(kb)[kb / "7.yaml"]
+    assert [(p.version, p.role) for p in matrix.plan(record, "0.30.0")] == [("0.28.0", "base"), ("0.29.0", "later"), ("0.30.0", "later")]
+
+
+@pytest.mark.slow
+def test_a_module_that_breaks_in_a_shared_session_leaves_the_others_their_tests(write_record, tmp_path):
+    from gdn_review import generate
+    from tests.conftest import MINIMAL
+
+    kb = write_record(MINIMAL)
+    generated = tmp_path / "generated"
+    generate.apply(generate.plan(kb, generated))
+    broken = tmp_path / "broken" / "test_pr_8.py"
+    broken.parent.mkdir()
+    broken.write_text("raise RuntimeError('this module does not import')\n", encoding="utf-8")
+    (kb / "8.yaml").write_text(MINIMAL.replace("number: 7", "number: 8"), encoding="utf-8")
+    item = matrix.Planned("0.33.0", "later", True)
+    outs = [tmp_path / "w7", tmp_path / "w8"]
+    for out in outs:
+        out.mkdir()
+    first, second = matrix.run_group(item, None, [(generated / "test_pr_7.py", kb / "7.yaml", outs[0]), (broken, kb / "8.yaml", outs[1])])
+    assert first["pytest_exit"] == 0 and "one session of 2 records" in first["summary"]
+    evidence = json.loads((outs[0] / first["evidence"]).read_text(encoding="utf-8"))
+    assert evidence["tests"] and {t["record"] for t in evidence["tests"]} == {7}
+    assert "run alone: the shared session gave it no tests" in second["summary"] and second["pytest_exit"] != 0
