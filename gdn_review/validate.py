@@ -35,7 +35,7 @@ def validate_kb(kb_dir: Path) -> Validation:
     records = load_kb(kb_dir)
     if not records:
         raise SelectionError(f"no records (*.yaml) in {kb_dir}")
-    load_changes(kb_dir)  # the history's notes: RecordErrors with file:line:col when malformed
+    changes = load_changes(kb_dir)  # the history's notes: RecordErrors with file:line:col when malformed
     find_errors, notes = [], []
     for path, record in records.items():
         problems, skipped = check_finds(path, record)
@@ -44,5 +44,5 @@ def validate_kb(kb_dir: Path) -> Validation:
     if find_errors:
         raise RecordErrors(find_errors)
     if changes_path(kb_dir).is_file():
-        notes.append(f"{changes_path(kb_dir)}: {len(load_changes(kb_dir))} builder change(s) that no record states (for the history page)")
+        notes.append(f"{changes_path(kb_dir)}: {len(changes)} builder change(s) that no record states (for the history page)")
     return Validation(records, {path: incomplete(path, record) for path, record in records.items()}, notes)

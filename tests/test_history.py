@@ -284,3 +284,24 @@ def test_a_module_that_breaks_in_a_shared_session_leaves_the_others_their_tests(
     evidence = json.loads((outs[0] / first["evidence"]).read_text(encoding="utf-8"))
     assert evidence["tests"] and {t["record"] for t in evidence["tests"]} == {7}
     assert "run alone: the shared session gave it no tests" in second["summary"] and second["pytest_exit"] != 0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("changes: [1\n", "YAML syntax error"),
+        ("changes:\n  - release: 0.31.0\n    what: &a x\n    searched: [*a]\n", "aliases (*name) are not allowed"),
+        ("schema_version: 1\nchanges:\n  - release: 0.31.0\n    what: x\n    searched: [q]\n    pr_number: " + "9" * 5000 + "\n", "YAML value cannot be read"),
+        ("- just a list\n", "expected a mapping with schema_version and changes; got list"),
+        ("schema_version: 1\nchanges:\n  - release: 0.31.0\n    what: x\n    searched: [q]\n    who: me\n", "changes[0].who: unknown key 'who'"),
+    ],
+)
+def test_a_malformed_changes_file_is_a_file_line_error_never_a_traceback(tmp_path, text, message):
+    from gdn_review.kb import RecordErrors
+    from gdn_review.kb.changes import load_changes
+
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "changes.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(RecordErrors) as failure:
+        load_changes(tmp_path)
+    assert any(str(e).startswith(str(tmp_path / "history" / "changes.yaml") + ":") and message in str(e) for e in failure.value.errors), failure.value.errors

@@ -84,7 +84,7 @@ TABLE = [
     (
         "alias (and so no alias bomb)",
         broken("  title: A small PR\n", "  title: &t A small PR\n  url2: *t\n"),
-        ["7.yaml:6:9: YAML aliases (*name) are not allowed in records: write the value out"],
+        ["7.yaml:6:9: YAML aliases (*name) are not allowed in the knowledge base: write the value out"],
     ),
     (
         "integer too long to read",
@@ -146,7 +146,7 @@ def test_every_error_of_every_file_is_collected(write_record):
 def test_deep_nesting_is_an_error_not_a_crash():
     with pytest.raises(RecordErrors) as failure:
         parse_record("[" * 3000 + "]" * 3000, "7.yaml")
-    assert str(failure.value) == "7.yaml:1:1: YAML nested too deeply to be a record"
+    assert str(failure.value) == "7.yaml:1:1: YAML nested too deeply to be a knowledge-base file"
 
 
 def test_safe_load_only():

@@ -16,11 +16,10 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.load import _duplicate_keys, _field_path, _locate
+from gdn_review.kb.load import _duplicate_keys, _field_path, _locate, read_yaml
 from gdn_review.kb.models import Release, Strict, Text
 
 CHANGES_FILE = Path("history") / "changes.yaml"
@@ -71,14 +70,12 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
     file = str(path)
     try:
         text = path.read_text(encoding="utf-8")
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError) as error:
         raise RecordErrors([RecordError(file, 1, 1, "", f"cannot read: {error}")]) from None
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise RecordErrors([RecordError(file, line, column, "", f"YAML syntax error: {error.problem or error}")]) from None
+    root, data = read_yaml(text, file)
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else type(data).__name__
+        raise RecordErrors([RecordError(file, 1, 1, "", f"expected a mapping with schema_version and changes; got {got}")])
     found: list = []
     _duplicate_keys(root, (), found)
     errors = [RecordError(file, n.start_mark.line + 1, n.start_mark.column + 1, _field_path(loc), f"duplicate key {loc[-1]!r}") for loc, n in found]

@@ -322,18 +322,18 @@ def _deviation_problems(deviation, check, loc: Loc) -> list[tuple[Loc, str]]:
     return problems
 
 
-def parse_record(text: str, file: str, expects_optional: bool = False) -> Record:
-    """A record from YAML text; raises RecordErrors naming every problem.
+def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (line numbers) and the plain data of a KB file's YAML; RecordErrors naming file:line:col otherwise.
 
-    ``expects_optional``: a case an equivalence check names may state no ``expect``
-    yet (``snapshot --fill-expects`` and ``--as-expect`` measure them).
+    Safe loader only; aliases refused (KB files are written out in full); every
+    way YAML can fail (syntax, a refused tag, nesting, an unreadable value) is
+    said for people, never raised as a traceback.
     """
-    stem = Path(file).stem
     try:
         aliases = _aliases(text)
         if aliases:
             mark = aliases[0].start_mark
-            raise RecordErrors([RecordError(file, mark.line + 1, mark.column + 1, "", "YAML aliases (*name) are not allowed in records: write the value out")])
+            raise RecordErrors([RecordError(file, mark.line + 1, mark.column + 1, "", "YAML aliases (*name) are not allowed in the knowledge base: write the value out")])
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:
@@ -350,9 +350,20 @@ def parse_record(text: str, file: str, expects_optional: bool = False) -> Record
     except yaml.YAMLError as error:
         raise RecordErrors([RecordError(file, 1, 1, "", f"YAML error: {error}")]) from None
     except RecursionError:
-        raise RecordErrors([RecordError(file, 1, 1, "", "YAML nested too deeply to be a record")]) from None
+        raise RecordErrors([RecordError(file, 1, 1, "", "YAML nested too deeply to be a knowledge-base file")]) from None
     except ValueError as error:  # e.g. an integer with thousands of digits
         raise RecordErrors([RecordError(file, 1, 1, "", f"YAML value cannot be read: {str(error)[:200]}")]) from None
+    return root, data
+
+
+def parse_record(text: str, file: str, expects_optional: bool = False) -> Record:
+    """A record from YAML text; raises RecordErrors naming every problem.
+
+    ``expects_optional``: a case an equivalence check names may state no ``expect``
+    yet (``snapshot --fill-expects`` and ``--as-expect`` measure them).
+    """
+    stem = Path(file).stem
+    root, data = read_yaml(text, file)
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
         raise RecordErrors([RecordError(file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}")])
