@@ -275,3 +275,13 @@ def test_an_own_hunks_line_the_step_does_not_add_is_a_record_error(tmp_path):
     assert "'mask = drafts >= 0' is not a line the diff 0.28.0 -> 0.29.0 adds or changes" in str(problem)
     line = int(str(problem).split(":")[1])
     assert "mask = drafts >= 0" in text.splitlines()[line - 1]
+
+
+def test_an_own_hunks_line_in_several_blocks_is_a_record_error(tmp_path):
+    twice = BASE.replace("    return count, other, also\n", "    return count, other, also\n\n\ndef more(rows):\n    inverse = ~rows\n    return inverse\n")
+    head = TWO_PRS.replace("    return count, other, also\n", "    return count, other, also\n\n\ndef more(rows):\n    inverse = ~mask\n    return inverse\n")
+    text = _record_with_own_hunks('["inverse = ~mask"]')
+    path = tmp_path / "7.yaml"
+    path.write_text(text, encoding="utf-8")
+    (problem,) = catalogue.own_hunk_problems(path, parse_record(text, str(path)), twice, head)
+    assert "is in 2 changed blocks" in str(problem) and "target.own_hunks[0]" in str(problem)

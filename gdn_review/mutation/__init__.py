@@ -20,7 +20,8 @@ from typing import Callable
 from gdn_review import release_cache
 from gdn_review.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
-from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, own_hunk_problems, record_mutants
+from gdn_review.mutation import operators
+from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, own_hunk_problems, own_hunks, record_mutants
 
 MUTATION_FORMAT = "gdn-review-mutation/1"
 
@@ -64,6 +65,11 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
     else:
         auto, gone = automatic(record, loaded, base_text, head_text)
         mutants += auto
+        if record.target.own_hunks is not None:
+            step = len(operators.pr_hunks(base_text, head_text))
+            kept = len(own_hunks(record, operators.pr_hunks(base_text, head_text)))
+            notes.append(f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} are this PR's and give "
+                         f"automatic mutants; the other {step - kept} are other PRs' (kb/history/changes.yaml)")
         known = {m.id for m in auto}
         for risk in record.risks:
             for ident in risk.auto_mutants:

@@ -173,15 +173,17 @@ def own_hunks(record: Record, hunks: list[operators.Hunk]) -> list[operators.Hun
 def own_hunk_problems(path: Path, record: Record, base: str, head: str) -> list[RecordError]:
     """Record errors for ``target.own_hunks`` lines that are in no hunk of the base->head diff."""
     anchors = record.target.own_hunks or []
-    present = {line.strip() for hunk in operators.pr_hunks(base, head) for line in hunk.lines}
+    hunks = operators.pr_hunks(base, head)
     problems = []
     for index, anchor in enumerate(anchors):
-        if anchor.strip() not in present:
-            line, column = _locate(_yaml_root(path), ("target", "own_hunks", index))
-            problems.append(RecordError(
-                str(path), line, column, f"target.own_hunks[{index}]",
-                f"{anchor.strip()!r} is not a line the diff {record.target.base_release} -> {record.target.head_release} adds or changes",
-            ))
+        holding = [hunk for hunk in hunks if anchor.strip() in {line.strip() for line in hunk.lines}]
+        if len(holding) == 1:
+            continue
+        line, column = _locate(_yaml_root(path), ("target", "own_hunks", index))
+        step = f"the diff {record.target.base_release} -> {record.target.head_release}"
+        message = (f"{anchor.strip()!r} is not a line {step} adds or changes" if not holding
+                   else f"{anchor.strip()!r} is in {len(holding)} changed blocks of {step}: name a line that only this PR's block has")
+        problems.append(RecordError(str(path), line, column, f"target.own_hunks[{index}]", message))
     return problems
 
 
