@@ -135,7 +135,7 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
 @click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N; with several records WORK/matrix-N]")
 @click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the reports go.")
-@click.option("--history", "history_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="With --all: where the history page goes.")
+@click.option("--history", "history_path", default=None, type=click.Path(path_type=Path, dir_okay=False), help="With --all: where the history page goes.  [default: reports/history.md]")
 @click.option("--fail-on", "fail_on", default="drift", show_default=True, help="Comma list of what makes the exit code 1: fails (on the newest release), unverified, uncovered, drift (unexplained).")
 @_exit_codes
 def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, history_path, fail_on) -> None:
@@ -167,6 +167,8 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
 
     if bool(numbers) == every:
         raise click.UsageError("give --record N (repeatable) or --all")
+    if history_path is not None and not every:
+        raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
     chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
     reports, written = matrix.matrix_command(
         kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
@@ -180,8 +182,12 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     if every:
         from gdn_review import history
 
-        data, page = history.history_command(kb_dir, work_dir or Path(".gdn-review"), BENCH_EVIDENCE, history_path, since)
+        data, page = history.history_command(
+            kb_dir, work_dir or Path(".gdn-review"), BENCH_EVIDENCE, history_path or Path("reports/history.md"), since, reports_dir,
+        )
         written.append(page)
+        for number, why in data["missing"].items():
+            _say(f"history: left out #{number}: {why}")
         click.echo(_history_line(data))
         if "drift" in chosen:  # a metadata field that came or went with no noted change behind it
             tripped += [f"history: {u['from']} → {u['to']}: field {', '.join(u['fields'])} unattributed" for u in data["unexplained"] if u["record"] is None]
@@ -203,9 +209,10 @@ def _history_line(data: dict) -> str:
 @click.option("--work", "work_dir", default=".gdn-review", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the matrix runs are (WORK/matrix-N).")
 @click.option("--bench", "bench_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="`gdn-review bench`'s results (latency per record), if any.")
 @click.option("--out", "out_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="Where the page goes.")
+@click.option("--matrix-reports", "matrix_reports", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="The records' matrix reports, which the page links.")
 @click.option("--fail-on", "fail_on", default="drift", show_default=True, type=click.Choice(["drift", "none"]), help="drift: exit 1 when a change is unexplained.")
 @_exit_codes
-def history_command(kb_dir, since, work_dir, bench_path, out_path, fail_on) -> None:
+def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_reports, fail_on) -> None:
     """Write the builder's history from the matrix runs already made (runs nothing).
 
     Per release: the PRs that first shipped in it (records by their head
@@ -215,14 +222,18 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, fail_on) -> N
     or went, op counts and build() latency; then every claim's verdict on
     every release.
 
+    Exit 0 ok, 1 an unexplained change (with --fail-on drift, the default),
+    2 no matrix run to read or an unreadable bench file.
+
     \b
     Examples:
       gdn-review matrix --all --since 0.28.0       # runs the matrices, then writes the page
       gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
+      gdn-review history --work /tmp/runs --out /tmp/history.md --fail-on none
     """
     from gdn_review import history
 
-    data, path = history.history_command(kb_dir, work_dir, bench_path, out_path, since)
+    data, path = history.history_command(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
     for number, why in data["missing"].items():
         _say(f"left out #{number}: {why}")
     click.echo(_history_line(data))

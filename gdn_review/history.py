@@ -71,13 +71,20 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
 
 
 def load_bench(path: Path) -> dict[int, dict]:
-    """Latency ratios per record from `gdn-review bench`'s file (per device, CUDA preferred), or {}."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """Latency ratios per record from `gdn-review bench`'s file (per device, CUDA preferred); {} when there is none."""
+    path = Path(path)
+    if not path.exists():
         return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise HistoryError(f"{path}: not a readable `gdn-review bench` result: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("bench") or {}, dict):
+        raise HistoryError(f"{path}: expected an object with a `bench` object (what `gdn-review bench` writes)")
     found = {}
     for number, by_device in (data.get("bench") or {}).items():
+        if not isinstance(by_device, dict):
+            raise HistoryError(f"{path}: bench.{number}: expected an object")
         results = by_device if "pooled" not in by_device else {by_device.get("device") or "cpu": by_device}
         chosen = results.get("cuda") or results.get("cpu") or next(iter(results.values()), None)
         if isinstance(chosen, dict) and isinstance(chosen.get("pooled"), dict):
@@ -246,11 +253,12 @@ def _note(change) -> dict:
 
 def _durations(reports: dict[int, dict]) -> list[str]:
     """Wall time of the matrix runs read: one entry per run (``--all`` runs every record at once)."""
-    runs: dict[float, list[int]] = {}
+    runs: dict[tuple, list[int]] = {}
     for number, data in sorted(reports.items()):
-        runs.setdefault(data["matrix"].get("duration_s") or 0.0, []).append(number)
+        key = (data["matrix"].get("run_id") or f"#{number}", data["matrix"].get("duration_s") or 0.0)
+        runs.setdefault(key, []).append(number)
     return [
-        f"{seconds:.0f} s for {', '.join(f'#{n}' for n in numbers)}" for seconds, numbers in sorted(runs.items(), key=lambda item: item[1][0])
+        f"{seconds:.0f} s for {', '.join(f'#{n}' for n in numbers)}" for (_, seconds), numbers in sorted(runs.items(), key=lambda item: item[1][0])
     ]
 
 
@@ -310,17 +318,26 @@ def history_data(
         "unexplained": unexplained,
         "latency": latency,
         "durations": _durations(reports),
+        "matrix_link": "matrix/",  # the records' matrix reports, from the page's folder (history_command sets it)
     }
 
 
 
-def history_command(kb_dir: Path, work_root: Path, bench_path: Path, out_path: Path, since: str | None = None) -> tuple[dict, Path]:
-    """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its data and path."""
-    from gdn_review import report as reporting
-    from gdn_review.selection import load_records
+def history_command(
+    kb_dir: Path, work_root: Path, bench_path: Path, out_path: Path, since: str | None = None, matrix_reports: Path = Path("reports/matrix"),
+) -> tuple[dict, Path]:
+    """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its data and path.
 
+    ``matrix_reports``: the folder of the records' matrix reports, which the page
+    links relative to its own folder.
+    """
+    import os
+
+    from gdn_review import report as reporting
     from gdn_review.kb.changes import load_changes
+    from gdn_review.selection import load_records
 
     records = load_records(kb_dir)
     data = history_data(records, load_matrices(records, work_root), load_bench(bench_path), since=since, changes=load_changes(kb_dir))
+    data["matrix_link"] = Path(os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)).as_posix() + "/"
     return data, reporting.write_history(data, out_path)

@@ -339,6 +339,7 @@ def run_matrices(
                 whose = f"#{job.record.pr.number} " if several else ""
                 say(f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
     duration = round(time.monotonic() - started, 1)
+    run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(time.time() - duration))}Z+{os.getpid()}"
     written = {}
     for job in work:
         number = job.record.pr.number
@@ -349,6 +350,7 @@ def run_matrices(
             "downloaded": [v for v in downloaded if v in {p.version for p in job.planned}],
             "jobs": jobs,
             "duration_s": duration,
+            "run_id": run_id,  # the same for every record of one run (the history page tells runs apart by it)
             "releases": [results[(number, p.version)] for p in job.planned],
             "target_diff": target_diff(job.record),
         }

@@ -189,6 +189,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         "drift": drift,
         "downloaded": matrix.get("downloaded", []),
         "duration_s": matrix.get("duration_s"),
+        "run_id": matrix.get("run_id"),
         "jobs": matrix.get("jobs"),
         "target_diff": matrix.get("target_diff"),
         "base_release": base,

@@ -228,6 +228,10 @@ def finding_lines(finding: Finding) -> list[str]:
     if finding.base is None:
         out.append(f"it is already in {finding.first}, the oldest release checked: give an earlier --from to find the release without it")
         return out
+    if gaps:  # unverified: offered commented out, so it is not pasted by accident
+        out += ["to paste once the releases above are checked (unverified):", "# target:",
+                f"#   base_release: {finding.base}", f"#   head_release: {finding.first}"]
+        return out
     out += ["to paste into the record:", "target:", f"  base_release: {finding.base}", f"  head_release: {finding.first}"]
     return out
 
