@@ -41,8 +41,30 @@ def validate_kb(kb_dir: Path) -> Validation:
         problems, skipped = check_finds(path, record)
         find_errors += problems
         notes += [f"{path}: mutant finds not checked against {what}" for what in skipped]
+    find_errors += relation_problems(records)
     if find_errors:
         raise RecordErrors(find_errors)
     if changes_path(kb_dir).is_file():
         notes.append(f"{changes_path(kb_dir)}: {len(changes)} builder change(s) that no record states (for the history page)")
     return Validation(records, {path: incomplete(path, record) for path, record in records.items()}, notes)
+
+
+def relation_problems(records: dict[Path, Record]) -> list:
+    """A relation's from_release must be the head release of the named PR's own record (one release per PR in the history)."""
+    from gdn_review.kb import RecordError
+    from gdn_review.kb.load import _locate, read_yaml
+
+    heads = {record.pr.number: (path, record.target.head_release) for path, record in records.items() if record.target.head_release}
+    problems = []
+    for path, record in records.items():
+        for index, relation in enumerate(record.related):
+            known = heads.get(relation.number)
+            if known is None or relation.from_release is None or relation.from_release == known[1]:
+                continue
+            root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+            line, column = _locate(root, ("related", index, "from_release"))
+            problems.append(RecordError(
+                str(path), line, column, f"related[{index}].from_release",
+                f"#{relation.number} first shipped in {known[1]} by its own record {known[0]} (target.head_release), not {relation.from_release}",
+            ))
+    return problems

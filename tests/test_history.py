@@ -305,3 +305,11 @@ def test_a_malformed_changes_file_is_a_file_line_error_never_a_traceback(tmp_pat
     with pytest.raises(RecordErrors) as failure:
         load_changes(tmp_path)
     assert any(str(e).startswith(str(tmp_path / "history" / "changes.yaml") + ":") and message in str(e) for e in failure.value.errors), failure.value.errors
+
+
+def test_validate_refuses_a_relation_whose_release_contradicts_the_named_prs_record(write_record):
+    write_record(RECORD)
+    kb = write_record(LATER.replace("base_release: 0.30.0", "base_release: 0.29.0").replace("head_release: 0.31.0", "head_release: 0.30.0"), "9.yaml")
+    result = CliRunner().invoke(main, ["validate", "--kb", str(kb)])
+    assert result.exit_code == 2, result.output
+    assert "7.yaml:" in result.output and "related[0].from_release: #9 first shipped in 0.30.0 by its own record" in result.output
