@@ -301,6 +301,8 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
         filled = filling.fill_expects(kb_dir, number, versions[0] if versions else None, [case_id] if case_id else None, not print_only, _say)
         for line in filling.filled_lines(filled, written=not print_only):
             click.echo(line)
+        if filled.left and not filled.expects:  # every case asked for gave no metadata on that release
+            sys.exit(EXIT_FAILED)
         return
 
     if as_expect and (not case_id or len(versions) > 1):
