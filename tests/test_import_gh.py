@@ -238,3 +238,10 @@ def test_out_may_name_a_folder_that_does_not_exist_yet(tmp_path):
     assert is_draft(load_record(folder / "55404.yaml"))
     wrong = run("import", PR_JSON, "--out", tmp_path / "other.yaml")
     assert wrong.exit_code == 2 and "must be named 55404.yaml" in wrong.output
+
+
+def test_a_pr_gh_calls_closed_and_unmerged_is_said_so_in_the_draft(tmp_path):
+    path = variant(tmp_path, mergedAt=None, state="CLOSED")
+    out, record = imported(tmp_path, path)
+    assert record.pr.state == "open"
+    assert "gh says CLOSED, not merged" in (out / "55404.yaml").read_text(encoding="utf-8")

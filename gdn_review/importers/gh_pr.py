@@ -241,6 +241,9 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
     if report:
         data_out["report"] = report
     header_notes = []
+    if str(data.get("state") or "").upper() == "CLOSED" and not data.get("mergedAt"):
+        # gh's state (when asked for with --json state) tells a PR closed unmerged from an open one; both have mergedAt null.
+        header_notes.append("pr.state: gh says CLOSED, not merged: its change is in no release; state: open keeps it checkable against a base release")
     if target and "." not in symbol and symbol != "TODO":
         header_notes.append(f"target.symbol: {symbol} as the diff names it; the diff does not show its class (qualify a method: Class.{symbol})")
     if symbol.rsplit(".", 1)[-1] in ENTRY_SYMBOLS:
