@@ -52,12 +52,16 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
     """Each record's matrix report data from its last matrix run under ``work_root``."""
     known = {r.pr.number for r in records.values()}
     reports, tests, missing = {}, {}, {}
-    for record in sorted(records.values(), key=lambda r: r.pr.number):
+    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
         if is_draft(record):
             continue
         number = record.pr.number
         try:
             matrix = load_matrix(matrix_folder(work_root, number))
+            stale = _stale(path, matrix)
+            if stale:
+                missing[number] = f"{matrix_folder(work_root, number)}: {stale}; run `gdn-review matrix --record {number}`"
+                continue
             reports[number] = matrix_report(record, matrix, known)
             tests[number] = {
                 entry["version"]: [t for t in load_evidence([Path(entry["evidence_path"])]).tests if t["record"] == number]
@@ -68,6 +72,18 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
     if not reports:
         raise HistoryError(f"no record has a matrix run under {work_root}: run `gdn-review matrix --all --since 0.28.0` first")
     return Matrices(reports, tests, missing)
+
+
+def _stale(record_path: Path, matrix: dict) -> str | None:
+    """Why a matrix run no longer speaks for its record (None: it does)."""
+    import hashlib
+
+    digest = matrix.get("record_sha256")
+    if digest and digest != hashlib.sha256(Path(record_path).read_bytes()).hexdigest():
+        return f"{record_path} changed since this run"
+    if matrix.get("keyword"):
+        return f"the run selected tests with -k {matrix['keyword']!r}: only part of the record ran"
+    return None
 
 
 def load_bench(path: Path) -> dict[int, dict]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import subprocess
@@ -351,6 +352,9 @@ def run_matrices(
             "jobs": jobs,
             "duration_s": duration,
             "run_id": run_id,  # the same for every record of one run (the history page tells runs apart by it)
+            # What the run was of: the history page refuses a run whose record has changed since, or that ran only part.
+            "record_sha256": hashlib.sha256(Path(job.record_path).read_bytes()).hexdigest(),
+            "keyword": keyword,
             "releases": [results[(number, p.version)] for p in job.planned],
             "target_diff": target_diff(job.record),
         }

@@ -313,3 +313,21 @@ def test_validate_refuses_a_relation_whose_release_contradicts_the_named_prs_rec
     result = CliRunner().invoke(main, ["validate", "--kb", str(kb)])
     assert result.exit_code == 2, result.output
     assert "7.yaml:" in result.output and "related[0].from_release: #9 first shipped in 0.30.0 by its own record" in result.output
+
+
+def test_a_run_whose_record_changed_since_or_that_ran_part_of_it_is_left_out(kb_and_work):
+    import hashlib
+
+    kb, work = kb_and_work
+    for number in (7, 9):
+        path = work / f"matrix-{number}" / "matrix.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["record_sha256"] = hashlib.sha256((kb / f"{number}.yaml").read_bytes()).hexdigest()
+        data["keyword"] = "C1" if number == 9 else None
+        path.write_text(json.dumps(data), encoding="utf-8")
+    records = load_records(kb)
+    matrices = history.load_matrices(records, work)
+    assert list(matrices.reports) == [7] and "only part of the record ran" in matrices.missing[9]
+    (kb / "7.yaml").write_text((kb / "7.yaml").read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    with pytest.raises(history.HistoryError):  # nothing current is left to read
+        history.load_matrices(load_records(kb), work)
