@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 
 from gdn_review import snapshot
 from gdn_review.files import atomic_write
-from gdn_review.kb import parse_record
+from gdn_review.kb import RecordErrors, parse_record
 from gdn_review.snapshot import SnapshotError
 
 
@@ -178,7 +178,11 @@ def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
 
 def check_filled(new_text: str, file: str, before, expects: dict[str, dict]) -> None:
     """The edited text loads, validates, states exactly the planned expects and changes nothing else."""
-    after = parse_record(new_text, file, expects_optional=True)
+    try:
+        after = parse_record(new_text, file, expects_optional=True)
+    except RecordErrors as failure:  # its lines are the edited text's, not the file's: say so
+        raise SnapshotError(f"{file}: the record with the measured expects would not load ({len(failure.errors)} error(s), first: "
+                            f"{str(failure.errors[0]).split(': ', 1)[-1]}); nothing was written: paste the blocks of --print by hand") from None
     wrong = [case.id for case in after.cases if case.expect != expects.get(case.id, before.case(case.id).expect)]
     if wrong or after.model_dump(exclude={"cases"}) != before.model_dump(exclude={"cases"}):
         raise SnapshotError(f"{file}: the edited record would not state the measured expects of {', '.join(wrong) or 'its cases'} "
