@@ -11,11 +11,12 @@ import sys
 import click
 
 from gdn_review.cli_support import EXIT_FAILED, BadInput, _exit_codes, _say
+from gdn_review.release_finder import DEFAULT_FILE  # imports no vLLM: --help stays fast
 
 
 @click.command(name="find-release")
 @click.argument("wanted", metavar="LINE")
-@click.option("--file", "file", default="vllm/v1/attention/backends/gdn_attn.py", show_default=True, help="The file in vLLM to look in.")
+@click.option("--file", "file", default=DEFAULT_FILE, show_default=True, help="The file in vLLM to look in.")
 @click.option("--from", "start", default=None, metavar="X.Y.Z", help="The oldest release to check.  [default: 0.28.0]")
 @click.option("--to", "end", default=None, metavar="X.Y.Z", help="The newest release to check.  [default: the installed vLLM]")
 @click.option("--fixed-string", is_flag=True, help="Find LINE as a string anywhere in the file (as given, not stripped) instead of as a whole line.")

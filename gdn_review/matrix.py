@@ -65,11 +65,7 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
     head = head or base
     chosen = [Version(base), Version(head)]
     top = Version(installed)
-    step = Version(head)
-    minor = step.minor + 1
-    while Version(f"{step.major}.{minor}.0") <= top:
-        chosen.append(Version(f"{step.major}.{minor}.0"))
-        minor += 1
+    chosen += release_cache.minor_releases_after(Version(head), top)
     if top not in chosen and top > Version(head):
         chosen.append(top)
     return [str(v) for v in sorted(set(chosen))]

@@ -82,6 +82,15 @@ def _checked_version(version: str) -> str:
     return str(parsed)
 
 
+def minor_releases_after(low: Version, high: Version) -> list[Version]:
+    """Every X.Y.0 after ``low`` up to ``high`` (same major version), oldest first."""
+    found, minor = [], low.minor + 1
+    while Version(f"{low.major}.{minor}.0") <= high:
+        found.append(Version(f"{low.major}.{minor}.0"))
+        minor += 1
+    return found
+
+
 def cached(version: str, root: Path | None = None) -> Release | None:
     """The complete, intact cache entry of ``version``, or None (nothing is fetched)."""
     entry = (root or cache_root()) / _checked_version(version)

@@ -107,11 +107,7 @@ def releases_between(start: str, end: str, cached: list[str]) -> list[str]:
         raise FinderError(f"--from {start} is later than --to {end}")
     if low.major != high.major:
         raise FinderError(f"--from {start} and --to {end}: give a range within one major version")
-    chosen = {low, high}
-    minor = low.minor + 1
-    while Version(f"{low.major}.{minor}.0") < high:
-        chosen.add(Version(f"{low.major}.{minor}.0"))
-        minor += 1
+    chosen = {low, high, *release_cache.minor_releases_after(low, high)}
     for version in cached:
         try:
             parsed = Version(version)
