@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gdn_review import markdown
 from gdn_review.files import atomic_write
 from gdn_review.generate import environment
 from gdn_review.kb import Record
@@ -28,18 +29,14 @@ from gdn_review.verdicts import (  # noqa: F401
 )
 
 
-def _cell(value) -> str:
-    """Text safe inside a markdown table cell."""
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>").strip()
 
 
 def render_markdown(data: dict) -> str:
-    return environment(cell=_cell).get_template("report.md.j2").render(**data)
+    return environment(cell=markdown.cell, text=markdown.text).get_template("report.md.j2").render(**data)
 
 
 def render_index(reports: list[dict]) -> str:
-    return environment(cell=_cell).get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
+    return environment(cell=markdown.cell, text=markdown.text).get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
 
 
 def write_reports(
@@ -73,7 +70,7 @@ def write_reports(
 
 
 def render_history(data: dict) -> str:
-    return environment(cell=_cell).get_template("history.md.j2").render(**data)
+    return environment(cell=markdown.cell, text=markdown.text).get_template("history.md.j2").render(**data)
 
 
 def write_history(data: dict, path: Path) -> Path:

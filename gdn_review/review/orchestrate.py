@@ -53,8 +53,9 @@ class Onto:
     label: str
 
     def read(self, relative: str) -> str | None:
+        """The release's text of ``relative`` (None: no such file); PatchError for a name that leaves the tree."""
         try:
-            return (self.tree / relative).read_text(encoding="utf-8")
+            return patch.inside(self.tree, relative).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -187,12 +188,14 @@ def review(
     from gdn_review.selection import current_modules, load_records
 
     started = time.monotonic()
-    text, files = patch.read_diff_file(diff_path)
+    text, files = patch.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
     records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
     known = {r.pr.number for r in load_records(kb_dir).values()}
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
+    patch.confine(in_tree, base.tree, str(diff_path))  # no symlink out of the release, regular files only
+    _check_work(work, base.tree)
     patched = patch.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
     targets = {r.target.file for r in records.values()}
     data = {
@@ -312,6 +315,15 @@ def review(
             shutil.rmtree(workspace, ignore_errors=True)
 
 
+def _check_work(work: Path | None, tree: Path) -> None:
+    """--work must not lie in the sources the diff is applied to (their files are read, never written)."""
+    if work is None:
+        return
+    resolved, tree = Path(work).resolve(), Path(tree).resolve()
+    if resolved == tree or tree in resolved.parents or resolved in tree.parents:
+        raise ReviewError(f"--work {work}: inside (or holding) the vLLM sources the diff is applied to ({tree}); give a folder apart from them")
+
+
 def _workspace(work: Path | None) -> Path:
     """``work`` (kept: each side's evidence and snapshots, for a look), else a temp folder removed at the end."""
     if work is None:
@@ -339,9 +351,16 @@ def _with_path(env: dict, pythonpath: Path | None) -> dict:
     return env
 
 
+REPORT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
 def write(data: dict, folder: Path, markdown: str) -> list[Path]:
     """``folder/<name>.md`` and ``.json``, each written whole or not at all."""
     folder = Path(folder)
+    if not REPORT_NAME.match(str(data.get("name", ""))):
+        raise ReviewError(
+            f"report name {data.get('name')!r}: use letters, digits, '_', '.' and '-' (it becomes a file name in {folder}); say one with --name"
+        )
     md, js = folder / f"{data['name']}.md", folder / f"{data['name']}.json"
     atomic_write(js, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
     atomic_write(md, markdown)
@@ -358,7 +377,41 @@ def load(path: Path) -> dict:
         raise ReviewError(f"{path}: not JSON: {error}") from None
     if not isinstance(data, dict) or data.get("format") != REVIEW_FORMAT:
         raise ReviewError(f"{path}: not a gdn-review review (expected format {REVIEW_FORMAT!r})")
+    check_shape(data, path)
     return data
+
+
+# What a review's JSON holds at its top: a shard comes from a job that read an
+# untrusted diff, so the job that comments checks it before using any of it.
+_SHAPE = {
+    "name": str, "diff_sha256": str, "onto": str, "source": str, "lands_in": str, "files": list,
+    "impact": list, "carried": list, "records": list, "mutants": list, "mutants_left_out": int, "run": dict,
+}
+
+
+def check_shape(data: dict, path: Path) -> None:
+    """ReviewError naming the file and field unless ``data`` has a review's shape and renders."""
+    from gdn_review.review import render
+
+    for key, kind in _SHAPE.items():
+        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+            raise ReviewError(f"{path}: field {key!r}: expected {kind.__name__}, got {type(data.get(key)).__name__}")
+    if not re.fullmatch(r"[0-9a-f]{64}", data["diff_sha256"]):
+        raise ReviewError(f"{path}: field 'diff_sha256': not a sha256 in hex")
+    if not REPORT_NAME.match(data["name"]):
+        raise ReviewError(f"{path}: field 'name': {data['name'][:80]!r} is not a report name (letters, digits, '_', '.', '-')")
+    for key in ("onto", "lands_in"):
+        if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", data[key]):
+            raise ReviewError(f"{path}: field {key!r}: {data[key][:80]!r} is not a release (X.Y.Z)")
+    for key in ("files", "impact", "carried", "records", "mutants"):
+        for index, item in enumerate(data[key]):
+            if not isinstance(item, dict):
+                raise ReviewError(f"{path}: field '{key}[{index}]': expected an object, got {type(item).__name__}")
+    try:
+        render.markdown(data)
+        render.findings(data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+        raise ReviewError(f"{path}: not a review as gdn-review writes it: {type(error).__name__}: {str(error)[:200]}") from None
 
 
 def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:

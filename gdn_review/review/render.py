@@ -1,11 +1,15 @@
 """A review's data as markdown for a PR comment, the verdict that picks the exit code, and merging shards.
 
 The markdown holds only what the change did (no timings, no shard numbers),
-so shards merged give the same text as one run.
+so shards merged give the same text as one run. It is posted as a PR comment:
+every string in it that a diff, a PR or a record carries goes through
+``gdn_review.markdown`` (file names and symbols as code, titles as text, diffs
+in fences nothing can close).
 """
 
 from __future__ import annotations
 
+from gdn_review.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
 FAIL_ON_CHOICES = ("breaks", "drift", "survived")
@@ -48,22 +52,22 @@ def headline(data: dict) -> str:
 
 
 def markdown(data: dict) -> str:
-    lines = [f"## gdn-review: `{data['name']}` onto {data['source']}", "", headline(data), ""]
-    lines += ["| file | |", "|---|---|"] + [f"| `{f['path']}` | {f['status']} |" for f in data["files"]] + [""]
+    lines = [f"## gdn-review: {code(data['name'])} onto {text(data['source'])}", "", headline(data), ""]
+    lines += ["| file | |", "|---|---|"] + [f"| {code(f['path'])} | {text(f['status'])} |" for f in data["files"]] + [""]
     for item in data["impact"]:
-        lines.append(f"**Record #{item['number']}** (`{item['record']}`, {item['target']}): the hunks change "
-                     f"{', '.join(f'`{s}`' for s in item['symbols']) or 'nothing'}"
-                     + (f"; the target reaches {', '.join(f'`{s}`' for s in item['reaches_target'])}" if item["reaches_target"] else "; the target reaches none of them")
-                     + (f"; they land on the mutant sites of {', '.join(item['risks'])}" if item["risks"] else "") + ".")
+        lines.append(f"**Record #{int(item['number'])}** ({code(item['record'])}, {code(item['target'])}): the hunks change "
+                     f"{', '.join(code(s) for s in item['symbols']) or 'nothing'}"
+                     + (f"; the target reaches {', '.join(code(s) for s in item['reaches_target'])}" if item["reaches_target"] else "; the target reaches none of them")
+                     + (f"; they land on the mutant sites of {', '.join(text(r) for r in item['risks'])}" if item["risks"] else "") + ".")
     if data["impact"]:
         carried = data.get("carried", [])
         if carried:
             lines.append("")
-            lines.append(f"Recorded PRs that first shipped after {data['onto']}, by {data['lands_in']}: "
-                         + ", ".join(f"#{c['number']} {c['title']} ({c['release']}{', record' if c['record'] else ', named by a record'})" for c in carried) + ".")
+            lines.append(f"Recorded PRs that first shipped after {text(data['onto'])}, by {text(data['lands_in'])}: "
+                         + ", ".join(f"#{int(c['number'])} {text(c['title'])} ({text(c['release'])}{', record' if c['record'] else ', named by a record'})" for c in carried) + ".")
         else:
             lines.append("")
-            lines.append(f"**Unexplained change**: no recorded PR first shipped after {data['onto']}, by {data['lands_in']}; "
+            lines.append(f"**Unexplained change**: no recorded PR first shipped after {text(data['onto'])}, by {text(data['lands_in'])}; "
                          "no record says what this change is for.")
         lines.append("")
     for record in data["records"]:
@@ -74,37 +78,37 @@ def markdown(data: dict) -> str:
 
 
 def _record_section(record: dict, data: dict) -> list[str]:
-    lines = [f"### #{record['number']} {record['title']}", ""]
+    lines = [f"### #{int(record['number'])} {text(record['title'])}", ""]
     failed = {k: v for k, v in record["sides"].items() if v != "ran"}
     for side, why in failed.items():
-        lines.append(f"- **{side} side did not finish**: {why}")
+        lines.append(f"- **{text(side)} side did not finish**: {text(why)}")
     if record["carries_pr"]:
-        lines.append(f"- This change carries the record's own PR: #{record['number']} first shipped after {data['onto']}, "
-                     f"by {data['lands_in']}; its claims below are read against the record's `before`.")
+        lines.append(f"- This change carries the record's own PR: #{int(record['number'])} first shipped after {text(data['onto'])}, "
+                     f"by {text(data['lands_in'])}; its claims below are read against the record's `before`.")
     changed = [c for c in record["claims"] if c["changed"]]
     if changed:
         lines += ["", "| claim | expected | before | after | measured before | measured after |", "|---|---|---|---|---|---|"]
         for claim in changed:
-            after = f"**{claim['after']}**" if claim["broke"] else claim["after"]
-            lines.append(f"| {claim['id']} | {claim['expected'] or claim['check']} | {claim['before']} | {after} | {claim['measured_before'] or '—'} | {claim['measured_after'] or '—'} |")
+            after = f"**{text(claim['after'])}**" if claim["broke"] else text(claim["after"])
+            lines.append(f"| {text(claim['id'])} | {cell(claim['expected'] or claim['check'])} | {text(claim['before'])} | {after} | {cell(claim['measured_before'] or '—')} | {cell(claim['measured_after'] or '—')} |")
         lines.append("")
     unchanged = len(record["claims"]) - len(changed)
     lines.append(f"- {unchanged} claim(s) unchanged" + (" (verdict and measurement)" if unchanged else "") + ".")
     if record["moved"]:
         lines += ["", "| case | fields | before → after | explained by |", "|---|---|---|---|"]
         for row in record["moved"]:
-            explained = ", ".join(f"#{e['number']} ({e['relation']})" for e in row["explained_by"]) or "**unexplained**"
-            shown = row["changes"][:SHOWN_CHANGES] + ([f"… {len(row['changes']) - SHOWN_CHANGES} more (in the JSON)"] if len(row["changes"]) > SHOWN_CHANGES else [])
-            lines.append(f"| {row['case']} | {', '.join(row['fields'])} | {'<br>'.join(shown)} | {explained} |")
+            explained = ", ".join(f"#{int(e['number'])} ({text(e['relation'])})" for e in row["explained_by"]) or "**unexplained**"
+            shown = [cell(c) for c in row["changes"][:SHOWN_CHANGES]] + ([f"… {len(row['changes']) - SHOWN_CHANGES} more (in the JSON)"] if len(row["changes"]) > SHOWN_CHANGES else [])
+            lines.append(f"| {text(row['case'])} | {', '.join(text(f) for f in row['fields'])} | {'<br>'.join(shown)} | {explained} |")
         lines.append("")
     else:
         lines.append("- No field of any case moved.")
     for schema in record["fields_added_or_removed"]:
-        lines.append(f"- Fields added: {', '.join(schema['added']) or 'none'}; removed: {', '.join(schema['removed']) or 'none'}.")
+        lines.append(f"- Fields added: {', '.join(text(f) for f in schema['added']) or 'none'}; removed: {', '.join(text(f) for f in schema['removed']) or 'none'}.")
     for kind in ("appeared", "vanished"):
         found = record[f"deviations_{kind}"]
         if found:
-            lines.append(f"- Known deviations that {kind}: {', '.join(f'`{n}`' for n in found)}.")
+            lines.append(f"- Known deviations that {kind}: {', '.join(code(n) for n in found)}.")
     return lines + [""]
 
 
@@ -114,14 +118,14 @@ def _mutant_section(data: dict) -> list[str]:
     lines = ["### The change's own lines", "", f"{len(killed)} of {len(ran)} mutants of the new lines killed by the KB's tests."]
     other = [m for m in data["mutants"] if m not in ran]
     for mutant in other:
-        lines.append(f"- `{mutant['id']}`: {mutant['status']}" + (f" ({mutant['reason']})" if mutant.get("reason") else ""))
+        lines.append(f"- {code(mutant['id'])}: {text(mutant['status'])}" + (f" ({cell(mutant['reason'])})" if mutant.get("reason") else ""))
     if data["mutants_left_out"]:
         lines.append(f"- {data['mutants_left_out']} more mutant(s) not run (over --max-mutants).")
     survivors = [m for m in ran if m["status"] == "survived"]
     if survivors:
         lines += ["", "Lines no recorded claim protects (each survivor's edit):", ""]
         for mutant in survivors:
-            lines += [f"`{mutant['id']}` (line {mutant['line']}):", "", "```diff", mutant["diff"].rstrip("\n"), "```", ""]
+            lines += [f"{code(mutant['id'])} (line {int(mutant['line'])}):", ""] + fence(mutant["diff"], "diff") + [""]
     return lines + [""]
 
 

@@ -13,6 +13,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from gdn_review.review import patch
+
 
 def _materialise(folder: Path, original: Path) -> None:
     """Make ``folder`` a real directory whose entries link to ``original``'s."""
@@ -28,15 +30,26 @@ def _materialise(folder: Path, original: Path) -> None:
 
 
 def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
-    """``dest`` holding ``base``'s tree with ``patched`` (relative path -> text, None: deleted) in place."""
+    """``dest`` holding ``base``'s tree with ``patched`` (relative path -> text, None: deleted) in place.
+
+    Every name is checked again here (a plain relative path; each folder on its
+    way a real folder of the overlay once made), so nothing is written outside
+    ``dest`` whatever a caller passes.
+    """
     base, dest = Path(base).resolve(), Path(dest)
     _materialise(dest, base)
+    root = dest.resolve()
     for relative, text in sorted(patched.items()):
-        parts = Path(relative).parts
+        problem = patch.path_problem(relative)
+        if problem:
+            raise patch.PatchError(f"{patch.shown_path(relative)}: refused: {problem}")
+        parts = relative.split("/")
         folder, original = dest, base
         for part in parts[:-1]:
             folder, original = folder / part, original / part
             _materialise(folder, original)
+            if folder.is_symlink() or folder.resolve().parent != (folder.parent.resolve()) or root not in folder.resolve().parents:
+                raise patch.PatchError(f"{patch.shown_path(relative)}: refused: {folder} is not a folder of the overlay")
         target = folder / parts[-1]
         if target.is_symlink() or target.exists():
             target.unlink()
