@@ -22,9 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gdn_review import matrix, release_cache  # noqa: E402
+from gdn_review.common import release_cache
 from gdn_review.kb import is_draft, load_kb  # noqa: E402
-from gdn_review.selection import current_modules  # noqa: E402
+from gdn_review.matrix import matrix  # noqa: E402
+from gdn_review.run.selection import current_modules  # noqa: E402
 
 
 def _outcomes(folder: Path, data: dict) -> dict:

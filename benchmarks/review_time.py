@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"

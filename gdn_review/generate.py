@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from gdn_review.files import atomic_write
+from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
 

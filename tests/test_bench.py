@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gdn_review import bench
+from gdn_review.run import bench
 from tests.conftest import ROOT
 
 
@@ -72,7 +72,7 @@ def test_an_unknown_case_is_bad_input():
 
 
 def test_a_workers_platform_follows_its_device_unless_a_bundle_runs_cuda_on_the_cpu_platform():
-    from gdn_review.bench import platform_for
+    from gdn_review.run.bench import platform_for
 
     assert platform_for("cpu", {"VLLM_TARGET_DEVICE": "cuda"}) == "cpu"
     assert platform_for("cuda", {}) == "cuda"

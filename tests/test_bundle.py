@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from gdn_review import bundle as bundling
-from gdn_review import bundle_run
-from gdn_review.cli import main
-from gdn_review.generate import environment
 from packaging.utils import canonicalize_name
+
+from gdn_review.cli import main
+from gdn_review.export import bundle as bundling
+from gdn_review.export import bundle_run
+from gdn_review.generate import environment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -229,8 +229,8 @@ def test_cuda_on_the_cpu_platform_needs_both_settings(monkeypatch):
 
 
 def test_matrix_plans_from_the_cache_where_no_vllm_is_installed():
-    from gdn_review import matrix
     from gdn_review.kb import load_kb
+    from gdn_review.matrix import matrix
 
     record = next(r for r in load_kb(ROOT / "kb").values() if r.pr.number == 52078)
     planned = matrix.plan(record, None, ["0.33.0", "0.28.0", "0.29.0"])

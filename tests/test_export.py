@@ -27,8 +27,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gdn_review import export, export_helpers, generate
+from gdn_review import generate
 from gdn_review.cli import main
+from gdn_review.export import export, export_helpers
 from gdn_review.kb import load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
 from tests.forked_mutants import run_mutants
@@ -505,7 +506,7 @@ def test_runs_are_laid_out_as_ruff_lays_them_out(tmp_path):
             else:
                 items += [rng.choice([1, True, 1, 2]) for _ in range(min(length, 12))]
         values.append(items)
-    from gdn_review.export_format import runs
+    from gdn_review.export.export_format import runs
 
     assert runs([1, True, 1, 1, 1, 1, 1, 1, 1]) == [1, True, *[1] * 7]  # True is not 1 here
     lines = [export.assignment(f"VALUE_{i}", runs(value)) for i, value in enumerate(values)]
@@ -668,7 +669,7 @@ def test_example_workflow_installs_runs_and_uploads():
     upload = uses["actions/upload-artifact"]
     assert upload["with"]["path"].rstrip("/") == "reports" and upload["if"] == "always()"
     # The step summary is written by `gdn-review run` itself when GITHUB_STEP_SUMMARY is set.
-    assert "GITHUB_STEP_SUMMARY" in (ROOT / "gdn_review" / "cli_support.py").read_text(encoding="utf-8")
+    assert "GITHUB_STEP_SUMMARY" in (ROOT / "gdn_review" / "cli" / "support.py").read_text(encoding="utf-8")
 
 
 # --- Slow: the exported module, standalone, on the real builder ---------------------
@@ -742,7 +743,9 @@ from gdn_review.mutation import runner
 
 runner.prepare_cpu()  # before vLLM is imported: the mutants run in forked children
 
-from gdn_review import export, generate, harness
+from gdn_review import generate, harness
+
+from gdn_review.export import export
 from gdn_review.harness import mutation as loader
 from gdn_review.kb import load_record
 from gdn_review.mutation import catalogue_for

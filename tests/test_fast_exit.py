@@ -9,14 +9,14 @@ import sys
 import click
 import pytest
 
-from gdn_review import fast_exit
+from gdn_review.common import fast_exit
 from tests.conftest import ROOT
 
 
 def test_exit_now_keeps_the_code_runs_atexit_and_flushes():
     code = (
         "import atexit, sys\n"
-        "from gdn_review.fast_exit import exit_now\n"
+        "from gdn_review.common.fast_exit import exit_now\n"
         "atexit.register(lambda: print('atexit ran'))\n"
         "sys.stdout.write('unflushed, ')\n"
         "exit_now(3)\n"

@@ -7,12 +7,17 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import MINIMAL, ROOT
+
 from gdn_review.cli import main
-from gdn_review.fill_expects import check_filled, default_release, insert_expects, needing_expect
 from gdn_review.kb import RecordErrors, load_record, parse_record
-from gdn_review.snapshot import SnapshotError
+from gdn_review.run.fill_expects import (
+    check_filled,
+    default_release,
+    insert_expects,
+    needing_expect,
+)
+from gdn_review.run.snapshot import SnapshotError
 
 EQUIVALENCE = MINIMAL.replace(
     "cases:\n",

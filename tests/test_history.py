@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import history, matrix, report
 from gdn_review.cli import main
-from gdn_review.selection import load_records
+from gdn_review.matrix import history, matrix
+from gdn_review.report import report
+from gdn_review.run.selection import load_records
 from tests.test_matrix import RECORD, _evidence, _snapshot
 
 # A second record, of the later PR #9 that the first names: it says its change moves `spec`'s

@@ -1,5 +1,6 @@
-"""The package's shape: modules small enough to read, no import circle, no two
-modules with the same file name, a thin CLI."""
+"""The package's shape: a handful of stage packages at the top, modules small
+enough to read, no import circle (among modules, and among the stage packages),
+no two modules with the same file name, a thin CLI, vLLM imported by the harness only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "gdn_review"
 MAX_LINES = 500
 MAX_CLI_LINES = 400
+MAX_TOP_ENTRIES = 12  # besides __init__.py
+# The pipeline, in the order data flows (docs/layout.md draws it); "common" is shared by all.
+STAGES = ["common", "kb", "importers", "generate", "harness", "run", "report", "matrix", "mutation", "review", "export", "cli"]
 
 
 def _modules() -> dict[str, Path]:
@@ -48,8 +52,8 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
 def test_no_module_is_too_long():
     long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
-    cli = len((PACKAGE / "cli.py").read_text().splitlines())
-    assert cli < MAX_CLI_LINES, f"cli.py has {cli} lines; its commands should call their stage's function"
+    cli = len((PACKAGE / "cli" / "main.py").read_text().splitlines())
+    assert cli < MAX_CLI_LINES, f"cli/main.py has {cli} lines; its commands should call their stage's function"
 
 
 def test_no_two_modules_share_a_file_name():
@@ -82,3 +86,55 @@ def test_no_import_circle():
         if name not in done:
             visit(name, [name])
     assert not circles, "import circles:\n" + "\n".join(sorted(set(circles)))
+
+
+def test_the_top_level_is_a_handful_of_stages():
+    entries = sorted(p.name.removesuffix(".py") for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__"))
+    assert len(entries) <= MAX_TOP_ENTRIES, f"{len(entries)} entries at gdn_review/'s top: {entries}"
+    assert entries == sorted(STAGES), f"the top of gdn_review/ is {entries}; docs/layout.md and STAGES name {sorted(STAGES)}"
+    loose = [p.name for p in PACKAGE.iterdir() if p.suffix == ".py" and p.name not in ("__init__.py", "generate.py")]
+    assert not loose, f"loose modules at the top (put each in its stage's package): {loose}"
+
+
+def test_no_circle_among_the_stage_packages():
+    """Imports between stages flow one way: a stage never imports a stage that (directly or not) imports it.
+
+    ``cli`` sits on top and may import any stage; ``common`` at the bottom imports none.
+    """
+    modules = _modules()
+    known = set(modules)
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        stage = name.split(".")[1] if name.count(".") else None
+        for target in _imports(name, path, known):
+            other = target.split(".")[1] if target.count(".") else None
+            if stage and other and stage != other:
+                edges[stage].add(other)
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(stage, trail):
+        state[stage] = "open"
+        for nxt in sorted(edges[stage]):
+            assert state.get(nxt) != "open", "stages import in a circle: " + " -> ".join(trail + [nxt])
+            if nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[stage] = "done"
+        order.append(stage)
+
+    for stage in sorted(edges):
+        if stage not in state:
+            visit(stage, [stage])
+    assert not edges["common"], f"common imports other stages: {sorted(edges['common'])}"
+    assert "cli" not in {s for stage, targets in edges.items() for s in targets}, "a stage imports the command line"
+
+
+def test_only_the_harness_imports_vllm():
+    offenders = []
+    for name, path in _modules().items():
+        if name.startswith("gdn_review.harness"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{name}: {t}" for t in targets if t == "vllm" or t.startswith("vllm.")]
+    assert not offenders, offenders

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import matrix, release_cache, report, verdicts
-from gdn_review import snapshot as snapshots
 from gdn_review.cli import main
+from gdn_review.common import release_cache
 from gdn_review.kb import load_record
+from gdn_review.matrix import matrix, matrix_report
+from gdn_review.report import report, verdicts
+from gdn_review.run import snapshot as snapshots
 from tests.conftest import MINIMAL, ROOT
 
 RECORD = MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n").replace(
@@ -99,7 +101,7 @@ def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
 
 def test_before_fails_then_holds_discriminates_with_measured_values(matrix_folder):
     record, folder = matrix_folder
-    data = report.matrix_data(record, matrix.load_matrix(folder), {7})
+    data = matrix_report.matrix_data(record, matrix.load_matrix(folder), {7})
     (row,) = data["rows"]
     assert row["before"] == "fails" and row["discrimination"] == "discriminates"
     assert [c["verdict"] for c in row["cells"]] == ["fails", "holds", "holds", "holds"]
@@ -113,7 +115,7 @@ def test_a_head_release_that_did_not_run_is_stood_in_for_by_the_next_one(matrix_
     record, folder = matrix_folder
     runs = matrix.load_matrix(folder)
     runs["releases"] = [entry for entry in runs["releases"] if entry["role"] != "head"]
-    (row,) = report.matrix_data(record, runs, {7})["rows"]
+    (row,) = matrix_report.matrix_data(record, runs, {7})["rows"]
     assert row["discrimination"] == "discriminates"
     assert "head release 0.29.0 not run: 0.30.0, the first later release that ran, stands in" in row["discrimination_reason"]
 
@@ -141,7 +143,7 @@ def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_
     (tmp_path / "kb" / "7.yaml").write_text(RECORD.replace("before: fails", "before: holds"), encoding="utf-8")
     record = load_record(tmp_path / "kb" / "7.yaml")
     _evidence(folder, "0.28.0", "passed", 1)  # the base release holds too
-    data = report.matrix_report(record, matrix.load_matrix(folder), {7})
+    data = matrix_report.matrix_report(record, matrix.load_matrix(folder), {7})
     (row,) = data["matrix"]["rows"]
     assert (row["before"], row["discrimination"]) == ("holds", "preserved")
     assert row["discrimination_reason"] == "holds on the base release and holds on the head release, as the record says (before: holds)"
@@ -154,7 +156,7 @@ def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_
 
 def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained(matrix_folder):
     record, folder = matrix_folder
-    drift = report.matrix_data(record, matrix.load_matrix(folder), {7})["drift"]
+    drift = matrix_report.matrix_data(record, matrix.load_matrix(folder), {7})["drift"]
     rows = {(r["from"], r["to"], r["case"]): r for r in drift["rows"]}
     assert set(rows) == {("0.29.0", "0.30.0", "plain"), ("0.30.0", "0.31.0", "spec")}
     assert rows[("0.30.0", "0.31.0", "spec")]["explained_by"][0]["number"] == 9
@@ -165,7 +167,7 @@ def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained
 
 def test_matrix_report_renders_the_table_drift_and_diff_and_fails_on_drift(matrix_folder):
     record, folder = matrix_folder
-    data = report.matrix_report(record, matrix.load_matrix(folder), {7, 9})
+    data = matrix_report.matrix_report(record, matrix.load_matrix(folder), {7, 9})
     text = report.render_markdown(data)
     assert "## Release matrix" in text and "**discriminates**" in text
     assert "| C1 | fails | **fails**: aten.ge 2 | **holds**: aten.ge 1 |" in text

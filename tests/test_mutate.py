@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 from gdn_review.mutation import runner
 from tests.conftest import ROOT
 

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from gdn_review.kb import parse_record
 from gdn_review import mutation
+from gdn_review.kb import parse_record
 from gdn_review.mutation import catalogue, operators, reach, runner
 from tests.conftest import MINIMAL
 
@@ -159,8 +159,8 @@ def test_validate_reports_a_mutant_find_with_a_typo(write_record):
     """`gdn-review validate` checks finds against the installed release (no download needed)."""
     from click.testing import CliRunner
 
-    from gdn_review import release_cache
     from gdn_review.cli import main
+    from gdn_review.common import release_cache
 
     installed, _ = release_cache.loaded()
     text = MINIMAL.replace("head_release: 0.29.0", f"head_release: {installed}").replace(

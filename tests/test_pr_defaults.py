@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from gdn_review import report
 from gdn_review.cli import main
 from gdn_review.kb import load_kb, parse_record, record_schema
+from gdn_review.report import report
 from tests.conftest import MINIMAL, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"

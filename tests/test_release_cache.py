@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 

@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import release_cache
 from gdn_review.cli import main
-from gdn_review.release_finder import Finding, FinderError, Seen, find_release, finding_lines, matches, releases_between
+from gdn_review.common import release_cache
+from gdn_review.matrix.release_finder import (
+    FinderError,
+    Finding,
+    Seen,
+    find_release,
+    finding_lines,
+    matches,
+    releases_between,
+)
 
 TEXT = "def f():\n    x = a >= 0\n\n    if x:\n        return 1\n    x = a >= 0  # again\n"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import report
 from gdn_review.cli import main
 from gdn_review.kb import load_kb, load_record
+from gdn_review.report import report
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -195,7 +195,7 @@ def test_malformed_evidence_entries_are_bad_input(tmp_path, edit, message):
 
 
 def test_run_never_reports_stale_evidence(tmp_path, monkeypatch):
-    from gdn_review import suite
+    from gdn_review.run import suite
 
     stale = tmp_path / "evidence.json"
     stale.write_text((GOLDEN / "evidence" / "run.json").read_text())

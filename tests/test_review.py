@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 from gdn_review.kb import load_kb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +113,8 @@ def release_drift(step_reviews, step_kb):
     already: the side without the change of the review onto it, and for 0.33.0 the
     stored ones (``gdn-review snapshot``); the same function compares them.
     """
-    from gdn_review import snapshot
-    from gdn_review.matrix_report import drift_data
+    from gdn_review.matrix.matrix_report import drift_data
+    from gdn_review.run import snapshot
 
     records = {r.pr.number: r for r in load_kb(step_kb / "kb").values()}
     drift = {}
@@ -168,7 +168,8 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
 @pytest.mark.xdist_group("review_steps")
 def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_reviews, release_drift, step_kb, tmp_path):
     """The step where fields move (0.31.0 -> 0.32.0, #56531): `gdn-review matrix` itself, both records."""
-    from gdn_review import matrix, report
+    from gdn_review.matrix import matrix, matrix_report
+    from gdn_review.report import report
 
     records = {r.pr.number: r for r in load_kb(step_kb / "kb").values()}
     _, _, data, _ = step_reviews["0.31.0"]
@@ -179,7 +180,7 @@ def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_re
                    "--kb", str(step_kb / "kb"), "--generated", str(step_kb / "generated_tests"),
                    "--work", str(work), "--reports", str(tmp_path / "reports"), "--fail-on", "")
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        rows = report.matrix_report(record, matrix.load_matrix(work), set(records))["matrix"]["drift"]["rows"]
+        rows = matrix_report.matrix_report(record, matrix.load_matrix(work), set(records))["matrix"]["drift"]["rows"]
         (reviewed,) = [r for r in data["records"] if r["number"] == number]
         assert _rows(rows) == _rows(reviewed["moved"]) == _rows(release_drift.get((number, "0.31.0"), []))
 

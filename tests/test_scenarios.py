@@ -187,7 +187,7 @@ def test_the_cpu_proxy_tells_capture_before_and_after_pr_55404(release, reads):
     import subprocess
     import sys
 
-    from gdn_review import release_cache
+    from gdn_review.common import release_cache
 
     path = release_cache.ensure(release).path
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])))

@@ -10,8 +10,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from gdn_review import snapshot as snapshots
 from gdn_review.cli import main
+from gdn_review.run import snapshot as snapshots
 from tests.conftest import ROOT
 
 
@@ -39,7 +39,7 @@ def test_differences_name_every_changed_added_and_removed_field():
 
 
 def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_case():
-    from gdn_review import release_cache
+    from gdn_review.common import release_cache
     from gdn_review.kb import load_kb
 
     installed, _ = release_cache.loaded()

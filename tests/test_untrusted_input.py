@@ -20,8 +20,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gdn_review import markdown
 from gdn_review.cli import main
+from gdn_review.report import markdown
 from gdn_review.review import orchestrate, patch, render, tree
 from tests.conftest import ROOT
 
@@ -376,7 +376,7 @@ def _shard(tmp_path) -> Path:
 
 
 def test_record_titles_in_reports_are_text(tmp_path):
-    from gdn_review.report import render_index
+    from gdn_review.report.report import render_index
 
     text = render_index([{"number": 1, "title": HOSTILE, "verdict_counts": {}, "coverage_counts": {}, "finished_at": "", "upstream_tests": []}])
     assert not RAW.search(text)

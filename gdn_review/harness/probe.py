@@ -130,6 +130,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from gdn_review.fast_exit import exit_now
+    from gdn_review.common.fast_exit import exit_now
 
     exit_now(main(sys.argv[1:]))

@@ -66,6 +66,6 @@ if __name__ == "__main__":
     os.dup2(2, 1)
     serve(sys.stdin, protocol)
     protocol.flush()
-    from gdn_review.fast_exit import exit_now
+    from gdn_review.common.fast_exit import exit_now
 
     exit_now(0)

@@ -24,3 +24,7 @@ class RecordErrors(Exception):
     def __init__(self, errors: list[RecordError]):
         self.errors = sorted(errors)
         super().__init__("\n".join(str(e) for e in self.errors))
+
+
+class SelectionError(Exception):
+    """A command was asked for records that are not there (bad input: exit 2)."""

@@ -17,11 +17,19 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review import release_cache
-from gdn_review.files import atomic_write
+from gdn_review.common import release_cache
+from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.mutation import operators
-from gdn_review.mutation.catalogue import Catalogue, Mutant, automatic, find_problems, own_hunk_problems, own_hunks, record_mutants
+from gdn_review.mutation.catalogue import (
+    Catalogue,
+    Mutant,
+    automatic,
+    find_problems,
+    own_hunk_problems,
+    own_hunks,
+    record_mutants,
+)
 
 MUTATION_FORMAT = "gdn-review-mutation/1"
 

@@ -228,7 +228,7 @@ source = open(source_file, encoding="utf-8").read()
 result = runner.run_in_this_process(path, mutation.compile_source(path, source), args)
 with open(out, "w", encoding="utf-8") as handle:
     handle.write(json.dumps(result))
-from gdn_review.fast_exit import exit_now
+from gdn_review.common.fast_exit import exit_now
 exit_now(0)
 """
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gdn_review import snapshot as snapshots
-from gdn_review.matrix_report import cell_measure, drift_data
-from gdn_review.report_contents import report_data
-from gdn_review.verdicts import load_evidence
+from gdn_review.matrix.matrix_report import cell_measure, drift_data
+from gdn_review.report.report_contents import report_data
+from gdn_review.report.verdicts import load_evidence
+from gdn_review.run import snapshot as snapshots
 
 HOLDING = ("holds", "known deviation")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from gdn_review.files import atomic_write
+from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, is_draft, parse_record
 
 

@@ -31,9 +31,9 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review import release_cache
-from gdn_review.matrix import CLAIMS_ON_ANY_RELEASE
-from gdn_review.files import atomic_write
+from gdn_review.common import release_cache
+from gdn_review.common.files import atomic_write
+from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
 from gdn_review.review import compare, impact, patch, tree
 
 REVIEW_FORMAT = "gdn-review-review/1"
@@ -185,7 +185,7 @@ def review(
 ) -> dict:
     """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing written yet)."""
     from gdn_review.kb import is_draft
-    from gdn_review.selection import current_modules, load_records
+    from gdn_review.run.selection import current_modules, load_records
 
     started = time.monotonic()
     text, files = patch.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
@@ -417,7 +417,7 @@ def check_shape(data: dict, path: Path) -> None:
 def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:
     """``folder/<number>.yaml``: a draft record of the reviewed change (see ``review.draft``)."""
     from gdn_review.review import draft
-    from gdn_review.selection import load_records
+    from gdn_review.run.selection import load_records
 
     records = {r.pr.number: r for r in load_records(kb_dir).values()}
     try:

@@ -3,13 +3,13 @@
 The markdown holds only what the change did (no timings, no shard numbers),
 so shards merged give the same text as one run. It is posted as a PR comment:
 every string in it that a diff, a PR or a record carries goes through
-``gdn_review.markdown`` (file names and symbols as code, titles as text, diffs
+``gdn_review.report.markdown`` (file names and symbols as code, titles as text, diffs
 in fences nothing can close).
 """
 
 from __future__ import annotations
 
-from gdn_review.markdown import cell, code, fence, text
+from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
 FAIL_ON_CHOICES = ("breaks", "drift", "survived")

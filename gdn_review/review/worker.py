@@ -144,7 +144,10 @@ def import_check(spec: dict) -> dict:
 
 def as_shipped(spec: dict) -> None:
     """The change as it would ship: ranges read as of the release it lands in; claims keep their ranges."""
-    from gdn_review.harness.release_ranges import CLAIMS_ON_ANY_RELEASE, RANGES_AS_RELEASE
+    from gdn_review.harness.release_ranges import (
+        CLAIMS_ON_ANY_RELEASE,
+        RANGES_AS_RELEASE,
+    )
 
     os.environ[RANGES_AS_RELEASE] = spec["lands_in"]
     os.environ.pop(CLAIMS_ON_ANY_RELEASE, None)
@@ -154,8 +157,8 @@ def side_body(spec: dict, side: str):
     """What one side's child does: the suite, then the snapshots."""
     import pytest
 
-    from gdn_review import snapshot
     from gdn_review.kb import load_record
+    from gdn_review.run import snapshot
 
     out = Path(spec["out_dir"])
 
@@ -263,6 +266,6 @@ def main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
-    from gdn_review.fast_exit import exit_now
+    from gdn_review.common.fast_exit import exit_now
 
     exit_now(main(sys.argv[1]))

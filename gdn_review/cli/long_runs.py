@@ -12,12 +12,21 @@ from pathlib import Path
 
 import click
 
-from gdn_review import report as reporting
-from gdn_review.cli_support import (
-    BENCH_EVIDENCE, EXIT_FAILED, EXIT_OK, _exit_codes, _fail_on, _print_written, _report_evidence, _say, _write_reports, kb_option,
+from gdn_review.cli.support import (
+    BENCH_EVIDENCE,
+    EXIT_FAILED,
+    EXIT_OK,
+    _exit_codes,
+    _fail_on,
+    _print_written,
+    _report_evidence,
+    _say,
+    _write_reports,
+    kb_option,
 )
-from gdn_review.plugin import DEFAULT_EVIDENCE
-from gdn_review.selection import current_modules, load_records
+from gdn_review.report import report as reporting
+from gdn_review.run.plugin import DEFAULT_EVIDENCE
+from gdn_review.run.selection import current_modules, load_records
 
 MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
 
@@ -60,7 +69,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     import collections
 
     from gdn_review import mutation
-    from gdn_review.progress import MutationProgress
+    from gdn_review.cli.progress import MutationProgress
 
     conditions = _fail_on(fail_on)
     records = load_records(kb_dir, numbers)
@@ -116,7 +125,7 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
       gdn-review bench --record 52078 --device cuda             # on a GPU machine
       gdn-review report --evidence .gdn-review/evidence.json --evidence .gdn-review/bench.json
     """
-    from gdn_review import bench
+    from gdn_review.run import bench
 
     records = load_records(kb_dir, numbers)
     bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=_say, show=click.echo)
@@ -163,7 +172,7 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
       gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
       gdn-review matrix --all --since 0.28.0       # the whole KB, 0.28.0 to the installed release; writes reports/history.md
     """
-    from gdn_review import matrix
+    from gdn_review.matrix import matrix
 
     if bool(numbers) == every:
         raise click.UsageError("give --record N (repeatable) or --all")
@@ -180,7 +189,7 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
         click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix.summary_lines(report_data)))
         tripped += reporting.matrix_failures(report_data, chosen)
     if every:
-        from gdn_review import history
+        from gdn_review.matrix import history
 
         data, page = history.history_command(
             kb_dir, work_dir or Path(".gdn-review"), BENCH_EVIDENCE, history_path or Path("reports/history.md"), since, reports_dir,
@@ -231,7 +240,7 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
       gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
       gdn-review history --work /tmp/runs --out /tmp/history.md --fail-on none
     """
-    from gdn_review import history
+    from gdn_review.matrix import history
 
     data, path = history.history_command(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
     for number, why in data["missing"].items():
@@ -276,7 +285,7 @@ def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, d
       gdn-review bundle --out /tmp/b --record 52078 --vllm 0.28.0 --vllm 0.29.0
       /tmp/gdn-bundle/run.sh /tmp/gpu-evidence                # on the GPU machine
     """
-    from gdn_review import bundle
+    from gdn_review.export import bundle
 
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     if source_python and not dry_run:

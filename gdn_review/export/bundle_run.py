@@ -12,8 +12,8 @@ vLLM's CPU platform. The mode that worked on every release is written to
 matrix.json, bench.json) into ``OUT/bundle-run.json`` without judging claims
 again (the reports in ``OUT/reports`` do that), and prints it.
 
-    python -m gdn_review.bundle_run probe BUNDLE OUT
-    python -m gdn_review.bundle_run summary BUNDLE OUT
+    python -m gdn_review.export.bundle_run probe BUNDLE OUT
+    python -m gdn_review.export.bundle_run summary BUNDLE OUT
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Callable
 
 from gdn_review.kb import Record, RecordErrors, incomplete, load_kb
-from gdn_review.selection import SelectionError
+from gdn_review.kb.errors import SelectionError
 
 
 @dataclasses.dataclass
@@ -26,10 +27,12 @@ class Validation:
         return sum(len(items) for items in self.todos.values())
 
 
-def validate_kb(kb_dir: Path) -> Validation:
-    """Load and check every record; RecordErrors (all of them) when one is bad."""
-    from gdn_review.mutation import check_finds
+def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, list[str]]]) -> Validation:
+    """Load and check every record; RecordErrors (all of them) when one is bad.
 
+    ``check_finds`` is the mutation stage's check of a record's mutant finds
+    (``mutation.check_finds``): passed in, so the records' stage imports no later stage.
+    """
     from gdn_review.kb.changes import changes_path, load_changes
 
     records = load_kb(kb_dir)

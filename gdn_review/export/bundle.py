@@ -37,7 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 
 BUNDLE_FORMAT = "gdn-review-bundle/1"
 MAX_BYTES = 60 * 1024 * 1024
@@ -371,8 +371,8 @@ def no_network_prefix() -> list[str]:
 
 def _bare_environment_from(source_python: str, destination: Path, say: Callable[[str], None]) -> Path:
     """``bare_environment`` made from another interpreter's packages (another torch), in that interpreter."""
-    code = "import sys; from pathlib import Path; from gdn_review.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))"
-    project = str(Path(__file__).resolve().parent.parent)
+    code = "import sys; from pathlib import Path; from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))"
+    project = str(Path(__file__).resolve().parents[2])
     done = subprocess.run(
         [source_python, "-c", code, str(destination)], capture_output=True, text=True, check=False,
         env=_plain_environment() | {"PYTHONPATH": project},

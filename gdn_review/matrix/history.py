@@ -16,9 +16,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.kb import Record, is_draft
-from gdn_review.matrix import MatrixError, load_matrix, matrix_folder_name
-from gdn_review.matrix_report import matrix_report
-from gdn_review.verdicts import RAN, ReportError, load_evidence
+from gdn_review.matrix.matrix import MatrixError, load_matrix, matrix_folder_name
+from gdn_review.matrix.matrix_report import matrix_report
+from gdn_review.report.verdicts import RAN, ReportError, load_evidence
 
 # Short forms of verdicts for the release x claim table.
 SHORT = {
@@ -194,7 +194,9 @@ def _schema(reports: dict[int, dict], releases: list[str]) -> dict[str, dict]:
 
 def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) -> list[dict]:
     """Op counts per release of every op_budget claim: the most per build() over its cases."""
-    from gdn_review.matrix_report import _op_values  # one reading of measured op counts
+    from gdn_review.matrix.matrix_report import (
+        _op_values,  # one reading of measured op counts
+    )
 
     series = []
     for number in sorted(matrices.reports):
@@ -349,9 +351,9 @@ def history_command(
     """
     import os
 
-    from gdn_review import report as reporting
     from gdn_review.kb.changes import load_changes
-    from gdn_review.selection import load_records
+    from gdn_review.report import report as reporting
+    from gdn_review.run.selection import load_records
 
     records = load_records(kb_dir)
     data = history_data(records, load_matrices(records, work_root), load_bench(bench_path), since=since, changes=load_changes(kb_dir))

@@ -31,7 +31,7 @@ def exit_now(code: int) -> NoReturn:
 PYTEST = (
     "import sys, pytest\n"
     "code = int(pytest.main(sys.argv[1:]))\n"
-    "from gdn_review.fast_exit import exit_now\n"
+    "from gdn_review.common.fast_exit import exit_now\n"
     "exit_now(code)\n"
 )
 

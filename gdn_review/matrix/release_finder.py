@@ -19,7 +19,7 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 
 DEFAULT_FILE = "vllm/v1/attention/backends/gdn_attn.py"
 DEFAULT_FROM = "0.28.0"

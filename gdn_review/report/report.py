@@ -1,8 +1,8 @@
 """Evidence JSON + records -> one report per record (markdown or JSON) and an index.
 
 Rendering and writing only: verdicts.py says what the evidence means,
-report_contents.py gathers it per record, matrix_report.py adds the release
-matrix; the markdown comes from templates/report.md.j2 and index.md.j2.
+report_contents.py gathers it per record (the matrix stage adds the release
+matrix, matrix/matrix_report.py); the markdown comes from templates/report.md.j2 and index.md.j2.
 """
 
 from __future__ import annotations
@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gdn_review import markdown
-from gdn_review.files import atomic_write
+from gdn_review.common.files import atomic_write
 from gdn_review.generate import environment
 from gdn_review.kb import Record
+from gdn_review.report import markdown
 
-# Re-exported: the CLI, matrix.py and the tests reach these through `gdn_review.report`.
-from gdn_review.matrix_report import matrix_data, matrix_report  # noqa: F401
-from gdn_review.report_contents import report_data
-from gdn_review.verdicts import (  # noqa: F401
+# Re-exported: the CLI, the matrix and the tests reach these through `gdn_review.report.report`.
+from gdn_review.report.report_contents import report_data
+from gdn_review.report.verdicts import (  # noqa: F401
     Evidence,
     ReportError,
     claim_verdict,
@@ -27,8 +26,6 @@ from gdn_review.verdicts import (  # noqa: F401
     matrix_failures,
     risk_coverage,
 )
-
-
 
 
 def render_markdown(data: dict) -> str:

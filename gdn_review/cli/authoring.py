@@ -10,8 +10,10 @@ import sys
 
 import click
 
-from gdn_review.cli_support import EXIT_FAILED, BadInput, _exit_codes, _say
-from gdn_review.release_finder import DEFAULT_FILE  # imports no vLLM: --help stays fast
+from gdn_review.cli.support import EXIT_FAILED, BadInput, _exit_codes, _say
+from gdn_review.matrix.release_finder import (
+    DEFAULT_FILE,  # imports no vLLM: --help stays fast
+)
 
 
 @click.command(name="find-release")
@@ -42,7 +44,7 @@ def find_release_command(wanted: str, file: str, start: str | None, end: str | N
       gdn-review find-release "_stage_spec_decode(" --fixed-string
       printf 'if num_spec_decodes == 0:\\n    num_spec_decodes = 0\\n' | gdn-review find-release -    # two lines: first in 0.32.0 (#56531)
     """
-    from gdn_review import release_finder
+    from gdn_review.matrix import release_finder
 
     if wanted == "-":
         wanted = sys.stdin.read()

@@ -8,7 +8,7 @@ its ``releases`` range (``GDN_REVIEW_CLAIMS_ON_ANY_RELEASE=1``), so that a
 claim's ``before`` (fails: an improvement, holds: a preservation) can be
 compared with what was measured: a check that fails before the PR and holds
 after it *discriminates*. The same subprocess takes the full-metadata
-snapshot of every case (``gdn_review.snapshot``); consecutive releases'
+snapshot of every case (``gdn_review.run.snapshot``); consecutive releases'
 snapshots are compared field by field, and each difference is attributed to
 the record's own PR (``target.changes``) or a related PR (``related[].changes``)
 that first shipped between them, or shown as unexplained drift.
@@ -34,9 +34,9 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review import fast_exit, release_cache
-from gdn_review import snapshot as snapshots
-from gdn_review.files import atomic_write
+from gdn_review.common import fast_exit, release_cache
+from gdn_review.common.files import atomic_write
+from gdn_review.run import snapshot as snapshots
 
 MATRIX_FORMAT = "gdn-review-matrix/1"
 CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # read by harness.claim_in_range
@@ -155,7 +155,7 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    command = [sys.executable, "-c", fast_exit.PYTEST, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.snapshot"]
+    command = [sys.executable, "-c", fast_exit.PYTEST, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.run.snapshot"]
     if shared:  # one module that does not collect must not take the others' tests with it
         command.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
@@ -402,9 +402,10 @@ def matrix_command(
     the release runs share one pool and each record's work goes to
     ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
     """
-    from gdn_review import report as reporting
     from gdn_review.kb import is_draft
-    from gdn_review.selection import current_modules, load_records
+    from gdn_review.matrix import matrix_report
+    from gdn_review.report import report as reporting
+    from gdn_review.run.selection import current_modules, load_records
 
     every = load_records(kb_dir)
     known = {r.pr.number for r in every.values()}
@@ -424,7 +425,7 @@ def matrix_command(
         folder = work_dir if single and work_dir else root / matrix_folder_name(number)
         work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
     run_matrices(work, installed, jobs, keyword, say)
-    reports = [reporting.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
+    reports = [matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
     written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
     return reports, written
 

@@ -36,8 +36,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from gdn_review import generate
-from gdn_review import snapshot as snapshots
-from gdn_review.export_format import (
+from gdn_review.common.files import atomic_write
+from gdn_review.export.export_format import (
     Call,
     Code,
     ExportError,
@@ -48,10 +48,10 @@ from gdn_review.export_format import (
     literal,
     runs,
 )
-from gdn_review.export_helpers import HARNESS, harness_helpers
-from gdn_review.files import atomic_write
+from gdn_review.export.export_helpers import HARNESS, harness_helpers
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
+from gdn_review.run import snapshot as snapshots
 
 TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
 MODULE_TEMPLATE = "test_module.py.j2"

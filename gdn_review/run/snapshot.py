@@ -10,7 +10,7 @@ related PR that explains each difference.
 
 Taking a snapshot imports vLLM (through the harness), so it runs in a
 subprocess with the release's sources first on ``PYTHONPATH``:
-``python -m gdn_review.snapshot RECORD.yaml OUT.json``.
+``python -m gdn_review.run.snapshot RECORD.yaml OUT.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Callable
 
 import pytest
 
-from gdn_review.files import atomic_write
+from gdn_review.common.files import atomic_write
 
 SNAPSHOT_FORMAT = "gdn-review-snapshot/1"
 FOLDER = "snapshots"
@@ -136,7 +136,7 @@ def take_in_subprocess(record_path: Path, pythonpath: Path | None, out: Path, de
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    command = [sys.executable, "-m", "gdn_review.snapshot", str(record_path), str(out), "--device", device]
+    command = [sys.executable, "-m", "gdn_review.run.snapshot", str(record_path), str(out), "--device", device]
     return subprocess.run(command, env=env, capture_output=True, text=True)
 
 
@@ -149,7 +149,7 @@ def snapshot_command(
     say: Callable[[str], None] = print,
 ) -> list[str]:
     """``gdn-review snapshot``: store (or, with ``as_expect``, print) the record's snapshots; lines to show."""
-    from gdn_review.selection import load_records
+    from gdn_review.run.selection import load_records
 
     if as_expect:  # the case to print may state no expect yet
         record_path, record = record_file(kb_dir, number)
@@ -183,7 +183,7 @@ def take_release(record_path: Path, version: str | None, say: Callable[[str], No
     """The snapshot of every case of a record on ``version`` (default: the installed vLLM), in one subprocess."""
     import tempfile
 
-    from gdn_review import release_cache
+    from gdn_review.common import release_cache
 
     installed, _ = release_cache.loaded()
     version = version or installed
@@ -227,7 +227,7 @@ def expect_block(expect: dict, indent: int = 0) -> list[str]:
     return lines
 
 
-# --- As a pytest plugin (``-p gdn_review.snapshot``): the release matrix takes the
+# --- As a pytest plugin (``-p gdn_review.run.snapshot``): the release matrix takes the
 # snapshots in the same process as the generated tests, vLLM imported once.
 
 
@@ -254,7 +254,7 @@ def _main(argv: list[str]) -> int:
 
     from gdn_review.kb import load_record
 
-    parser = argparse.ArgumentParser(prog="python -m gdn_review.snapshot")
+    parser = argparse.ArgumentParser(prog="python -m gdn_review.run.snapshot")
     parser.add_argument("record")
     parser.add_argument("out")
     parser.add_argument("--device", default="cpu")
@@ -266,6 +266,6 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from gdn_review.fast_exit import exit_now
+    from gdn_review.common.fast_exit import exit_now
 
     exit_now(_main(sys.argv[1:]))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from gdn_review.export_format import ExportError
+from gdn_review.export.export_format import ExportError
 
-HARNESS = Path(__file__).resolve().parent / "harness"
+HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 # Harness definitions copied into every exported module, in this order:
 # (file in gdn_review/harness/, names of its top-level definitions).

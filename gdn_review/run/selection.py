@@ -13,10 +13,7 @@ from typing import Callable
 
 from gdn_review import generate
 from gdn_review.kb import Record, load_kb
-
-
-class SelectionError(Exception):
-    """The command was asked for something that is not there (bad input: exit 2)."""
+from gdn_review.kb.errors import SelectionError
 
 
 class StaleModules(Exception):

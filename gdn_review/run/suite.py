@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gdn_review import fast_exit
+from gdn_review.common import fast_exit
 
 # pytest's exit codes that still mean "tests ran and the evidence is worth reporting".
 RAN_EXIT_CODES = {0, 1}

@@ -17,7 +17,13 @@ class MutationProgress:
 
     def start(self, total: int) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.say(f"[2/3] {total} mutant(s) to run")
         console = Console(stderr=True)

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import click
 
-from gdn_review.cli_support import EXIT_FAILED, EXIT_OK, _exit_codes, _fail_on, _print_written, _say, kb_option
+from gdn_review.cli.support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    _exit_codes,
+    _fail_on,
+    _print_written,
+    _say,
+    kb_option,
+)
 
 EXIT_INTERRUPTED = 130
 

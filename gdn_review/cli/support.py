@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 
 from gdn_review import generate as generator
-from gdn_review import report as reporting
 from gdn_review.kb import RecordErrors
-from gdn_review.selection import StaleModules
+from gdn_review.report import report as reporting
+from gdn_review.run.selection import StaleModules
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 BENCH_EVIDENCE = Path(".gdn-review") / "bench.json"
@@ -24,11 +24,15 @@ class BadInput(click.ClickException):
 
 def _input_errors() -> tuple[type[Exception], ...]:
     """Every stage's "bad input" error (exit 2); imported late so --help stays fast."""
-    from gdn_review import bench, bundle, matrix, mutation, release_cache, selection, snapshot, suite
-    from gdn_review.export import ExportError
+    from gdn_review import mutation
+    from gdn_review.common import release_cache
+    from gdn_review.export import bundle
+    from gdn_review.export.export import ExportError
     from gdn_review.importers.review_report import ReportImportError
-    from gdn_review.review.patch import PatchError
+    from gdn_review.matrix import matrix
     from gdn_review.review.orchestrate import ReviewError
+    from gdn_review.review.patch import PatchError
+    from gdn_review.run import bench, selection, snapshot, suite
 
     return (selection.SelectionError, generator.GenerateError, reporting.ReportError, suite.SuiteError,
             mutation.MutationError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,

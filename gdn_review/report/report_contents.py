@@ -12,7 +12,7 @@ from collections import Counter
 
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
-from gdn_review.verdicts import (
+from gdn_review.report.verdicts import (
     COVERAGE,
     LATENCY_VERDICTS,
     MUTANT_STATUSES,

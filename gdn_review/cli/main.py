@@ -13,15 +13,26 @@ from pathlib import Path
 
 import click
 
-from gdn_review import cli_authoring, cli_long_runs, cli_review
-from gdn_review import fast_exit
 from gdn_review import generate as generator
-from gdn_review.cli_support import (
-    EXIT_BAD_INPUT, EXIT_FAILED, _exit_codes, _fail_on, _report_evidence, _say, _write_reports, fail_on_option, kb_option,
+from gdn_review.cli import authoring as cli_authoring
+from gdn_review.cli import long_runs as cli_long_runs
+from gdn_review.cli import review_commands as cli_review
+from gdn_review.cli.support import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    _exit_codes,
+    _fail_on,
+    _report_evidence,
+    _say,
+    _write_reports,
+    fail_on_option,
+    kb_option,
 )
+from gdn_review.common import fast_exit
 from gdn_review.kb import record_schema
-from gdn_review.plugin import DEFAULT_EVIDENCE
-from gdn_review.selection import current_modules, load_records
+from gdn_review.run.plugin import DEFAULT_EVIDENCE
+from gdn_review.run.selection import current_modules, load_records
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="gdn-review")
@@ -63,9 +74,10 @@ def validate(kb_dir: Path) -> None:
       gdn-review validate
       gdn-review validate --kb path/to/records
     """
-    from gdn_review.validate import validate_kb
+    from gdn_review.kb.validate import validate_kb
+    from gdn_review.mutation import check_finds
 
-    checked = validate_kb(kb_dir)
+    checked = validate_kb(kb_dir, check_finds)
     for note in checked.notes:
         _say(f"note: {note}")
     for path, record in checked.records.items():
@@ -172,7 +184,7 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
       gdn-review run --record 52078 --write
       gdn-review run --fail-on fails,unverified,uncovered -- -x
     """
-    from gdn_review import suite
+    from gdn_review.run import suite
 
     conditions = _fail_on(fail_on)
     records = load_records(kb_dir, numbers)
@@ -251,7 +263,7 @@ def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None
       cd /tmp/x && python -m pytest -q test_gdn_pr_52078.py
       gdn-review export --record 52078 --out ~/vllm/tests/v1/attention --vllm-release 0.33.0
     """
-    from gdn_review.export import export
+    from gdn_review.export.export import export
 
     path = export(kb_dir, number, out_dir, release)
     click.echo(f"wrote {path} (run: python -m pytest {path})")
@@ -291,12 +303,12 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
       gdn-review snapshot --record 52078 --fill-expects        # every case an equivalence check names that has no expect
       gdn-review snapshot --record 52078 --fill-expects --print --release 0.29.0
     """
-    from gdn_review import snapshot
+    from gdn_review.run import snapshot
 
     if fill_expects or print_only:
         if not fill_expects or as_expect or len(versions) > 1:
             raise click.UsageError("--fill-expects takes at most one --release and --case ID, and --print; not --as-expect")
-        from gdn_review import fill_expects as filling
+        from gdn_review.run import fill_expects as filling
 
         filled = filling.fill_expects(kb_dir, number, versions[0] if versions else None, [case_id] if case_id else None, not print_only, _say)
         for line in filling.filled_lines(filled, written=not print_only):

@@ -19,10 +19,10 @@ from typing import Callable
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from gdn_review import snapshot
-from gdn_review.files import atomic_write
+from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
-from gdn_review.snapshot import SnapshotError
+from gdn_review.run import snapshot
+from gdn_review.run.snapshot import SnapshotError
 
 
 @dataclasses.dataclass

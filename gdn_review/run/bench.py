@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review import release_cache
+from gdn_review.common import release_cache
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
 CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda_on_cpu_platform
@@ -203,7 +203,7 @@ def bench(
 
 def write_evidence(path: Path, results: dict[int, dict]) -> None:
     """Bench results as an evidence file the report merges (no tests, a ``bench`` section per record)."""
-    from gdn_review.files import atomic_write
+    from gdn_review.common.files import atomic_write
 
     first = next(iter(results.values()))
     data = {

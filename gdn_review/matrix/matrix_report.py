@@ -15,8 +15,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.kb import Record
-from gdn_review.report_contents import report_data
-from gdn_review.verdicts import RAN, ReportError, discrimination, load_evidence
+from gdn_review.report.report_contents import report_data
+from gdn_review.report.verdicts import RAN, ReportError, discrimination, load_evidence
 
 
 def _op_values(tests: list[dict], key: str) -> list[int]:
@@ -80,7 +80,7 @@ def _short(value, limit: int = 60) -> str:
 
 def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int]) -> dict:
     """Field differences between consecutive releases' snapshots, each attributed or unexplained."""
-    from gdn_review import snapshot as snapshot_module
+    from gdn_review.run import snapshot as snapshot_module
 
     rows, schema, missing = [], [], []
     present = [(v, s) for v, s in snapshots_by_release if s is not None]
