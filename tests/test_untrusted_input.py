@@ -30,9 +30,22 @@ SOURCE = "def f(mask):\n    return ~mask\n"
 SENTINEL_TEXT = "# the sentinel: must stay byte-identical\n"
 
 
-def gdn(*args, cwd=ROOT):
-    """The real command line, in a fresh process (as CI and a reviewer run it)."""
-    return subprocess.run([sys.executable, "-m", "gdn_review.cli", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+class Done:
+    """A command's outcome, as a test reads it (exit code, stdout, stderr)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def gdn(*args):
+    """The command line in this process: every refusal here comes before vLLM is imported."""
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return Done(result.exit_code, result.stdout, result.stderr)
+
+
+def gdn_process(*args):
+    """The real command line in a fresh process (as CI and a reviewer run it)."""
+    return subprocess.run([sys.executable, "-m", "gdn_review.cli", *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
 def hunk_diff(path_a: str, path_b: str, old: str, new: str) -> str:
@@ -94,7 +107,7 @@ def test_a_name_that_climbs_out_of_the_installed_release_is_refused(tmp_path, se
     name = "vllm/" + "/".join([".."] * 40) + str(sentinel.resolve())
     diff = tmp_path / "climb.diff"
     diff.write_text(real_change() + hunk_diff(f"a/{name}", f"b/{name}", SENTINEL_TEXT, "pwned = True\n"), encoding="utf-8")
-    done = gdn("review", diff, "--out", tmp_path / "out")  # onto the installed vLLM, as the issue's run did
+    done = gdn_process("review", diff, "--out", tmp_path / "out")  # onto the installed vLLM, as the issue's run did
     assert_refused(done, sentinel, tmp_path / "out", "refused: a '..' part")
 
 
