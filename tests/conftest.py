@@ -6,6 +6,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No test may depend on the machine's speed: Hypothesis' per-example deadline and its
+# "too slow" health check are timing, so neither is used (a loaded CI runner is slow).
+settings.register_profile("gdn-review", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gdn-review")
 
 # The golden output folder holds generated modules: compared as files, never collected.
 collect_ignore_glob = ["golden/*"]

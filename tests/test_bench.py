@@ -66,7 +66,7 @@ def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
 def test_an_unknown_case_is_bad_input():
     done = subprocess.run(
         [sys.executable, "-m", "gdn_review.cli", "bench", "--record", "52078", "--case", "no_such_case"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 2 and "no case no_such_case" in done.stderr
 

