@@ -125,8 +125,36 @@ def cached_versions(root: Path | None = None) -> list[str]:
     return [str(v) for v in sorted(found)]
 
 
+def compile_bytecode(release: Release) -> None:
+    """Write the entry's bytecode once, so a process that imports the release does not compile it again.
+
+    Every matrix, review and snapshot process puts an entry first on PYTHONPATH;
+    where PYTHONDONTWRITEBYTECODE is set (as on CI machines) each one compiled
+    vLLM's ~2,700 modules anew (seconds per process). The bytecode sits in
+    ``__pycache__`` beside the sources, checked by their size and mtime as
+    usual; the manifest lists sources only, the bundle packs none of it, and a
+    tree of links under review drops it for the folders it patches.
+    """
+    marker = release.path / f".bytecode-{sys.implementation.cache_tag}"
+    if marker.exists():
+        return
+    import compileall
+
+    try:
+        compileall.compile_dir(release.path / "vllm", quiet=2)  # serially: the caller may hold threads (torch), no fork
+        marker.touch()
+    except OSError:  # a read-only cache: each process compiles in memory, as before
+        pass
+
+
 def ensure(version: str, root: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
-    """The cache entry of ``version``, fetched and unpacked first if needed."""
+    """The cache entry of ``version``, fetched and unpacked first if needed; its bytecode written once."""
+    release = _ensure(version, root, say)
+    compile_bytecode(release)
+    return release
+
+
+def _ensure(version: str, root: Path | None, say: Callable[[str], None] | None) -> Release:
     version = _checked_version(version)
     root = root or cache_root()
     hit = cached(version, root)
