@@ -2,10 +2,12 @@
 
 Each parses its options, calls its stage (mutation, bench, matrix, bundle),
 prints and picks the exit code; ``gdn_review.cli`` adds them to the group.
+``interruptible`` (also on ``review``) turns SIGINT/SIGTERM into exit 130/143.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -31,6 +33,23 @@ from gdn_review.run.selection import current_modules, load_records
 MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
 
 
+def interruptible(command):
+    """SIGINT or SIGTERM stops the run (``common.interrupts``): its processes stopped, one line said, exit 130 or 143."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from gdn_review.common import interrupts
+
+        try:
+            with interrupts.handled():
+                return command(*args, **kwargs)
+        except interrupts.Interrupted as stop:
+            _say(f"interrupted by {stop.name}: its processes are stopped; nothing was written")
+            sys.exit(stop.exit_code)
+
+    return wrapper
+
+
 @click.command()
 @kb_option
 @click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
@@ -47,6 +66,7 @@ MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--fail-on", "fail_on", default="fails,survived", show_default=True, help="Comma list of what makes the exit code 1: fails, survived, unverified, uncovered.")
 @_exit_codes
+@interruptible
 def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on) -> None:
     """Plant each risk's bug in vLLM's real builder and check a generated test fails.
 
@@ -88,8 +108,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         progress.stop()
-        _say(f"interrupted after {progress.done} mutant(s): nothing written, vLLM's files untouched")
-        sys.exit(130)
+        raise
     progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
     _say("[3/3] " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; evidence {evidence_path}")
@@ -106,6 +125,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
 @click.option("--tolerance", type=click.FloatRange(min=0.0001), default=0.01, show_default=True, help="Stop once every case's 95%% half-interval of the ratio is this narrow.")
 @click.option("--evidence", "evidence_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
 @_exit_codes
+@interruptible
 def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
     """A/B latency of build() between a record's base and head releases, with 95% intervals.
 
@@ -147,6 +167,7 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
 @click.option("--history", "history_path", default=None, type=click.Path(path_type=Path, dir_okay=False), help="With --all: where the history page goes.  [default: reports/history.md]")
 @click.option("--fail-on", "fail_on", default="drift", show_default=True, help="Comma list of what makes the exit code 1: fails (on the newest release), unverified, uncovered, drift (unexplained).")
 @_exit_codes
+@interruptible
 def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, history_path, fail_on) -> None:
     """Run records' generated tests on the release without the PR, the release with it, and every later one.
 
@@ -262,6 +283,7 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
 @click.option("--work", "work_dir", default=None, type=click.Path(file_okay=False, path_type=Path), help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]")
 @click.option("--dry-run-python", "source_python", default=None, metavar="PYTHON", help="The dry run's venv links this interpreter's PyTorch and packages (e.g. a venv with the GPU machine's torch 2.11).  [default: this one]")
 @_exit_codes
+@interruptible
 def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python) -> None:
     """Write an offline bundle that runs the generated checks and the bench on a GPU machine.
 

@@ -5,12 +5,12 @@ Each parses its options, calls ``gdn_review.review``, prints and picks the exit 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import click
 
+from gdn_review.cli.long_runs import interruptible
 from gdn_review.cli.support import (
     EXIT_FAILED,
     EXIT_OK,
@@ -20,8 +20,6 @@ from gdn_review.cli.support import (
     _say,
     kb_option,
 )
-
-EXIT_INTERRUPTED = 130
 
 
 def _shard(value: str | None) -> tuple[int, int] | None:
@@ -71,6 +69,7 @@ def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
 @click.option("--draft", "draft_number", type=click.IntRange(min=1), default=None, metavar="PR", help="Also write a draft record of the change as OUT/PR.yaml: target from the hunks, the moved cases with expect blocks measured with the change (target.changes), surviving mutants as risk candidates.")
 @click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="Comma list of what makes the exit code 1: breaks (a claim that held no longer does), drift (a field moved that no record explains), survived (a mutant of the new lines survived).")
 @_exit_codes
+@interruptible
 def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, work_dir, draft_number, fail_on) -> None:
     """Check a change to vLLM against the whole KB before it merges.
 
@@ -88,7 +87,7 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
 
     Exit 0 ok, 1 what --fail-on names, 2 bad input (a diff that does not
     apply, a change whose module no longer imports on that release), 130
-    interrupted (nothing written).
+    SIGINT, 143 SIGTERM (its processes stopped, nothing written).
 
     \b
     Examples:
@@ -99,15 +98,13 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
       gdn-review review pr.diff --shard 1/3 --out shards/1   # then: gdn-review review-merge shards/*/pr.json
       gdn-review review pr-55404.diff --draft 55404         # also reports/review/55404.yaml, a draft record
     """
+    from gdn_review.common import interrupts
     from gdn_review.review import orchestrate
 
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
-    try:
-        data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=_say)
-    except KeyboardInterrupt:
-        _say("interrupted: the review's processes are stopped; nothing was written")
-        sys.exit(EXIT_INTERRUPTED)
+    data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=_say)
+    interrupts.finishing()  # the review ran: its report is written whatever comes now
     if name:
         data["name"] = name
     out_dir = out_dir or Path("reports") / "review"

@@ -25,10 +25,10 @@ import importlib.metadata
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from gdn_review.common import release_cache
+from gdn_review.common import interrupts, release_cache
 
 BUNDLE_FORMAT = "gdn-review-bundle/1"
 MAX_BYTES = 60 * 1024 * 1024
@@ -149,7 +149,7 @@ def fetch_wheels(pins: list[Pin], python: str, say: Callable[[str], None]) -> li
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
             listing.write("".join(f"{pin.name}=={pin.version}\n" for pin in missing))
         try:
-            done = subprocess.run(
+            done = interrupts.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
                  *_platform_arguments(python), "-r", listing.name, "-d", str(folder)],
                 capture_output=True, text=True, check=False,
@@ -348,9 +348,9 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
             if not link.exists():
                 link.symlink_to(source)
                 count += 1
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(destination / "venv")], check=True, env=_plain_environment())
+    interrupts.run([sys.executable, "-m", "venv", "--clear", str(destination / "venv")], check=True, env=_plain_environment())
     python = destination / "venv" / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
+    purelib = interrupts.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "bare-baseline.pth").write_text(f"{shared}\n", encoding="utf-8")
     say(f"bare environment {destination}: {len(baseline_distributions())} distributions ({count} files linked)")
     return python
@@ -364,7 +364,7 @@ def _plain_environment() -> dict[str, str]:
 def no_network_prefix() -> list[str]:
     """``unshare -rn`` where it works (a new network namespace with no interfaces up), else nothing."""
     unshare = shutil.which("unshare")
-    if unshare and subprocess.run([unshare, "-rn", "true"], capture_output=True, check=False).returncode == 0:
+    if unshare and interrupts.run([unshare, "-rn", "true"], capture_output=True, check=False).returncode == 0:
         return [unshare, "-rn"]
     return []
 
@@ -373,7 +373,7 @@ def _bare_environment_from(source_python: str, destination: Path, say: Callable[
     """``bare_environment`` made from another interpreter's packages (another torch), in that interpreter."""
     code = "import sys; from pathlib import Path; from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))"
     project = str(Path(__file__).resolve().parents[2])
-    done = subprocess.run(
+    done = interrupts.run(
         [source_python, "-c", code, str(destination)], capture_output=True, text=True, check=False,
         env=_plain_environment() | {"PYTHONPATH": project},
     )
@@ -396,7 +396,7 @@ def dry_run(
     """
     manifest = json.loads((Path(bundle_dir) / "bundle.json").read_text(encoding="utf-8"))
     source_python = source_python or sys.executable
-    version = subprocess.run(
+    version = interrupts.run(
         [source_python, "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
         capture_output=True, text=True, check=False,
     ).stdout.strip()
@@ -412,11 +412,41 @@ def dry_run(
         "GDN_BUNDLE_BENCH_SECONDS": str(bench_seconds),
         "PIP_CONFIG_FILE": os.devnull,  # no index or find-links of this machine's pip
         "TMPDIR": str(work),
-    }
+    } | interrupts.hold_environment()
     prefix = no_network_prefix()
     say(f"dry run: {bundle_dir}/run.sh on CPU, {'no network (unshare -rn)' if prefix else 'network not cut (no unshare here)'}")
-    code = subprocess.run([*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False).returncode
+    code = interrupts.run([*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False).returncode
     return code, out, bool(prefix)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder on the way to ``path`` that is not there (None: ``path`` is)."""
+    missing = [folder for folder in [Path(path), *Path(path).parents] if not folder.exists()]
+    return missing[-1] if missing else None
+
+
+def trash() -> Path:
+    """Where an interrupted bundle command's folders go to be deleted (beside the release cache)."""
+    return release_cache.cache_root().parent / "trash"
+
+
+def _discard(folders: list[Path], seconds: float = 3.0) -> None:
+    """Take folders away at once: each moved into the trash (a rename), then deleted there for at most
+    ``seconds``; what a slow disk leaves, the next bundle command deletes. On another file system: deleted in place."""
+    moved = []
+    for folder in folders:
+        target = trash() / f"{folder.name}.{os.getpid()}.{time.monotonic_ns()}"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(folder, target)
+            moved.append(target)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            shutil.rmtree(folder, ignore_errors=True)
+    deleting = threading.Thread(target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in moved], daemon=True)
+    deleting.start()
+    deleting.join(seconds)
 
 
 def bundle_command(
@@ -424,15 +454,27 @@ def bundle_command(
     dry: bool, work_dir: Path | None, source_python: str | None, say: Callable[[str], None] = print,
 ) -> tuple[int, Path, bool] | None:
     """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``, run it
-    here and return (run.sh's exit code, its OUT folder, whether the network was cut)."""
+    here and return (run.sh's exit code, its OUT folder, whether the network was cut).
+
+    Interrupted, it leaves no folder it made (the bundle, the dry run's work folder): they are
+    moved into ``trash()`` at once and deleted there.
+    """
     from gdn_review.kb import is_draft
 
     records = {path: record for path, record in records.items() if not is_draft(record)}
     if not records:
         raise BundleError("no record that is not a draft")
-    write_bundle(out_dir, records, versions or default_versions(records.values()), python=python,
-                 max_bytes=max_mib << 20, force=force, say=say)
-    if not dry:
-        return None
-    work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))
-    return dry_run(out_dir, work, source_python=source_python, say=say)
+    shutil.rmtree(trash(), ignore_errors=True)  # what interrupted runs left there
+    wanted = [out_dir] + ([work_dir, work_dir / "bare", work_dir / "evidence"] if work_dir else [])
+    made = list(dict.fromkeys(m for m in map(_first_missing, wanted) if m is not None))
+    try:
+        write_bundle(out_dir, records, versions or default_versions(records.values()), python=python,
+                     max_bytes=max_mib << 20, force=force, say=say)
+        if not dry:
+            return None
+        work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))
+        made += [] if work_dir else [work]
+        return dry_run(out_dir, work, source_python=source_python, say=say)
+    except KeyboardInterrupt:
+        _discard(made)
+        raise

@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gdn_review.common import interrupts
+
 RUN_FORMAT = "gdn-review-bundle-run/1"
 PROBE_SECONDS = 300
 MODES = {
@@ -42,7 +44,7 @@ def _probe_once(bundle: Path, out: Path, version: str, mode: str) -> dict:
     scratch = out / f".probe-{version}.json"
     command = [sys.executable, "-m", "gdn_review.harness.probe", str(bundle / "probe-cases.json"), str(scratch)]
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+        done = interrupts.run(command, env=env, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
         code = done.returncode
     except subprocess.TimeoutExpired:
@@ -153,6 +155,7 @@ def summarise(bundle: dict, out: Path) -> dict:
 
 def main(argv: list[str]) -> int:
     action, bundle_dir, out = argv[0], Path(argv[1]), Path(argv[2])
+    interrupts.hold("bundle-step")  # the test hook: a step of run.sh is running
     if action == "probe":
         import torch
 

@@ -14,6 +14,7 @@ import json
 import sys
 import time
 
+from gdn_review.common.interrupts import hold
 from gdn_review.harness.builders import make_builder
 from gdn_review.harness.environment import environment, prepare_platform
 from gdn_review.harness.run import _inputs, settings_for
@@ -43,6 +44,7 @@ def serve(stdin=None, stdout=None) -> None:
     """Answer requests until stdin closes: {"cases": {...}, "device": d} once, then {"case": id, "repeats": n}."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     prepare_platform()
+    hold("bench-worker")  # the test hook: vLLM imported, no request answered yet
     cases: dict = {}
     device = "cpu"
     for line in stdin:

@@ -26,6 +26,7 @@ import difflib
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -34,12 +35,19 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import fast_exit, release_cache
+from gdn_review.common import fast_exit, interrupts, release_cache
 from gdn_review.common.files import atomic_write
 from gdn_review.run import snapshot as snapshots
 
 MATRIX_FORMAT = "gdn-review-matrix/1"
 CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # read by harness.claim_in_range
+# The release run's pytest process, from its first line: the test hook of ``interrupts.hold``
+# (gdn_review is imported only where it holds, so pytest can still rewrite its plugin's asserts).
+PYTEST_HELD = (
+    "import os\n"
+    "if os.environ.get('GDN_REVIEW_HOLD') == 'matrix-pytest':\n"
+    "    from gdn_review.common.interrupts import hold; hold('matrix-pytest')\n"
+) + fast_exit.PYTEST
 
 
 class MatrixError(Exception):
@@ -155,7 +163,7 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    command = [sys.executable, "-c", fast_exit.PYTEST, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.run.snapshot"]
+    command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.run.snapshot"]
     if shared:  # one module that does not collect must not take the others' tests with it
         command.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
@@ -164,7 +172,7 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         command += ["-k", keyword]
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as stream:
-        code = subprocess.run(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
+        code = interrupts.run(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
     duration = round(time.monotonic() - started, 1)
     text = log.read_text(encoding="utf-8", errors="replace")
     lines = [line for line in text.splitlines() if line.strip()]
@@ -303,6 +311,7 @@ def run_matrices(
         say(f"release cache: downloaded {', '.join(downloaded)}")
     else:
         say(f"release cache: every release was already cached; nothing downloaded ({release_cache.cache_root()})")
+    before = _listings([job.out_dir for job in work])  # what an interrupted run removes is what is not in these
     for job in work:
         job.out_dir.mkdir(parents=True, exist_ok=True)
     # One session per release and per kind of run: a base release (every claim checked)
@@ -320,7 +329,8 @@ def run_matrices(
     started = time.monotonic()
     results: dict[tuple[int, str], dict] = {}
     done = 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = {
             pool.submit(run_group, members[0][1], paths[version], [(job.module, job.record_path, job.out_dir) for job, _ in members], keyword): members
             for (version, _), members in ordered
@@ -335,6 +345,14 @@ def run_matrices(
                 forced = ", every claim checked" if result["claims_on_any_release"] else ""
                 whose = f"#{job.record.pr.number} " if several else ""
                 say(f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
+    except BaseException as error:
+        interrupts.stop_all()  # the release runs' processes: their threads end now, not when the runs would
+        pool.shutdown(wait=True, cancel_futures=True)
+        if isinstance(error, KeyboardInterrupt):
+            _remove_new(before)
+        raise
+    pool.shutdown()
+    interrupts.finishing()  # every release ran: matrix.json and the reports are written whatever comes now
     duration = round(time.monotonic() - started, 1)
     run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(time.time() - duration))}Z+{os.getpid()}"
     written = {}
@@ -359,6 +377,29 @@ def run_matrices(
         atomic_write(job.out_dir / "matrix.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
         written[number] = data
     return written
+
+
+def _listings(folders: list[Path]) -> dict[Path, set[str] | None]:
+    """Each folder's entries; None for the first missing folder on the way to one (the run makes it)."""
+    found: dict[Path, set[str] | None] = {}
+    for folder in folders:
+        missing = [f for f in [folder, *folder.parents] if not f.exists()]
+        if missing:
+            found[missing[-1]] = None
+        else:
+            found[folder] = set(os.listdir(folder))
+    return found
+
+
+def _remove_new(before: dict[Path, set[str] | None]) -> None:
+    """An interrupted run's files: the folders it made, and what it added to folders that were there."""
+    for folder, entries in before.items():
+        added = [folder] if entries is None else [folder / name for name in set(os.listdir(folder)) - entries]
+        for path in added:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def matrix_folder_name(number: int) -> str:

@@ -9,6 +9,7 @@ kill matrix and the mutation-verified coverage of each risk.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import json
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import release_cache
+from gdn_review.common import interrupts, release_cache
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.mutation import operators
@@ -236,30 +237,43 @@ def run(
     on_start: Callable[[int], None] = lambda total: None,
     on_result: Callable[[dict], None] = lambda entry: None,
 ) -> list[dict]:
-    """Baseline suite, then every runnable mutant; returns the evidence entries (also written)."""
+    """Baseline suite, then every runnable mutant; returns the evidence entries (also written).
+
+    Interrupted (``interrupts.Interrupted``), it leaves nothing behind: no
+    evidence, no staged baseline, no folder it made for them.
+    """
     from gdn_review.mutation import reach, runner
 
     runner.prepare_cpu()
     evidence = Path(evidence)
     evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
     staged = evidence.with_name(f".{evidence.name}.baseline")
+    made = [folder for folder in [evidence.parent, *evidence.parent.parents] if not folder.exists()]
     args = runner.test_args([modules[c.record] for c in catalogues], keyword)
     from gdn_review import harness
 
-    harness.warm_up()  # vLLM imported before the traced tests start (reach: tracing is slow)
-    trace = reach.LineTrace({c.target_file for c in catalogues})  # which lines run, to name the unreached
-    code, seconds = runner.baseline(args, staged, plugins=(trace,))
-    if code != 0 or not staged.exists():
-        staged.unlink(missing_ok=True)
-        raise MutationError(
-            f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; "
-            "fix the suite or the record first (gdn-review run shows the failures)"
-        )
     try:
+        harness.warm_up()  # vLLM imported before the traced tests start (reach: tracing is slow)
+        trace = reach.LineTrace({c.target_file for c in catalogues})  # which lines run, to name the unreached
+        code, seconds = runner.baseline(args, staged, plugins=(trace,))
+        interrupts.check()  # pytest ends an interrupted session with exit code 2: the run stops here
+        if code != 0 or not staged.exists():
+            staged.unlink(missing_ok=True)
+            raise MutationError(
+                f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; "
+                "fix the suite or the record first (gdn-review run shows the failures)"
+            )
         entries = _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace)
-    except BaseException:
+    except KeyboardInterrupt:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
+        for folder in made:  # deepest first; one that holds anything else stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    interrupts.finishing()  # every mutant ran: the evidence is written whatever comes now
     order = {(c.record, m.id): i for c in catalogues for i, m in enumerate(c.mutants)}
     entries.sort(key=lambda e: order[(e["record"], e["id"])])
     write_evidence(staged, catalogues, entries, {

@@ -21,7 +21,6 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+
+from gdn_review.common import interrupts
 
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
@@ -124,13 +125,13 @@ def run_in_this_process(relative_path: str, code, args: list[str]) -> dict:
 
 
 def _child(relative_path: str, code, args: list[str], write_fd: int) -> None:
-    """Body of a forked child: never returns."""
+    """Body of a forked child (``interrupts.fork``: SIGINT is the parent's to act on): never returns."""
     status = 1
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        interrupts.hold("mutant")  # the test hook: a mutant's child is running
         result = run_in_this_process(relative_path, code, args)
         with os.fdopen(write_fd, "w") as stream:
             json.dump(result, stream)
@@ -164,7 +165,7 @@ def run_forked(
             while pending and len(running) < jobs:
                 mutant = pending.pop(0)
                 read_fd, write_fd = os.pipe()
-                pid = os.fork()
+                pid = interrupts.fork()
                 if pid == 0:
                     os.close(read_fd)
                     _child(relative_path, mutant.code, args, write_fd)
@@ -178,8 +179,7 @@ def run_forked(
                     continue
                 job = running.pop(fd)
                 os.close(fd)
-                _, status = os.waitpid(job.pid, 0)
-                on_result(job.mutant, _child_result(job, status))
+                on_result(job.mutant, _child_result(job, interrupts.wait(job.pid)))
             now = time.monotonic()
             for fd, job in list(running.items()):
                 if now - job.started > timeout:
@@ -193,11 +193,7 @@ def run_forked(
 
 
 def _kill(job: _Running) -> None:
-    try:
-        os.kill(job.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.waitpid(job.pid, 0)
+    interrupts.stop(job.pid)  # with anything the mutant's process started
     try:
         os.close(job.fd)
     except OSError:
@@ -239,7 +235,7 @@ def run_fresh_process(relative_path: str, source: str, args: list[str], cwd: Pat
         source_file, out = Path(scratch) / "mutated.py.txt", Path(scratch) / "result.json"
         source_file.write_text(source, encoding="utf-8")
         started = time.monotonic()
-        done = subprocess.run(
+        done = interrupts.run(
             [sys.executable, "-c", FRESH, relative_path, str(source_file), str(out), json.dumps(args)],
             cwd=cwd, capture_output=True, text=True, timeout=timeout,
         )

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import release_cache
+from gdn_review.common import interrupts, release_cache
 from gdn_review.common.files import atomic_write
 from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
 from gdn_review.review import compare, impact, patch, tree
@@ -126,7 +125,7 @@ def plan_mutants(target: str, patched_text: str, added: set[int], equivalent: di
 
 
 class _Workers:
-    """The worker processes, each in its own session so an interrupt takes their children down too."""
+    """The worker processes, each in its own session (``interrupts.popen``): stopping one stops every process under it."""
 
     def __init__(self, say: Callable[[str], None]):
         self.say = say
@@ -134,9 +133,9 @@ class _Workers:
         self.tails: dict[int, list[str]] = {}
 
     def start(self, spec_path: Path, env: dict) -> subprocess.Popen:
-        proc = subprocess.Popen(
+        proc = interrupts.popen(
             [sys.executable, "-m", "gdn_review.review.worker", str(spec_path)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         self.procs.append(proc)
         self.tails[proc.pid] = []
@@ -159,12 +158,7 @@ class _Workers:
 
     def stop(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.wait()
+            interrupts.stop(proc)
 
 
 def review(
@@ -247,6 +241,8 @@ def review(
     changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
     in_memory = changed_py == [target] and patched[target] is not None
     data["run"]["mode"] = "in memory over the release (one vLLM import)" if in_memory else "patched tree of links (one vLLM import per side)"
+    # The outermost folder --work makes (None: it is there): an interrupted review removes it.
+    made = next((f for f in reversed([Path(work), *Path(work).parents]) if not f.exists()), None) if work is not None else None
     workspace = _workspace(work)
     workers = _Workers(say)
     try:
@@ -307,8 +303,12 @@ def review(
         data["run"]["seconds"] = round(time.monotonic() - started, 1)
         data["run"]["sides_s"] = {side: outcome.get("duration_s") for side, outcome in sides.items()}
         return data
-    except BaseException:
+    except BaseException as error:
         workers.stop()
+        if isinstance(error, KeyboardInterrupt) and work is not None:  # interrupted: --work as it was (not there, or empty)
+            shutil.rmtree(made or workspace, ignore_errors=True)
+            if made is None:
+                workspace.mkdir()
         raise
     finally:
         if work is None:

@@ -25,6 +25,8 @@ import time
 import traceback
 from pathlib import Path
 
+from gdn_review.common import interrupts
+
 PROGRESS = "review:"
 
 
@@ -35,12 +37,11 @@ def say(line: str) -> None:
 def _start(body) -> tuple[int, int, float]:
     """Fork a child that runs ``body()`` (returns a JSON-able dict) and writes it to a pipe."""
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    pid = interrupts.fork()  # SIGINT is the parent's to act on
     if pid == 0:
         os.close(read_fd)
         status = 1
         try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
             from gdn_review.harness import mutation
 
             mutation.single_threaded()
@@ -78,8 +79,7 @@ def _children(bodies: dict, timeout: float, on_result=lambda name, result: None)
                     continue
                 del running[fd]
                 os.close(fd)
-                _, status = os.waitpid(pid, 0)
-                results[name] = _ended(data, status, started)
+                results[name] = _ended(data, interrupts.wait(pid), started)
                 on_result(name, results[name])
             now = time.monotonic()
             for fd, (name, pid, started, _) in list(running.items()):
@@ -96,11 +96,7 @@ def _children(bodies: dict, timeout: float, on_result=lambda name, result: None)
 
 
 def _kill(pid: int, fd: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.waitpid(pid, 0)
+    interrupts.stop(pid)  # with anything the child started
     os.close(fd)
 
 
@@ -163,6 +159,7 @@ def side_body(spec: dict, side: str):
     out = Path(spec["out_dir"])
 
     def body():
+        interrupts.hold("review-side")  # the test hook: a side's child is running
         if side == "patched":
             _load_patch(spec)
             as_shipped(spec)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import release_cache
+from gdn_review.common import interrupts, release_cache
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
 CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda_on_cpu_platform
@@ -97,7 +97,7 @@ class _Worker:
             env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["VLLM_TARGET_DEVICE"] = platform_for(device, env)
         self.release = release
-        self.process = subprocess.Popen(
+        self.process = interrupts.popen(
             [sys.executable, "-m", "gdn_review.harness.timing"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
         )
@@ -180,6 +180,10 @@ def bench(
             if tight or elapsed >= max_seconds:
                 break
         environments = {w.release: w.environment for w in workers}
+    except BaseException:
+        for worker in workers:  # now: a worker left to end on its own finishes its request first
+            interrupts.stop(worker.process)
+        raise
     finally:
         for worker in workers:
             worker.close()
@@ -272,6 +276,7 @@ def bench_command(
         for line in result_lines(record.pr.number, result):
             show(line)
         results[record.pr.number] = result
+    interrupts.finishing()  # every record was timed: the evidence is written whatever comes now
     write_evidence(evidence_path, results)
     return results
 

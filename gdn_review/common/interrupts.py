@@ -1,0 +1,291 @@
+"""Interrupts of a long run: SIGINT and SIGTERM become one exception, and the run's processes die with it.
+
+``handled()`` wraps a long run (``mutate``, ``matrix``, ``review``, ``bench``,
+``bundle --dry-run``): in the main thread either signal raises
+``Interrupted`` (a ``KeyboardInterrupt``), even where the shell that started
+the command ignores SIGINT (a script's ``cmd &``); a second signal while the
+run stops is ignored. Every child process the run starts goes through
+``popen``/``run`` (a session of its own) or ``fork`` (a process group of its
+own) and is registered; ``stop`` ends one with every process under it: its
+session, its group and their descendants, stopped (SIGSTOP) first so none can
+start another, then killed (SIGKILL) and the child reaped. On the way out of
+``handled()`` every child still registered is stopped, so an interrupt ends
+within seconds whatever the children were doing. Once a run calls
+``finishing()`` (its work is done, its output is being written) a signal is
+noted, not raised: the output is written whole and the run ends as it would.
+
+``hold(point)`` is the test hook: where ``GDN_REVIEW_HOLD`` names the point,
+it writes its pid to the file ``GDN_REVIEW_HOLD_READY`` names and waits for
+ever, so a test signals the command at a known moment instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+HOLD, HOLD_READY = "GDN_REVIEW_HOLD", "GDN_REVIEW_HOLD_READY"
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REAP_S = 5.0  # how long killed processes may take to die
+
+_children: dict[int, subprocess.Popen | None] = {}  # pid -> its Popen (None: a forked child)
+_received: int | None = None  # the first signal of this run
+_active = False  # handled() is on
+_finishing = False  # the run writes its output: signals are noted only
+_deferred = 0  # the main thread is starting a child: a signal waits until it is registered
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run got SIGINT or SIGTERM; ``exit_code`` is the shell's for it (130, 143)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def _on_signal(signum, frame) -> None:
+    global _received
+    if _received is not None:
+        return  # the run is already stopping
+    _received = signum
+    if not (_finishing or _deferred):
+        raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def handled():
+    """For the run inside: SIGINT/SIGTERM raise ``Interrupted`` in the main thread; registered children are stopped on the way out."""
+    global _received, _active, _finishing
+    if _active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _on_signal) for signum in SIGNALS}
+    _received, _active, _finishing = None, True, False
+    try:
+        yield
+    finally:
+        try:
+            stop_all()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            _received, _active, _finishing = None, False, False
+
+
+def check() -> None:
+    """Raise ``Interrupted`` if the run got a signal (threads call it before they start anything)."""
+    if _received is not None and not _finishing:
+        raise Interrupted(_received)
+
+
+_check = check  # run() has an argument of the same name
+
+
+def finishing() -> None:
+    """The run's work is done and its output is being written: from now on a signal does not stop it."""
+    global _finishing
+    if _active:
+        _finishing = True
+
+
+@contextlib.contextmanager
+def _starting():
+    """A signal in the main thread waits until the child being started is registered."""
+    global _deferred
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        _deferred += 1
+    try:
+        yield
+    finally:
+        if main:
+            _deferred -= 1
+    check()
+
+
+def popen(args, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a session of its own, registered until ``stop``."""
+    check()
+    with _starting():
+        process = subprocess.Popen(args, start_new_session=True, **kwargs)
+        _children[process.pid] = process
+    if _received is not None and not _finishing:  # a thread's child started as the run was stopping
+        stop(process)
+        check()
+    return process
+
+
+def run(args, *, input=None, capture_output: bool = False, timeout: float | None = None, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` in a session of its own: on a timeout or an interrupt the session is stopped."""
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    process = popen(args, **kwargs)
+    try:
+        out, err = process.communicate(input, timeout=timeout)
+    except BaseException:
+        stop(process)
+        raise
+    _children.pop(process.pid, None)
+    _check()  # killed by an interrupt: say so rather than return its exit code
+    if check and process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, args, out, err)
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
+
+
+def fork() -> int:
+    """``os.fork()``: the child in a process group of its own, ignoring SIGINT (its parent decides), killed by SIGTERM."""
+    global _received, _active, _finishing
+    check()
+    with _starting():
+        pid = os.fork()
+        if pid == 0:  # nothing of the parent's run is the child's to stop
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _children.clear()
+            _received, _active, _finishing = None, False, False
+        else:
+            with contextlib.suppress(OSError):  # the child may have done it (or ended) already
+                os.setpgid(pid, pid)
+            _children[pid] = None
+    if pid == 0:
+        os.setpgid(0, 0)
+    return pid
+
+
+def wait(pid: int) -> int:
+    """Wait for a forked child to end and forget it; its wait status."""
+    _, status = os.waitpid(pid, 0)
+    _children.pop(pid, None)
+    return status
+
+
+def stop(child: int | subprocess.Popen) -> int | None:
+    """Kill a registered child and every process under it, reap it; its wait status (None: not ours to reap)."""
+    pid = child if isinstance(child, int) else child.pid
+    process = _children.pop(pid, None)
+    process = child if isinstance(child, subprocess.Popen) else process
+    if process is not None:
+        running = process.poll() is None
+    else:
+        try:
+            running = os.waitpid(pid, os.WNOHANG)[0] == 0
+        except ChildProcessError:
+            running = False
+    # An ended child's pid may be another process's now: then only what is left of its session and group.
+    _kill_tree(pid, running)
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=REAP_S)
+        return process.returncode
+    deadline = time.monotonic() + REAP_S
+    while running and time.monotonic() < deadline:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return status
+        time.sleep(0.01)
+    return None
+
+
+def stop_all() -> None:
+    """Stop every registered child (the way out of an interrupted run)."""
+    for pid in list(_children):
+        stop(pid)
+
+
+def _process_table() -> dict[int, tuple[int, int, int, str]]:
+    """pid -> (parent, process group, session, state) of every process, from /proc."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0])
+    return table
+
+
+def _tree(root: int, with_root: bool) -> set[int]:
+    """``root`` (if ``with_root``), the processes of a session or group led by one of them, and their descendants."""
+    table = _process_table()
+    members: set[int] = set()
+    leaders = {root}
+    grown = True
+    while grown:
+        grown = False
+        for pid, (parent, group, session, state) in table.items():
+            if pid in members or pid in (os.getpid(), 1) or state == "Z":
+                continue
+            if (with_root and pid == root) or parent in members or group in leaders or session in leaders:
+                members.add(pid)
+                leaders.add(pid)
+                grown = True
+    return members
+
+
+def _kill_tree(root: int, with_root: bool) -> None:
+    """Stop the tree (a stopped process starts nothing), look again until it holds still, then kill it."""
+    stopped: set[int] = set()
+    for _ in range(20):
+        found = _tree(root, with_root) - stopped
+        if not found:
+            break
+        for pid in found:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= found
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + REAP_S  # a killed process dies when it is next scheduled: wait for that
+    while any(_running(pid) for pid in stopped) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] not in "ZX"
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def hold(point: str) -> None:
+    """Test hook: if ``GDN_REVIEW_HOLD`` is ``point``, write this pid to ``GDN_REVIEW_HOLD_READY`` and never return."""
+    if os.environ.get(HOLD) != point:
+        return
+    ready = os.environ.get(HOLD_READY)
+    if ready:
+        temp = f"{ready}.{os.getpid()}.tmp"
+        Path(temp).write_text(f"{os.getpid()}\n", encoding="utf-8")
+        os.replace(temp, ready)
+    while True:
+        signal.pause()
+
+
+def hold_environment() -> dict[str, str]:
+    """The test hook's variables, for a child started with an environment of its own."""
+    return {name: os.environ[name] for name in (HOLD, HOLD_READY) if name in os.environ}

@@ -1,0 +1,198 @@
+"""SIGINT and SIGTERM stop each long run within 10 s: no process left, nothing written, exit 130 or 143.
+
+Each command runs for real (``python -m gdn_review.cli``, a small selection)
+beside a CPU-bound load of one busy process per CPU. It is signalled at a
+known moment, not after a sleep: ``GDN_REVIEW_HOLD`` names the hold point
+(``common.interrupts.hold``) in one of its children (the parent for none),
+which writes its pid to ``GDN_REVIEW_HOLD_READY`` and waits for ever; the
+test waits for that file, then sends the signal to the command alone, as
+``kill PID`` does (a terminal's Ctrl-C reaches the same process: the
+command's children run in sessions of their own).
+
+The command is started with SIGINT ignored, as a script's ``cmd &`` starts
+it: the old SIGINT tests passed only where that was not so (Python keeps an
+inherited SIG_IGN and never raises KeyboardInterrupt), so ``review`` ran on
+for minutes and ``mutate`` finished with exit 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gdn_review.common import interrupts, release_cache
+from tests.conftest import ROOT
+
+BOUND_S = 10.0  # signal to exit
+READY_S = 900.0  # safety cap on reaching the hold point (vLLM imports under load); not a timing assumption
+TARGET = "vllm/v1/attention/backends/gdn_attn.py"
+
+
+def _review_diff(folder: Path) -> Path:
+    """A change the review can run: a comment after the installed builder file's last line."""
+    _, root = release_cache.loaded()
+    before = (root / TARGET).read_text(encoding="utf-8").splitlines(True)
+    diff = folder / "comment.diff"
+    diff.write_text("".join(difflib.unified_diff(before, [*before, "# a line to review\n"], f"a/{TARGET}", f"b/{TARGET}")), encoding="utf-8")
+    return diff
+
+
+# command -> (its hold point, its arguments given the test's folder; everything it writes goes under OUT)
+COMMANDS = {
+    "mutate": ("mutant", lambda t: [
+        "mutate", "--record", "52078", "--mutant", "ge_to_gt", "-k", "C1 and pure_spec_decode", "--jobs", "1", "--offline",
+        "--evidence", str(t / "out" / "evidence.json"), "--reports", str(t / "out" / "reports")]),
+    "matrix": ("matrix-pytest", lambda t: [
+        "matrix", "--record", "52078", "--vllm", release_cache.installed(), "--jobs", "1", "-k", "C1",
+        "--work", str(t / "out" / "work"), "--reports", str(t / "out" / "reports")]),
+    "review": ("review-side", lambda t: [
+        "review", str(_review_diff(t)), "--record", "52078", "-k", "C1", "--max-mutants", "0",
+        "--out", str(t / "out" / "review"), "--work", str(t / "out" / "work")]),
+    "bench": ("bench-worker", lambda t: [
+        "bench", "--record", "52078", "--releases", f"{release_cache.installed()},{release_cache.installed()}",
+        "--case", "single_request", "--max-seconds", "5", "--evidence", str(t / "out" / "bench.json")]),
+    "bundle --dry-run": ("bundle-step", lambda t: [
+        "bundle", "--out", str(t / "out" / "bundle"), "--record", "56531", "--vllm", release_cache.installed(),
+        "--dry-run", "--work", str(t / "out" / "work")]),
+}
+
+
+@pytest.fixture
+def cpu_load():
+    """One busy process per CPU for the test's duration."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    yield
+    for process in busy:
+        process.kill()
+        process.wait()
+
+
+def _attention_digest() -> str:
+    _, root = release_cache.loaded()
+    digest = hashlib.sha256()
+    for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _processes(session: int, mark: str) -> dict[int, str]:
+    """Running processes of the command's session or whose environment names the test's folder."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            state, _, _, sid = stat[stat.rindex(")") + 2:].split()[:4]
+            if state == "Z" or (int(sid) != session and mark.encode() not in (entry / "environ").read_bytes()):
+                continue
+            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("interrupts")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(command, signum, tmp_path, cpu_load):
+    point, arguments = COMMANDS[command]
+    vllm_before = _attention_digest()
+    ready = tmp_path / "hold-ready"
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), **{interrupts.HOLD: point, interrupts.HOLD_READY: str(ready)})
+    # SIGINT ignored from the start, as a non-interactive shell starts `cmd &`: the command must not rely on it.
+    argv = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', sys.executable, "-m", "gdn_review.cli", *arguments(tmp_path)]
+    with open(tmp_path / "stderr.txt", "w") as err:
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        started = time.monotonic()
+        while not ready.exists():  # the hold point says when; polled, with a cap for a run that never gets there
+            assert process.poll() is None, f"{command} ended ({process.returncode}) before its hold point: {(tmp_path / 'stderr.txt').read_text()[-3000:]}"
+            assert time.monotonic() - started < READY_S, f"{command} did not reach its hold point in {READY_S:.0f} s"
+            time.sleep(0.05)
+        held = int(ready.read_text())
+        sent = time.monotonic()
+        process.send_signal(signum)
+        try:
+            code = process.wait(timeout=BOUND_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{command} still running {BOUND_S:.0f} s after {signum.name}: {_processes(process.pid, str(tmp_path))}")
+        took = time.monotonic() - sent
+        left = _processes(process.pid, str(tmp_path))
+    finally:
+        for pid in _processes(process.pid, str(tmp_path)):  # a failed run leaves nothing running either
+            os.kill(pid, signal.SIGKILL)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    print(f"{command} {signum.name}: hold point after {sent - started:.1f} s, exit {code} {took:.2f} s after the signal")
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert code == 128 + signum, f"exit {code} after {signum.name}: {stderr[-3000:]}"
+    assert took <= BOUND_S
+    assert not left, f"processes left running: {left}"
+    assert not _running(held), f"the process at the hold point ({held}) is still running"
+    said = [line for line in stderr.splitlines() if "interrupted" in line]
+    assert said == [f"interrupted by {signum.name}: its processes are stopped; nothing was written"], stderr[-3000:]
+    assert not (tmp_path / "out").exists(), sorted(str(p) for p in (tmp_path / "out").rglob("*"))[:20]
+    assert not [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith(("gdn-review-review-", "gdn-bundle"))]
+    assert _attention_digest() == vllm_before
+
+
+def test_stop_ends_a_tree_that_left_its_session_and_group(tmp_path):
+    """A child's session, a grandchild in a group of its own (`timeout`), one in a new session (`setsid`), an orphan."""
+    mark = str(tmp_path)
+    env = dict(os.environ, TMPDIR=mark)
+    script = "timeout 300 sleep 300 & setsid sleep 300 & (sleep 300 &); sleep 300"
+    process = interrupts.popen(["bash", "-c", script], env=env)
+    deadline = time.monotonic() + 120
+    while sum(line.startswith("sleep") for line in _processes(-1, mark).values()) < 4:  # every sleep has started
+        assert time.monotonic() < deadline, _processes(-1, mark)
+        time.sleep(0.05)
+    assert any(line.startswith("timeout") for line in _processes(-1, mark).values())
+    interrupts.stop(process)
+    assert process.returncode == -signal.SIGKILL
+    assert _processes(-1, mark) == {}
+
+
+def test_a_signal_raises_interrupted_once_and_stops_the_forked_children():
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(interrupts.Interrupted) as stopped:
+        with interrupts.handled():
+            pid = interrupts.fork()
+            if pid == 0:
+                signal.pause()  # SIGINT ignored here: only the parent's stop ends it
+                os._exit(0)
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pause()
+    assert stopped.value.exit_code == 130
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped by the stop on the way out
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_once_the_output_is_being_written_a_signal_lets_the_run_finish():
+    before = signal.getsignal(signal.SIGTERM)
+    with interrupts.handled():
+        interrupts.finishing()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # the handler has run: it noted the signal and raised nothing
+    assert signal.getsignal(signal.SIGTERM) is before
