@@ -175,25 +175,27 @@ def wait(pid: int) -> int:
 
 
 def stop(child: int | subprocess.Popen) -> int | None:
-    """Kill a registered child and every process under it, reap it; its wait status (None: not ours to reap)."""
+    """Kill a registered child and every process under it, reap it; its wait status (None: not ours to reap).
+
+    A child someone already reaped is only forgotten: its pid may be another process's by now.
+    """
     pid = child if isinstance(child, int) else child.pid
     process = _children.pop(pid, None)
     process = child if isinstance(child, subprocess.Popen) else process
-    if process is not None:
-        running = process.poll() is None
-    else:
-        try:
-            running = os.waitpid(pid, os.WNOHANG)[0] == 0
+    if process is not None and process.returncode is not None:
+        return process.returncode
+    if process is None:
+        try:  # still ours (running, or ended and not reaped: its pid stays ours until then)?
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            running = False
-    # An ended child's pid may be another process's now: then only what is left of its session and group.
-    _kill_tree(pid, running)
+            return None
+    _kill_tree(pid)
     if process is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=REAP_S)
         return process.returncode
     deadline = time.monotonic() + REAP_S
-    while running and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
@@ -225,8 +227,8 @@ def _process_table() -> dict[int, tuple[int, int, int, str]]:
     return table
 
 
-def _tree(root: int, with_root: bool) -> set[int]:
-    """``root`` (if ``with_root``), the processes of a session or group led by one of them, and their descendants."""
+def _tree(root: int) -> set[int]:
+    """``root``, the processes of a session or group led by one of them, and their descendants."""
     table = _process_table()
     members: set[int] = set()
     leaders = {root}
@@ -236,18 +238,18 @@ def _tree(root: int, with_root: bool) -> set[int]:
         for pid, (parent, group, session, state) in table.items():
             if pid in members or pid in (os.getpid(), 1) or state == "Z":
                 continue
-            if (with_root and pid == root) or parent in members or group in leaders or session in leaders:
+            if pid == root or parent in members or group in leaders or session in leaders:
                 members.add(pid)
                 leaders.add(pid)
                 grown = True
     return members
 
 
-def _kill_tree(root: int, with_root: bool) -> None:
+def _kill_tree(root: int) -> None:
     """Stop the tree (a stopped process starts nothing), look again until it holds still, then kill it."""
     stopped: set[int] = set()
     for _ in range(20):
-        found = _tree(root, with_root) - stopped
+        found = _tree(root) - stopped
         if not found:
             break
         for pid in found:

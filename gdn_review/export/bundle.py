@@ -434,15 +434,13 @@ def _discard(folders: list[Path], seconds: float = 3.0) -> None:
     """Take folders away at once: each moved into the trash (a rename), then deleted there for at most
     ``seconds``; what a slow disk leaves, the next bundle command deletes. On another file system: deleted in place."""
     moved = []
-    for folder in folders:
+    for folder in filter(Path.exists, folders):
         target = trash() / f"{folder.name}.{os.getpid()}.{time.monotonic_ns()}"
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.rename(folder, target)
             moved.append(target)
-        except FileNotFoundError:
-            continue
-        except OSError:
+        except OSError:  # another file system (or another bundle command emptied the trash meanwhile)
             shutil.rmtree(folder, ignore_errors=True)
     deleting = threading.Thread(target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in moved], daemon=True)
     deleting.start()
