@@ -111,8 +111,11 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("interrupts")
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("command", list(COMMANDS))
+# SIGINT for every command; SIGTERM (the same handler, common.interrupts) for the two whose children
+# are forked (mutate) and run in worker sessions (review): each case costs a vLLM import under load.
+@pytest.mark.parametrize("command, signum", [(command, signal.SIGINT) for command in COMMANDS]
+                         + [("mutate", signal.SIGTERM), ("review", signal.SIGTERM)],
+                         ids=[f"{command}-SIGINT" for command in COMMANDS] + ["mutate-SIGTERM", "review-SIGTERM"])
 def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(command, signum, tmp_path, cpu_load):
     point, arguments = COMMANDS[command]
     vllm_before = _attention_digest()
