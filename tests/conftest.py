@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
 from pathlib import Path
 
@@ -99,3 +100,15 @@ def _group_for_xdist(items) -> None:
                 item._id = NodeId.parse(grouped)
             else:
                 item._nodeid = grouped
+
+
+def vllm_files_digest() -> str:
+    """One hash over every .py file of the loaded vLLM's attention backends and the target."""
+    from gdn_review.common import release_cache
+
+    _, root = release_cache.loaded()
+    digest = hashlib.sha256()
+    for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

@@ -18,7 +18,6 @@ for minutes and ``mutate`` finished with exit 0.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from gdn_review.common import interrupts, release_cache
-from tests.conftest import ROOT
+from tests.conftest import ROOT, vllm_files_digest
 
 BOUND_S = 10.0  # signal to exit
 READY_S = 900.0  # safety cap on reaching the hold point (vLLM imports under load); not a timing assumption
@@ -75,15 +74,6 @@ def cpu_load():
         process.wait()
 
 
-def _attention_digest() -> str:
-    _, root = release_cache.loaded()
-    digest = hashlib.sha256()
-    for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def _processes(session: int, mark: str) -> dict[int, str]:
     """Running processes of the command's session or whose environment names the test's folder."""
     found = {}
@@ -118,7 +108,7 @@ def _running(pid: int) -> bool:
                          ids=[f"{command}-SIGINT" for command in COMMANDS] + ["mutate-SIGTERM", "review-SIGTERM"])
 def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(command, signum, tmp_path, cpu_load):
     point, arguments = COMMANDS[command]
-    vllm_before = _attention_digest()
+    vllm_before = vllm_files_digest()
     ready = tmp_path / "hold-ready"
     (tmp_path / "tmp").mkdir()
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), **{interrupts.HOLD: point, interrupts.HOLD_READY: str(ready)})
@@ -157,7 +147,7 @@ def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing
     assert said == [f"interrupted by {signum.name}: its processes are stopped; nothing was written"], stderr[-3000:]
     assert not (tmp_path / "out").exists(), sorted(str(p) for p in (tmp_path / "out").rglob("*"))[:20]
     assert not [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith(("gdn-review-review-", "gdn-bundle"))]
-    assert _attention_digest() == vllm_before
+    assert vllm_files_digest() == vllm_before
 
 
 def test_stop_ends_a_tree_that_left_its_session_and_group(tmp_path):

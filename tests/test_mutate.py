@@ -7,34 +7,20 @@ happens to the run (normal end, SIGINT, a mutant that never returns).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_cache
 from gdn_review.mutation import runner
-from tests.conftest import ROOT
+from tests.conftest import ROOT, vllm_files_digest
 
 pytestmark = pytest.mark.slow
 GDN = [sys.executable, "-m", "gdn_review.cli"]
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
-
-
-def vllm_files_digest() -> str:
-    """One hash over every .py file of the loaded vLLM's attention backends and the target."""
-    _, root = release_cache.loaded()
-    digest = hashlib.sha256()
-    for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def mutate(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
