@@ -166,6 +166,26 @@ def test_stop_ends_a_tree_that_left_its_session_and_group(tmp_path):
     assert _processes(-1, mark) == {}
 
 
+def test_stop_leaves_alone_a_child_someone_else_already_reaped(monkeypatch):
+    """Its pid may be another process's by now: nothing is signalled, for a Popen or a forked pid."""
+    killed = []
+    monkeypatch.setattr(interrupts, "_kill_tree", killed.append)
+    process = interrupts.popen(["true"])
+    os.waitpid(process.pid, 0)  # reaped behind the Popen's back
+    interrupts.stop(process)
+    pid = interrupts.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert interrupts.stop(pid) is None
+    assert killed == []
+    running = interrupts.popen(["sleep", "300"])  # and one still running is killed, tree and all
+    interrupts.stop(running)
+    assert killed == [running.pid]
+    running.kill()
+    running.wait()
+
+
 def test_a_signal_raises_interrupted_once_and_stops_the_forked_children():
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(interrupts.Interrupted) as stopped:

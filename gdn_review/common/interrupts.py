@@ -184,11 +184,10 @@ def stop(child: int | subprocess.Popen) -> int | None:
     process = child if isinstance(child, subprocess.Popen) else process
     if process is not None and process.returncode is not None:
         return process.returncode
-    if process is None:
-        try:  # still ours (running, or ended and not reaped: its pid stays ours until then)?
-            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return None
+    try:  # still ours (running, or ended and not reaped: its pid stays ours until then)?
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped behind our back (os.waitpid on a Popen's pid, say)
+        return None if process is None else process.poll()
     _kill_tree(pid)
     if process is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
