@@ -118,40 +118,33 @@ def test_on_vllms_cpu_platform_a_cuda_builder_gets_a_cpu_device_config(monkeypat
     assert _vllm_config(harness.BuilderSettings(device="cpu")).device_config.device_type == "cpu"
 
 
-def test_making_a_builder_starts_no_background_process():
-    """vLLM's humming kernels would start two interpreters to build CUDA launchers at import."""
+@pytest.mark.slow
+def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_background_process():
+    """Both are about a process's first vLLM import, so one fresh process checks both (one import, not two).
+
+    vLLM picks its platform at first import. A test reaching vLLM through a helper
+    that does not prepare it (a bare VllmConfig) once left a pytest worker on the
+    CUDA platform, and every later build() there failed with "no NVIDIA driver".
+    And vLLM's humming kernels would start two interpreters to build CUDA launchers
+    at import. The variables the harness sets for both are removed first.
+    """
     import os
     import subprocess
     import sys
 
     code = (
-        "import os, time\n"
+        "import os\n"
+        "from gdn_review.harness.builders import BuilderSettings, _vllm_config\n"
+        "_vllm_config(BuilderSettings())\n"
+        "from vllm.platforms import current_platform\n"
+        "print('platform', type(current_platform).__name__)\n"
         "from gdn_review import harness\n"
         "harness.make_builder(harness.BuilderSettings(speculative_tokens=1))\n"
         "me = str(os.getpid())\n"
         "kids = [p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == me]\n"
         "print('children', len(kids))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "HUMMING_DISABLE_PARALLEL_BUILD"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert "children 0" in done.stdout, done.stdout + done.stderr[-2000:]
-
-
-@pytest.mark.slow
-def test_importing_the_harness_tells_vllm_its_platform():
-    # vLLM picks its platform at first import. A test reaching vLLM through a helper
-    # that does not prepare it (a bare VllmConfig) once left a pytest worker on the
-    # CUDA platform, and every later build() there failed with "no NVIDIA driver".
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "from gdn_review.harness.builders import BuilderSettings, _vllm_config\n"
-        "_vllm_config(BuilderSettings())\n"
-        "from vllm.platforms import current_platform\n"
-        "print('platform', type(current_platform).__name__)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_TARGET_DEVICE"}
+    env = {k: v for k, v in os.environ.items() if k not in {"VLLM_TARGET_DEVICE", "HUMMING_DISABLE_PARALLEL_BUILD"}}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "platform CpuPlatform" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "children 0" in done.stdout, done.stdout + done.stderr[-2000:]

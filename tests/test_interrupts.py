@@ -1,13 +1,15 @@
 """SIGINT and SIGTERM stop each long run within 10 s: no process left, nothing written, exit 130 or 143.
 
-Each command runs for real (``python -m gdn_review.cli``, a small selection)
-beside a CPU-bound load of one busy process per CPU. It is signalled at a
-known moment, not after a sleep: ``GDN_REVIEW_HOLD`` names the hold point
+Each command runs for real (``python -m gdn_review.cli``, a small selection).
+It is signalled at a known moment, not after a sleep: ``GDN_REVIEW_HOLD`` names the hold point
 (``common.interrupts.hold``) in one of its children (the parent for none),
 which writes its pid to ``GDN_REVIEW_HOLD_READY`` and waits for ever; the
 test waits for that file, then sends the signal to the command alone, as
 ``kill PID`` does (a terminal's Ctrl-C reaches the same process: the
-command's children run in sessions of their own).
+command's children run in sessions of their own). From the signal to the
+exit, one busy process per CPU runs beside it: the bound holds on a loaded
+machine. (The load starts at the hold point, not before: during the vLLM
+import it only slowed the rest of the suite.)
 
 The command is started with SIGINT ignored, as a script's ``cmd &`` starts
 it: the old SIGINT tests passed only where that was not so (Python keeps an
@@ -17,6 +19,7 @@ for minutes and ``mutate`` finished with exit 0.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import signal
@@ -64,14 +67,20 @@ COMMANDS = {
 }
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def cpu_load():
-    """One busy process per CPU for the test's duration."""
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
-    yield
-    for process in busy:
-        process.kill()
-        process.wait()
+    """One busy process per CPU, each one spinning already when the block starts (it says so first)."""
+    spin = "import sys\nsys.stdout.write('spinning\\n')\nsys.stdout.flush()\nwhile True: pass\n"
+    busy = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE) for _ in range(os.cpu_count() or 1)]
+    try:
+        for process in busy:
+            assert process.stdout.readline() == b"spinning\n"
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+            process.stdout.close()
 
 
 def _processes(session: int, mark: str) -> dict[int, str]:
@@ -106,7 +115,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize("command, signum", [(command, signal.SIGINT) for command in COMMANDS]
                          + [("mutate", signal.SIGTERM), ("review", signal.SIGTERM)],
                          ids=[f"{command}-SIGINT" for command in COMMANDS] + ["mutate-SIGTERM", "review-SIGTERM"])
-def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(command, signum, tmp_path, cpu_load):
+def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(command, signum, tmp_path):
     point, arguments = COMMANDS[command]
     vllm_before = vllm_files_digest()
     ready = tmp_path / "hold-ready"
@@ -123,14 +132,15 @@ def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing
             assert time.monotonic() - started < READY_S, f"{command} did not reach its hold point in {READY_S:.0f} s"
             time.sleep(0.05)
         held = int(ready.read_text())
-        sent = time.monotonic()
-        process.send_signal(signum)
-        try:
-            code = process.wait(timeout=BOUND_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"{command} still running {BOUND_S:.0f} s after {signum.name}: {_processes(process.pid, str(tmp_path))}")
-        took = time.monotonic() - sent
-        left = _processes(process.pid, str(tmp_path))
+        with cpu_load():  # the bound is signal to exit: that is when the CPUs are kept busy
+            sent = time.monotonic()
+            process.send_signal(signum)
+            try:
+                code = process.wait(timeout=BOUND_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{command} still running {BOUND_S:.0f} s after {signum.name}: {_processes(process.pid, str(tmp_path))}")
+            took = time.monotonic() - sent
+            left = _processes(process.pid, str(tmp_path))
     finally:
         for pid in _processes(process.pid, str(tmp_path)):  # a failed run leaves nothing running either
             os.kill(pid, signal.SIGKILL)

@@ -65,7 +65,7 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
     hang = (
         "      - id: hang\n"
         '        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0"\n'
-        '        replace: "spec_sequence_masks_cpu = [0 for _ in iter(int, 1)]"\n'
+        '        replace: "spec_sequence_masks_cpu = [__import__(\'time\').sleep(3600) for _ in iter(int, 1)]"\n'
     )
     anchor = "      - id: ge_to_gt\n"
     (kb / "52078.yaml").write_text(text.replace(anchor, hang + anchor), encoding="utf-8")

@@ -28,7 +28,9 @@ RELEASES = ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 STEPS = list(zip(RELEASES, RELEASES[1:]))
 # Snapshots are whole whatever -k says; C1 and C2 are #52078's op counts, whose verdicts
 # change only in the step that carries #52078 (the other steps compare snapshots alone).
-STEP_TESTS = {"0.28.0": "snapshot or C1 or C2"}
+STEP_TESTS = {"0.28.0": "snapshot or C1 or C2", "0.32.0": "C1 or snapshot"}
+# The step the shards test splits in two and compares with: the mutants of its new lines run too.
+STEP_MUTANTS = {"0.32.0": "2"}
 # The records whose cases move between 0.28.0 and 0.33.0. The release steps are
 # reviewed against a KB of these two only: the other records' cases are the matrix's
 # and the generated suite's to check, and each record costs both sides of 5 steps.
@@ -71,7 +73,7 @@ def review_step(old: str, new: str, folder: Path, kb: Path) -> tuple[subprocess.
         diff = folder / f"step-{old}.diff"
         diff.write_text(release_diff(old, new, files), encoding="utf-8")
         work = folder / f"work-{old}-{attempt}"
-        done = gdn("review", str(diff), "--onto", old, "--max-mutants", "0", "-k", STEP_TESTS.get(old, "snapshot"), "--out", str(folder), "--work", str(work),
+        done = gdn("review", str(diff), "--onto", old, "--max-mutants", STEP_MUTANTS.get(old, "0"), "-k", STEP_TESTS.get(old, "snapshot"), "--out", str(folder), "--work", str(work),
                    "--kb", str(kb / "kb"), "--generated", str(kb / "generated_tests"))
         missing = MISSING.search(done.stderr) if done.returncode == 2 else None
         if not missing:
@@ -237,7 +239,8 @@ def _never_returning_build() -> str:
     first = build.body[1] if isinstance(build.body[0], ast.Expr) and isinstance(build.body[0].value, ast.Constant) else build.body[0]
     lines = source.splitlines(True)
     indent = " " * first.col_offset
-    lines.insert(first.lineno - 1, f"{indent}while True:  # never returns\n{indent}    pass\n")
+    # Asleep, not spinning: a hang that burns a CPU only slows the tests beside it.
+    lines.insert(first.lineno - 1, f"{indent}while True:  # never returns\n{indent}    __import__('time').sleep(3600)\n")
     return "".join(difflib.unified_diff(source.splitlines(True), "".join(lines).splitlines(True), f"a/{TARGET}", f"b/{TARGET}"))
 
 
@@ -246,35 +249,37 @@ def test_a_change_whose_build_never_returns_is_stopped_and_leaves_vllm_as_it_was
     before = _installed_digest()
     diff = tmp_path / "hang.diff"
     diff.write_text(_never_returning_build(), encoding="utf-8")
-    # One record's C1 tests take the unpatched side a few seconds; the timeout is far above
-    # that, so a loaded machine cannot make the side that returns miss it.
-    done = gdn("review", str(diff), "--record", "52078", "--timeout", "45", "-k", "C1", "--out", str(tmp_path / "out"), timeout=900)
+    # C1's tests take the unpatched side about a second; the timeout is far above that,
+    # so a loaded machine cannot make the side that returns miss it.
+    done = gdn("review", str(diff), "--record", "52078", "--timeout", "20", "-k", "C1", "--out", str(tmp_path / "out"), timeout=900)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     text = (tmp_path / "out" / "hang.md").read_text(encoding="utf-8")
-    assert "**patched side did not finish**: did not finish within 45 s (killed)" in text
+    assert "**patched side did not finish**: did not finish within 20 s (killed)" in text
     assert "fail-on: breaks: #52078 C1: holds → not run" in done.stderr
     assert _installed_digest() == before
 
 
 @pytest.mark.slow
-def test_shards_merged_give_the_report_of_one_run(tmp_path, step_kb):
-    # The two records whose cases move 0.32.0 -> 0.33.0: one per shard (each shard a whole review).
+@pytest.mark.xdist_group("review_steps")
+def test_shards_merged_give_the_report_of_one_run(tmp_path, step_kb, step_reviews):
+    """The step 0.32.0 -> 0.33.0, whose two records' cases move: one record per shard, each shard a whole review.
+
+    The one run to compare with is the step's own review (same diff, selection and mutants).
+    """
     before = _installed_digest()
-    diff = tmp_path / "step.diff"
-    diff.write_text(release_diff("0.32.0", "0.33.0", [TARGET]), encoding="utf-8")
-    common = ["--onto", "0.32.0", "-k", "C1 or snapshot", "--max-mutants", "2", "--fail-on", "",
+    folder, _, _, _ = step_reviews["0.32.0"]
+    diff = folder / "step-0.32.0.diff"
+    common = ["--onto", "0.32.0", "-k", STEP_TESTS["0.32.0"], "--max-mutants", STEP_MUTANTS["0.32.0"], "--fail-on", "",
               "--kb", str(step_kb / "kb"), "--generated", str(step_kb / "generated_tests")]
-    whole = gdn("review", str(diff), *common, "--out", str(tmp_path / "whole"))
-    assert whole.returncode == 0, whole.stderr[-3000:]
     shards = []
     for index in (1, 2):
         done = gdn("review", str(diff), *common, "--shard", f"{index}/2", "--out", str(tmp_path / f"shard{index}"))
         assert done.returncode == 0, done.stderr[-3000:]
-        shards.append(str(tmp_path / f"shard{index}" / "step.json"))
+        shards.append(str(tmp_path / f"shard{index}" / "step-0.32.0.json"))
     merged = gdn("review-merge", *shards, "--out", str(tmp_path / "merged"), "--fail-on", "")
     assert merged.returncode == 0, merged.stderr
-    one = (tmp_path / "whole" / "step.md").read_text(encoding="utf-8")
-    assert (tmp_path / "merged" / "step.md").read_text(encoding="utf-8") == one
+    one = (folder / "step-0.32.0.md").read_text(encoding="utf-8")
+    assert (tmp_path / "merged" / "step-0.32.0.md").read_text(encoding="utf-8") == one
     assert "mutants of the new lines killed" in one and "### #52078" in one and "### #56531" in one
     assert _installed_digest() == before
 
