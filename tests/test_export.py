@@ -688,7 +688,6 @@ def test_exported_module_passes_without_gdn_review(exported_mutant_runs):
     assert done["returncode"] == 0, tail
     last = done["stdout"].strip().splitlines()[-1]  # e.g. "26 passed, 34 skipped, 5 xfailed in 9.80s"
     assert re.search(r"\d+ passed", last) and not re.search(r"\d+ (failed|errors?|xpassed)", last), last
-    assert done["seconds"] < 60, f"the exported module took {done['seconds']:.0f} s (budget: 30 s on this machine)"
 
 
 def _record_mutants():

@@ -30,28 +30,20 @@ def prepare_platform() -> None:
 
 
 def vllm_cache_per_release() -> None:
-    """Give each vLLM source tree its own ``VLLM_CACHE_ROOT`` (unless one is set).
+    """Give the loaded vLLM's release its own ``VLLM_CACHE_ROOT`` (unless one is set): ``common.vllm_cache``.
 
-    vLLM keeps what it learns of a model class (``modelinfos/``) in one file per
-    class, keyed by the model file's hash; releases have different files, so
-    runs that alternate releases (matrix, bench, mutate) would overwrite each
-    other's entry and pay a model-inspection subprocess (~20 s) on every start.
     Called before vLLM is imported; finding the package does not import it.
     """
     if "VLLM_CACHE_ROOT" in os.environ:
         return
-    import hashlib
     import importlib.util
+
+    from gdn_review.common import vllm_cache
 
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.origin:
         return
-    tree = os.path.dirname(os.path.abspath(spec.origin))
-    base = os.environ.get("GDN_REVIEW_CACHE") or os.path.join(
-        os.environ.get("HOME") or os.path.expanduser("~"), ".cache", "gdn-review"
-    )
-    key = hashlib.sha256(tree.encode()).hexdigest()[:16]
-    os.environ["VLLM_CACHE_ROOT"] = os.path.join(base, "vllm-cache", key)
+    os.environ["VLLM_CACHE_ROOT"] = vllm_cache.cache_root(os.path.dirname(os.path.abspath(spec.origin)))
 
 
 @functools.cache

@@ -9,10 +9,10 @@ written: a link is replaced, never written through.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from gdn_review.common import vllm_cache
 from gdn_review.review import patch
 
 
@@ -59,12 +59,10 @@ def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
 
 
 def vllm_cache_root(tree: Path) -> str:
-    """The VLLM_CACHE_ROOT the harness gives the vLLM under ``tree`` (harness.environment.vllm_cache_per_release).
+    """The VLLM_CACHE_ROOT the harness gives the vLLM under ``tree`` (``common.vllm_cache``).
 
     An overlay gets its release's (vLLM keys what it caches by the model file's
     hash, so a patched tree reuses it safely), not a fresh one per temporary
-    folder, which would cost a ~20 s model inspection on every review.
+    folder, which would cost a model inspection (a second vLLM import) on every review.
     """
-    base = os.environ.get("GDN_REVIEW_CACHE") or os.path.join(os.environ.get("HOME") or os.path.expanduser("~"), ".cache", "gdn-review")
-    key = hashlib.sha256(str(Path(tree).resolve() / "vllm").encode()).hexdigest()[:16]
-    return os.path.join(base, "vllm-cache", key)
+    return vllm_cache.cache_root(str(Path(tree).resolve() / "vllm"))
