@@ -30,7 +30,9 @@ def prepare_platform() -> None:
 
 
 def vllm_cache_per_release() -> None:
-    """Give the loaded vLLM's release its own ``VLLM_CACHE_ROOT`` (unless one is set): ``common.vllm_cache``.
+    """Give the loaded vLLM's release its own ``VLLM_CACHE_ROOT`` (unless one is set).
+
+    The root is ``common.vllm_cache``'s: one per release, wherever its files lie.
 
     Called before vLLM is imported; finding the package does not import it.
     """
@@ -43,7 +45,8 @@ def vllm_cache_per_release() -> None:
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.origin:
         return
-    os.environ["VLLM_CACHE_ROOT"] = vllm_cache.cache_root(os.path.dirname(os.path.abspath(spec.origin)))
+    package = os.path.dirname(os.path.abspath(spec.origin))
+    os.environ["VLLM_CACHE_ROOT"] = vllm_cache.cache_root(package)
 
 
 @functools.cache
