@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gdn_review.common import release_cache, vllm_cache
-from gdn_review.review import tree
 
 
 def test_a_release_unpacked_elsewhere_shares_its_root_and_releases_do_not(tmp_path, monkeypatch):
@@ -16,8 +15,6 @@ def test_a_release_unpacked_elsewhere_shares_its_root_and_releases_do_not(tmp_pa
     assert vllm_cache.cache_root(str(copy)) == vllm_cache.cache_root(str(entry))
     assert vllm_cache.cache_root(str(other)) != vllm_cache.cache_root(str(entry))
     assert vllm_cache.cache_root(str(entry)).startswith(str(tmp_path / "cache" / "vllm-cache") + "/")
-    # a review's overlay of a release: the release's root
-    assert tree.vllm_cache_root(copy.parent) == vllm_cache.cache_root(str(entry))
 
 
 def test_a_tree_without_a_version_file_is_keyed_by_its_path(tmp_path, monkeypatch):
@@ -25,3 +22,22 @@ def test_a_tree_without_a_version_file_is_keyed_by_its_path(tmp_path, monkeypatc
     (tmp_path / "a" / "vllm").mkdir(parents=True)
     (tmp_path / "b" / "vllm").mkdir(parents=True)
     assert vllm_cache.cache_root(str(tmp_path / "a" / "vllm")) != vllm_cache.cache_root(str(tmp_path / "b" / "vllm"))
+
+
+def test_a_root_inherited_from_our_parent_is_replaced_and_a_users_is_kept(monkeypatch):
+    """A child on another release must not write into its parent's root; a user's root is the user's."""
+    import importlib
+    import importlib.util
+    import os
+
+    environment = importlib.import_module("gdn_review.harness.environment")  # the package exports a function of that name
+
+    loaded = vllm_cache.cache_root(os.path.dirname(importlib.util.find_spec("vllm").origin))
+    parents = "/parent/on/another/release"
+    monkeypatch.setenv("VLLM_CACHE_ROOT", parents)
+    monkeypatch.setenv(environment.OUR_VLLM_CACHE_ROOT, parents)
+    environment.vllm_cache_per_release()
+    assert os.environ["VLLM_CACHE_ROOT"] == os.environ[environment.OUR_VLLM_CACHE_ROOT] == loaded
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/the/users/choice")
+    environment.vllm_cache_per_release()
+    assert os.environ["VLLM_CACHE_ROOT"] == "/the/users/choice"

@@ -29,14 +29,23 @@ def prepare_platform() -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# The VLLM_CACHE_ROOT vllm_cache_per_release set: a child process knows it is
+# not the user's.
+OUR_VLLM_CACHE_ROOT = "GDN_REVIEW_VLLM_CACHE_ROOT"
+
+
 def vllm_cache_per_release() -> None:
-    """Give the loaded vLLM's release its own ``VLLM_CACHE_ROOT`` (unless one is set).
+    """Give the loaded vLLM's release its own ``VLLM_CACHE_ROOT``, unless set by a user.
 
     The root is ``common.vllm_cache``'s: one per release, wherever its files lie.
-
-    Called before vLLM is imported; finding the package does not import it.
+    A root this function set in a parent process (a CLI run on another release,
+    a pytest worker) is not the user's: a child on another release inheriting it
+    would overwrite the parent's model info and pay a model inspection (a second
+    vLLM import) on every start. Called before vLLM is imported; finding the
+    package does not import it.
     """
-    if "VLLM_CACHE_ROOT" in os.environ:
+    current = os.environ.get("VLLM_CACHE_ROOT")
+    if current is not None and current != os.environ.get(OUR_VLLM_CACHE_ROOT):
         return
     import importlib.util
 
@@ -45,8 +54,8 @@ def vllm_cache_per_release() -> None:
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.origin:
         return
-    package = os.path.dirname(os.path.abspath(spec.origin))
-    os.environ["VLLM_CACHE_ROOT"] = vllm_cache.cache_root(package)
+    root = vllm_cache.cache_root(os.path.dirname(os.path.abspath(spec.origin)))
+    os.environ["VLLM_CACHE_ROOT"] = os.environ[OUR_VLLM_CACHE_ROOT] = root
 
 
 @functools.cache

@@ -279,7 +279,8 @@ def review(
                 "patched": _spec(workspace, spec, ["patched"], None),
             }
             workers.start(paths["unpatched"], _with_path(env, base.pythonpath))
-            workers.start(paths["patched"], dict(_with_path(env, overlay), VLLM_CACHE_ROOT=env.get("VLLM_CACHE_ROOT") or tree.vllm_cache_root(base.tree)))
+            # The overlay's vllm/_version.py is its release's: the harness gives it that release's VLLM_CACHE_ROOT.
+            workers.start(paths["patched"], _with_path(env, overlay))
         workers.wait()
         for name, spec_path in paths.items():
             result_file = spec_path.with_name(f"result-{name}.json")

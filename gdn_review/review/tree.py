@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gdn_review.common import vllm_cache
 from gdn_review.review import patch
 
 
@@ -56,13 +55,3 @@ def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
         if text is not None:
             target.write_text(text, encoding="utf-8")
     return dest
-
-
-def vllm_cache_root(tree: Path) -> str:
-    """The VLLM_CACHE_ROOT the harness gives the vLLM under ``tree`` (``common.vllm_cache``).
-
-    An overlay gets its release's (vLLM keys what it caches by the model file's
-    hash, so a patched tree reuses it safely), not a fresh one per temporary
-    folder, which would cost a model inspection (a second vLLM import) on every review.
-    """
-    return vllm_cache.cache_root(str(Path(tree).resolve() / "vllm"))
