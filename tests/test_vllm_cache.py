@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from gdn_review.common import release_cache, vllm_cache
+from gdn_review.common import vllm_cache
+
+
+def _package(folder, version: str):
+    """A vLLM package folder with the version file a wheel carries (setuptools-scm's layout)."""
+    folder.mkdir(parents=True)
+    (folder / "_version.py").write_text(f"__version__ = version = '{version}'\n__commit_id__ = commit_id = 'g0'\n", encoding="utf-8")
+    return folder
 
 
 def test_a_release_unpacked_elsewhere_shares_its_root_and_releases_do_not(tmp_path, monkeypatch):
     monkeypatch.setenv("GDN_REVIEW_CACHE", str(tmp_path / "cache"))
-    entry = release_cache.ensure("0.29.0").path / "vllm"
-    copy = tmp_path / "unpacked" / "vllm"
-    copy.mkdir(parents=True)
-    (copy / "_version.py").write_bytes((entry / "_version.py").read_bytes())
-    other = release_cache.ensure("0.30.0").path / "vllm"
-    assert vllm_cache.cache_root(str(copy)) == vllm_cache.cache_root(str(entry))
+    entry = _package(tmp_path / "releases" / "0.29.0" / "vllm", "0.29.0")
+    unpacked = _package(tmp_path / "bundle-run" / "vllm", "0.29.0")
+    other = _package(tmp_path / "releases" / "0.30.0" / "vllm", "0.30.0")
+    assert vllm_cache.cache_root(str(unpacked)) == vllm_cache.cache_root(str(entry))
     assert vllm_cache.cache_root(str(other)) != vllm_cache.cache_root(str(entry))
     assert vllm_cache.cache_root(str(entry)).startswith(str(tmp_path / "cache" / "vllm-cache") + "/")
 
