@@ -16,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import os
 
+from gdn_review.common import release_cache
+
 
 def cache_root(package: str) -> str:
-    """The root for the vLLM package folder ``package`` (``.../vllm``), under GDN_REVIEW_CACHE or ~/.cache/gdn-review."""
-    base = os.environ.get("GDN_REVIEW_CACHE") or os.path.join(os.environ.get("HOME") or os.path.expanduser("~"), ".cache", "gdn-review")
+    """The root for the vLLM package folder ``package`` (``.../vllm``), beside the release cache."""
+    base = release_cache.cache_root().parent  # $GDN_REVIEW_CACHE, default ~/.cache/gdn-review
     try:
         with open(os.path.join(package, "_version.py"), "rb") as version_file:
             key = "release-" + hashlib.sha256(version_file.read()).hexdigest()[:16]
     except OSError:
         key = hashlib.sha256(os.path.abspath(package).encode()).hexdigest()[:16]
-    return os.path.join(base, "vllm-cache", key)
+    return str(base / "vllm-cache" / key)
