@@ -65,9 +65,12 @@ def interruptible(command):
 @click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--fail-on", "fail_on", default="fails,survived", show_default=True, help="Comma list of what makes the exit code 1: fails, survived, unverified, uncovered.")
+@click.option("--whole-file", is_flag=True, help="Score the whole target file against every record's tests (reports/guard.md + .json), not a record's PR hunks.")
+@click.option("--release", default=None, metavar="X.Y.Z", help="With --whole-file: score this release from the release cache (fetched once) instead of the installed one.")
+@click.option("--min-score", type=click.FloatRange(0, 100), default=95.0, show_default=True, help="With --whole-file: exit 1 below this percentage of detected mutants.")
 @_exit_codes
 @interruptible
-def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on) -> None:
+def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on, whole_file, release, min_score) -> None:
     """Plant each risk's bug in vLLM's real builder and check a generated test fails.
 
     Mutants come from the record (exact find/replace edits under each risk) and
@@ -85,8 +88,17 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
       gdn-review mutate --risk R1 --jobs 2
       gdn-review mutate --mutant 'auto.or_to_and.*'
       gdn-review mutate -k C1 --fail-on survived   # how much the C1 tests alone catch
+      gdn-review mutate --whole-file               # the whole file: reports/guard.md
+      gdn-review mutate --whole-file --release 0.31.0 --jobs 2
     """
     import collections
+
+    if whole_file:
+        if risk or keyword or list_only:
+            raise click.UsageError("--whole-file runs every record's tests against every mutant: --risk, -k and --list do not apply")
+        sys.exit(_whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offline, reports_dir, release, min_score))
+    if release:
+        raise click.UsageError("--release applies to --whole-file (a record's mutants run on the installed release; see `gdn-review matrix`)")
 
     from gdn_review import mutation
     from gdn_review.cli.progress import MutationProgress
@@ -113,6 +125,57 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     counts = collections.Counter(e["status"] for e in entries)
     _say("[3/3] " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; evidence {evidence_path}")
     sys.exit(_write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions))
+
+
+def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offline, reports_dir, release, min_score) -> int:
+    """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the exit code."""
+    import json
+
+    from gdn_review.cli.progress import MutationProgress
+    from gdn_review.common import release_cache
+    from gdn_review.common.files import atomic_write
+    from gdn_review.mutation import guard
+    from gdn_review.report import guard_report
+
+    notes = guard.load_notes(Path(kb_dir) / "guard" / "notes.yaml")
+    records = load_records(kb_dir, numbers)
+    modules = current_modules(kb_dir, records, out_dir, write, _say)
+    loaded, root = release_cache.loaded()
+    if release and release != loaded:
+        # Another release: this command again, in a process whose vLLM is that release's tree.
+        path = guard.release_path(release, fetch=not offline, say=_say)
+        argv = ["mutate", "--whole-file", "--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir),
+                "--timeout", str(timeout), "--min-score", str(min_score), *(f"--record={n}" for n in numbers),
+                *(f"--mutant={p}" for p in patterns), *([f"--jobs={jobs}"] if jobs else [])]
+        _say(f"vLLM {release}: running in a process with {path} on PYTHONPATH")
+        return guard.rerun_on(path, argv)
+    target = next(iter(records.values())).target.file
+    source = (root / target).read_text(encoding="utf-8")
+    _say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")
+    progress = MutationProgress(_say)
+    try:
+        data = guard.run({f"#{n}": path for n, path in sorted(modules.items())}, target, loaded, source, notes,
+                         jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns)
+    except guard.GuardError as error:
+        progress.stop()
+        _say(str(error))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        progress.stop()
+        raise
+    progress.stop()
+    stem = "guard" if release_cache.installed() == loaded else f"guard-{loaded}"
+    folder = Path(reports_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write(folder / f"{stem}.md", guard_report.markdown(data))
+    score = data["score"]
+    _say(f"[3/3] score {score['percent']}% ({score['detected']} of {score['scored']}); "
+         + ", ".join(f"{n} {s}" for s, n in score["counts"].items()) + f"; {data['duration_s']} s")
+    _say(f"wrote {folder / (stem + '.md')} and {folder / (stem + '.json')}")
+    for note in data["notes"]:
+        _say(f"note: {note}")
+    return EXIT_FAILED if score["percent"] is None or score["percent"] < min_score else EXIT_OK
 
 
 @click.command(name="bench")

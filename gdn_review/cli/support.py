@@ -25,6 +25,7 @@ class BadInput(click.ClickException):
 def _input_errors() -> tuple[type[Exception], ...]:
     """Every stage's "bad input" error (exit 2); imported late so --help stays fast."""
     from gdn_review import mutation
+    from gdn_review.mutation import guard
     from gdn_review.common import release_cache
     from gdn_review.export import bundle
     from gdn_review.export.export import ExportError
@@ -35,7 +36,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review.run import bench, selection, snapshot, suite
 
     return (selection.SelectionError, generator.GenerateError, reporting.ReportError, suite.SuiteError,
-            mutation.MutationError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
+            mutation.MutationError, guard.GuardError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
             matrix.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
 
 

@@ -10,6 +10,13 @@ expression or statement.
 
 Ids are stable across runs and releases: operator + a slug of the site + a
 short hash of the site's own text (not its line number).
+
+``broad=True`` (``gdn-review mutate --whole-file``) adds the operators of the
+bugs real PRs of the target file fixed: ``is``/``in`` flips, a slice's bound
+dropped (``[:n]`` -> the whole tensor), an integer constant + 1, ``+``/``-``
+swapped, another fill value, a dropped in-place statement (``fill_``,
+``copy_``, ``-=``, a write into a slice) and two arguments swapped. They stay
+out of the PR-hunk mutants so that records' named ids and counts do not move.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ import re
 
 COMPARISON_FLIPS = {ast.GtE: ast.Gt, ast.Gt: ast.GtE, ast.LtE: ast.Lt, ast.Lt: ast.LtE, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 OP_NAMES = {ast.GtE: "ge", ast.Gt: "gt", ast.LtE: "le", ast.Lt: "lt", ast.Eq: "eq", ast.NotEq: "ne"}
+BROAD_FLIPS = {ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+BROAD_NAMES = {ast.Is: "is", ast.IsNot: "is_not", ast.In: "in", ast.NotIn: "not_in"}
+# Calls whose arguments commute: swapping them is never a bug.
+COMMUTATIVE_CALLS = {"min", "max", "gcd", "math.gcd", "replace"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +193,66 @@ def _candidates(node: ast.AST):
                 yield f"count_{label}", node.value, _expression(value)
 
 
+def _broad_candidates(node: ast.AST):
+    """The whole-file operators beyond ``_candidates`` (see the module docstring)."""
+    if isinstance(node, ast.Compare):
+        for index, op in enumerate(node.ops):
+            flipped = BROAD_FLIPS.get(type(op))
+            if flipped is not None:
+                ops = list(node.ops)
+                ops[index] = flipped()
+                new = ast.Compare(left=node.left, ops=ops, comparators=node.comparators)
+                yield f"{BROAD_NAMES[type(op)]}_to_{BROAD_NAMES[flipped]}", node, _expression(new)
+    elif isinstance(node, ast.Subscript):
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for part in parts:
+            if isinstance(part, ast.Slice) and part.step is None and (part.lower is None) != (part.upper is None):
+                yield "slice_whole", part, ":"  # [:n] or [n:] -> every row
+    elif isinstance(node, ast.Constant) and type(node.value) is int:
+        yield "const_plus1", node, str(node.value + 1)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        swapped = ast.BinOp(left=node.left, op=ast.Sub() if isinstance(node.op, ast.Add) else ast.Add(), right=node.right)
+        yield ("add_to_sub" if isinstance(node.op, ast.Add) else "sub_to_add"), node, _expression(swapped)
+    elif isinstance(node, ast.Call):
+        name = ast.unparse(node.func)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "fill_" and len(node.args) == 1:
+            yield from _fill_values(node.args[0])
+        if name.split(".")[-1] not in COMMUTATIVE_CALLS and name not in COMMUTATIVE_CALLS:
+            args = node.args
+            for index in range(len(args) - 1):
+                first, second = args[index], args[index + 1]
+                if isinstance(first, ast.Starred) or isinstance(second, ast.Starred) or ast.dump(first) == ast.dump(second):
+                    continue
+                swapped = ast.Call(func=node.func, args=[*args[:index], second, first, *args[index + 2:]], keywords=node.keywords)
+                yield f"swap_args{index + 1}", node, ast.unparse(swapped)
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _in_place(node.value):
+        yield "drop_statement", node, "pass"
+    elif isinstance(node, ast.AugAssign):
+        yield "drop_statement", node, "pass"
+    elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) for t in node.targets):
+        yield "drop_statement", node, "pass"
+
+
+def _in_place(call: ast.Call) -> bool:
+    """A call made for its effect on a tensor: ``x.fill_()``, ``x.copy_()``, ``torch.cumsum(..., out=x)``."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") and not call.func.attr.startswith("_"):
+        return True
+    return any(k.arg == "out" for k in call.keywords)
+
+
+def _fill_values(value: ast.AST):
+    """Another value for a ``fill_``: the null block <-> 1, a bool flipped, an offset + 1."""
+    if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+        yield "fill_value", value, str(not value.value)
+    elif isinstance(value, ast.Constant) and value.value == 0 or (isinstance(value, ast.Name) and value.id == "NULL_BLOCK_ID"):
+        yield "fill_value", value, "1"
+    elif isinstance(value, ast.Constant) and isinstance(value.value, int):
+        yield "fill_value", value, "0"
+    else:  # a computed value (the last offset): one past it, and 0
+        yield "fill_value", value, f"({ast.unparse(value)}) + 1"
+        yield "fill_zero", value, "0"
+
+
 def _statements(tree: ast.AST) -> dict[int, ast.stmt]:
     """id(node) -> the innermost statement holding it (a site is named after its statement)."""
     owner: dict[int, ast.stmt] = {}
@@ -204,18 +275,44 @@ def _statement_name(statement: ast.stmt | None, fallback: str) -> str:
     return _slug(fallback)
 
 
-def automatic_mutants(loaded: str, lines: set[int]) -> list[AutoMutant]:
-    """Every operator applied to every fitting node on ``lines`` of ``loaded``."""
+def _skipped_nodes(tree: ast.AST) -> set[int]:
+    """ids of nodes no operator may touch: f-strings (messages), assert messages, docstrings, annotations."""
+    skipped: set[int] = set()
+
+    def skip(node: ast.AST | None) -> None:
+        if node is not None:
+            skipped.update(id(n) for n in ast.walk(node))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip(node)
+        elif isinstance(node, ast.Assert):
+            skip(node.msg)
+        elif isinstance(node, ast.AnnAssign):
+            skip(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            skip(node.returns)
+            for argument in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs]:
+                skip(argument.annotation)
+    return skipped
+
+
+def automatic_mutants(loaded: str, lines: set[int], broad: bool = False) -> list[AutoMutant]:
+    """Every operator applied to every fitting node on ``lines`` of ``loaded`` (``broad``: the whole-file set too)."""
     tree = ast.parse(loaded)
     site = _Site(loaded)
     owners = _statements(tree)
+    skipped = _skipped_nodes(tree) if broad else set()
     found: dict[str, AutoMutant] = {}
     for node in ast.walk(tree):
-        if getattr(node, "end_lineno", None) is None:
+        if getattr(node, "end_lineno", None) is None or id(node) in skipped:
             continue
         if not lines.intersection(range(node.lineno, node.end_lineno + 1)):
             continue
-        for operator, target, replacement in _candidates(node):
+        candidates = _candidates(node)
+        if broad:
+            candidates = [*candidates, *_broad_candidates(node)]
+        for operator, target, replacement in candidates:
             before = site.text(target)
             if before == replacement:
                 continue

@@ -62,9 +62,12 @@ class LineTrace:
     in-memory source, whose name says so).
     """
 
-    def __init__(self, targets: set[str]):
+    def __init__(self, targets: set[str], per_test: bool = False):
         self.targets = {t.replace(os.sep, "/") for t in targets}
         self.by_module: dict[str, dict[str, set[int]]] = {}
+        # per_test (the whole-file score): lines per test id too, to run a mutant
+        # only under the tests that execute its edit
+        self.by_test: dict[str, dict[str, set[int]]] | None = {} if per_test else None
         self.active = False  # False when another tracer (coverage, a debugger) was there: nothing judged
         self._files: dict[str, str | None] = {}
         self._current: dict[str, set[int]] = {}
@@ -98,7 +101,7 @@ class LineTrace:
         if not self.active:
             yield
             return
-        self._current = self.by_module.setdefault(_module_key(item.path), {})
+        self._current = {}
         sys.settrace(self._trace)
         threading.settrace(self._trace)  # a thread a test starts runs the builder too
         try:
@@ -106,6 +109,11 @@ class LineTrace:
         finally:
             sys.settrace(None)
             threading.settrace(None)
+            module = self.by_module.setdefault(_module_key(item.path), {})
+            for target, lines in self._current.items():
+                module.setdefault(target, set()).update(lines)
+            if self.by_test is not None:
+                self.by_test[item.nodeid] = self._current
 
     def reached(self, module: Path, target: str) -> set[int] | None:
         """Lines of ``target`` executed while any module's tests ran (None: not traced).

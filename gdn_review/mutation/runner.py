@@ -152,12 +152,16 @@ class _Running:
 def run_forked(
     mutants: list,
     relative_path: str,
-    args: list[str],
+    args: list[str] | Callable[[object], list[str]],
     jobs: int,
     timeout: float,
     on_result: Callable[[object, dict], None],
 ) -> None:
-    """Run each mutant (with a compiled ``code``) in its own forked child, ``jobs`` at a time."""
+    """Run each mutant (with a compiled ``code``) in its own forked child, ``jobs`` at a time.
+
+    ``args``: pytest's arguments, or a function of the mutant giving them (the
+    whole-file score runs each mutant under its own selection of tests).
+    """
     pending = list(mutants)
     running: dict[int, _Running] = {}
     try:
@@ -168,7 +172,7 @@ def run_forked(
                 pid = interrupts.fork()
                 if pid == 0:
                     os.close(read_fd)
-                    _child(relative_path, mutant.code, args, write_fd)
+                    _child(relative_path, mutant.code, args(mutant) if callable(args) else args, write_fd)
                 os.close(write_fd)
                 running[read_fd] = _Running(mutant, pid, read_fd, time.monotonic())
             ready, _, _ = select.select(list(running), [], [], 0.2)

@@ -1,0 +1,403 @@
+"""The whole-file score: how much of the builder the KB as a whole protects.
+
+``gdn-review mutate --whole-file`` plants the broad automatic mutants
+(``operators``, ``broad=True``) on every line of the target file's builder
+class methods and module-level functions -- not only a PR's hunks -- and runs
+them against every complete record's generated module at once, in-process
+with forked children as ``mutate`` does. Stages, each a plain function:
+
+- ``scope``: the lines the score covers, with their function;
+- ``load_notes``: ``kb/guard.yaml``, what the score must not count (equivalent
+  mutants with their reason, statements CPU cannot reach with theirs);
+- ``catalogue``: the mutants of the loaded release's file;
+- ``run``: the baseline (traced per test), then each mutant under only the
+  tests that execute its edit, stopping at the first failure;
+- ``markdown``: ``reports/guard.md`` from the JSON ``run`` returns.
+
+Why a mutant runs only under the tests that execute its edit: the tests are
+deterministic, so a test that never executes the edited statement runs as it
+did in the baseline and passes (see ``reach``). Construction code is the
+exception: builders are cached per process, so the test that constructed one
+in the baseline may not be the one that does in the child; a mutant of
+``__init__`` (or of what it calls) runs under every test.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from gdn_review.common import interrupts
+from gdn_review.kb import RecordError, RecordErrors
+from gdn_review.kb.load import _locate
+from gdn_review.mutation import operators
+from gdn_review.mutation.catalogue import Mutant, edit_diff
+
+GUARD_FORMAT = "gdn-review-guard/1"
+DETECTED = ("killed", "timeout")  # a mutant that hangs the suite is caught too
+SCORED = ("killed", "timeout", "survived", "not reached")
+
+
+@dataclasses.dataclass
+class Unreachable:
+    find: str  # text of the first line of the statement(s) CPU cannot reach
+    reason: str
+    where: str  # file:line of the note, for messages
+
+
+@dataclasses.dataclass
+class Notes:
+    """``kb/guard.yaml``: what the score must not count, each with its reason."""
+
+    equivalent: dict[str, str] = dataclasses.field(default_factory=dict)
+    unreachable: list[Unreachable] = dataclasses.field(default_factory=list)
+
+
+def load_notes(path: Path) -> Notes:
+    """The guard notes; RecordErrors at file:line:col for anything malformed. No file: no notes."""
+    path = Path(path)
+    if not path.exists():
+        return Notes()
+    text = path.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise RecordErrors([RecordError(str(path), line, column, "", f"not valid YAML: {error}")]) from None
+    errors: list[RecordError] = []
+
+    def error(loc: tuple, field: str, message: str) -> None:
+        line, column = _locate(root, loc)
+        errors.append(RecordError(str(path), line, column, field, message))
+
+    if not isinstance(data, dict):
+        error((), "", "expected a mapping with `equivalent` and `unreachable`")
+        raise RecordErrors(errors)
+    for key in sorted(set(data) - {"equivalent", "unreachable"}):
+        error((key,), key, "unknown field (allowed: equivalent, unreachable)")
+    notes = Notes()
+    equivalent = data.get("equivalent") or {}
+    if not isinstance(equivalent, dict):
+        error(("equivalent",), "equivalent", "expected a mapping: mutant id -> why it cannot change behaviour")
+    else:
+        for ident, reason in equivalent.items():
+            if not (isinstance(ident, str) and ident.startswith("auto.")):
+                error(("equivalent", ident), f"equivalent.{ident}", "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)")
+            elif not (isinstance(reason, str) and reason.strip()):
+                error(("equivalent", ident), f"equivalent.{ident}", "say why the mutant cannot change behaviour")
+            else:
+                notes.equivalent[ident] = reason.strip()
+    unreachable = data.get("unreachable") or []
+    if not isinstance(unreachable, list):
+        error(("unreachable",), "unreachable", "expected a list of {find, reason}")
+        unreachable = []
+    for index, entry in enumerate(unreachable):
+        field = f"unreachable[{index}]"
+        if not isinstance(entry, dict) or set(entry) != {"find", "reason"}:
+            error(("unreachable", index), field, "expected exactly `find` (a statement's first line) and `reason`")
+            continue
+        if not all(isinstance(entry[k], str) and entry[k].strip() for k in ("find", "reason")):
+            error(("unreachable", index), field, "`find` and `reason` are non-empty strings")
+            continue
+        line, _ = _locate(root, ("unreachable", index))
+        notes.unreachable.append(Unreachable(entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}"))
+    if errors:
+        raise RecordErrors(errors)
+    return notes
+
+
+def _is_builder(node: ast.ClassDef) -> bool:
+    return node.name.endswith("MetadataBuilder")
+
+
+def scope(source: str) -> dict[int, str]:
+    """Line -> qualified function, for every line of a statement in a builder method or module-level function.
+
+    Docstrings are left out (no behaviour); a nested function belongs to its outer one.
+    """
+    tree = ast.parse(source)
+    lines: dict[int, str] = {}
+
+    def cover(function: ast.FunctionDef, name: str) -> None:
+        body = function.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body = body[1:]
+        for statement in body:
+            for line in range(statement.lineno, statement.end_lineno + 1):
+                lines[line] = name
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            cover(node, node.name)
+        elif isinstance(node, ast.ClassDef) and _is_builder(node):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    cover(item, f"{node.name}.{item.name}")
+    return lines
+
+
+def construction_functions(source: str) -> set[str]:
+    """``__init__`` of each builder class and the methods it calls on ``self`` (they run once per cached builder)."""
+    found: set[str] = set()
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.ClassDef) and _is_builder(node)):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                found.add(f"{node.name}.__init__")
+                for call in ast.walk(item):
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self":
+                        found.add(f"{node.name}.{call.func.attr}")
+    return found
+
+
+def statement_spans(source: str) -> list[tuple[int, int]]:
+    """(first, last) line of every statement, to resolve an ``unreachable`` note to whole statements."""
+    return [(n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)]
+
+
+def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[str]]:
+    """Line -> reason for the statements each note names, and the notes that name nothing here."""
+    text_lines = [line.strip() for line in source.splitlines()]
+    spans = statement_spans(source)
+    marked: dict[int, str] = {}
+    unmatched = []
+    for note in notes.unreachable:
+        starts = [i + 1 for i, line in enumerate(text_lines) if line.startswith(note.find)]
+        covered = [(a, b) for a, b in spans if a in starts]
+        if not covered:
+            unmatched.append(f"{note.where}: no statement of this release starts with {note.find!r}")
+            continue
+        for first, last in covered:
+            for line in range(first, last + 1):
+                marked.setdefault(line, note.reason)
+    return marked, unmatched
+
+
+def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
+    """Every broad automatic mutant of the scope's lines; the noted equivalents get their status now."""
+    lines = scope(source)
+    mutants = []
+    for auto in operators.automatic_mutants(source, set(lines), broad=True):
+        entry = Mutant(auto.id, "file", [], edit_diff(source, auto.source, target), source=auto.source, operator=auto.operator, line=auto.line)
+        if auto.id in notes.equivalent:
+            entry.status, entry.reason = "equivalent", notes.equivalent[auto.id]
+        mutants.append(entry)
+    return mutants
+
+
+@dataclasses.dataclass
+class Plan:
+    """Which tests each mutant runs under, and the mutants decided without running."""
+
+    tests: dict[str, list[str] | None]  # mutant id -> test ids (None: every test)
+    decided: dict[str, tuple[str, str]]  # mutant id -> (status, reason)
+
+
+def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unreachable: dict[int, str], scope_lines: dict[int, str]) -> Plan:
+    """Per runnable mutant: the tests that execute one of its edited statements; unreached ones are decided."""
+    from gdn_review.mutation import reach
+
+    construction = construction_functions(source)
+    reached = set().union(*by_test.values()) if by_test else set()
+    tests: dict[str, list[str] | None] = {}
+    decided: dict[str, tuple[str, str]] = {}
+    for mutant in mutants:
+        if mutant.status is not None:
+            continue
+        sites = reach.edit_sites(source, mutant.source)
+        if not sites:
+            tests[mutant.id] = None
+            continue
+        site_lines = {line for site in sites for line in site.lines}
+        if not site_lines & reached:
+            first = sites[0]
+            reason = unreachable.get(first.line)
+            if reason:
+                decided[mutant.id] = ("unreachable here", reason)
+            else:
+                decided[mutant.id] = ("not reached", f"no test executes line {first.line} of {scope_lines.get(first.line, first.function)}")
+            continue
+        if any(site.function in construction for site in sites):
+            tests[mutant.id] = None
+            continue
+        tests[mutant.id] = sorted(nodeid for nodeid, lines in by_test.items() if lines & site_lines)
+    return Plan(tests, decided)
+
+
+def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[int]], records: dict[str, str], unreachable: dict[int, str]) -> list[dict]:
+    """Per line of the scope that holds code: its function, the records whose tests execute it, or why none can."""
+    code_lines = {n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)}
+    rows = []
+    text = source.splitlines()
+    for line in sorted(scope_lines):
+        if line not in code_lines:
+            continue
+        reached_by = sorted(records[module] for module, lines in by_module.items() if line in lines and module in records)
+        rows.append({
+            "line": line,
+            "function": scope_lines[line],
+            "code": text[line - 1].strip()[:90],
+            "records": reached_by,
+            "unreachable": unreachable.get(line) if not reached_by else None,
+        })
+    return rows
+
+
+def score(entries: list[dict]) -> dict:
+    """The counts and the score: detected of the non-equivalent mutants CPU can reach."""
+    counts = collections.Counter(e["status"] for e in entries)
+    scored = sum(counts[s] for s in SCORED)
+    detected = sum(counts[s] for s in DETECTED)
+    return {
+        "counts": dict(sorted(counts.items())),
+        "scored": scored,
+        "detected": detected,
+        "percent": round(100.0 * detected / scored, 1) if scored else None,
+    }
+
+
+def run(
+    modules: dict[str, Path],
+    target: str,
+    release: str,
+    source: str,
+    notes: Notes,
+    jobs: int,
+    timeout: float,
+    on_start: Callable[[int], None] = lambda total: None,
+    on_result: Callable[[dict], None] = lambda entry: None,
+    patterns: tuple[str, ...] = (),
+) -> dict:
+    """Baseline, then every runnable mutant of the whole file; returns the guard data (nothing written).
+
+    ``modules``: record name -> generated module.
+    """
+    import fnmatch
+    import tempfile
+
+    from gdn_review import harness
+    from gdn_review.harness import mutation as loader
+    from gdn_review.mutation import reach, runner
+
+    runner.prepare_cpu()
+    started = time.monotonic()
+    scope_lines = scope(source)
+    unreachable, unmatched = unreachable_lines(source, notes)
+    mutants = catalogue(source, target, notes)
+    if patterns:
+        mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]
+    known = {m.id for m in catalogue(source, target, Notes())}
+    stale = [f"equivalent names {ident}, which this release's file does not give" for ident in notes.equivalent if ident not in known]
+    harness.warm_up()
+    trace = reach.LineTrace({target}, per_test=True)
+    args = runner.test_args(sorted(modules.values()), None)
+    with tempfile.TemporaryDirectory(prefix="gdn-review-guard-") as scratch:  # the baseline's evidence: not kept
+        code, baseline_s = runner.baseline(args, Path(scratch) / "baseline.json", plugins=(trace,))
+    interrupts.check()
+    if code != 0:
+        raise GuardError(f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; run `gdn-review run` first")
+    if not trace.active:
+        raise GuardError("another tracer (coverage, a debugger) is active: the line map and test selection need the trace; run without it")
+    key = target.replace("\\", "/")
+    by_test = {nodeid: lines.get(key, set()) for nodeid, lines in (trace.by_test or {}).items()}
+    work = plan(mutants, source, by_test, unreachable, scope_lines)
+    entries: list[dict] = []
+    by_id = {m.id: m for m in mutants}
+
+    def finished(mutant: Mutant, result: dict | None, progress: bool = True) -> None:
+        result = result or {}
+        status = mutant.status or result.get("status", "error")
+        reason = mutant.reason or result.get("reason", "")
+        killed_by = result.get("killed_by", {})
+        if status == "killed" and not reason:
+            first = next(iter(killed_by.values()))[0]
+            reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
+        entry = {
+            "id": mutant.id, "operator": mutant.operator, "line": mutant.line, "function": scope_lines.get(mutant.line, "?"),
+            "status": status, "reason": reason, "killed_by": sorted({t for ids in killed_by.values() for t in ids}),
+            "tests_selected": _selected(work, mutant.id),
+            "duration_s": result.get("duration_s", 0.0), "diff": mutant.diff,
+        }
+        entries.append(entry)
+        if progress:
+            on_result(entry)
+
+    for ident, (status, reason) in work.decided.items():
+        by_id[ident].status, by_id[ident].reason = status, reason
+    for mutant in mutants:
+        if mutant.status is not None:
+            finished(mutant, None, progress=False)
+    ready = []
+    for mutant in mutants:
+        if mutant.status is None:
+            try:
+                mutant.code = loader.compile_source(target, mutant.source)
+                ready.append(mutant)
+            except SyntaxError as error:
+                mutant.status, mutant.reason = "error", f"does not compile: line {error.lineno}: {error.msg}"
+                finished(mutant, None, progress=False)
+    on_start(len(ready))
+    # Each mutant under its own selection: one runner call per distinct selection would
+    # serialise them, so the selection travels with the mutant (``args`` per mutant).
+    runner.run_forked(ready, target, lambda mutant: [*(work.tests[mutant.id] or args), "-x"], jobs, timeout, finished)
+    interrupts.finishing()
+    order = {m.id: i for i, m in enumerate(mutants)}
+    entries.sort(key=lambda e: order[e["id"]])
+    by_module_key = {reach._module_key(path): name for name, path in modules.items()}
+    by_module = {module: lines.get(key, set()) for module, lines in trace.by_module.items()}
+    return {
+        "format": GUARD_FORMAT,
+        "release": release,
+        "target": target,
+        "records": sorted(modules),
+        "score": score(entries),
+        "mutants": entries,
+        "lines": line_map(source, scope_lines, by_module, by_module_key, unreachable),
+        "notes": unmatched + stale,
+        "settings": {"jobs": jobs, "timeout_s": timeout, "baseline_s": round(baseline_s, 1), "patterns": list(patterns)},
+        "duration_s": round(time.monotonic() - started, 1),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _selected(work: Plan, ident: str) -> int | str | None:
+    """How many tests a mutant ran under ("all", a count, or None: it did not run)."""
+    if ident not in work.tests:
+        return None
+    return "all" if work.tests[ident] is None else len(work.tests[ident])
+
+
+def release_path(version: str, fetch: bool, say: Callable[[str], None]) -> Path:
+    """The release cache's tree of ``version`` (fetched once unless ``fetch`` is off)."""
+    from gdn_review.common import release_cache
+
+    hit = release_cache.cached(version)
+    if hit is None and not fetch:
+        raise GuardError(f"vLLM {version} is not in the release cache and --offline forbids fetching it")
+    try:
+        return (hit or release_cache.ensure(version, say=say)).path
+    except release_cache.ReleaseError as error:
+        raise GuardError(str(error)) from None
+
+
+def rerun_on(path: Path, argv: list[str]) -> int:
+    """``gdn-review <argv>`` in a child whose vLLM is the tree at ``path``; its exit code."""
+    import os
+    import sys
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return interrupts.run([sys.executable, "-m", "gdn_review.cli", *argv], env=env).returncode
+
+
+class GuardError(Exception):
+    """The whole-file score cannot be measured (failing baseline, another tracer): said for people."""
