@@ -84,7 +84,7 @@ def py_literal(value, indent: int = 0) -> str:
 
 
 def module_name(record: Record) -> str:
-    return f"test_pr_{record.pr.number}.py"
+    return f"test_pr_{record.number}.py" if record.pr is not None else f"test_contract_{record.number}.py"
 
 
 def _check_data(claim) -> dict:
@@ -151,14 +151,15 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         # The banner names the record; keep it to path characters (it is a comment line).
         "source": re.sub(r"[^A-Za-z0-9_./-]", "_", source),
         "record": record,
-        "number": record.pr.number,
-        "title": record.pr.title,
+        "number": record.number,
+        "label": record.label,
+        "title": record.title,
         "claims": claims,
         "cases": dict(sorted(cases.items())),
         "expectations": {case.id: dict(sorted(case.expect.items())) for case in record.cases if case.expect},
         "kinds": sorted({c["kind"] for c in claims}),
         "devices": list(DEVICES),
-        "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.pr.number}",
+        "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.number}",
     }
 
 
@@ -241,7 +242,7 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
         # Named relative to the kb folder's own name, so output never depends on where it lies.
         source = f"{Path(kb_dir).name}/{path.name}"
         # Stored snapshots (kb/snapshots/N), relative to the module's folder, '/'-separated.
-        snapshot_dir = Path(os.path.relpath(Path(kb_dir) / "snapshots" / str(record.pr.number), out_dir)).as_posix()
+        snapshot_dir = Path(os.path.relpath(Path(kb_dir) / "snapshots" / str(record.number), out_dir)).as_posix()
         wanted[out_dir / module_name(record)] = render_module(record, source, templates, snapshot_dir)
     write, unchanged, foreign = {}, [], []
     for path, text in sorted(wanted.items()):

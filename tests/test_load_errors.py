@@ -22,7 +22,7 @@ TABLE = [
     (
         "unknown top-level key",
         broken("schema_version: 1\n", "schema_version: 1\nreviewer: me\n"),
-        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, equivalent_mutants, pr, related, report, risks, schema_version, summary, target, upstream_tests)"],
+        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, contract, equivalent_mutants, pr, related, report, risks, schema_version, summary, target, upstream_tests)"],
     ),
     (
         "unknown key in a check",

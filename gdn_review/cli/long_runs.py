@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from gdn_review.cli.support import (
+    RECORD_KEY,
     BENCH_EVIDENCE,
     EXIT_FAILED,
     EXIT_OK,
@@ -52,7 +53,7 @@ def interruptible(command):
 
 @click.command()
 @kb_option
-@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
 @click.option("--risk", "risk", default=None, metavar="ID", help="Only the mutants of this risk.")
 @click.option("--mutant", "patterns", multiple=True, metavar="ID", help="Only this mutant (repeatable; shell patterns such as 'auto.*').")
 @click.option("--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing.")
@@ -109,7 +110,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     if list_only:
         click.echo("\n".join(mutation.listing_lines(catalogues)))
         return
-    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.pr.number in {c.record for c in catalogues}}, out_dir, write, _say)
+    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.number in {c.record for c in catalogues}}, out_dir, write, _say)
     _say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
     progress = MutationProgress(_say)
     try:
@@ -180,7 +181,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
 
 @click.command(name="bench")
 @kb_option
-@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).  [default: every record with a latency claim]")
+@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).  [default: every record with a latency claim]")
 @click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the latency check's, else the record's base and head]")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable; one record).  [default: the latency check's cases]")
@@ -217,7 +218,7 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
 
 @click.command(name="matrix")
 @kb_option
-@click.option("--record", "numbers", multiple=True, type=int, help="PR number of a record (repeatable).")
+@click.option("--record", "numbers", multiple=True, type=RECORD_KEY, help="PR number of a record (repeatable).")
 @click.option("--all", "every", is_flag=True, help="Every record that is not a draft, in one pool of release runs; also writes the history page.")
 @click.option("--since", default=None, metavar="X.Y.Z", help="Leave out releases older than this (the history's window, e.g. 0.28.0).")
 @click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to run (repeatable).  [default: the record's base and head release and every release after it up to the installed one]")
@@ -337,7 +338,7 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
 @click.command(name="bundle")
 @kb_option
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write (must not exist or be empty, unless --force).")
-@click.option("--record", "numbers", multiple=True, type=int, help="A record to carry (repeatable).  [default: every record that is not a draft]")
+@click.option("--record", "numbers", multiple=True, type=RECORD_KEY, help="A record to carry (repeatable).  [default: every record that is not a draft]")
 @click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to carry (repeatable).  [default: the installed one and the base and head of every latency claim]")
 @click.option("--python", "python", default=None, metavar="X.Y", help="Python of the machine that runs it (picks the wheels).  [default: 3.12, the GPU machine's; this Python's with --dry-run]")
 @click.option("--max-mib", default=60, show_default=True, type=click.IntRange(min=1), help="Refuse to write a bundle bigger than this.")

@@ -18,6 +18,7 @@ from gdn_review.cli import authoring as cli_authoring
 from gdn_review.cli import long_runs as cli_long_runs
 from gdn_review.cli import review_commands as cli_review
 from gdn_review.cli.support import (
+    RECORD_KEY,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     _exit_codes,
@@ -82,7 +83,7 @@ def validate(kb_dir: Path) -> None:
         _say(f"note: {note}")
     for path, record in checked.records.items():
         todos = checked.todos[path]
-        click.echo(f"{'ok   ' if not todos else 'draft'}  {path}  PR #{record.pr.number}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
+        click.echo(f"{'ok   ' if not todos else 'draft'}  {path}  PR #{record.number}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
         for todo in todos:
             _say(f"  incomplete: {todo}")
     if checked.open_items:
@@ -134,7 +135,7 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
 
 @main.command()
 @kb_option
-@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
 @click.option("--evidence", "evidence_paths", type=click.Path(path_type=Path), multiple=True, help=f"Evidence JSON (repeatable; default {DEFAULT_EVIDENCE}).")
 @click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
@@ -161,7 +162,7 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @kb_option
-@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).")
+@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
 @click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
 @click.option("-k", "keyword", default=None, help="pytest -k expression: run only matching tests (others are reported 'not run').")
@@ -245,7 +246,7 @@ def import_command(report_path: Path, out_path: Path | None, force: bool, diff_p
 
 @main.command(name="export")
 @kb_option
-@click.option("--record", "number", required=True, type=int, help="PR number of the record to export.")
+@click.option("--record", "number", required=True, type=RECORD_KEY, help="PR number of the record to export.")
 @click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder the module is written to.")
 @click.option("--vllm-release", "release", default=None, metavar="X.Y.Z", help="Release whose known deviations become strict xfails.  [default: the installed vLLM]")
 @_exit_codes
@@ -271,7 +272,7 @@ def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None
 
 @main.command(name="snapshot")
 @kb_option
-@click.option("--record", "number", required=True, type=int, help="PR number of the record.")
+@click.option("--record", "number", required=True, type=RECORD_KEY, help="PR number of the record.")
 @click.option("--release", "versions", multiple=True, metavar="X.Y.Z", help="Release to snapshot (repeatable; from the release cache unless installed).  [default: the installed vLLM]")
 @click.option("--case", "case_id", default=None, metavar="ID", help="With --as-expect: the case to print; with --fill-expects: fill only this case.")
 @click.option("--as-expect", is_flag=True, help="Print the case's `expect` block (YAML) instead of storing the snapshot.")

@@ -12,6 +12,7 @@ import click
 
 from gdn_review.cli.long_runs import interruptible
 from gdn_review.cli.support import (
+    RECORD_KEY,
     EXIT_FAILED,
     EXIT_OK,
     _exit_codes,
@@ -55,7 +56,7 @@ def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
 @click.argument("diff", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--onto", default=None, metavar="X.Y.Z", help="Release the diff is applied to (its Python files from the release cache).  [default: the installed one]")
 @click.option("--vllm-src", default=None, type=click.Path(path_type=Path, file_okay=False), help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.")
-@click.option("--record", "numbers", type=int, multiple=True, help="Only this PR's record (repeatable).  [default: every record whose target file the diff changes]")
+@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).  [default: every record whose target file the diff changes]")
 @click.option("--lands-in", default=None, metavar="X.Y.Z", help="The release the change would first ship in: PRs recorded as first shipping after --onto and up to it explain moved fields.  [default: the next minor release]")
 @click.option("-k", "keyword", default=None, help="pytest -k expression: only these generated tests (snapshots are taken whole).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, help="Seconds a side (or a mutant) may run before it is killed.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -63,6 +64,25 @@ def _exit_codes(command):
             raise
 
     return wrapper
+
+
+class RecordKey(click.ParamType):
+    """``--record``: a PR's number (52078) or a contract record's id (update_block_table)."""
+
+    name = "NUMBER|CONTRACT"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lstrip("#")
+        if text.isdigit():
+            return int(text)
+        if re.fullmatch(r"[a-z][a-z0-9_]{2,59}", text):
+            return text
+        self.fail(f"{value!r} is neither a PR number nor a contract id (lower case, digits and _)", param, ctx)
+
+
+RECORD_KEY = RecordKey()
 
 
 def _say(line: str) -> None:

@@ -252,7 +252,7 @@ def write_bundle(
     versions = sorted({release_cache.checked_version(v) for v in versions}, key=Version)
     if not versions:
         raise BundleError("no vLLM release to carry (no vLLM installed here and no --vllm)")
-    ordered = sorted(records.items(), key=lambda item: item[1].pr.number)
+    ordered = sorted(records.items(), key=lambda item: item[1].sort_key)
     plan = []
     for path, record in ordered:
         base = record.target.base_release
@@ -264,7 +264,7 @@ def write_bundle(
             absent = [v for v in bench.values() if v not in versions]
             if absent:
                 raise BundleError(f"{path}: the latency claim's releases {', '.join(absent)} are not carried (add --vllm)")
-        plan.append({"record": record.pr.number, "file": path.name, "releases": runs, "bench": bench})
+        plan.append({"record": record.number, "file": path.name, "releases": runs, "bench": bench})
     first_case = next(iter(module_context(ordered[0][1], ordered[0][0].name)["cases"].items()))
 
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,7 @@ TEMPLATE_IMPORTS = ("pytest", "torch")
 
 
 def module_name(record: Record) -> str:
-    return f"test_gdn_pr_{record.pr.number}.py"
+    return f"test_gdn_pr_{record.number}.py" if record.pr is not None else f"test_gdn_contract_{record.number}.py"
 
 
 def _in_range(releases: str | None, release: Version) -> bool:
@@ -160,8 +160,8 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
             pinned[value] = dict(sorted(deviation.expect.items()))
     if not params:
         return None
-    seed = record.pr.number
-    paragraphs = [f"Claim {claim.id} of PR #{record.pr.number}: {claim.text}"]
+    seed = record.number
+    paragraphs = [f"Claim {claim.id} of PR #{record.number}: {claim.text}"]
     data = check.model_dump(mode="json")
     how = KIND_TEXT[kind].format(
         budget=flat_literal(data.get("budget")),
@@ -236,7 +236,7 @@ def case_inputs(record: Record) -> dict[str, dict]:
 
 def _stored_snapshot(folder: Path | None, record: Record, release: Version) -> tuple[dict | None, str]:
     """(the stored full-metadata snapshot of ``release``, or None; why not)."""
-    make = f"make one with `{snapshots.command_for(record.pr.number, str(release))}`"
+    make = f"make one with `{snapshots.command_for(record.number, str(release))}`"
     path = Path(folder) / f"{release}.json" if folder is not None else None
     if path is None or not path.exists():
         return None, f"the full-metadata snapshot (no stored snapshot of vLLM {release}: {make})"
@@ -285,7 +285,7 @@ def module_context(
         if missing:
             left_out.append(
                 f"the snapshot of {', '.join(missing)} (the stored snapshot of vLLM {release} has no such case: "
-                f"make one with `{snapshots.command_for(record.pr.number, str(release))}`)"
+                f"make one with `{snapshots.command_for(record.number, str(release))}`)"
             )
         if not snapshot_cases:
             stored = None
@@ -304,8 +304,12 @@ def module_context(
         if case_id in cases
     }
     risks = [f"{risk.id}: {risk.text}" for risk in record.risks if any(c["id"] in risk.claims for c in claims)]
-    title = f"Tests of GDNAttentionMetadataBuilder.build() from the review of vLLM PR #{record.pr.number}."
-    paragraphs = [title, [record.pr.title, f"https://github.com/{record.pr.repo}/pull/{record.pr.number}"]]
+    if record.pr is not None:
+        title = f"Tests of GDNAttentionMetadataBuilder.build() from the review of vLLM PR #{record.number}."
+        paragraphs = [title, [record.title, f"https://github.com/{record.pr.repo}/pull/{record.number}"]]
+    else:
+        title = f"Tests of GDNAttentionMetadataBuilder from the contract record {record.number} (no PR carries it)."
+        paragraphs = [title, [record.title, "Covers: " + (", ".join(record.contract.covers) or f"vLLM {record.contract.releases}")]]
     if record.summary:
         paragraphs.append(record.summary)
     paragraphs.append(
@@ -321,7 +325,7 @@ def module_context(
         paragraphs.append(f"Not exported for vLLM {release}: " + ", ".join(left_out) + ".")
     paragraphs.append(
         f"{EXPORT_MARK}{source} for vLLM {release}. Change the record and export again "
-        f"rather than editing: gdn-review export --record {record.pr.number}"
+        f"rather than editing: gdn-review export --record {record.number}"
     )
     return {
         "doc": docstring(paragraphs),
@@ -335,7 +339,7 @@ def module_context(
         "needs_device": bool(kinds - {"gpu_sync"}) or stored is not None,
         "snapshot": None if stored is None else {
             "release": str(release),
-            "made_by": snapshots.command_for(record.pr.number, str(release)),
+            "made_by": snapshots.command_for(record.number, str(release)),
             "device": assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),
             "data": assignment("SNAPSHOT", runs({c: stored["cases"][c] for c in snapshot_cases})),
             "params": literal(snapshot_cases, 4, 4, 1),
@@ -417,7 +421,7 @@ def render(
 def find_record(kb_dir: Path, number: int) -> tuple[str, Record]:
     """The record of PR ``number`` in ``kb_dir`` and its source name (kb/N.yaml)."""
     for path, record in load_kb(kb_dir).items():
-        if record.pr.number == number:
+        if record.number == number:
             return f"{Path(kb_dir).name}/{path.name}", record
     raise ExportError(f"no record of PR #{number} in {kb_dir}")
 

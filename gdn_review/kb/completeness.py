@@ -23,7 +23,9 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
         if getattr(record.target, field).strip().upper().startswith("TODO"):
             items.append((("target", field), f"TODO: target.{field} is not known yet"))
     for field in ("base_release", "head_release"):
-        if field == "head_release" and record.pr.state == "open":
+        if record.contract is not None:
+            break  # a contract holds on its release range: no PR, no base and head
+        if field == "head_release" and record.state == "open":
             continue  # an open PR is in no release yet
         if getattr(record.target, field) is None:
             items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "

@@ -147,8 +147,10 @@ def _is_union_tag(item: Any) -> bool:
 def _cross_references(record: Record, stem: str, expects_optional: bool = False) -> list[tuple[Loc, str]]:
     """What types alone cannot say: unique ids, references that resolve, batches vLLM can produce."""
     problems: list[tuple[Loc, str]] = []
-    if stem != str(record.pr.number):
-        problems.append((("pr", "number"), f"record file is named {stem!r} but pr.number is {record.pr.number}; name it {record.pr.number}.yaml"))
+    if stem != str(record.number):
+        where = ("pr", "number") if record.pr is not None else ("contract", "id")
+        what = "pr.number" if record.pr is not None else "contract.id"
+        problems.append((where, f"record file is named {stem!r} but {what} is {record.number}; name it {record.number}.yaml"))
     if (
         record.target.base_release
         and record.target.head_release
@@ -201,7 +203,7 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
             for c_index, case_id in enumerate(check_cases):
                 if case_id in case_ids and not record.case(case_id).expect:
                     problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
-                                     f"run gdn-review snapshot --record {record.pr.number} --fill-expects"))
+                                     f"run gdn-review snapshot --record {record.number} --fill-expects"))
         for d_index, deviation in enumerate(claim.known_deviations):
             d_loc: Loc = ("claims", index, "known_deviations", d_index)
             known(d_loc + ("cases",), "case of this claim's check", deviation.cases, set(check_cases))
@@ -406,16 +408,17 @@ def load_kb(kb_dir: str | os.PathLike) -> dict[Path, Record]:
         raise RecordErrors([RecordError(str(folder), 1, 1, "", "no such knowledge-base folder")])
     records: dict[Path, Record] = {}
     errors: list[RecordError] = []
-    numbers: dict[int, Path] = {}
+    numbers: dict[int | str, Path] = {}
     for path in record_paths(folder):
         try:
             record = load_record(path)
         except RecordErrors as failure:
             errors.extend(failure.errors)
             continue
-        if record.pr.number in numbers:
-            errors.append(RecordError(str(path), 1, 1, "pr.number", f"PR {record.pr.number} is already recorded in {numbers[record.pr.number]}"))
-        numbers[record.pr.number] = path
+        if record.number in numbers:
+            what = "pr.number" if record.pr is not None else "contract.id"
+            errors.append(RecordError(str(path), 1, 1, what, f"{record.label} is already recorded in {numbers[record.number]}"))
+        numbers[record.number] = path
         records[path] = record
     if errors:
         raise RecordErrors(errors)

@@ -7,55 +7,21 @@ become test names and file names.
 
 from __future__ import annotations
 
-import keyword
-import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
-Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=80)]
+from gdn_review.kb.subjects import Contract, PullRequest
+from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules import them from here)
+    Id,
+    PlainValue,
+    Release,
+    ReleaseRange,
+    Strict,
+    Text,
+    python_name,
+)
 
-
-def python_name(identifier: str) -> str:
-    """The Python name an id becomes in generated code ('C2.a-b' -> 'C2_a_b')."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", identifier)
-    return name + "_" if keyword.iskeyword(name) else name
-
-Text = Annotated[str, StringConstraints(min_length=1)]
-
-
-def _release(value: str) -> str:
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a release number (for example '0.29.0')") from None
-    return value
-
-
-def _release_range(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a release range (for example '>=0.29,<0.32')") from None
-    if not value.strip():
-        raise ValueError("an empty release range; leave the field out to mean every release")
-    return value
-
-
-def _plain_value(value: Any) -> Any:
-    """Expected values are plain data: null, booleans, integers, strings, lists of them."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, list):
-        return [_plain_value(item) for item in value]
-    raise ValueError(f"expected values are null, true/false, integers, strings or lists of them; got {type(value).__name__} {value!r}")
-
-
-PlainValue = Annotated[Any, AfterValidator(_plain_value)]
-Release = Annotated[str, AfterValidator(_release)]
-ReleaseRange = Annotated[str, AfterValidator(_release_range)]
 # One aten op, or alternatives counted together ("aten.bitwise_not|aten.logical_not"),
 # so a rewrite of the same computation with another op is still counted.
 OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+(\|aten\.[A-Za-z0-9_]+)*$")]
@@ -124,33 +90,6 @@ InvariantProperty = Literal[
 RelationKind = Literal[
     "same-area", "supersedes", "superseded-by", "changes-claim", "fixes", "fixed-by", "depends-on"
 ]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PullRequest(Strict):
-    number: Annotated[int, Field(gt=0)]
-    repo: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
-    title: Text
-    merged_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")] | None = Field(
-        default=None, description="when the PR was merged (YYYY-MM-DD, optionally HH:MM[:SS]); leave it out while unknown"
-    )
-    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = Field(
-        default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
-    )
-    source_report: str | None = None
-    state: Literal["merged", "open"] = Field(
-        default="merged", description="open: not merged when the record was written; it has no head release yet"
-    )
-
-    @model_validator(mode="after")
-    def _default_url(self) -> PullRequest:
-        # The URL follows from repo and number; set once here (the model is frozen).
-        if self.url is None:
-            object.__setattr__(self, "url", f"https://github.com/{self.repo}/pull/{self.number}")
-        return self
 
 
 class MetadataChange(Strict):
@@ -448,7 +387,8 @@ class UpstreamTest(Strict):
 
 class Record(Strict):
     schema_version: Literal[1] = 1
-    pr: PullRequest
+    pr: PullRequest | None = Field(default=None, description="the PR the record reviews (a contract record has none)")
+    contract: Contract | None = Field(default=None, description="instead of pr: what the builder promises where no PR carries it")
     target: Target
     summary: str | None = None
     report: ReportNotes | None = None
@@ -464,6 +404,41 @@ class Record(Strict):
         description="automatic mutants (by id, see `gdn-review mutate --list`) that cannot change behaviour, "
         "and why; they are reported as equivalent and not run",
     )
+
+    @model_validator(mode="after")
+    def _pr_or_contract(self) -> Record:
+        if (self.pr is None) == (self.contract is None):
+            raise ValueError("a record has either pr: (the PR it reviews) or contract: (a promise no PR carries), not both or neither")
+        return self
+
+    @property
+    def number(self) -> int | str:
+        """The record's key: its PR's number, or its contract's id."""
+        return self.pr.number if self.pr is not None else self.contract.id
+
+    @property
+    def label(self) -> str:
+        """How people read the key: ``PR #52078``, ``contract update_block_table``."""
+        return f"PR #{self.pr.number}" if self.pr is not None else f"contract {self.contract.id}"
+
+    @property
+    def short(self) -> str:
+        """``#52078`` or ``update_block_table`` (lists, tables)."""
+        return f"#{self.pr.number}" if self.pr is not None else self.contract.id
+
+    @property
+    def title(self) -> str:
+        return self.pr.title if self.pr is not None else self.contract.title
+
+    @property
+    def state(self) -> str:
+        """merged, open, or contract."""
+        return self.pr.state if self.pr is not None else "contract"
+
+    @property
+    def sort_key(self) -> tuple:
+        """PR records by number first, then contracts by id."""
+        return (0, self.pr.number, "") if self.pr is not None else (1, 0, self.contract.id)
 
     def case(self, case_id: str) -> Case:
         return next(c for c in self.cases if c.id == case_id)

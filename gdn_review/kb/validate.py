@@ -57,7 +57,7 @@ def relation_problems(records: dict[Path, Record]) -> list:
     from gdn_review.kb import RecordError
     from gdn_review.kb.load import _locate, read_yaml
 
-    heads = {record.pr.number: (path, record.target.head_release) for path, record in records.items() if record.target.head_release}
+    heads = {record.number: (path, record.target.head_release) for path, record in records.items() if record.target.head_release}
     problems = []
     for path, record in records.items():
         for index, relation in enumerate(record.related):

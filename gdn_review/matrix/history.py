@@ -50,12 +50,12 @@ def matrix_folder(work_root: Path, number: int) -> Path:
 
 def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
     """Each record's matrix report data from its last matrix run under ``work_root``."""
-    known = {r.pr.number for r in records.values()}
+    known = {r.number for r in records.values()}
     reports, tests, missing = {}, {}, {}
-    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+    for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             continue
-        number = record.pr.number
+        number = record.number
         try:
             matrix = load_matrix(matrix_folder(work_root, number))
             stale = _stale(path, matrix)
@@ -119,14 +119,14 @@ def _releases(reports: dict[int, dict], since: str | None) -> list[str]:
 
 def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
     """Per release, the PRs that first shipped in it: records by their head release, relations by from_release."""
-    numbers = {r.pr.number for r in records}
+    numbers = {r.number for r in records}
     per: dict[str, dict[int, dict]] = {v: {} for v in releases}
     for record in records:
         head = record.target.head_release
         if head in per:
-            per[head][record.pr.number] = {
-                "number": record.pr.number, "title": record.pr.title, "record": True,
-                "merged_at": record.pr.merged_at, "named_by": [], "summary": record.summary,
+            per[head][record.number] = {
+                "number": record.number, "title": record.title, "record": True,
+                "merged_at": record.pr.merged_at if record.pr else None, "named_by": [], "summary": record.summary,
             }
     for record in records:
         for relation in record.related:
@@ -137,14 +137,14 @@ def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str
                 "number": relation.number, "title": relation.title, "record": relation.number in numbers,
                 "merged_at": None, "named_by": [], "summary": None,
             })
-            entry["named_by"].append(_relation_check(record, relation, reports.get(record.pr.number)))
+            entry["named_by"].append(_relation_check(record, relation, reports.get(record.number)))
     return {v: sorted(per[v].values(), key=lambda e: e["number"]) for v in releases}
 
 
 def _relation_check(record: Record, relation, report: dict | None) -> dict:
     """What a record says a related PR changed in its cases, and whether the matrix shows that."""
     said = [f"{', '.join(c.cases)}" + (f" ({', '.join(c.fields)})" if c.fields else "") for c in relation.changes]
-    entry = {"record": record.pr.number, "relation": relation.relation, "says": said, "note": relation.note}
+    entry = {"record": record.number, "relation": relation.relation, "says": said, "note": relation.note}
     if report is None:
         entry["checked"] = "not checked: this record has no matrix run"
         return entry
@@ -152,20 +152,20 @@ def _relation_check(record: Record, relation, report: dict | None) -> dict:
     release = relation.from_release
     earlier = [v for v in versions if Version(v) < Version(release)]
     if release not in versions or not earlier:
-        entry["checked"] = f"not checked: the matrix of #{record.pr.number} does not run both sides of {release}"
+        entry["checked"] = f"not checked: the matrix of #{record.number} does not run both sides of {release}"
         return entry
     previous = earlier[-1]
     moved = [r for r in report["matrix"]["drift"]["rows"] if r["from"] == previous and r["to"] == release]
     mine = [r for r in moved if any(e["number"] == relation.number for e in r["explained_by"])]
     if relation.changes:
         entry["checked"] = (
-            f"confirmed: {len(mine)} case(s) of #{record.pr.number} moved {previous} → {release} as stated"
-            if mine else f"not seen: no case of #{record.pr.number} it names moved {previous} → {release}"
+            f"confirmed: {len(mine)} case(s) of #{record.number} moved {previous} → {release} as stated"
+            if mine else f"not seen: no case of #{record.number} it names moved {previous} → {release}"
         )
     else:
         entry["checked"] = (
-            f"confirmed: changes none of #{record.pr.number}'s cases (no field moved {previous} → {release})"
-            if not moved else f"contradicted: {len(moved)} case(s) of #{record.pr.number} moved {previous} → {release}"
+            f"confirmed: changes none of #{record.number}'s cases (no field moved {previous} → {release})"
+            if not moved else f"contradicted: {len(moved)} case(s) of #{record.number} moved {previous} → {release}"
         )
     return entry
 
@@ -285,7 +285,7 @@ def history_data(
 ) -> dict:
     """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's notes."""
     changes = changes or []
-    by_number = {r.pr.number: r for r in records.values()}
+    by_number = {r.number: r for r in records.values()}
     reports = matrices.reports
     releases = _releases(reports, since)
     if not releases:
@@ -294,11 +294,11 @@ def history_data(
     moved = _moved(reports, releases)
     schema = _schema(reports, releases)
     earlier = sorted(
-        ({"number": r.pr.number, "title": r.pr.title, "head": r.target.head_release} for r in by_number.values()
-         if r.target.head_release and not _in(r.target.head_release, releases[0]) and r.pr.number in reports),
+        ({"number": r.number, "title": r.title, "head": r.target.head_release} for r in by_number.values()
+         if r.target.head_release and not _in(r.target.head_release, releases[0]) and r.number in reports),
         key=lambda e: Version(e["head"]),
     )
-    open_prs = [{"number": r.pr.number, "title": r.pr.title, "base": r.target.base_release} for r in by_number.values() if r.pr.state == "open"]
+    open_prs = [{"number": r.number, "title": r.title, "base": r.target.base_release} for r in by_number.values() if r.state == "open"]
     latency = []
     for number, result in sorted((bench or {}).items()):
         if number in by_number:

@@ -86,7 +86,7 @@ def plan(record, installed: str | None, requested: list[str] | None = None, sinc
     if since:
         versions = [v for v in versions if Version(v) >= Version(since)]
         if not versions:
-            raise MatrixError(f"PR #{record.pr.number}: no release of its matrix is at or after {since}")
+            raise MatrixError(f"PR #{record.number}: no release of its matrix is at or after {since}")
     checked = set()
     for version in versions:
         try:
@@ -291,7 +291,7 @@ def run_matrix(
     """Run the record's module on every planned release; write and return matrix.json's data."""
     installed = release_cache.installed()  # None in a bundle: every release comes from the release cache
     job = Job(record, record_path, module, out_dir, plan(record, installed, requested, since))
-    return run_matrices([job], installed, jobs, keyword, say)[record.pr.number]
+    return run_matrices([job], installed, jobs, keyword, say)[record.number]
 
 
 def run_matrices(
@@ -304,7 +304,7 @@ def run_matrices(
     (benchmarks/matrix_sessions.py compares the two).
     """
     for job in work:
-        say(f"release matrix of PR #{job.record.pr.number}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
+        say(f"release matrix of PR #{job.record.number}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
     wanted = {p.version: p for job in work for p in job.planned}
     paths, downloaded = fetch(list(wanted.values()), say)
     if downloaded:
@@ -319,7 +319,7 @@ def run_matrices(
     groups: dict[tuple, list[tuple[Job, Planned]]] = {}
     for job in work:
         for item in job.planned:
-            key = (item.version, item.role == "base") if share_sessions else (item.version, job.record.pr.number)
+            key = (item.version, item.role == "base") if share_sessions else (item.version, job.record.number)
             groups.setdefault(key, []).append((job, item))
     ordered = sorted(groups.items(), key=lambda entry: (-len(entry[1]), Version(entry[0][0])))  # big sessions first
     jobs = jobs or default_jobs()
@@ -339,11 +339,11 @@ def run_matrices(
             members = futures[future]
             for (job, item), result in zip(members, future.result()):
                 result["role"] = item.role  # head, later or earlier: the same kind of session
-                results[(job.record.pr.number, item.version)] = result
+                results[(job.record.number, item.version)] = result
                 done += 1
                 where = "installed" if item.installed else "unpacked"
                 forced = ", every claim checked" if result["claims_on_any_release"] else ""
-                whose = f"#{job.record.pr.number} " if several else ""
+                whose = f"#{job.record.number} " if several else ""
                 say(f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
     except BaseException as error:
         interrupts.stop_all()  # the release runs' processes: their threads end now, not when the runs would
@@ -357,7 +357,7 @@ def run_matrices(
     run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(time.time() - duration))}Z+{os.getpid()}"
     written = {}
     for job in work:
-        number = job.record.pr.number
+        number = job.record.number
         data = {
             "format": MATRIX_FORMAT,
             "record": number,
@@ -449,7 +449,7 @@ def matrix_command(
     from gdn_review.run.selection import current_modules, load_records
 
     every = load_records(kb_dir)
-    known = {r.pr.number for r in every.values()}
+    known = {r.number for r in every.values()}
     records = load_records(kb_dir, tuple(numbers)) if numbers else {p: r for p, r in every.items() if not is_draft(r)}
     for record_path, record in records.items():
         if is_draft(record):
@@ -461,8 +461,8 @@ def matrix_command(
     single = len(records) == 1 and bool(numbers)  # --work is then the record's own folder, as before
     root = work_dir if work_dir and not single else Path(".gdn-review")
     work = []
-    for record_path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
-        number = record.pr.number
+    for record_path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
+        number = record.number
         folder = work_dir if single and work_dir else root / matrix_folder_name(number)
         work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
     run_matrices(work, installed, jobs, keyword, say)

@@ -65,7 +65,7 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
     """(label, PR number, changes) of the PRs that first shipped after ``previous``, up to ``current``."""
     found = []
     if _in_window(record.target.head_release, previous, current):
-        found.append(("this PR", record.pr.number, record.target.changes))
+        found.append(("this PR", record.number, record.target.changes))
     for relation in record.related:
         if _in_window(relation.from_release, previous, current):
             found.append((relation.relation, relation.number, relation.changes))
@@ -150,7 +150,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                 continue
             data, evidence = per_release[version]
             row = next(c for c in data["claims"] if c["id"] == claim.id)
-            tests = [t for t in evidence.tests if t["record"] == record.pr.number and t["claim"] == claim.id]
+            tests = [t for t in evidence.tests if t["record"] == record.number and t["claim"] == claim.id]
             cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": cell_measure(claim, tests), "tests": tests})
         by_version = {c["version"]: c for c in cells}
         # A head release that cannot run here (0.24 to 0.27 pick no CPU platform) is

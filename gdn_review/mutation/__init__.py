@@ -87,7 +87,7 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
         for ident in record.equivalent_mutants:
             if ident not in known:
                 notes.append(f"equivalent_mutants names {ident}, which the diff does not give on vLLM {release}")
-    return Catalogue(record.pr.number, release, target, mutants, gone, notes, loaded)
+    return Catalogue(record.number, release, target, mutants, gone, notes, loaded)
 
 
 def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
@@ -143,7 +143,7 @@ def catalogues(
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
-    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+    for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             say(f"warning: skipped draft {path}: it has open TODOs")
             continue

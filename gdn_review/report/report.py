@@ -44,9 +44,9 @@ def write_reports(
     ``reports``: report data made already (the release matrix's), written as they are.
     """
     if reports is None:
-        reports = [report_data(record, evidence) for record in sorted(records.values(), key=lambda r: r.pr.number)]
+        reports = [report_data(record, evidence) for record in sorted(records.values(), key=lambda r: r.sort_key)]
         # A related PR with a record of its own links to that record's report.
-        numbers = {record.pr.number for record in records.values()}
+        numbers = {record.number for record in records.values()}
         for data in reports:
             for related in data["related"]:
                 related["has_record"] = related["number"] in numbers

@@ -145,8 +145,8 @@ def _kill_cell(mutant: dict, claim_id: str) -> str:
 
 def mutation_data(record: Record, evidence: Evidence) -> dict | None:
     """Kill matrix per risk, survivors with their diffs, unnamed survivors as missing tests."""
-    mine = [m for m in evidence.mutants if m["record"] == record.pr.number]
-    info = evidence.mutation.get(str(record.pr.number))
+    mine = [m for m in evidence.mutants if m["record"] == record.number]
+    info = evidence.mutation.get(str(record.number))
     if not mine and info is None:
         return None
     claims = [c.id for c in record.claims]
@@ -191,8 +191,8 @@ def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
 def report_data(record: Record, evidence: Evidence) -> dict:
     """Everything a report says about one record, as plain data."""
     expected = expected_tests(record) if not is_draft(record) else {}
-    mine = superseded_skips([t for t in evidence.tests if t["record"] == record.pr.number])
-    mine += missing_tests(record.pr.number, expected, mine)
+    mine = superseded_skips([t for t in evidence.tests if t["record"] == record.number])
+    mine += missing_tests(record.number, expected, mine)
     environments = sorted(
         {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
     )
@@ -231,7 +231,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
             }
         )
         if claim.check.kind == "latency":
-            claims[-1].update(latency_claim(claim, record.pr.number, evidence.bench.get(str(record.pr.number))))
+            claims[-1].update(latency_claim(claim, record.number, evidence.bench.get(str(record.number))))
     upstream = []
     for item in record.upstream_tests:
         # The verdict of the claims' tests on these cases only (a claim's other cases aside).
@@ -253,7 +253,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         )
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
     mutation = mutation_data(record, evidence)
-    ran_mutants = [m for m in evidence.mutants if m["record"] == record.pr.number] if mutation else None
+    ran_mutants = [m for m in evidence.mutants if m["record"] == record.number] if mutation else None
     risks = []
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
@@ -275,11 +275,13 @@ def report_data(record: Record, evidence: Evidence) -> dict:
             }
         )
     return {
-        "number": record.pr.number,
-        "title": record.pr.title,
-        "repo": record.pr.repo,
-        "url": record.pr.url,
-        "merged_at": record.pr.merged_at or "unknown",
+        "number": record.number,
+        "title": record.title,
+        "label": record.label,
+        "repo": record.pr.repo if record.pr else None,
+        "url": record.pr.url if record.pr else None,
+        "merged_at": (record.pr.merged_at or "unknown") if record.pr else None,
+        "contract": record.contract.model_dump(mode="json") if record.contract else None,
         "base_release": record.target.base_release or "TODO",
         "head_release": record.target.head_release or "TODO",
         "target": f"{record.target.file} ({record.target.symbol})",

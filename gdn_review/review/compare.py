@@ -26,9 +26,9 @@ def _side(side: dict | None, record) -> tuple[dict | None, list[dict], dict | No
         return None, [], None
     folder = Path(side["folder"])
     evidence = load_evidence([folder / side["evidence"]])
-    name = side.get("snapshots", {}).get(str(record.pr.number))
+    name = side.get("snapshots", {}).get(str(record.number))
     snapshot = snapshots.load(folder / name) if name else None
-    return report_data(record, evidence), [t for t in evidence.tests if t["record"] == record.pr.number], snapshot
+    return report_data(record, evidence), [t for t in evidence.tests if t["record"] == record.number], snapshot
 
 
 def _measure(claim, tests: list[dict]) -> str:
@@ -79,8 +79,8 @@ def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]
     after_cases = (after_snapshot or {}).get("cases", {})
     carried = record.target.head_release is not None and _after(record.target.head_release, onto) and not _after(record.target.head_release, lands_in)
     return {
-        "number": record.pr.number,
-        "title": record.pr.title,
+        "number": record.number,
+        "title": record.title,
         "claims": claims,
         "moved": drift["rows"],
         # What each moved case measures with the change, in `expect` terms (for a draft record).
@@ -104,7 +104,7 @@ def carried(records, onto: str, lands_in: str) -> list[dict]:
     for record in records:
         release = record.target.head_release
         if release and _after(release, onto) and not _after(release, lands_in):
-            found[record.pr.number] = {"number": record.pr.number, "title": record.pr.title, "release": release, "record": True}
+            found[record.number] = {"number": record.number, "title": record.title, "release": release, "record": True}
         for relation in record.related:
             release = relation.from_release
             if release and _after(release, onto) and not _after(release, lands_in):

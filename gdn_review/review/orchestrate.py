@@ -184,7 +184,7 @@ def review(
     started = time.monotonic()
     text, files = patch.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
     records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
-    known = {r.pr.number for r in load_records(kb_dir).values()}
+    known = {r.number for r in load_records(kb_dir).values()}
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
@@ -209,7 +209,7 @@ def review(
         "run": {},
     }
     say(f"review of {diff_path} onto {base.label}: {len(files)} file(s)")
-    affected = {p: r for p, r in sorted(records.items(), key=lambda item: item[1].pr.number) if r.target.file in patched}
+    affected = {p: r for p, r in sorted(records.items(), key=lambda item: item[1].sort_key) if r.target.file in patched}
     by_file = {f.path: f for f in in_tree}
     for path, record in affected.items():
         file = by_file.get(record.target.file) or next(f for f in in_tree if f.old_path == record.target.file)
@@ -228,7 +228,7 @@ def review(
     if shard:
         index, count = shard
         chosen = chosen[index - 1 :: count]
-        say(f"shard {index}/{count}: records {', '.join(str(r.pr.number) for _, r in chosen) or 'none'}")
+        say(f"shard {index}/{count}: records {', '.join(str(r.number) for _, r in chosen) or 'none'}")
         if not chosen:
             data["run"] = {"seconds": round(time.monotonic() - started, 1)}
             return data
@@ -254,8 +254,8 @@ def review(
         say(f"running {len(chosen_records)} record(s) before and after the change ({data['run']['mode']}), "
             f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines")
         spec = {
-            "modules": [str(modules[r.pr.number]) for r in chosen_records.values()],
-            "records": {str(r.pr.number): str(p) for p, r in chosen_records.items()},
+            "modules": [str(modules[r.number]) for r in chosen_records.values()],
+            "records": {str(r.number): str(p) for p, r in chosen_records.items()},
             "keyword": keyword,
             "target": target,
             # The records' target module must import with the change (it imports what it needs of the rest).
@@ -420,7 +420,7 @@ def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:
     from gdn_review.review import draft
     from gdn_review.run.selection import load_records
 
-    records = {r.pr.number: r for r in load_records(kb_dir).values()}
+    records = {r.number: r for r in load_records(kb_dir).values()}
     try:
         return draft.write_draft(data, records, number, Path(folder) / f"{number}.yaml")
     except draft.DraftError as error:

@@ -172,7 +172,7 @@ def side_body(spec: dict, side: str):
         for number, record_path in spec["records"].items():
             record = load_record(Path(record_path))
             target = out / f"snapshot-{side}-{number}.json"
-            target.write_text(snapshot.dumps(snapshot.document(record.pr.number, snapshot.take(snapshot.case_inputs(record)))), encoding="utf-8")
+            target.write_text(snapshot.dumps(snapshot.document(record.number, snapshot.take(snapshot.case_inputs(record)))), encoding="utf-8")
             snapshots[number] = target.name
         return {"status": "ran", "pytest_exit": code, "evidence": evidence.name if evidence.exists() else None, "snapshots": snapshots}
 

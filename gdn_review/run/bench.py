@@ -224,7 +224,7 @@ def latency_records(records: dict, named: bool) -> list[tuple[Path, object, obje
     """(path, record, latency check or None) of the records to bench: those with a latency claim,
     or every named record (``named``: --record was given)."""
     chosen = []
-    for path, record in sorted(records.items(), key=lambda item: item[1].pr.number):
+    for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
         if latency is not None or named:
             chosen.append((path, record, latency))
@@ -270,12 +270,12 @@ def bench_command(
         unknown = [c for c in wanted if c not in cases]
         if unknown:
             raise BenchError(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
-        say(f"PR #{record.pr.number}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}")
+        say(f"PR #{record.number}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}")
         result = bench({c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds,
                        tolerance=tolerance, say=lambda line: say(f"  {line}"))
-        for line in result_lines(record.pr.number, result):
+        for line in result_lines(record.number, result):
             show(line)
-        results[record.pr.number] = result
+        results[record.number] = result
     interrupts.finishing()  # every record was timed: the evidence is written whatever comes now
     write_evidence(evidence_path, results)
     return results

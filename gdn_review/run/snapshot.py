@@ -246,7 +246,7 @@ def pytest_sessionfinish(session, exitstatus):
 
     for record_path, out in zip(record_paths, outs):
         record = load_record(Path(record_path))
-        atomic_write(Path(out), dumps(document(record.pr.number, take(case_inputs(record)))))
+        atomic_write(Path(out), dumps(document(record.number, take(case_inputs(record)))))
 
 
 def _main(argv: list[str]) -> int:
@@ -261,7 +261,7 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     record = load_record(Path(args.record), expects_optional=True)  # a snapshot needs no expect
     taken = take(case_inputs(record), args.device)
-    atomic_write(Path(args.out), dumps(document(record.pr.number, taken)))
+    atomic_write(Path(args.out), dumps(document(record.number, taken)))
     return 0
 
 

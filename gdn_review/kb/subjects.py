@@ -1,0 +1,52 @@
+"""What a record is about: a PR (``pr:``), or a contract no PR carries (``contract:``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, model_validator
+
+from gdn_review.kb.types import ReleaseRange, Strict, Text
+
+
+class PullRequest(Strict):
+    number: Annotated[int, Field(gt=0)]
+    repo: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
+    title: Text
+    merged_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")] | None = Field(
+        default=None, description="when the PR was merged (YYYY-MM-DD, optionally HH:MM[:SS]); leave it out while unknown"
+    )
+    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = Field(
+        default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
+    )
+    source_report: str | None = None
+    state: Literal["merged", "open"] = Field(
+        default="merged", description="open: not merged when the record was written; it has no head release yet"
+    )
+
+    @model_validator(mode="after")
+    def _default_url(self) -> PullRequest:
+        # The URL follows from repo and number; set once here (the model is frozen).
+        if self.url is None:
+            object.__setattr__(self, "url", f"https://github.com/{self.repo}/pull/{self.number}")
+        return self
+
+
+ContractId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", min_length=3, max_length=60)]
+
+
+class Contract(Strict):
+    """What the builder promises where no PR can carry it: code whose PR is unknown, or behaviour older than any record."""
+
+    id: ContractId = Field(description="the record's name: kb/<id>.yaml, test_contract_<id>.py")
+    title: Text
+    covers: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(
+        default_factory=list, description="ids of kb/history/changes.yaml entries whose code it guards (validate checks them)"
+    )
+    releases: ReleaseRange | None = Field(default=None, description="the releases the promise holds on, e.g. '>=0.31'")
+
+    @model_validator(mode="after")
+    def _covers_something(self) -> Contract:
+        if not self.covers and not self.releases:
+            raise ValueError("a contract names the changes.yaml entries it covers (covers: [...]) or its release range (releases: ...)")
+        return self
