@@ -190,7 +190,7 @@ def _scenario_record():
 
 def _exported(record=RECORD, release=RELEASE, source="kb/52078.yaml", snapshots=SNAPSHOTS) -> str:
     """The module `gdn-review export` writes for ``record`` (its stored snapshots in ``snapshots``)."""
-    return export.render(record, source, release, snapshot_folder=snapshots / str(record.pr.number))
+    return export.render(record, source, release, snapshot_folder=snapshots / str(record.number))
 
 
 # --- Golden file, determinism -------------------------------------------------
@@ -758,7 +758,7 @@ for path in paths:
     mutants = [m for m in found.runnable() if m.origin == "record"]
     for mutant in mutants:
         mutant.code = loader.compile_source(found.target_file, mutant.source)
-    folder = path.parent / "snapshots" / str(record.pr.number)
+    folder = path.parent / "snapshots" / str(record.number)
     generated = scratch / "generated" / generate.module_name(record)
     exported = scratch / "exported" / export.module_name(record)
     for module in (generated, exported):
@@ -766,7 +766,7 @@ for path in paths:
     # (an absolute snapshot folder: the generated module joins it to its own folder)
     generated.write_text(generate.render_module(record, f"kb/{path.name}", snapshot_dir=str(folder)), encoding="utf-8")
     exported.write_text(export.render(record, f"kb/{path.name}", release, snapshot_folder=folder), encoding="utf-8")
-    plan.append((record.pr.number, found, mutants, generated, exported))
+    plan.append((record.number, found, mutants, generated, exported))
 
 started = time.monotonic()
 # The generated suites' baseline, in this process, as `gdn-review mutate` runs it.

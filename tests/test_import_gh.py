@@ -123,7 +123,7 @@ def test_json_detected_by_content_not_only_by_name(tmp_path):
     path = tmp_path / "pr-55404.txt"
     path.write_text(PR_JSON.read_text(encoding="utf-8"), encoding="utf-8")
     _, record = imported(tmp_path, path)
-    assert record.pr.number == 55404
+    assert record.number == 55404
 
 
 def test_merged_at_from_iso_and_null_means_open(tmp_path):

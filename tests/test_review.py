@@ -116,7 +116,7 @@ def release_drift(step_reviews, step_kb):
     from gdn_review.matrix.matrix_report import drift_data
     from gdn_review.run import snapshot
 
-    records = {r.pr.number: r for r in load_kb(step_kb / "kb").values()}
+    records = {r.number: r for r in load_kb(step_kb / "kb").values()}
     drift = {}
     for number, record in records.items():
         taken = [(old, _unpatched_snapshot(step_reviews[old][3], number)) for old, _ in STEPS]
@@ -171,7 +171,7 @@ def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_re
     from gdn_review.matrix import matrix, matrix_report
     from gdn_review.report import report
 
-    records = {r.pr.number: r for r in load_kb(step_kb / "kb").values()}
+    records = {r.number: r for r in load_kb(step_kb / "kb").values()}
     _, _, data, _ = step_reviews["0.31.0"]
     assert any(record["moved"] for record in data["records"])
     # Both records in one matrix run: records that run a release share one pytest session.

@@ -44,8 +44,8 @@ def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_
 
     installed, _ = release_cache.loaded()
     for record in load_kb(ROOT / "kb").values():
-        stored = snapshots.stored(ROOT / "kb", record.pr.number)
-        assert installed in stored, f"run gdn-review snapshot --record {record.pr.number}"
+        stored = snapshots.stored(ROOT / "kb", record.number)
+        assert installed in stored, f"run gdn-review snapshot --record {record.number}"
         assert set(stored[installed]["cases"]) == {c.id for c in record.cases}
 
 

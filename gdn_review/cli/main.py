@@ -83,7 +83,7 @@ def validate(kb_dir: Path) -> None:
         _say(f"note: {note}")
     for path, record in checked.records.items():
         todos = checked.todos[path]
-        click.echo(f"{'ok   ' if not todos else 'draft'}  {path}  PR #{record.number}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
+        click.echo(f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
         for todo in todos:
             _say(f"  incomplete: {todo}")
     if checked.open_items:

@@ -38,6 +38,9 @@ class ChangeSource(Strict):
 
 
 class BuilderChange(Strict):
+    id: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] | None = Field(
+        default=None, description="a name contract records use to say they cover this change (contract.covers)"
+    )
     release: Release = Field(description="the first release with the change")
     what: Text
     fields: list[FieldName] = Field(
@@ -89,6 +92,50 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
             message = f"unknown key {str(loc[-1])!r}" if at_key else ("required field is missing" if item["type"] == "missing" else item["msg"])
             errors.append(RecordError(file, line, column, _field_path(loc), message))
         raise RecordErrors(errors) from None
+    seen: dict[str, int] = {}
+    for index, change in enumerate(parsed.changes):
+        if change.id is None:
+            continue
+        if change.id in seen:
+            line, column = _locate(root, ("changes", index, "id"))
+            errors.append(RecordError(file, line, column, f"changes[{index}].id", f"id {change.id!r} is already changes[{seen[change.id]}]'s"))
+        seen.setdefault(change.id, index)
     if errors:
         raise RecordErrors(errors)
     return parsed.changes
+
+
+def contract_problems(records: dict, changes: list[BuilderChange]) -> list[RecordError]:
+    """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its release range."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    by_id = {change.id: change for change in changes if change.id}
+    problems = []
+    for path, record in records.items():
+        if record.contract is None:
+            continue
+        root = None
+        for index, name in enumerate(record.contract.covers):
+            change = by_id.get(name)
+            if change is None:
+                message = f"no entry of kb/history/changes.yaml has id {name!r} (ids: {', '.join(sorted(by_id)) or 'none'})"
+            elif change.pr is not None:
+                message = f"{name!r} is tied to PR #{change.pr.number}: state it in a record of that PR, not in a contract"
+            elif record.contract.releases and not SpecifierSet(record.contract.releases).contains(Version(change.release), prereleases=True):
+                message = f"{name!r} first shipped in {change.release}, outside contract.releases {record.contract.releases!r}"
+            else:
+                continue
+            if root is None:
+                root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+            line, column = _locate(root, ("contract", "covers", index))
+            problems.append(RecordError(str(path), line, column, f"contract.covers[{index}]", message))
+    return problems
+
+
+def contract_release(record, changes: list[BuilderChange]) -> str | None:
+    """The release a contract record belongs to on the history page: its earliest covered change's."""
+    from packaging.version import Version
+
+    releases = [c.release for c in changes if c.id and record.contract and c.id in record.contract.covers]
+    return min(releases, key=Version) if releases else None

@@ -33,7 +33,7 @@ def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, 
     ``check_finds`` is the mutation stage's check of a record's mutant finds
     (``mutation.check_finds``): passed in, so the records' stage imports no later stage.
     """
-    from gdn_review.kb.changes import changes_path, load_changes
+    from gdn_review.kb.changes import changes_path, contract_problems, load_changes
 
     records = load_kb(kb_dir)
     if not records:
@@ -45,6 +45,7 @@ def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, 
         find_errors += problems
         notes += [f"{path}: mutant finds not checked against {what}" for what in skipped]
     find_errors += relation_problems(records)
+    find_errors += contract_problems(records, changes)
     if find_errors:
         raise RecordErrors(find_errors)
     if changes_path(kb_dir).is_file():

@@ -541,7 +541,9 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None):
     if entry == "build":
         return metadata, None
     built = keep_built(metadata) if keep_built else None
-    second = common.block_table_tensor + SECOND_TABLE
+    # The other group's table: a null entry (a padded row's) stays null there too.
+    table = common.block_table_tensor
+    second = torch.where(table == 0, table, table + SECOND_TABLE)
     return builder.update_block_table(metadata, second, common.slot_mapping), built
 
 
