@@ -155,7 +155,8 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     _say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")
     progress = MutationProgress(_say)
     try:
-        data = guard.run({f"#{n}": path for n, path in sorted(modules.items())}, target, loaded, source, notes,
+        named = {(f"#{n}" if isinstance(n, int) else n): path for n, path in sorted(modules.items(), key=lambda item: (isinstance(item[0], str), str(item[0]).zfill(12)))}
+        data = guard.run(named, target, loaded, source, notes,
                          jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns)
     except guard.GuardError as error:
         progress.stop()
