@@ -74,15 +74,15 @@ def load_notes(path: Path) -> Notes:
         raise RecordErrors([RecordError(str(path), line, column, "", f"not valid YAML: {error}")]) from None
     errors: list[RecordError] = []
 
-    def error(loc: tuple, field: str, message: str) -> None:
-        line, column = _locate(root, loc)
+    def error(loc: tuple, field: str, message: str, at_key: bool = False) -> None:
+        line, column = _locate(root, loc, at_key=at_key)
         errors.append(RecordError(str(path), line, column, field, message))
 
     if not isinstance(data, dict):
         error((), "", "expected a mapping with `equivalent` and `unreachable`")
         raise RecordErrors(errors)
     for key in sorted(set(data) - {"equivalent", "unreachable"}):
-        error((key,), key, "unknown field (allowed: equivalent, unreachable)")
+        error((key,), key, "unknown field (allowed: equivalent, unreachable)", at_key=True)
     notes = Notes()
     equivalent = data.get("equivalent") or {}
     if not isinstance(equivalent, dict):

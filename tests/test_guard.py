@@ -1,0 +1,200 @@
+"""The whole-file score (`mutate --whole-file`) and contract records: their parts, then one real run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gdn_review.kb import RecordErrors, load_kb
+from gdn_review.kb.changes import contract_problems, load_changes
+from gdn_review.kb.load import parse_record
+from gdn_review.mutation import guard, operators
+from gdn_review.mutation.reach import Site
+from tests.conftest import ROOT, vllm_files_digest
+
+SOURCE = textwrap.dedent('''
+    def helper(offsets):
+        """Not mutated: a docstring."""
+        return sum(offsets[:2])
+
+
+    class Other:
+        def method(self):
+            return 1 + 1
+
+
+    class FakeMetadataBuilder:
+        def __init__(self, n):
+            self.n = n
+            self._setup()
+
+        def _setup(self):
+            self.buffer = [0] * self.n
+
+        def build(self, rows, mask, table):
+            assert rows is not None, f"rows {rows}"
+            if mask is None or len(rows) >= self.n:
+                return None
+            tail = table[len(rows):]
+            tail.fill_(NULL_BLOCK_ID)
+            self.buffer[:2] = rows
+            self.n -= 1
+            return torch.where(mask, rows, table)
+''')
+
+
+def _edits(source: str, broad: bool) -> dict[str, set[str]]:
+    lines = set(guard.scope(source)) if broad else set(range(1, len(source.splitlines()) + 1))
+    found: dict[str, set[str]] = {}
+    for mutant in operators.automatic_mutants(source, lines, broad=broad):
+        found.setdefault(mutant.operator, set()).add(f"{mutant.before} -> {mutant.after}")
+    return found
+
+
+def test_broad_operators_plant_each_kind_of_bug():
+    edits = _edits(SOURCE, broad=True)
+    assert "NULL_BLOCK_ID -> 1" in edits["fill_value"]
+    assert "tail.fill_(NULL_BLOCK_ID) -> pass" in edits["drop_statement"]
+    assert "self.n -= 1 -> pass" in edits["drop_statement"]
+    assert "self.buffer[:2] = rows -> pass" in edits["drop_statement"]
+    assert "len(rows): -> :" in edits["slice_whole"]
+    assert "mask is None -> (mask is not None)" in edits["is_to_is_not"]
+    assert "torch.where(mask, rows, table) -> torch.where(rows, mask, table)" in edits["swap_args1"]
+    assert "torch.where(mask, rows, table) -> torch.where(mask, table, rows)" in edits["swap_args2"]
+    assert "len(rows) >= self.n -> (len(rows) > self.n)" in edits["ge_to_gt"]
+    assert "1 -> 2" in edits["const_plus1"]
+    # Messages, docstrings and what is outside a builder class or module-level function: never.
+    assert not any("rows {rows}" in edit for group in edits.values() for edit in group)
+    assert not any("1 + 1" in edit for group in edits.values() for edit in group)
+
+
+def test_pr_hunk_mutants_keep_the_narrow_set():
+    assert {"fill_value", "drop_statement", "swap_args1", "const_plus1", "slice_whole", "is_to_is_not"}.isdisjoint(_edits(SOURCE, broad=False))
+
+
+def test_scope_is_builder_methods_and_module_functions_without_docstrings():
+    scope = guard.scope(SOURCE)
+    functions = set(scope.values())
+    assert functions == {"helper", "FakeMetadataBuilder.__init__", "FakeMetadataBuilder._setup", "FakeMetadataBuilder.build"}
+    docstring = next(i for i, line in enumerate(SOURCE.splitlines(), 1) if "Not mutated" in line)
+    assert docstring not in scope
+    assert guard.construction_functions(SOURCE) == {"FakeMetadataBuilder.__init__", "FakeMetadataBuilder._setup"}
+
+
+def _mutant(source: str, operator: str, before: str):
+    found = next(m for m in guard.catalogue(source, "x.py", guard.Notes()) if m.operator == operator and before in m.diff)
+    return found
+
+
+def test_plan_runs_a_mutant_only_under_the_tests_that_execute_its_edit():
+    lines = SOURCE.splitlines()
+    fill = next(i for i, line in enumerate(lines, 1) if "tail.fill_" in line)
+    ret = next(i for i, line in enumerate(lines, 1) if "return torch.where" in line)
+    init = next(i for i, line in enumerate(lines, 1) if "self.n = n" in line)
+    by_test = {"t::a": {fill, init}, "t::b": {init}, "t::c": {fill}}
+    mutants = [_mutant(SOURCE, "drop_statement", "tail.fill_"), _mutant(SOURCE, "swap_args1", "torch.where"),
+               _mutant(SOURCE, "const_plus1", "[0] * self.n")]
+    notes = guard.Notes(unreachable=[guard.Unreachable("return torch.where", "CUDA only", "notes.yaml:1")])
+    unreachable, unmatched = guard.unreachable_lines(SOURCE, notes)
+    assert unreachable == {ret: "CUDA only"} and not unmatched
+    work = guard.plan(mutants, SOURCE, by_test, unreachable, guard.scope(SOURCE))
+    assert work.tests[mutants[0].id] == ["t::a", "t::c"]
+    assert work.decided[mutants[1].id] == ("unreachable here", "CUDA only")
+    # _setup is construction: builders are cached, so every test (None) runs it.
+    assert mutants[2].id in work.decided or work.tests[mutants[2].id] is None
+    work = guard.plan(mutants, SOURCE, by_test, {}, guard.scope(SOURCE))
+    assert work.decided[mutants[1].id][0] == "not reached"
+
+
+def test_score_counts_timeouts_as_detected_and_leaves_out_equivalents():
+    entries = [{"status": s} for s in ["killed", "killed", "timeout", "survived", "not reached", "equivalent", "unreachable here", "error"]]
+    assert guard.score(entries)["percent"] == 60.0
+    assert guard.score([{"status": "equivalent"}])["percent"] is None
+
+
+def test_bad_notes_name_file_line_and_field(tmp_path):
+    notes = tmp_path / "notes.yaml"
+    notes.write_text("unreachable:\n  - find: x\nequivalent:\n  auto.a.b.c: ''\nextra: 1\n", encoding="utf-8")
+    with pytest.raises(RecordErrors) as failure:
+        guard.load_notes(notes)
+    messages = [str(e) for e in failure.value.errors]
+    assert f"{notes}:2:5: unreachable[0]: expected exactly `find` (a statement's first line) and `reason`" in messages
+    assert any(m.startswith(f"{notes}:4:") and "say why" in m for m in messages)
+    assert any(m.startswith(f"{notes}:5:1: extra:") for m in messages)
+
+
+CONTRACT = """\
+schema_version: 1
+contract:
+  id: {id}
+  title: A promise
+  covers: [{covers}]
+  releases: ">=0.31"
+target:
+  file: vllm/v1/attention/backends/gdn_attn.py
+  symbol: GDNAttentionMetadataBuilder.update_block_table
+claims:
+  - id: C1
+    text: It holds.
+    check:
+      kind: invariant
+      properties: [regather_matches_fresh_build]
+"""
+
+
+def test_a_contract_record_is_keyed_by_its_id_and_needs_no_release():
+    record = parse_record(CONTRACT.format(id="some_promise", covers="update-block-table"), "some_promise.yaml")
+    assert (record.number, record.label, record.state) == ("some_promise", "contract some_promise", "contract")
+    with pytest.raises(RecordErrors, match="either pr: .* or contract:"):
+        parse_record(CONTRACT.format(id="some_promise", covers="x").replace("schema_version: 1\n", "schema_version: 1\npr: {number: 1, repo: a/b, title: t}\n"), "some_promise.yaml")
+    with pytest.raises(RecordErrors, match="contract.id is some_promise; name it some_promise.yaml"):
+        parse_record(CONTRACT.format(id="some_promise", covers="x"), "other.yaml")
+
+
+def test_validate_checks_what_a_contract_covers(tmp_path):
+    changes = load_changes(ROOT / "kb")
+    records = {}
+    for name, covers in [("unknown_entry", "no-such-entry"), ("tied_entry", "x"), ("fine", "update-block-table")]:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(CONTRACT.format(id=name, covers=covers), encoding="utf-8")
+        records[path] = parse_record(path.read_text(encoding="utf-8"), path.name)
+    tied = [c for c in changes if c.pr is not None][0]
+    tied = tied.model_copy(update={"id": "x"})
+    problems = [str(p) for p in contract_problems(records, [*changes, tied])]
+    assert len(problems) == 2, problems
+    assert any("unknown_entry.yaml:5:12: contract.covers[0]: no entry of kb/history/changes.yaml has id 'no-such-entry'" in p for p in problems)
+    assert any("tied_entry.yaml:5:12: contract.covers[0]: 'x' is tied to PR #" in p for p in problems)
+
+
+def test_the_bundled_contract_covers_an_untied_change():
+    records = load_kb(ROOT / "kb")
+    contracts = [r for r in records.values() if r.contract is not None]
+    assert contracts and not contract_problems(records, load_changes(ROOT / "kb"))
+
+
+@pytest.mark.slow
+def test_whole_file_run_reaches_update_block_table_only_through_the_contract_record(tmp_path):
+    """A real run on a few mutants: the staged spec-row fill of update_block_table is killed,
+    and only the contract record's tests execute that line."""
+    before = vllm_files_digest()
+    command = [sys.executable, "-m", "gdn_review.cli", "mutate", "--whole-file", "--mutant", "auto.fill_value.NULL_BLOCK_ID.*",
+               "--reports", str(tmp_path), "--min-score", "0", "--jobs", "2"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert vllm_files_digest() == before
+    data = json.loads((tmp_path / "guard.json").read_text(encoding="utf-8"))
+    source = Path(data["target"])
+    regather = [m for m in data["mutants"] if m["function"].endswith("update_block_table")]
+    staged = [m for m in regather if "spec_indices[m.num_spec_decodes :].fill_" in m["diff"]]
+    assert len(staged) == 1 and staged[0]["status"] == "killed", staged
+    assert "test_contract_update_block_table" in staged[0]["killed_by"][0]
+    # The decode path's fill is equivalent (kb/guard/notes.yaml says why): never a survivor.
+    assert all(m["status"] != "survived" for m in regather), regather
+    line_map = {row["line"]: row for row in data["lines"]}
+    assert all(line_map[m["line"]]["records"] == ["update_block_table"] for m in staged), source
+    assert (tmp_path / "guard.md").read_text(encoding="utf-8").startswith("# What the KB guards in")
