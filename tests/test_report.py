@@ -185,7 +185,7 @@ def test_out_of_range_release_is_not_applicable_even_with_cuda_skips(tmp_path):
         (lambda t: t.update(outcome="great"), "tests[0]: unknown outcome 'great'"),
         (lambda t: t.update(risks="R1"), "tests[0]: 'risks' must be a list of ids, got 'R1'"),
         (lambda t: t.update(measured=[1]), "tests[0]: 'measured' must be an object, got [1]"),
-        (lambda t: t.update(record="1"), "tests[0]: 'record' must be an integer, got '1'"),
+        (lambda t: t.update(record="1"), "tests[0]: 'record' must be a PR number or a contract id, got '1'"),
     ],
 )
 def test_malformed_evidence_entries_are_bad_input(tmp_path, edit, message):

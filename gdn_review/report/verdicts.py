@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
@@ -84,8 +85,8 @@ def load_evidence(paths: list[Path]) -> Evidence:
 def _mutant_problem(mutant) -> str | None:
     if not isinstance(mutant, dict):
         return f"expected an object, got {type(mutant).__name__}"
-    if not isinstance(mutant.get("record"), int) or not isinstance(mutant.get("id"), str):
-        return "'record' (integer) and 'id' (string) are required"
+    if not _record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
+        return "'record' (a PR number or a contract id) and 'id' (string) are required"
     if mutant.get("status") not in MUTANT_STATUSES:
         return f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MUTANT_STATUSES)})"
     if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(mutant.get("risks", []), list):
@@ -96,11 +97,20 @@ def _mutant_problem(mutant) -> str | None:
 OUTCOMES = RAN | {"skipped", "deselected", "not run"}
 
 
+def _record_key(value) -> bool:
+    """A record's key in evidence: a PR's number, or a contract record's id."""
+    if isinstance(value, bool):
+        return False
+    return (isinstance(value, int) and value > 0) or (isinstance(value, str) and re.fullmatch(r"[a-z][a-z0-9_]{2,59}", value) is not None)
+
+
 def _entry_problem(test) -> str | None:
     """What is wrong with one evidence test entry, or None."""
     if not isinstance(test, dict):
         return f"expected an object, got {type(test).__name__}"
-    kinds = {"nodeid": str, "record": int, "claim": str, "outcome": str}
+    if not _record_key(test.get("record")):
+        return f"'record' must be a PR number or a contract id, got {test.get('record')!r}"
+    kinds = {"nodeid": str, "claim": str, "outcome": str}
     for key, kind in kinds.items():
         if not isinstance(test.get(key), kind) or isinstance(test.get(key), bool):
             return f"{key!r} must be {'an integer' if kind is int else 'a string'}, got {test.get(key)!r}"
