@@ -21,6 +21,7 @@ import jinja2
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
+from gdn_review.kb.subjects import key_short
 
 BANNER_MARK = "# gdn-review: generated module"
 DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -197,6 +198,7 @@ def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Enviro
     )
     env.filters["py"] = py_literal
     env.filters["ident"] = python_name
+    env.filters["short"] = key_short  # a record's key as people read it: #52078, update_block_table
     env.filters.update(filters)
     return env
 

@@ -14,7 +14,6 @@ from gdn_review.kb import RecordErrors, load_kb
 from gdn_review.kb.changes import contract_problems, load_changes
 from gdn_review.kb.load import parse_record
 from gdn_review.mutation import guard, operators
-from gdn_review.mutation.reach import Site
 from tests.conftest import ROOT, vllm_files_digest
 
 SOURCE = textwrap.dedent('''

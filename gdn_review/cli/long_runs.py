@@ -15,10 +15,10 @@ from pathlib import Path
 import click
 
 from gdn_review.cli.support import (
-    RECORD_KEY,
     BENCH_EVIDENCE,
     EXIT_FAILED,
     EXIT_OK,
+    RECORD_KEY,
     _exit_codes,
     _fail_on,
     _print_written,
@@ -27,6 +27,7 @@ from gdn_review.cli.support import (
     _write_reports,
     kb_option,
 )
+from gdn_review.kb.subjects import key_label, key_short
 from gdn_review.report import report as reporting
 from gdn_review.run.plugin import DEFAULT_EVIDENCE
 from gdn_review.run.selection import current_modules, load_records
@@ -271,7 +272,7 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     tripped: list[str] = []
     for report_data in reports:
         if len(reports) > 1:
-            click.echo(f"PR #{report_data['number']}:")
+            click.echo(f"{key_label(report_data['number'])}:")
         click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix.summary_lines(report_data)))
         tripped += reporting.matrix_failures(report_data, chosen)
     if every:
@@ -282,7 +283,7 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
         )
         written.append(page)
         for number, why in data["missing"].items():
-            _say(f"history: left out #{number}: {why}")
+            _say(f"history: left out {key_short(number)}: {why}")
         click.echo(_history_line(data))
         if "drift" in chosen:  # a metadata field that came or went with no noted change behind it
             tripped += [f"history: {u['from']} → {u['to']}: field {', '.join(u['fields'])} unattributed" for u in data["unexplained"] if u["record"] is None]
@@ -330,7 +331,7 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
 
     data, path = history.history_command(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
     for number, why in data["missing"].items():
-        _say(f"left out #{number}: {why}")
+        _say(f"left out {key_short(number)}: {why}")
     click.echo(_history_line(data))
     click.echo(f"wrote {path}")
     sys.exit(EXIT_FAILED if data["unexplained"] and fail_on == "drift" else EXIT_OK)

@@ -18,9 +18,9 @@ from gdn_review.cli import authoring as cli_authoring
 from gdn_review.cli import long_runs as cli_long_runs
 from gdn_review.cli import review_commands as cli_review
 from gdn_review.cli.support import (
-    RECORD_KEY,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    RECORD_KEY,
     _exit_codes,
     _fail_on,
     _report_evidence,

@@ -12,9 +12,9 @@ import click
 
 from gdn_review.cli.long_runs import interruptible
 from gdn_review.cli.support import (
-    RECORD_KEY,
     EXIT_FAILED,
     EXIT_OK,
+    RECORD_KEY,
     _exit_codes,
     _fail_on,
     _print_written,

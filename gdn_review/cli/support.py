@@ -12,6 +12,7 @@ import click
 
 from gdn_review import generate as generator
 from gdn_review.kb import RecordErrors
+from gdn_review.kb.subjects import key_label
 from gdn_review.report import report as reporting
 from gdn_review.run.selection import StaleModules
 
@@ -26,12 +27,12 @@ class BadInput(click.ClickException):
 def _input_errors() -> tuple[type[Exception], ...]:
     """Every stage's "bad input" error (exit 2); imported late so --help stays fast."""
     from gdn_review import mutation
-    from gdn_review.mutation import guard
     from gdn_review.common import release_cache
     from gdn_review.export import bundle
     from gdn_review.export.export import ExportError
     from gdn_review.importers.review_report import ReportImportError
     from gdn_review.matrix import matrix
+    from gdn_review.mutation import guard
     from gdn_review.review.orchestrate import ReviewError
     from gdn_review.review.patch import PatchError
     from gdn_review.run import bench, selection, snapshot, suite
@@ -117,7 +118,7 @@ def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: se
     for data in reports:
         verdicts = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
         coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
-        click.echo(f"PR #{data['number']}: claims {verdicts}; risks {coverage}")
+        click.echo(f"{key_label(data['number'])}: claims {verdicts}; risks {coverage}")
     _print_written(written, fmt)
     tripped = reporting.failures(reports, fail_on)
     for line in tripped:

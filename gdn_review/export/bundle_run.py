@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from gdn_review.common import interrupts
+from gdn_review.kb.subjects import key_label
 
 RUN_FORMAT = "gdn-review-bundle-run/1"
 PROBE_SECONDS = 300
@@ -169,10 +170,10 @@ def main(argv: list[str]) -> int:
             lines += probe_lines(version, attempt)
     for number, runs in summary["matrices"].items():
         for run in runs or [{"version": "?", "summary": "no matrix result"}]:
-            lines.append(f"PR #{number} on vLLM {run['version']}: {run['summary']}")
+            lines.append(f"{key_label(number)} on vLLM {run['version']}: {run['summary']}")
     for number, result in (summary["bench"] or {}).items():
         low, high = result["pooled"]["ci95"]
-        lines.append(f"PR #{number} bench on {result['device']}: head/base {result['pooled']['ratio']:.3f} [{low:.3f}, {high:.3f}]: {result['verdict']}")
+        lines.append(f"{key_label(number)} bench on {result['device']}: head/base {result['pooled']['ratio']:.3f} [{low:.3f}, {high:.3f}]: {result['verdict']}")
     if summary["failed_steps"]:
         lines.append(f"failed steps: {'; '.join(summary['failed_steps'])}")
     (out / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

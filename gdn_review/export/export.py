@@ -51,6 +51,7 @@ from gdn_review.export.export_format import (
 from gdn_review.export.export_helpers import HARNESS, harness_helpers
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
+from gdn_review.kb.subjects import key_label
 from gdn_review.run import snapshot as snapshots
 
 TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
@@ -161,7 +162,7 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
     if not params:
         return None
     seed = record.number
-    paragraphs = [f"Claim {claim.id} of PR #{record.number}: {claim.text}"]
+    paragraphs = [f"Claim {claim.id} of {record.label}: {claim.text}"]
     data = check.model_dump(mode="json")
     how = KIND_TEXT[kind].format(
         budget=flat_literal(data.get("budget")),
@@ -423,7 +424,7 @@ def find_record(kb_dir: Path, number: int) -> tuple[str, Record]:
     for path, record in load_kb(kb_dir).items():
         if record.number == number:
             return f"{Path(kb_dir).name}/{path.name}", record
-    raise ExportError(f"no record of PR #{number} in {kb_dir}")
+    raise ExportError(f"no record of {key_label(number)} in {kb_dir}")
 
 
 def is_exported(path: Path) -> bool:

@@ -50,3 +50,18 @@ class Contract(Strict):
         if not self.covers and not self.releases:
             raise ValueError("a contract names the changes.yaml entries it covers (covers: [...]) or its release range (releases: ...)")
         return self
+
+
+def key_label(key: int | str) -> str:
+    """How people read a record's key where only the key is at hand: ``PR #52078``, ``contract update_block_table``."""
+    return f"PR #{key}" if isinstance(key, int) else f"contract {key}"
+
+
+def key_short(key: int | str) -> str:
+    """``#52078`` or ``update_block_table`` (lists, tables)."""
+    return f"#{key}" if isinstance(key, int) else str(key)
+
+
+def key_order(key: int | str) -> tuple:
+    """Sort key of record keys: PR numbers first, in order, then contract ids."""
+    return (1, 0, key) if isinstance(key, str) else (0, key, "")

@@ -16,6 +16,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.kb import Record, is_draft
+from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.matrix.matrix import MatrixError, load_matrix, matrix_folder_name
 from gdn_review.matrix.matrix_report import matrix_report
 from gdn_review.report.verdicts import RAN, ReportError, load_evidence
@@ -123,10 +124,14 @@ def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str
     per: dict[str, dict[int, dict]] = {v: {} for v in releases}
     for record in records:
         head = record.target.head_release
+        if record.contract is not None:  # under the first release its range names
+            from gdn_review.matrix.matrix import contract_start
+
+            head = contract_start(record)
         if head in per:
             per[head][record.number] = {
                 "number": record.number, "title": record.title, "record": True,
-                "merged_at": record.pr.merged_at if record.pr else None, "named_by": [], "summary": record.summary,
+                "merged_at": record.pr.merged_at if record.pr else None, "contract": record.contract is not None, "named_by": [], "summary": record.summary,
             }
     for record in records:
         for relation in record.related:
@@ -138,7 +143,7 @@ def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str
                 "merged_at": None, "named_by": [], "summary": None,
             })
             entry["named_by"].append(_relation_check(record, relation, reports.get(record.number)))
-    return {v: sorted(per[v].values(), key=lambda e: e["number"]) for v in releases}
+    return {v: sorted(per[v].values(), key=lambda e: key_order(e["number"])) for v in releases}
 
 
 def _relation_check(record: Record, relation, report: dict | None) -> dict:
@@ -152,20 +157,20 @@ def _relation_check(record: Record, relation, report: dict | None) -> dict:
     release = relation.from_release
     earlier = [v for v in versions if Version(v) < Version(release)]
     if release not in versions or not earlier:
-        entry["checked"] = f"not checked: the matrix of #{record.number} does not run both sides of {release}"
+        entry["checked"] = f"not checked: the matrix of {record.short} does not run both sides of {release}"
         return entry
     previous = earlier[-1]
     moved = [r for r in report["matrix"]["drift"]["rows"] if r["from"] == previous and r["to"] == release]
     mine = [r for r in moved if any(e["number"] == relation.number for e in r["explained_by"])]
     if relation.changes:
         entry["checked"] = (
-            f"confirmed: {len(mine)} case(s) of #{record.number} moved {previous} → {release} as stated"
-            if mine else f"not seen: no case of #{record.number} it names moved {previous} → {release}"
+            f"confirmed: {len(mine)} case(s) of {record.short} moved {previous} → {release} as stated"
+            if mine else f"not seen: no case of {record.short} it names moved {previous} → {release}"
         )
     else:
         entry["checked"] = (
-            f"confirmed: changes none of #{record.number}'s cases (no field moved {previous} → {release})"
-            if not moved else f"contradicted: {len(moved)} case(s) of #{record.number} moved {previous} → {release}"
+            f"confirmed: changes none of {record.short}'s cases (no field moved {previous} → {release})"
+            if not moved else f"contradicted: {len(moved)} case(s) of {record.short} moved {previous} → {release}"
         )
     return entry
 
@@ -173,7 +178,7 @@ def _relation_check(record: Record, relation, report: dict | None) -> dict:
 def _moved(reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
     """Per release, the drift rows of every record that end in it (what moved since the release before)."""
     per: dict[str, list[dict]] = {v: [] for v in releases}
-    for number, data in sorted(reports.items()):
+    for number, data in sorted(reports.items(), key=lambda item: key_order(item[0])):
         for row in data["matrix"]["drift"]["rows"]:
             if row["to"] in per and row["from"] in per:
                 per[row["to"]].append({"record": number, **row})
@@ -220,7 +225,7 @@ def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) ->
 
 def _verdicts(records: dict[int, Record], reports: dict[int, dict], releases: list[str]) -> list[dict]:
     rows = []
-    for number, data in sorted(reports.items()):
+    for number, data in sorted(reports.items(), key=lambda item: key_order(item[0])):
         record = records[number]
         discrimination = {r["id"]: r["discrimination"] for r in data["matrix"]["rows"]}
         for row in data["matrix"]["rows"]:
@@ -272,11 +277,11 @@ def _note(change) -> dict:
 def _durations(reports: dict[int, dict]) -> list[str]:
     """Wall time of the matrix runs read: one entry per run (``--all`` runs every record at once)."""
     runs: dict[tuple, list[int]] = {}
-    for number, data in sorted(reports.items()):
-        key = (data["matrix"].get("run_id") or f"#{number}", data["matrix"].get("duration_s") or 0.0)
+    for number, data in sorted(reports.items(), key=lambda item: key_order(item[0])):
+        key = (data["matrix"].get("run_id") or key_short(number), data["matrix"].get("duration_s") or 0.0)
         runs.setdefault(key, []).append(number)
     return [
-        f"{seconds:.0f} s for {', '.join(f'#{n}' for n in numbers)}" for (_, seconds), numbers in sorted(runs.items(), key=lambda item: item[1][0])
+        f"{seconds:.0f} s for {', '.join(key_short(n) for n in numbers)}" for (_, seconds), numbers in sorted(runs.items(), key=lambda item: item[1][0])
     ]
 
 
@@ -300,7 +305,7 @@ def history_data(
     )
     open_prs = [{"number": r.number, "title": r.title, "base": r.target.base_release} for r in by_number.values() if r.state == "open"]
     latency = []
-    for number, result in sorted((bench or {}).items()):
+    for number, result in sorted((bench or {}).items(), key=lambda item: key_order(item[0])):
         if number in by_number:
             pooled = result["pooled"]
             latency.append({"record": number, "base": result.get("base"), "head": result.get("head"), "device": result.get("device", "cpu"),

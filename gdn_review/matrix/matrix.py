@@ -79,14 +79,30 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
     return [str(v) for v in sorted(set(chosen))]
 
 
+def contract_start(record) -> str | None:
+    """The first release a contract's range (``>=X.Y``) names, as X.Y.0; None when it names none."""
+    from packaging.specifiers import SpecifierSet
+
+    bounds = [Version(spec.version) for spec in SpecifierSet(record.contract.releases or "") if spec.operator in (">=", "==")]
+    if not bounds:
+        return None
+    first = min(bounds)
+    return f"{first.major}.{first.minor}.{first.micro}"
+
+
 def plan(record, installed: str | None, requested: list[str] | None = None, since: str | None = None) -> list[Planned]:
     """The releases to run for a record; ``since``: none older than that (a history's window)."""
     base, head = record.target.base_release, record.target.head_release
-    versions = requested or default_releases(base, head, installed)
+    if record.contract is not None:
+        # A contract has no base: it runs from the first release its range names (as a head) on.
+        base, head = None, contract_start(record)
+        if not requested and head is None:
+            raise MatrixError(f"{record.label} names no lower bound in contract.releases: give releases with --vllm")
+    versions = requested or default_releases(head if base is None else base, head, installed)
     if since:
         versions = [v for v in versions if Version(v) >= Version(since)]
         if not versions:
-            raise MatrixError(f"PR #{record.number}: no release of its matrix is at or after {since}")
+            raise MatrixError(f"{record.label}: no release of its matrix is at or after {since}")
     checked = set()
     for version in versions:
         try:
@@ -304,7 +320,7 @@ def run_matrices(
     (benchmarks/matrix_sessions.py compares the two).
     """
     for job in work:
-        say(f"release matrix of PR #{job.record.number}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
+        say(f"release matrix of {job.record.label}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
     wanted = {p.version: p for job in work for p in job.planned}
     paths, downloaded = fetch(list(wanted.values()), say)
     if downloaded:
@@ -343,7 +359,7 @@ def run_matrices(
                 done += 1
                 where = "installed" if item.installed else "unpacked"
                 forced = ", every claim checked" if result["claims_on_any_release"] else ""
-                whose = f"#{job.record.number} " if several else ""
+                whose = f"{job.record.short} " if several else ""
                 say(f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
     except BaseException as error:
         interrupts.stop_all()  # the release runs' processes: their threads end now, not when the runs would

@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from gdn_review.kb import Record
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import RAN, ReportError, discrimination, load_evidence
+from gdn_review.report.verdicts import RAN, ReportError, discrimination, kept, load_evidence
 
 
 def _op_values(tests: list[dict], key: str) -> list[int]:
@@ -159,8 +159,11 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         if head and head not in per_release:
             later = sorted((v for v in per_release if Version(v) > Version(head)), key=Version)
             after = later[0] if later else head
-        verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(after))
-        if after != head:
+        if record.contract is not None:
+            verdict, why = kept(cells)
+        else:
+            verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(after))
+        if after != head and record.contract is None:
             why += f" (head release {head} not run: {after}, the first later release that ran, stands in)"
         trajectories = []
         if claim.check.kind == "op_budget":

@@ -21,6 +21,7 @@ from typing import Callable
 from gdn_review.common import interrupts, release_cache
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
+from gdn_review.kb.subjects import key_label
 from gdn_review.mutation import operators
 from gdn_review.mutation.catalogue import (
     Catalogue,
@@ -69,7 +70,10 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
     base, head = record.target.base_release, record.target.head_release
     base_text = loaded if base == release else sources.get(base)
     head_text = loaded if head == release else sources.get(head)
-    if base_text is None or head_text is None:
+    if record.contract is not None:
+        notes.append("a contract record has no PR diff, so no automatic mutants: its risks' mutants are its own, "
+                     "and `gdn-review mutate --whole-file` scores the whole file")
+    elif base_text is None or head_text is None:
         notes.append(f"automatic mutants not derived: the sources of vLLM {base} and {head} are needed for the PR's diff")
     else:
         auto, gone = automatic(record, loaded, base_text, head_text)
@@ -159,7 +163,7 @@ def catalogues(
         raise MutationError(f"no mutant matches --risk {risk or '*'} --mutant {' '.join(patterns) or '*'} (see `gdn-review mutate --list`)")
     for found in found_all:
         for note in found.notes:
-            say(f"note: PR {found.record}: {note}")
+            say(f"note: {key_label(found.record)}: {note}")
     return found_all
 
 
@@ -167,7 +171,7 @@ def listing_lines(found_all: list[Catalogue]) -> list[str]:
     """``mutate --list``: every mutant with its origin, risks and state."""
     lines = []
     for found in found_all:
-        lines.append(f"PR #{found.record} on vLLM {found.release}: {len(found.mutants)} mutants, {len(found.runnable())} to run")
+        lines.append(f"{key_label(found.record)} on vLLM {found.release}: {len(found.mutants)} mutants, {len(found.runnable())} to run")
         for mutant in found.mutants:
             state = mutant.status or "to run"
             risks = ",".join(mutant.risks) or "-"

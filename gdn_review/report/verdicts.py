@@ -322,6 +322,17 @@ def discrimination(before: str | None, base: dict | None, head: dict | None) -> 
     return "preserved", f"{vb} on the base release and {vh} on the head release, as the record says (before: holds)"
 
 
+def kept(cells: list[dict]) -> tuple[str, str]:
+    """(verdict, why) of a contract's claim across its releases: **kept** where it holds on every one that ran."""
+    ran = [c for c in cells if c["verdict"] not in {"not run", "not applicable"}]
+    if not ran:
+        return "unverified", "no release of the contract's range ran"
+    broken = [c for c in ran if c["verdict"] not in {"holds", "known deviation"}]
+    if broken:
+        return "broken", "; ".join(f"{c['verdict']} on {c['version']}: {c['reason']}" for c in broken)
+    return "kept", f"holds on {', '.join(c['version'] for c in ran)} (every release of the contract's range that ran; a contract has no base release)"
+
+
 def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
     """What in the reports trips the chosen --fail-on conditions."""
     found = []

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from gdn_review.common import interrupts, release_cache
+from gdn_review.kb.subjects import key_label, key_order
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
 CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda_on_cpu_platform
@@ -215,7 +216,7 @@ def write_evidence(path: Path, results: dict[int, dict]) -> None:
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "environment": first["environments"].get(first["head"], {}),
         "tests": [],
-        "bench": {str(number): result for number, result in sorted(results.items())},
+        "bench": {str(number): result for number, result in sorted(results.items(), key=lambda item: key_order(item[0]))},
     }
     atomic_write(Path(path), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
 
@@ -270,7 +271,7 @@ def bench_command(
         unknown = [c for c in wanted if c not in cases]
         if unknown:
             raise BenchError(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
-        say(f"PR #{record.number}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}")
+        say(f"{record.label}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}")
         result = bench({c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds,
                        tolerance=tolerance, say=lambda line: say(f"  {line}"))
         for line in result_lines(record.number, result):
@@ -284,7 +285,7 @@ def bench_command(
 def result_lines(number: int, result: dict) -> list[str]:
     """One record's bench as a table: per case both medians and the ratio with its interval, then pooled."""
     base, head = result["base"], result["head"]
-    lines = [f"PR #{number}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval"]
+    lines = [f"{key_label(number)}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval"]
     for row in result["cases"]:
         low, high = row["ci95"]
         lines.append(f"         {row['case']:<28} {row['base_median_us']:>12.1f} {row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")

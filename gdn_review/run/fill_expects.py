@@ -104,7 +104,7 @@ def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
         return head, f"measured on vLLM {head}, the head release: a fix or improvement (before: fails) expects what the PR builds"
     if {"holds", "fails"} <= befores:
         raise SnapshotError(
-            f"PR #{record.number}: the cases to fill are named by claims of no change (before: holds, measured on {base}) and by "
+            f"{record.label}: the cases to fill are named by claims of no change (before: holds, measured on {base}) and by "
             f"fixes (before: fails, measured on {head}): give --release, or fill them with --case ID per kind"
         )
     return None, ("measured on the installed vLLM: no claim naming these cases states `before`; an expect measured on the "

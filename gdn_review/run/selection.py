@@ -14,6 +14,7 @@ from typing import Callable
 from gdn_review import generate
 from gdn_review.kb import Record, load_kb
 from gdn_review.kb.errors import SelectionError
+from gdn_review.kb.subjects import key_label, key_order
 
 
 class StaleModules(Exception):
@@ -30,7 +31,7 @@ def load_records(kb_dir: Path, numbers: tuple[int, ...] = ()) -> dict[Path, Reco
     if numbers:
         missing = set(numbers) - {r.number for r in records.values()}
         if missing:
-            raise SelectionError(f"no record for PR {', '.join(map(str, sorted(missing)))} in {kb_dir}")
+            raise SelectionError(f"no record for {', '.join(map(key_label, sorted(missing, key=key_order)))} in {kb_dir}")
         records = {p: r for p, r in records.items() if r.number in numbers}
     if not records:
         raise SelectionError(f"no records (*.yaml) in {kb_dir}")
