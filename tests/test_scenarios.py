@@ -122,9 +122,9 @@ def test_after_builds_first_on_the_same_builder(monkeypatch):
     seen = []
     original = harness.run._run_entry
 
-    def spy(builder, case, settings):
+    def spy(builder, case, settings, other=None):
         seen.append(builder)
-        return original(builder, case, settings)
+        return original(builder, case, settings, other)
 
     monkeypatch.setattr(harness.run, "_run_entry", spy)
     build(smaller, after=[larger])

@@ -161,7 +161,8 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
             pinned[value] = dict(sorted(deviation.expect.items()))
     if not params:
         return None
-    seed = record.number
+    # A contract's id seeds by a stable number of its own (a PR record: its number).
+    seed = record.number if isinstance(record.number, int) else int.from_bytes(record.number.encode()[:4].ljust(4, b"_"), "big")
     paragraphs = [f"Claim {claim.id} of {record.label}: {claim.text}"]
     data = check.model_dump(mode="json")
     how = KIND_TEXT[kind].format(
@@ -206,6 +207,10 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
             for _, d in sorted(deviations.items())
         ],
         "pinned": assignment(f"{constant}_PINNED", pinned) if pinned else None,
+        # An equivalence claim that compares some fields only (fields / except): its own expectations.
+        "compared": assignment(
+            f"{constant}_EXPECTED", {c: dict(sorted(check.compared(cases[c].expect).items())) for c in values}
+        ) if kind == "equivalence" and (check.fields is not None or check.except_ is not None) else None,
         "budget": assignment(f"{constant}_BUDGET", dict(data.get("budget") or {})) if kind == "op_budget" else None,
         "instead": assignment(f"{constant}_INSTEAD", instead) if instead else None,
         "seed": seed,

@@ -204,6 +204,10 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
                 if case_id in case_ids and not record.case(case_id).expect:
                     problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
                                      f"run gdn-review snapshot --record {record.number} --fill-expects"))
+                elif case_id in case_ids and not check.compared(record.case(case_id).expect):
+                    which = "fields" if check.fields is not None else "except"
+                    problems.append((base + (which,), f"case {case_id!r} expects none of the fields this claim compares: "
+                                     "name fields its expect states"))
         for d_index, deviation in enumerate(claim.known_deviations):
             d_loc: Loc = ("claims", index, "known_deviations", d_index)
             known(d_loc + ("cases",), "case of this claim's check", deviation.cases, set(check_cases))
@@ -294,15 +298,46 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
             problems.append((loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})"))
             continue
         earlier = record.case(earlier_id)
-        if earlier_id == case.id:
-            problems.append((loc, "a case cannot be built before itself"))
-        elif earlier.after:
-            problems.append((loc, f"case {earlier_id!r} has its own after: name its builds here instead (one level)"))
+        if earlier_id == case.id or case.id in _builds_before(record, earlier_id):
+            problems.append((loc, f"case {earlier_id!r} is built before {case.id!r} and after it: after chains must not loop"))
         else:
             settings = ("speculative_tokens", "max_num_seqs", "cudagraph_mode", "mamba_cache_mode", "max_cudagraph_capture_size", "block_size", "prefill_backend")
             differ = [name for name in settings if getattr(earlier, name) != getattr(case, name)]
             if differ:
                 problems.append((loc, f"case {earlier_id!r} needs another builder ({', '.join(differ)} differ): builds after one another share one builder"))
+    return problems + _second_builder_problems(record, case, case_ids)
+
+
+def _builds_before(record: Record, case_id: str, seen: frozenset = frozenset()) -> set[str]:
+    """Every case built before ``case_id`` on its builders, through after chains (stops at a loop)."""
+    found: set[str] = set()
+    try:
+        case = record.case(case_id)
+    except StopIteration:
+        return found
+    names = list(case.after or []) + list((case.second_builder.after or []) if case.second_builder else [])
+    for name in names:
+        if name in seen or name == case_id:
+            found.add(name)
+            continue
+        found.add(name)
+        found |= _builds_before(record, name, seen | {case_id})
+    return found
+
+
+def _second_builder_problems(record: Record, case, case_ids: set[str]) -> list[tuple[Loc, str]]:
+    """A second builder re-gathers: only for entry update_block_table; its builds are known cases of its settings."""
+    problems: list[tuple[Loc, str]] = []
+    if case.second_builder is None:
+        return problems
+    if case.entry != "update_block_table":
+        problems.append((("second_builder",), "a second builder is where update_block_table runs: give entry: update_block_table"))
+    for index, earlier_id in enumerate(case.second_builder.after or []):
+        loc: Loc = ("second_builder", "after", index)
+        if earlier_id not in case_ids:
+            problems.append((loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})"))
+        elif earlier_id == case.id or case.id in _builds_before(record, earlier_id):
+            problems.append((loc, f"case {earlier_id!r} is built before {case.id!r} and after it: after chains must not loop"))
     return problems
 
 

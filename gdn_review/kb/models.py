@@ -13,6 +13,8 @@ from pydantic import Field, StringConstraints, model_validator
 
 from gdn_review.kb.subjects import Contract, PullRequest
 from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules import them from here)
+    CoreExpectField,
+    ExpectField,
     Id,
     PlainValue,
     Release,
@@ -26,52 +28,6 @@ from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules 
 # so a rewrite of the same computation with another op is still counted.
 OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+(\|aten\.[A-Za-z0-9_]+)*$")]
 
-# Fields of a build() snapshot that a case may state expectations for: the core ones
-# (what drafts and `snapshot --as-expect` write)...
-CoreExpectField = Literal[
-    "path",
-    "num_prefills",
-    "num_prefill_tokens",
-    "num_decodes",
-    "num_decode_tokens",
-    "num_spec_decodes",
-    "num_spec_decode_tokens",
-    "num_actual_tokens",
-    "spec_state_rows",
-    "spec_state_cells",
-    "non_spec_state_rows",
-    "prefill_state_rows",
-    "spec_query_start_loc",
-    "non_spec_query_start_loc",
-    "prefill_query_start_loc",
-    "has_initial_state",
-    "prefill_has_initial_state",
-    "num_accepted_tokens",
-    "spec_token_indx",
-    "non_spec_token_indx",
-]
-# ...and the others.
-ExpectField = Literal[
-    CoreExpectField,
-    # The other fields build() returns (GDNAttentionMetadata, 0.28.0 to 0.33.0) as
-    # plain values: raw tensors as lists, the padded tails of FULL-graph buffers included.
-    "spec_state_indices_tensor",
-    "non_spec_state_indices_tensor",
-    "prefill_state_indices",
-    "spec_sequence_masks",
-    "spec_sequence_masks_cpu",
-    "uniform_spec_sequence_length",
-    "chunk_indices",
-    "chunk_offsets",
-    "batch_ptr",
-    "token_chunk_offset_ptr",
-    # nums_dict, checkpoint, flashinfer_checkpoint_plan and aiter_prefill_metadata are
-    # dicts or objects, not plain values: the full-metadata snapshots cover them.
-    # Fields of open PRs (#40738, #55504) that no release up to 0.33.0 has; a case
-    # stating them lists them in `needs`.
-    "spec_decode_src_indices",
-    "non_spec_num_accepted",
-]
 
 InvariantProperty = Literal[
     "fallback_condition",
@@ -148,6 +104,12 @@ CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 Entry = Literal["build", "capture", "update_block_table"]
 
 
+class SecondBuilder(Strict):
+    """The other KV-cache group's builder a re-gather runs on."""
+
+    after: list[Id] | None = Field(default=None, description="cases built on that builder first (its buffers dirtied)")
+
+
 class Case(Strict):
     id: Id
     text: Text
@@ -204,6 +166,11 @@ class Case(Strict):
     after: Annotated[list[Id], Field(min_length=1)] | None = Field(
         default=None, description="cases built first on the same builder (its persistent buffers are reused, as in a server)"
     )
+    second_builder: SecondBuilder | None = Field(
+        default=None,
+        description="entry update_block_table only: the re-gather runs on another builder of the same settings "
+        "(another KV-cache group), whose buffers are its own; `after` builds on it first",
+    )
     allow_impossible: Text | None = Field(
         default=None,
         description="why this batch is one vLLM never produces, on purpose (a robustness check); "
@@ -221,6 +188,26 @@ class OpBudgetCheck(Strict):
 class EquivalenceCheck(Strict):
     kind: Literal["equivalence"]
     cases: Annotated[list[Id], Field(min_length=1)]
+    fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
+        default=None, description="compare only these of each case's expected fields (one case, several claims)"
+    )
+    except_: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
+        default=None, alias="except", description="compare every expected field but these"
+    )
+
+    @model_validator(mode="after")
+    def _fields_or_except(self) -> EquivalenceCheck:
+        if self.fields is not None and self.except_ is not None:
+            raise ValueError("give fields (what to compare) or except (what not to), not both")
+        return self
+
+    def compared(self, expected: dict) -> dict:
+        """The expected fields this claim compares."""
+        if self.fields is not None:
+            return {k: v for k, v in expected.items() if k in self.fields}
+        if self.except_ is not None:
+            return {k: v for k, v in expected.items() if k not in self.except_}
+        return dict(expected)
 
 
 class InvariantCheck(Strict):
@@ -446,13 +433,24 @@ class Record(Strict):
     def case_inputs(self) -> dict[str, dict]:
         """Every case as the harness takes it (generated modules' CASES), sorted by id.
 
-        A case's ``after`` names cases; the harness takes them as batches (one level).
+        A case's ``after`` (and ``second_builder.after``) names cases; the harness
+        takes them as batches, each with its own ``after`` (validate rejects cycles).
+        A case whose expect states a layout field gets ``layout: True``.
         """
-        cases = {
-            case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True)
+        plain = {
+            case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True, by_alias=True)
             for case in sorted(self.cases, key=lambda c: c.id)
         }
-        for data in cases.values():
+        for case in self.cases:
+            if {"persistent_views", "noncontiguous"} & set(case.expect):
+                plain[case.id]["layout"] = True
+
+        def expanded(case_id: str) -> dict:
+            data = dict(plain[case_id])
             if "after" in data:
-                data["after"] = [{k: v for k, v in cases[earlier].items() if k != "after"} for earlier in data["after"]]
-        return cases
+                data["after"] = [expanded(earlier) for earlier in data["after"]]
+            if data.get("second_builder", {}).get("after"):
+                data["second_builder"] = {"after": [expanded(earlier) for earlier in data["second_builder"]["after"]]}
+            return data
+
+        return {case_id: expanded(case_id) for case_id in plain}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -60,3 +60,54 @@ def _plain_value(value: Any) -> Any:
 PlainValue = Annotated[Any, AfterValidator(_plain_value)]
 Release = Annotated[str, AfterValidator(_release)]
 ReleaseRange = Annotated[str, AfterValidator(_release_range)]
+
+# Fields of a build() snapshot that a case may state expectations for: the core ones
+# (what drafts and `snapshot --as-expect` write)...
+CoreExpectField = Literal[
+    "path",
+    "num_prefills",
+    "num_prefill_tokens",
+    "num_decodes",
+    "num_decode_tokens",
+    "num_spec_decodes",
+    "num_spec_decode_tokens",
+    "num_actual_tokens",
+    "spec_state_rows",
+    "spec_state_cells",
+    "non_spec_state_rows",
+    "prefill_state_rows",
+    "spec_query_start_loc",
+    "non_spec_query_start_loc",
+    "prefill_query_start_loc",
+    "has_initial_state",
+    "prefill_has_initial_state",
+    "num_accepted_tokens",
+    "spec_token_indx",
+    "non_spec_token_indx",
+]
+# ...and the others.
+ExpectField = Literal[
+    CoreExpectField,
+    # The other fields build() returns (GDNAttentionMetadata, 0.28.0 to 0.33.0) as
+    # plain values: raw tensors as lists, the padded tails of FULL-graph buffers included.
+    "spec_state_indices_tensor",
+    "non_spec_state_indices_tensor",
+    "prefill_state_indices",
+    # Layout (the harness measures them only for a case that states one): which fields
+    # are views of the builder's persistent buffer of the same name, which are not contiguous.
+    "persistent_views",
+    "noncontiguous",
+    "spec_sequence_masks",
+    "spec_sequence_masks_cpu",
+    "uniform_spec_sequence_length",
+    "chunk_indices",
+    "chunk_offsets",
+    "batch_ptr",
+    "token_chunk_offset_ptr",
+    # nums_dict, checkpoint, flashinfer_checkpoint_plan and aiter_prefill_metadata are
+    # dicts or objects, not plain values: the full-metadata snapshots cover them.
+    # Fields of open PRs (#40738, #55504) that no release up to 0.33.0 has; a case
+    # stating them lists them in `needs`.
+    "spec_decode_src_indices",
+    "non_spec_num_accepted",
+]

@@ -529,10 +529,11 @@ def snapshot(metadata, columns: int) -> dict:
     return data
 
 
-def _call_entry(builder, case: dict, kwargs: dict, keep_built=None):
+def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     """Call the case's entry point with ``build()``'s arguments; returns the metadata
     and, for a re-gather, ``keep_built`` of the build it re-gathered, taken before
-    the re-gather restages the FULL-graph buffers (else None)."""
+    the re-gather restages the FULL-graph buffers (else None). ``other``: the
+    builder of another KV-cache group that re-gathers (default: ``builder``)."""
     common = kwargs["common_attn_metadata"]
     entry = case.get("entry", "build")
     if entry == "capture":
@@ -544,16 +545,56 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None):
     # The other group's table: a null entry (a padded row's) stays null there too.
     table = common.block_table_tensor
     second = torch.where(table == 0, table, table + SECOND_TABLE)
-    return builder.update_block_table(metadata, second, common.slot_mapping), built
+    regather = other if other is not None else builder
+    return regather.update_block_table(metadata, second, common.slot_mapping), built
 
 
-def _run_entry(builder, case: dict, settings: BuilderSettings):
+def _second_builder(case: dict, settings: BuilderSettings):
+    """The other KV-cache group's builder of a re-gather (``second_builder``): same
+    settings, its persistent buffers its own, after the builds it names; or None."""
+    second = case.get("second_builder")
+    if second is None:
+        return None
+    other = new_builder(settings)
+    for earlier in second.get("after") or []:
+        _run_after(other, earlier, settings.device)
+    return other
+
+
+def _run_entry(builder, case: dict, settings: BuilderSettings, other=None):
     """Call the case's entry point on ``builder``; returns (metadata, the snapshot of
     the build it re-gathered or None)."""
     kwargs, _, columns = _inputs(case, settings)
     return _call_entry(
-        builder, case, kwargs, lambda metadata: snapshot(metadata, columns)
+        builder, case, kwargs, lambda metadata: snapshot(metadata, columns), other
     )
+
+
+def _run_after(builder, earlier: dict, device: str) -> None:
+    """Build ``earlier`` on ``builder``, after the builds it names in turn."""
+    for before in earlier.get("after") or []:
+        _run_after(builder, before, device)
+    settings = settings_for(earlier, device)
+    _run_entry(builder, earlier, settings, _second_builder(earlier, settings))
+
+
+def layout(builder, metadata) -> dict:
+    """Which tensor fields are views of ``builder``'s persistent buffer of the same
+    name, and which are not contiguous: what a replayed CUDA graph reads is the
+    buffer, so staging that is skipped shows here and not in the values."""
+    views, scattered = [], []
+    for field in dataclasses.fields(metadata):
+        value = getattr(metadata, field.name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        buffer = getattr(builder, field.name, None)
+        if isinstance(buffer, torch.Tensor) and (
+            value.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+        ):
+            views.append(field.name)
+        if not value.is_contiguous():
+            scattered.append(field.name)
+    return {"persistent_views": sorted(views), "noncontiguous": sorted(scattered)}
 
 
 def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
@@ -561,16 +602,22 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     names) and return the snapshot of the metadata and the ops it executed."""
     prepare_platform()
     builder, settings = _builder_after(device, case)
+    other = _second_builder(case, settings)
     columns = settings.block_table_columns
     counter = _OpCounter()
     if count_ops:
         with counter.mode:
-            metadata, built = _run_entry(builder, case, settings)
+            metadata, built = _run_entry(builder, case, settings, other)
     else:
-        metadata, built = _run_entry(builder, case, settings)
+        metadata, built = _run_entry(builder, case, settings, other)
     padded = case.get("padded_rows", 0)
+    data = snapshot(metadata, columns)
+    if case.get(
+        "layout"
+    ):  # the case states buffer identity (expect: persistent_views, ...)
+        data.update(layout(other if other is not None else builder, metadata))
     return BuildRun(
-        metadata=snapshot(metadata, columns),
+        metadata=data,
         ops=dict(sorted(counter.counts.items())),
         rows=len(case["rows"]),
         padded_rows=padded,
@@ -599,7 +646,7 @@ def _builder_after(device: str, case: dict):
 
         pytest.skip(reason)
     for earlier in case.get("after") or []:
-        _run_entry(builder, earlier, settings_for(earlier, device))
+        _run_after(builder, earlier, device)
     return builder, settings
 
 
