@@ -199,6 +199,80 @@ CASES = {
         ],
         'speculative_tokens': 2,
     },
+    'second_group_decode_regather': {
+        'cudagraph_mode': 'FULL_AND_PIECEWISE',
+        'drafts': 'given',
+        'entry': 'update_block_table',
+        'id': 'second_group_decode_regather',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 2,
+        'releases': '>=0.31',
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 17},
+        ],
+        'second_builder': {
+            'after': [
+                {
+                    'block_table_offset': 20000,
+                    'cudagraph_mode': 'FULL_AND_PIECEWISE',
+                    'drafts': 'given',
+                    'id': 'full_decode_larger',
+                    'mamba_cache_mode': 'none',
+                    'max_num_seqs': 8,
+                    'padded_rows': 0,
+                    'rows': [
+                        {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                        {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                        {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                        {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                        {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                        {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                    ],
+                },
+            ],
+        },
+    },
+    'second_group_spec_regather': {
+        'cudagraph_mode': 'FULL_AND_PIECEWISE',
+        'drafts': 'given',
+        'entry': 'update_block_table',
+        'id': 'second_group_spec_regather',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 2,
+        'releases': '>=0.31',
+        'rows': [
+            {'accepted': 2, 'drafted': 2, 'query_len': 3, 'seq_len': 10},
+            {'accepted': 3, 'drafted': 2, 'query_len': 3, 'seq_len': 20},
+        ],
+        'second_builder': {
+            'after': [
+                {
+                    'block_table_offset': 20000,
+                    'cudagraph_mode': 'FULL_AND_PIECEWISE',
+                    'drafts': 'given',
+                    'id': 'full_spec_larger',
+                    'mamba_cache_mode': 'none',
+                    'max_num_seqs': 8,
+                    'padded_rows': 0,
+                    'rows': [
+                        {'accepted': 3, 'drafted': 2, 'query_len': 3, 'seq_len': 40},
+                        {'accepted': 3, 'drafted': 2, 'query_len': 3, 'seq_len': 40},
+                        {'accepted': 3, 'drafted': 2, 'query_len': 3, 'seq_len': 40},
+                        {'accepted': 3, 'drafted': 2, 'query_len': 3, 'seq_len': 40},
+                    ],
+                    'speculative_tokens': 2,
+                },
+            ],
+        },
+        'speculative_tokens': 2,
+    },
 }
 
 # Expected build() results per case (from the record's `expect`).
@@ -328,6 +402,65 @@ EXPECTATIONS = {
         'spec_state_rows': [0, 1, -1],
         'spec_token_indx': [0, 1, 2, 3, 4, 5],
     },
+    'second_group_decode_regather': {
+        'has_initial_state': None,
+        'non_spec_query_start_loc': [0, 1, 2, 2, 2],
+        'non_spec_state_indices_tensor': [10001, 10017, 0, 0],
+        'non_spec_state_rows': [0, 1, -1, -1],
+        'non_spec_token_indx': None,
+        'noncontiguous': [],
+        'num_accepted_tokens': None,
+        'num_actual_tokens': 2,
+        'num_decode_tokens': 2,
+        'num_decodes': 4,
+        'num_prefill_tokens': 0,
+        'num_prefills': 0,
+        'num_spec_decode_tokens': 0,
+        'num_spec_decodes': 0,
+        'path': 'non_spec',
+        'persistent_views': ['non_spec_state_indices_tensor'],
+        'prefill_has_initial_state': None,
+        'prefill_query_start_loc': None,
+        'prefill_state_indices': None,
+        'prefill_state_rows': None,
+        'spec_query_start_loc': None,
+        'spec_state_cells': None,
+        'spec_state_indices_tensor': None,
+        'spec_state_rows': None,
+        'spec_token_indx': None,
+    },
+    'second_group_spec_regather': {
+        'has_initial_state': None,
+        'non_spec_query_start_loc': None,
+        'non_spec_state_indices_tensor': None,
+        'non_spec_state_rows': None,
+        'non_spec_token_indx': [],
+        'noncontiguous': [],
+        'num_accepted_tokens': [2, 3, 1, 1],
+        'num_actual_tokens': 6,
+        'num_decode_tokens': 0,
+        'num_decodes': 0,
+        'num_prefill_tokens': 0,
+        'num_prefills': 0,
+        'num_spec_decode_tokens': 6,
+        'num_spec_decodes': 2,
+        'path': 'spec',
+        'persistent_views': ['spec_state_indices_tensor'],
+        'prefill_has_initial_state': None,
+        'prefill_query_start_loc': None,
+        'prefill_state_indices': None,
+        'prefill_state_rows': None,
+        'spec_query_start_loc': [0, 3, 6, 6, 6],
+        'spec_state_cells': [
+            [[0, 0], [0, 1], [0, 2]],
+            [[1, 0], [1, 1], [1, 2]],
+            [[-1, -1], [-1, -1], [-1, -1]],
+            [[-1, -1], [-1, -1], [-1, -1]],
+        ],
+        'spec_state_indices_tensor': [[10001, 10002, 10003], [10017, 10018, 10019], [0, 0, 0], [0, 0, 0]],
+        'spec_state_rows': [0, 1, -1, -1],
+        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+    },
 }
 
 pytestmark = pytest.mark.record(RECORD)
@@ -367,6 +500,8 @@ def claim_C1(request, prop):
 @example(batch=CASES['full_spec_larger'])
 @example(batch=CASES['full_spec_larger_k1'])
 @example(batch=CASES['full_spec_regather'])
+@example(batch=CASES['second_group_decode_regather'])
+@example(batch=CASES['second_group_spec_regather'])
 def test_C1_invariant(device, prop, claim_C1, batch, record_property):
     """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
     if not harness.release_in_range(batch.get("releases")):
@@ -457,6 +592,86 @@ def test_C3_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
 
+CLAIM_C4 = "On another KV-cache group's builder, whose persistent buffers hold a larger batch, the re-gather stages into that builder's buffers: the real rows read the second table, every padded row reads NULL_BLOCK_ID, and the fields are views of its buffers."
+DEVIATIONS_C4 = []
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'second_group_spec_regather',
+            id='second_group_spec_regather',
+            marks=[pytest.mark.case('second_group_spec_regather')],
+        ),
+        pytest.param(
+            'second_group_decode_regather',
+            id='second_group_decode_regather',
+            marks=[pytest.mark.case('second_group_decode_regather')],
+        ),
+    ],
+)
+def test_C4_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases(None, 'C4')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C4, "cases", case_id)
+    # This claim compares only these of the case's expected fields.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['spec_state_indices_tensor', 'non_spec_state_indices_tensor', 'persistent_views']}
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
+CLAIM_C5 = "The re-gather on another group's builder leaves every batch-level field as the source group's build made it."
+DEVIATIONS_C5 = []
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'second_group_spec_regather',
+            id='second_group_spec_regather',
+            marks=[pytest.mark.case('second_group_spec_regather')],
+        ),
+        pytest.param(
+            'second_group_decode_regather',
+            id='second_group_decode_regather',
+            marks=[pytest.mark.case('second_group_decode_regather')],
+        ),
+    ],
+)
+def test_C5_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases(None, 'C5')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C5, "cases", case_id)
+    # This claim compares every expected field of the case but these.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field not in [
+    'spec_state_indices_tensor',
+    'non_spec_state_indices_tensor',
+    'spec_state_rows',
+    'spec_state_cells',
+    'non_spec_state_rows',
+    'persistent_views',
+    'noncontiguous',
+]}
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/update_block_table'
@@ -473,6 +688,8 @@ SNAPSHOTS = '../kb/snapshots/update_block_table'
         pytest.param('full_spec_larger', id='full_spec_larger', marks=pytest.mark.case('full_spec_larger')),
         pytest.param('full_spec_larger_k1', id='full_spec_larger_k1', marks=pytest.mark.case('full_spec_larger_k1')),
         pytest.param('full_spec_regather', id='full_spec_regather', marks=pytest.mark.case('full_spec_regather')),
+        pytest.param('second_group_decode_regather', id='second_group_decode_regather', marks=pytest.mark.case('second_group_decode_regather')),
+        pytest.param('second_group_spec_regather', id='second_group_spec_regather', marks=pytest.mark.case('second_group_spec_regather')),
     ],
 )
 def test_snapshot(device, case_id, record_property):

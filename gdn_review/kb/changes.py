@@ -130,6 +130,22 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
             line, column = _locate(root, ("contract", "covers", index))
             problems.append(RecordError(str(path), line, column, f"contract.covers[{index}]", message))
+        for index, move in enumerate(record.contract.moved):
+            change = by_id.get(move.change)
+            if change is None:
+                message = f"no entry of kb/history/changes.yaml has id {move.change!r}"
+            elif change.pr is not None:
+                message = f"{move.change!r} is tied to PR #{change.pr.number}: name that PR in related (with changes)"
+            elif change.release != move.release:
+                message = f"{move.change!r} first shipped in {change.release}, not {move.release}"
+            elif unknown := sorted(set(move.cases) - {c.id for c in record.cases}):
+                message = f"no case {', '.join(map(repr, unknown))} in this record"
+            else:
+                continue
+            if root is None:
+                root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+            line, column = _locate(root, ("contract", "moved", index))
+            problems.append(RecordError(str(path), line, column, f"contract.moved[{index}]", message))
     return problems
 
 

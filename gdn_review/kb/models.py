@@ -155,6 +155,9 @@ class Case(Strict):
         description="build (default), capture (build_for_cudagraph_capture: drafts from the query lengths), "
         "update_block_table (re-gather of this case's build with the second block table: entries + 10000)",
     )
+    no_is_prefilling: bool | None = Field(
+        default=None, description="the runner passes no is_prefilling (None) in the common metadata, as runners before it did"
+    )
     null_padded_blocks: bool | None = Field(
         default=None, description="padded rows own no blocks: their block-table entries are NULL_BLOCK_ID (0)"
     )

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from gdn_review.kb.types import ReleaseRange, Strict, Text
+from gdn_review.kb.types import Id, Release, ReleaseRange, Strict, Text
 
 
 class PullRequest(Strict):
@@ -35,6 +35,16 @@ class PullRequest(Strict):
 ContractId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", min_length=3, max_length=60)]
 
 
+class ContractMove(Strict):
+    """A covered (or any untied) changes.yaml entry that moved some of the contract's cases between releases."""
+
+    change: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] = Field(description="the changes.yaml entry's id")
+    release: Release = Field(description="the first release with it (the entry's release)")
+    cases: Annotated[list[Id], Field(min_length=1)]
+    fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(default_factory=list)
+    note: str | None = None
+
+
 class Contract(Strict):
     """What the builder promises where no PR can carry it: code whose PR is unknown, or behaviour older than any record."""
 
@@ -44,6 +54,9 @@ class Contract(Strict):
         default_factory=list, description="ids of kb/history/changes.yaml entries whose code it guards (validate checks them)"
     )
     releases: ReleaseRange | None = Field(default=None, description="the releases the promise holds on, e.g. '>=0.31'")
+    moved: list[ContractMove] = Field(
+        default_factory=list, description="what untied changes.yaml entries moved in its cases (explains the matrix's drift)"
+    )
 
     @model_validator(mode="after")
     def _covers_something(self) -> Contract:
