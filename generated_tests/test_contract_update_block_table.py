@@ -100,6 +100,41 @@ CASES = {
             {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 17},
         ],
     },
+    'full_decode_regather_unpadded': {
+        'after': [
+            {
+                'block_table_offset': 20000,
+                'cudagraph_mode': 'FULL_AND_PIECEWISE',
+                'drafts': 'given',
+                'id': 'full_decode_larger',
+                'mamba_cache_mode': 'none',
+                'max_num_seqs': 8,
+                'padded_rows': 0,
+                'rows': [
+                    {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                    {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                    {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                    {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                    {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                    {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 40},
+                ],
+            },
+        ],
+        'cudagraph_mode': 'FULL_AND_PIECEWISE',
+        'drafts': 'given',
+        'entry': 'update_block_table',
+        'id': 'full_decode_regather_unpadded',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'releases': '>=0.31',
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 17},
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 25},
+        ],
+    },
     'full_mixed_not_staged': {
         'after': [
             {
@@ -352,6 +387,33 @@ EXPECTATIONS = {
         'spec_state_rows': None,
         'spec_token_indx': None,
     },
+    'full_decode_regather_unpadded': {
+        'has_initial_state': None,
+        'non_spec_query_start_loc': [0, 1, 2, 3],
+        'non_spec_state_indices_tensor': [10001, 10017, 10033],
+        'non_spec_state_rows': [0, 1, 2],
+        'non_spec_token_indx': None,
+        'noncontiguous': [],
+        'num_accepted_tokens': None,
+        'num_actual_tokens': 3,
+        'num_decode_tokens': 3,
+        'num_decodes': 3,
+        'num_prefill_tokens': 0,
+        'num_prefills': 0,
+        'num_spec_decode_tokens': 0,
+        'num_spec_decodes': 0,
+        'path': 'non_spec',
+        'persistent_views': ['non_spec_query_start_loc', 'non_spec_state_indices_tensor'],
+        'prefill_has_initial_state': None,
+        'prefill_query_start_loc': None,
+        'prefill_state_indices': None,
+        'prefill_state_rows': None,
+        'spec_query_start_loc': None,
+        'spec_state_cells': None,
+        'spec_state_indices_tensor': None,
+        'spec_state_rows': None,
+        'spec_token_indx': None,
+    },
     'full_mixed_not_staged': {
         'has_initial_state': [True],
         'non_spec_query_start_loc': [0, 5],
@@ -496,6 +558,7 @@ def claim_C1(request, prop):
 @example(batch=CASES['eager_mixed_regather'])
 @example(batch=CASES['full_decode_larger'])
 @example(batch=CASES['full_decode_regather'])
+@example(batch=CASES['full_decode_regather_unpadded'])
 @example(batch=CASES['full_mixed_not_staged'])
 @example(batch=CASES['full_spec_larger'])
 @example(batch=CASES['full_spec_larger_k1'])
@@ -534,6 +597,11 @@ DEVIATIONS_C2 = []
             'full_decode_regather',
             id='full_decode_regather',
             marks=[pytest.mark.case('full_decode_regather')],
+        ),
+        pytest.param(
+            'full_decode_regather_unpadded',
+            id='full_decode_regather_unpadded',
+            marks=[pytest.mark.case('full_decode_regather_unpadded')],
         ),
     ],
 )
@@ -684,6 +752,7 @@ SNAPSHOTS = '../kb/snapshots/update_block_table'
         pytest.param('eager_mixed_regather', id='eager_mixed_regather', marks=pytest.mark.case('eager_mixed_regather')),
         pytest.param('full_decode_larger', id='full_decode_larger', marks=pytest.mark.case('full_decode_larger')),
         pytest.param('full_decode_regather', id='full_decode_regather', marks=pytest.mark.case('full_decode_regather')),
+        pytest.param('full_decode_regather_unpadded', id='full_decode_regather_unpadded', marks=pytest.mark.case('full_decode_regather_unpadded')),
         pytest.param('full_mixed_not_staged', id='full_mixed_not_staged', marks=pytest.mark.case('full_mixed_not_staged')),
         pytest.param('full_spec_larger', id='full_spec_larger', marks=pytest.mark.case('full_spec_larger')),
         pytest.param('full_spec_larger_k1', id='full_spec_larger_k1', marks=pytest.mark.case('full_spec_larger_k1')),

@@ -161,8 +161,15 @@ STAGED = {
         ("non_spec_query_start_loc", "flat", True),
     ],
 }
-# Derived from the state-index tensors: they follow from the tensors themselves.
-DERIVED = {"spec_state_rows", "spec_state_cells", "non_spec_state_rows"}
+# Derived from the state-index tensors: they follow from the tensors themselves;
+# and the layout of a case that states one (which builder's buffers, contiguity).
+DERIVED = {
+    "spec_state_rows",
+    "spec_state_cells",
+    "non_spec_state_rows",
+    "persistent_views",
+    "noncontiguous",
+}
 
 
 def _variant(batch, **changes):

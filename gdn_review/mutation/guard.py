@@ -7,7 +7,7 @@ them against every complete record's generated module at once, in-process
 with forked children as ``mutate`` does. Stages, each a plain function:
 
 - ``scope``: the lines the score covers, with their function;
-- ``load_notes``: ``kb/guard.yaml``, what the score must not count (equivalent
+- ``load_notes``: ``kb/guard/notes.yaml``, what the score must not count (equivalent
   mutants with their reason, statements CPU cannot reach with theirs);
 - ``catalogue``: the mutants of the loaded release's file;
 - ``run``: the baseline (traced per test), then each mutant under only the
@@ -53,10 +53,12 @@ class Unreachable:
 
 @dataclasses.dataclass
 class Notes:
-    """``kb/guard.yaml``: what the score must not count, each with its reason."""
+    """``kb/guard/notes.yaml``: what the score must not count, each with its reason."""
 
     equivalent: dict[str, str] = dataclasses.field(default_factory=dict)
     unreachable: list[Unreachable] = dataclasses.field(default_factory=list)
+    # Mutants of lines CPU does reach whose effect only CUDA or another backend can see.
+    elsewhere: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def load_notes(path: Path) -> Notes:
@@ -81,20 +83,23 @@ def load_notes(path: Path) -> Notes:
     if not isinstance(data, dict):
         error((), "", "expected a mapping with `equivalent` and `unreachable`")
         raise RecordErrors(errors)
-    for key in sorted(set(data) - {"equivalent", "unreachable"}):
-        error((key,), key, "unknown field (allowed: equivalent, unreachable)", at_key=True)
+    for key in sorted(set(data) - {"equivalent", "unreachable", "elsewhere"}):
+        error((key,), key, "unknown field (allowed: equivalent, unreachable, elsewhere)", at_key=True)
     notes = Notes()
-    equivalent = data.get("equivalent") or {}
-    if not isinstance(equivalent, dict):
-        error(("equivalent",), "equivalent", "expected a mapping: mutant id -> why it cannot change behaviour")
-    else:
-        for ident, reason in equivalent.items():
+    for section, why in (("equivalent", "why the mutant cannot change behaviour"), ("elsewhere", "which device or backend can tell it apart")):
+        entries = data.get(section) or {}
+        if not isinstance(entries, dict):
+            error((section,), section, f"expected a mapping: mutant id -> {why}")
+            continue
+        for ident, reason in entries.items():
             if not (isinstance(ident, str) and ident.startswith("auto.")):
-                error(("equivalent", ident), f"equivalent.{ident}", "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)")
+                error((section, ident), f"{section}.{ident}", "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)")
             elif not (isinstance(reason, str) and reason.strip()):
-                error(("equivalent", ident), f"equivalent.{ident}", "say why the mutant cannot change behaviour")
+                error((section, ident), f"{section}.{ident}", f"say {why}")
+            elif ident in notes.equivalent:
+                error((section, ident), f"{section}.{ident}", "already under equivalent: a mutant is one or the other")
             else:
-                notes.equivalent[ident] = reason.strip()
+                getattr(notes, section)[ident] = " ".join(reason.split())
     unreachable = data.get("unreachable") or []
     if not isinstance(unreachable, list):
         error(("unreachable",), "unreachable", "expected a list of {find, reason}")
@@ -190,6 +195,8 @@ def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
         entry = Mutant(auto.id, "file", [], edit_diff(source, auto.source, target), source=auto.source, operator=auto.operator, line=auto.line)
         if auto.id in notes.equivalent:
             entry.status, entry.reason = "equivalent", notes.equivalent[auto.id]
+        elif auto.id in notes.elsewhere:
+            entry.status, entry.reason = "unreachable here", notes.elsewhere[auto.id]
         mutants.append(entry)
     return mutants
 
@@ -296,7 +303,8 @@ def run(
     if patterns:
         mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]
     known = {m.id for m in catalogue(source, target, Notes())}
-    stale = [f"equivalent names {ident}, which this release's file does not give" for ident in notes.equivalent if ident not in known]
+    stale = [f"{section} names {ident}, which this release's file does not give"
+             for section in ("equivalent", "elsewhere") for ident in getattr(notes, section) if ident not in known]
     harness.warm_up()
     trace = reach.LineTrace({target}, per_test=True)
     args = runner.test_args(sorted(modules.values()), None)

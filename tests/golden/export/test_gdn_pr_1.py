@@ -411,7 +411,10 @@ def _inputs(case: dict, settings: BuilderSettings):
         "block_table_tensor": block_table.to(device),
         "slot_mapping": torch.arange(num_tokens, dtype=torch.int64).to(device),
         "causal": True,
-        "is_prefilling": torch.tensor(prefilling, dtype=torch.bool),
+        # A runner that sends no is_prefilling (no_is_prefilling) leaves it None.
+        "is_prefilling": None
+        if case.get("no_is_prefilling")
+        else torch.tensor(prefilling, dtype=torch.bool),
         "seq_lens_cpu_upper_bound": torch.tensor(host_seq_lens, dtype=torch.int32),
         # Fields of older releases (0.28, 0.29), ignored where absent.
         "_seq_lens_cpu": seq_lens_cpu.clone(),
@@ -1022,8 +1025,15 @@ STAGED = {
 }
 
 
-# Derived from the state-index tensors: they follow from the tensors themselves.
-DERIVED = {"spec_state_rows", "spec_state_cells", "non_spec_state_rows"}
+# Derived from the state-index tensors: they follow from the tensors themselves;
+# and the layout of a case that states one (which builder's buffers, contiguity).
+DERIVED = {
+    "spec_state_rows",
+    "spec_state_cells",
+    "non_spec_state_rows",
+    "persistent_views",
+    "noncontiguous",
+}
 
 
 def _variant(batch, **changes):
