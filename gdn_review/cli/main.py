@@ -246,26 +246,33 @@ def import_command(report_path: Path, out_path: Path | None, force: bool, diff_p
 
 @main.command(name="export")
 @kb_option
-@click.option("--record", "number", required=True, type=RECORD_KEY, help="PR number of the record to export.")
+@click.option("--record", "number", default=None, type=RECORD_KEY, help="The record to export: a PR's number or a contract's id.")
+@click.option("--all", "every", is_flag=True, help="Export every complete record, one module each (contract records included).")
 @click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder the module is written to.")
 @click.option("--vllm-release", "release", default=None, metavar="X.Y.Z", help="Release whose known deviations become strict xfails.  [default: the installed vLLM]")
 @_exit_codes
-def export_command(kb_dir: Path, number: int, out_dir: Path, release: str | None) -> None:
+def export_command(kb_dir: Path, number, every: bool, out_dir: Path, release: str | None) -> None:
     """Export a record's checks as one standalone test module for vLLM's tests/.
 
-    The module (test_gdn_pr_N.py) imports only the standard library, pytest,
-    torch and vLLM, so it runs in vLLM's own CI without gdn-review and without
-    network. Claims and cases outside the target release are left out; known
-    deviations of that release are strict xfails.
+    The module (test_gdn_pr_N.py, test_gdn_contract_<id>.py) imports only the
+    standard library, pytest, torch and vLLM, so it runs in vLLM's own CI
+    without gdn-review and without network. Claims and cases outside the target
+    release are left out; known deviations of that release are strict xfails.
 
     \b
     Examples:
       gdn-review export --record 52078 --out /tmp/x
       cd /tmp/x && python -m pytest -q test_gdn_pr_52078.py
-      gdn-review export --record 52078 --out ~/vllm/tests/v1/attention --vllm-release 0.33.0
+      gdn-review export --all --out ~/vllm/tests/v1/attention --vllm-release 0.33.0
     """
-    from gdn_review.export.export import export
+    from gdn_review.export.export import export, export_all
 
+    if (number is None) == (not every):
+        raise click.UsageError("give --record N (one record) or --all (every complete record)")
+    if every:
+        for path, skipped in export_all(kb_dir, out_dir, release):
+            click.echo(f"wrote {path}" if skipped is None else f"skipped {path}: {skipped}")
+        return
     path = export(kb_dir, number, out_dir, release)
     click.echo(f"wrote {path} (run: python -m pytest {path})")
 

@@ -458,3 +458,14 @@ def export(kb_dir: Path, number: int, out_dir: Path, release: str | None = None)
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         atomic_write(path, text)
     return path
+
+
+def export_all(kb_dir: Path, out_dir: Path, release: str | None = None) -> list[tuple[Path, str | None]]:
+    """``export --all``: one module per complete record (drafts are skipped and named); (path, why skipped)."""
+    done: list[tuple[Path, str | None]] = []
+    for path, record in sorted(load_kb(kb_dir).items(), key=lambda item: item[1].sort_key):
+        if is_draft(record):
+            done.append((path, "a draft (open TODOs)"))
+            continue
+        done.append((export(kb_dir, record.number, out_dir, release), None))
+    return done

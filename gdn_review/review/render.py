@@ -9,11 +9,23 @@ in fences nothing can close).
 
 from __future__ import annotations
 
+import re
+
+from gdn_review.kb.subjects import key_order
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
 FAIL_ON_CHOICES = ("breaks", "drift", "survived")
 SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
+
+
+def _name(number) -> str:
+    """A record's key as shown: ``#52078``, or a contract's id (checked: it came through a worker's JSON)."""
+    if isinstance(number, int) and not isinstance(number, bool):
+        return f"#{number}"
+    if isinstance(number, str) and re.fullmatch(r"[a-z][a-z0-9_]{2,59}", number):
+        return f"contract {number}"
+    raise ValueError(f"not a record key: {number!r}")
 
 
 def findings(data: dict) -> dict[str, list[str]]:
@@ -22,9 +34,9 @@ def findings(data: dict) -> dict[str, list[str]]:
     for record in data["records"]:
         for claim in record["claims"]:
             if claim["broke"]:
-                found["breaks"].append(f"#{record['number']} {claim['id']}: {claim['before']} → {claim['after']}")
+                found["breaks"].append(f"{_name(record['number'])} {claim['id']}: {claim['before']} → {claim['after']}")
         for row in record["unexplained"]:
-            found["drift"].append(f"#{record['number']} {row['case']}: {', '.join(row['fields'])}")
+            found["drift"].append(f"{_name(record['number'])} {row['case']}: {', '.join(row['fields'])}")
     found["survived"] = [m["id"] for m in data["mutants"] if m["status"] == "survived"]
     return found
 
@@ -55,7 +67,7 @@ def markdown(data: dict) -> str:
     lines = [f"## gdn-review: {code(data['name'])} onto {text(data['source'])}", "", headline(data), ""]
     lines += ["| file | |", "|---|---|"] + [f"| {code(f['path'])} | {text(f['status'])} |" for f in data["files"]] + [""]
     for item in data["impact"]:
-        lines.append(f"**Record #{int(item['number'])}** ({code(item['record'])}, {code(item['target'])}): the hunks change "
+        lines.append(f"**Record {_name(item['number'])}** ({code(item['record'])}, {code(item['target'])}): the hunks change "
                      f"{', '.join(code(s) for s in item['symbols']) or 'nothing'}"
                      + (f"; the target reaches {', '.join(code(s) for s in item['reaches_target'])}" if item["reaches_target"] else "; the target reaches none of them")
                      + (f"; they land on the mutant sites of {', '.join(text(r) for r in item['risks'])}" if item["risks"] else "") + ".")
@@ -64,7 +76,7 @@ def markdown(data: dict) -> str:
         if carried:
             lines.append("")
             lines.append(f"Recorded PRs that first shipped after {text(data['onto'])}, by {text(data['lands_in'])}: "
-                         + ", ".join(f"#{int(c['number'])} {text(c['title'])} ({text(c['release'])}{', record' if c['record'] else ', named by a record'})" for c in carried) + ".")
+                         + ", ".join(f"{_name(c['number'])} {text(c['title'])} ({text(c['release'])}{', record' if c['record'] else ', named by a record'})" for c in carried) + ".")
         else:
             lines.append("")
             lines.append(f"**Unexplained change**: no recorded PR first shipped after {text(data['onto'])}, by {text(data['lands_in'])}; "
@@ -78,12 +90,12 @@ def markdown(data: dict) -> str:
 
 
 def _record_section(record: dict, data: dict) -> list[str]:
-    lines = [f"### #{int(record['number'])} {text(record['title'])}", ""]
+    lines = [f"### {_name(record['number'])} {text(record['title'])}", ""]
     failed = {k: v for k, v in record["sides"].items() if v != "ran"}
     for side, why in failed.items():
         lines.append(f"- **{text(side)} side did not finish**: {text(why)}")
     if record["carries_pr"]:
-        lines.append(f"- This change carries the record's own PR: #{int(record['number'])} first shipped after {text(data['onto'])}, "
+        lines.append(f"- This change carries the record's own PR: {_name(record['number'])} first shipped after {text(data['onto'])}, "
                      f"by {text(data['lands_in'])}; its claims below are read against the record's `before`.")
     changed = [c for c in record["claims"] if c["changed"]]
     if changed:
@@ -97,7 +109,7 @@ def _record_section(record: dict, data: dict) -> list[str]:
     if record["moved"]:
         lines += ["", "| case | fields | before → after | explained by |", "|---|---|---|---|"]
         for row in record["moved"]:
-            explained = ", ".join(f"#{int(e['number'])} ({text(e['relation'])})" for e in row["explained_by"]) or "**unexplained**"
+            explained = ", ".join(f"{_name(e['number'])} ({text(e['relation'])})" for e in row["explained_by"]) or "**unexplained**"
             shown = [cell(c) for c in row["changes"][:SHOWN_CHANGES]] + ([f"… {len(row['changes']) - SHOWN_CHANGES} more (in the JSON)"] if len(row["changes"]) > SHOWN_CHANGES else [])
             lines.append(f"| {text(row['case'])} | {', '.join(text(f) for f in row['fields'])} | {'<br>'.join(shown)} | {explained} |")
         lines.append("")
@@ -139,7 +151,7 @@ def merge(shards: list[dict]) -> dict:
             if other[key] != first[key]:
                 raise ValueError(f"the shards do not review the same change: {key} {first[key]!r} and {other[key]!r}")
     merged = {**first, "shard": None, "run": {"merged_shards": len(shards)}}
-    merged["records"] = sorted((r for s in shards for r in s["records"]), key=lambda r: r["number"])
+    merged["records"] = sorted((r for s in shards for r in s["records"]), key=lambda r: key_order(r["number"]))
     mutants: dict[str, dict] = {}
     for shard in shards:
         for mutant in shard["mutants"]:
