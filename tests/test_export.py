@@ -749,13 +749,22 @@ from gdn_review.harness import mutation as loader
 from gdn_review.kb import load_record
 from gdn_review.mutation import catalogue_for
 
-scratch, jobs, paths = Path(sys.argv[1]), int(sys.argv[2]), [Path(p) for p in sys.argv[3:]]
+scratch, jobs = Path(sys.argv[1]), int(sys.argv[2])
+# A path, or path::id,id: a contract record has no record mutants, so the whole file's
+# broad mutants named here (`mutate --whole-file` ids) stand in.
+paths = [(Path(a.split("::")[0]), a.split("::")[1].split(",") if "::" in a else None) for a in sys.argv[3:]]
 release = str(harness.vllm_release())
 plan = []
-for path in paths:
+for path, wanted in paths:
     record = load_record(path)
     found = catalogue_for(path, record, fetch=False, say=lambda _: None)
     mutants = [m for m in found.runnable() if m.origin == "record"]
+    if wanted:
+        from gdn_review.mutation import guard
+
+        source = open(loader.target_path(found.target_file), encoding="utf-8").read()
+        mutants = [m for m in guard.catalogue(source, found.target_file, guard.Notes()) if m.id in wanted]
+        assert len(mutants) == len(wanted), f"{path}: not every named mutant exists on vLLM {release}"
     for mutant in mutants:
         mutant.code = loader.compile_source(found.target_file, mutant.source)
     folder = path.parent / "snapshots" / str(record.number)
@@ -803,7 +812,9 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
     """The exported module of each record fails on every record mutant its generated module kills.
 
     Records: kb/52078.yaml and kb/56531.yaml (with their stored snapshots of the installed
-    release, on both sides) and SCENARIO_YAML (scenarios, a differential check, a CPU proxy).
+    release, on both sides), SCENARIO_YAML (scenarios, a differential check, a CPU proxy) and
+    the three contract records (layout, a second builder, per-claim fields, no is_prefilling),
+    each with the whole-file mutants named in `contracts`.
     Mutants: every record mutant of each that applies to the installed vLLM (on 0.33.0: 3 of
     52078's 6, all 5 of 56531's, both of the scenario record's); the automatic mutants of the
     PRs' diffs are left out. Machinery: `gdn-review mutate`'s own (catalogue_for,
@@ -818,12 +829,24 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
     kb.mkdir()
     (kb / "9.yaml").write_text(SCENARIO_YAML, encoding="utf-8")
     paths = [ROOT / "kb" / "52078.yaml", ROOT / "kb" / "56531.yaml", kb / "9.yaml"]
+    # Contract records, with whole-file mutants that only their new properties catch:
+    # a staged mask that is no view of the buffer (layout), an eager decode batch staged,
+    # the staging bound at exactly the capture size, update_block_table's NULL fill on
+    # a second group's dirty builder, a one-token first chunk without is_prefilling.
+    contracts = {
+        "full_graph_staging": ["auto.drop_mask_assign.spec_sequence_masks.cd4f8f", "auto.drop_clause1.use_full_cuda_graph.4902e1",
+                               "auto.le_to_lt.num_decodes.84caca"],
+        "update_block_table": ["auto.drop_statement.spec_indices.0529af"],
+        "runner_inputs": ["auto.is_not_to_is.m.68ea65"],
+    }
+    arguments = [*map(str, paths), *(f"{ROOT / 'kb' / name}.yaml::{','.join(ids)}" for name, ids in contracts.items())]
+    paths += [ROOT / "kb" / f"{name}.yaml" for name in contracts]
     scratch = tmp_path / "scratch"
     (scratch / "tmp").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
     env |= {"TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *map(str, paths)],
+        [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *arguments],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     result = scratch / "parity.json"
@@ -839,6 +862,8 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
         keys = _parity_keys(records[number])
         kinds = {claim.id: claim.check.kind for claim in records[number].claims}
         assert entry["mutants"], f"{number}: no record mutant applies to vLLM {data['release']}"
+        if number in contracts:  # each named whole-file mutant is killed by the contract's generated module
+            assert all(entry["generated"][m]["status"] == "killed" for m in entry["mutants"]), entry["generated"]
         for mutant in entry["mutants"]:
             generated, exported = entry["generated"][mutant], entry["exported"][mutant]
             assert generated["status"] in ("killed", "survived"), f"{number} {mutant}: {generated}"
@@ -853,4 +878,4 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
             by_exported = {keys.get(key, key) for key in exported["killed_by"]}
             same_cases = {c for c in generated["killed_by"] if kinds.get(c) != "invariant"}
             assert same_cases <= by_exported, f"PR {number}: mutant {mutant}: claims {sorted(same_cases - by_exported)} kill only in the generated module"
-    assert killed_total >= 8, "\n".join(summary)
+    assert killed_total >= 13, "\n".join(summary)

@@ -292,3 +292,22 @@ def test_a_change_that_deletes_the_target_file_is_bad_input(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"the change deletes {TARGET}, which records target" in done.stderr
     assert "running" not in done.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_change_that_breaks_a_contract_is_a_break(tmp_path):
+    """Dropping update_block_table's NULL fill of padded rows breaks contract update_block_table:
+    only its second-builder cases see it (the first builder's buffers hold the build's NULLs)."""
+    version, root = release_cache.loaded()
+    source = (root / TARGET).read_text(encoding="utf-8")
+    line = "            spec_indices[m.num_spec_decodes :].fill_(NULL_BLOCK_ID)\n"
+    assert source.count(line) == 1, f"vLLM {version} has no such line"
+    changed = source.replace(line, "")
+    diff = tmp_path / "no-fill.diff"
+    diff.write_text("".join(difflib.unified_diff(source.splitlines(True), changed.splitlines(True), f"a/{TARGET}", f"b/{TARGET}")), encoding="utf-8")
+    done = gdn("review", str(diff), "--record", "update_block_table", "--max-mutants", "0", "-k", "C4 or C2",
+               "--out", str(tmp_path / "out"), timeout=900)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "fail-on: breaks: contract update_block_table C4: holds → fails" in done.stderr, done.stderr[-2000:]
+    text = (tmp_path / "out" / "no-fill.md").read_text(encoding="utf-8")
+    assert "### contract update_block_table" in text and "claim(s) break" in text

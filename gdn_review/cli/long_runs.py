@@ -146,7 +146,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     if release and release != loaded:
         # Another release: this command again, in a process whose vLLM is that release's tree.
         path = guard.release_path(release, fetch=not offline, say=_say)
-        argv = ["mutate", "--whole-file", "--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir),
+        argv = ["mutate", "--whole-file", "--release", release, "--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir),
                 "--timeout", str(timeout), "--min-score", str(min_score), *(f"--record={n}" for n in numbers),
                 *(f"--mutant={p}" for p in patterns), *([f"--jobs={jobs}"] if jobs else [])]
         _say(f"vLLM {release}: running in a process with {path} on PYTHONPATH")
@@ -167,7 +167,8 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
         progress.stop()
         raise
     progress.stop()
-    stem = "guard" if release_cache.installed() == loaded else f"guard-{loaded}"
+    # reports/guard.md for the installed release; guard-<release>.md for one asked for by --release
+    stem = f"guard-{loaded}" if release else "guard"
     folder = Path(reports_dir)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
