@@ -197,3 +197,26 @@ def test_whole_file_run_reaches_update_block_table_only_through_the_contract_rec
     line_map = {row["line"]: row for row in data["lines"]}
     assert all(line_map[m["line"]]["records"] == ["update_block_table"] for m in staged), source
     assert (tmp_path / "guard.md").read_text(encoding="utf-8").startswith("# What the KB guards in")
+
+
+def test_elsewhere_notes_list_a_reached_mutant_apart(tmp_path):
+    notes = tmp_path / "notes.yaml"
+    ident = _mutant(SOURCE, "drop_statement", "tail.fill_").id
+    notes.write_text(f"elsewhere:\n  {ident}: only CUDA shows it\nequivalent:\n  {ident}: twice\n", encoding="utf-8")
+    with pytest.raises(RecordErrors, match="already under equivalent"):
+        guard.load_notes(notes)
+    notes.write_text(f"elsewhere:\n  {ident}: only CUDA shows it\n", encoding="utf-8")
+    found = {m.id: m for m in guard.catalogue(SOURCE, "x.py", guard.load_notes(notes))}
+    assert (found[ident].status, found[ident].reason) == ("unreachable here", "only CUDA shows it")
+
+
+@pytest.mark.slow
+def test_release_runs_in_a_child_on_that_release_and_writes_its_own_report(tmp_path):
+    command = [sys.executable, "-m", "gdn_review.cli", "mutate", "--whole-file", "--release", "0.32.0", "--offline",
+               "--mutant", "auto.drop_statement.spec_indices.*", "--reports", str(tmp_path), "--min-score", "0"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not (tmp_path / "guard.json").exists()
+    data = json.loads((tmp_path / "guard-0.32.0.json").read_text(encoding="utf-8"))
+    assert data["release"] == "0.32.0" and data["mutants"]
+    assert {m["status"] for m in data["mutants"]} <= {"killed", "equivalent", "unreachable here"}, data["mutants"]

@@ -242,13 +242,21 @@ def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unrea
 
 def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[int]], records: dict[str, str], unreachable: dict[int, str]) -> list[dict]:
     """Per line of the scope that holds code: its function, the records whose tests execute it, or why none can."""
-    code_lines = {n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)}
+    # A statement's lines as the trace reports them: a multi-line statement's line events
+    # may come from any of its lines (a compound statement: its header's).
+    spans: dict[int, range] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.stmt):
+            body = getattr(node, "body", None)
+            last = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > node.lineno else node.end_lineno
+            spans[node.lineno] = range(node.lineno, max(node.lineno, last) + 1)
     rows = []
     text = source.splitlines()
     for line in sorted(scope_lines):
-        if line not in code_lines:
+        if line not in spans:
             continue
-        reached_by = sorted(records[module] for module, lines in by_module.items() if line in lines and module in records)
+        reached_by = sorted(records[module] for module, lines in by_module.items()
+                            if module in records and any(at in lines for at in spans[line]))
         rows.append({
             "line": line,
             "function": scope_lines[line],
