@@ -105,7 +105,7 @@ def load_bench(path: Path) -> dict[int, dict]:
         results = by_device if "pooled" not in by_device else {by_device.get("device") or "cpu": by_device}
         chosen = results.get("cuda") or results.get("cpu") or next(iter(results.values()), None)
         if isinstance(chosen, dict) and isinstance(chosen.get("pooled"), dict):
-            found[int(number)] = chosen
+            found[int(number) if str(number).isdigit() else str(number)] = chosen
     return found
 
 
@@ -204,7 +204,7 @@ def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) ->
     )
 
     series = []
-    for number in sorted(matrices.reports):
+    for number in sorted(matrices.reports, key=key_order):
         record = records[number]
         for claim in record.claims:
             if claim.check.kind != "op_budget":

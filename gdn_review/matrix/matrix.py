@@ -233,8 +233,10 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     return results
 
 
-def _record_number(record_path: Path) -> int:
-    return int(Path(record_path).stem)
+def _record_number(record_path: Path) -> int | str:
+    """The key of the record at ``kb/<key>.yaml``: a PR's number, or a contract's id."""
+    stem = Path(record_path).stem
+    return int(stem) if stem.isdigit() else stem
 
 
 def _evidence_of(data: dict, number: int) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.matrix_report import cell_measure, drift_data
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import load_evidence
@@ -109,7 +110,7 @@ def carried(records, onto: str, lands_in: str) -> list[dict]:
             release = relation.from_release
             if release and _after(release, onto) and not _after(release, lands_in):
                 found.setdefault(relation.number, {"number": relation.number, "title": relation.title, "release": release, "record": False})
-    return sorted(found.values(), key=lambda entry: entry["number"])
+    return sorted(found.values(), key=lambda entry: key_order(entry["number"]))
 
 
 def _expect_fields(snapshot: dict) -> dict:
