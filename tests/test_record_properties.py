@@ -132,3 +132,24 @@ def test_case_inputs_expand_chains_and_mark_layout_cases():
     assert inputs["a"]["layout"] is True
     assert inputs["b"]["after"][0]["after"][0]["rows"][0]["seq_len"] == 9  # d, built before c, built before b
     assert harness_run.needs_own_builder(inputs["b"])
+
+
+@pytest.mark.slow
+def test_a_generated_equivalence_test_compares_only_the_claims_fields(tmp_path):
+    """One case, two claims: `fields: [path]` passes though the case's num_decodes is wrong;
+    the claim that compares every field fails on it. (The generated module, run by pytest.)"""
+    import subprocess
+    import sys
+
+    from gdn_review import generate
+    from tests.conftest import ROOT
+
+    text = RECORD.format(compare="fields: [path]", extra="").replace("num_decodes: 1}", "num_decodes: 2}")
+    text = text.replace("cases:\n", "  - id: C2\n    text: Everything.\n    check:\n      kind: equivalence\n      cases: [a]\ncases:\n", 1)
+    module = tmp_path / "test_fields.py"
+    module.write_text(generate.render_module(parse_record(text, "7.yaml"), "kb/7.yaml", snapshot_dir=str(tmp_path)), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", str(module), "-k", "equivalence and cpu", "-rA"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "PASSED" in done.stdout and "test_C1_equivalence[cpu-a]" in done.stdout.split("PASSED", 1)[1], done.stdout[-3000:]
+    assert "FAILED" in done.stdout and "test_C2_equivalence[cpu-a]" in done.stdout.split("FAILED", 1)[1], done.stdout[-3000:]
+    assert "num_decodes" in done.stdout

@@ -84,10 +84,8 @@ def contract_start(record) -> str | None:
     from packaging.specifiers import SpecifierSet
 
     bounds = [Version(spec.version) for spec in SpecifierSet(record.contract.releases or "") if spec.operator in (">=", "==")]
-    if not bounds:
-        return None
-    first = min(bounds)
-    return f"{first.major}.{first.minor}.{first.micro}"
+    first = min(bounds, default=None)
+    return None if first is None else f"{first.major}.{first.minor}.{first.micro}"
 
 
 def plan(record, installed: str | None, requested: list[str] | None = None, since: str | None = None) -> list[Planned]:
