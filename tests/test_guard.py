@@ -181,7 +181,10 @@ def test_whole_file_run_reaches_update_block_table_only_through_the_contract_rec
     """A real run on a few mutants: the staged spec-row fill of update_block_table is killed,
     and only the contract record's tests execute that line."""
     before = vllm_files_digest()
+    # Three records whose cases run FULL graphs (two PR records, the contract): enough to show
+    # that of them only the contract's tests execute update_block_table's staging.
     command = [sys.executable, "-m", "gdn_review.cli", "mutate", "--whole-file", "--mutant", "auto.fill_value.NULL_BLOCK_ID.*",
+               "--record", "45100", "--record", "55404", "--record", "update_block_table",
                "--reports", str(tmp_path), "--min-score", "0", "--jobs", "2"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -213,7 +216,7 @@ def test_elsewhere_notes_list_a_reached_mutant_apart(tmp_path):
 @pytest.mark.slow
 def test_release_runs_in_a_child_on_that_release_and_writes_its_own_report(tmp_path):
     command = [sys.executable, "-m", "gdn_review.cli", "mutate", "--whole-file", "--release", "0.32.0", "--offline",
-               "--mutant", "auto.drop_statement.spec_indices.*", "--reports", str(tmp_path), "--min-score", "0"]
+               "--record", "update_block_table", "--mutant", "auto.drop_statement.spec_indices.*", "--reports", str(tmp_path), "--min-score", "0"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (tmp_path / "guard.json").exists()
