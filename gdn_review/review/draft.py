@@ -16,6 +16,7 @@ import yaml
 
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, is_draft, parse_record
+from gdn_review.kb.subjects import key_short
 
 
 class DraftError(Exception):
@@ -35,14 +36,14 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
         for case_id, expect in effect["expect_after"].items():
             new_id = case_id if case_id not in {c["id"] for c in cases} else f"{case_id}_{effect['number']}"
             case = by_id[case_id].model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-            case.update(id=new_id, expect=expect, text=f"{by_id[case_id].text} (from record #{effect['number']}; expect measured with the change)")
+            case.update(id=new_id, expect=expect, text=f"{by_id[case_id].text} (from record {key_short(effect['number'])}; expect measured with the change)")
             cases.append(case)
             moved.append((new_id, next(r["fields"] for r in effect["moved"] if r["case"] == case_id)))
         if moved:
             changes.append({
                 "cases": [case_id for case_id, _ in moved],
                 "fields": sorted({f for _, fields in moved for f in fields}),
-                "note": f"measured by gdn-review review onto {review['onto']} (cases of record #{effect['number']})",
+                "note": f"measured by gdn-review review onto {review['onto']} (cases of record {key_short(effect['number'])})",
             })
     survivors = [m for m in review["mutants"] if m["status"] == "survived"]
     return {
