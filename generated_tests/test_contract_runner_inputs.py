@@ -19,6 +19,7 @@ TITLE = 'build() on what runners send: no is_prefilling, short chunks, one compu
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
     'no_flags_first_chunk': {
+        'builder_fields': True,
         'drafts': 'given',
         'id': 'no_flags_first_chunk',
         'max_num_seqs': 8,
@@ -68,6 +69,7 @@ CASES = {
         ],
     },
     'padded_tokens_mixed': {
+        'builder_fields': True,
         'drafts': 'given',
         'id': 'padded_tokens_mixed',
         'mamba_cache_mode': 'none',
@@ -81,6 +83,7 @@ CASES = {
         'speculative_tokens': 1,
     },
     'padded_tokens_spec': {
+        'builder_fields': True,
         'cudagraph_mode': 'FULL_AND_PIECEWISE',
         'drafts': 'given',
         'id': 'padded_tokens_spec',
@@ -126,6 +129,7 @@ EXPECTATIONS = {
         'prefill_has_initial_state': None,
         'prefill_query_start_loc': None,
         'prefill_state_rows': None,
+        'reorder_batch_threshold': 1,
         'spec_query_start_loc': None,
         'spec_state_cells': None,
         'spec_state_rows': None,
@@ -214,6 +218,7 @@ EXPECTATIONS = {
         'prefill_has_initial_state': [True, False],
         'prefill_query_start_loc': [0, 5, 5],
         'prefill_state_rows': [1, 2],
+        'reorder_batch_threshold': 2,
         'spec_query_start_loc': [0, 2],
         'spec_state_cells': [[[0, 0], [0, 1]]],
         'spec_state_rows': [0],
@@ -236,6 +241,7 @@ EXPECTATIONS = {
         'prefill_has_initial_state': None,
         'prefill_query_start_loc': None,
         'prefill_state_rows': None,
+        'reorder_batch_threshold': 3,
         'spec_query_start_loc': [0, 3, 5, 5],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 0], [1, 1], [1, 2]], [[-1, -1], [-1, -1], [-1, -1]]],
         'spec_state_rows': [0, 1, -1],
@@ -374,6 +380,47 @@ def test_C3_equivalence(device, case_id, request, record_property):
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C3, "cases", case_id)
     expected = EXPECTATIONS[case_id]
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
+CLAIM_C4 = 'The builder asks the runner to put rows of up to 1 + k query tokens first (its decodes and spec decodes): reorder_batch_threshold is 1 without speculative decoding and 1 + k with k speculative tokens.'
+DEVIATIONS_C4 = []
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'no_flags_first_chunk',
+            id='no_flags_first_chunk',
+            marks=[pytest.mark.case('no_flags_first_chunk')],
+        ),
+        pytest.param(
+            'padded_tokens_mixed',
+            id='padded_tokens_mixed',
+            marks=[pytest.mark.case('padded_tokens_mixed')],
+        ),
+        pytest.param(
+            'padded_tokens_spec',
+            id='padded_tokens_spec',
+            marks=[pytest.mark.case('padded_tokens_spec')],
+        ),
+    ],
+)
+def test_C4_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases(None, 'C4')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C4, "cases", case_id)
+    # This claim compares only these of the case's expected fields.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['reorder_batch_threshold']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
     record_property("measured", measured)

@@ -153,3 +153,11 @@ def test_a_generated_equivalence_test_compares_only_the_claims_fields(tmp_path):
     assert "PASSED" in done.stdout and "test_C1_equivalence[cpu-a]" in done.stdout.split("PASSED", 1)[1], done.stdout[-3000:]
     assert "FAILED" in done.stdout and "test_C2_equivalence[cpu-a]" in done.stdout.split("FAILED", 1)[1], done.stdout[-3000:]
     assert "num_decodes" in done.stdout
+
+
+def test_a_case_that_states_the_reorder_threshold_reads_it_from_the_builder():
+    spec = dict(K2, rows=SPEC_ROWS, builder_fields=True)
+    assert harness.build_case("cpu", spec, count_ops=False).metadata["reorder_batch_threshold"] == 3  # 1 + k
+    plain = dict(rows=[{"seq_len": 9, "query_len": 1}], builder_fields=True)
+    assert harness.build_case("cpu", plain, count_ops=False).metadata["reorder_batch_threshold"] == 1
+    assert "reorder_batch_threshold" not in harness.build_case("cpu", dict(spec, builder_fields=None), count_ops=False).metadata

@@ -169,6 +169,7 @@ DERIVED = {
     "non_spec_state_rows",
     "persistent_views",
     "noncontiguous",
+    "reorder_batch_threshold",
 }
 
 

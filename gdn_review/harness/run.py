@@ -396,10 +396,12 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
         metadata, built = _run_entry(builder, case, settings, other)
     padded = case.get("padded_rows", 0)
     data = snapshot(metadata, columns)
-    if case.get(
-        "layout"
-    ):  # the case states buffer identity (expect: persistent_views, ...)
+    # The case states buffer identity (expect: persistent_views, ...).
+    if case.get("layout"):
         data.update(layout(other if other is not None else builder, metadata))
+    # What the runner reads of the builder itself (expect: reorder_batch_threshold).
+    if case.get("builder_fields"):
+        data["reorder_batch_threshold"] = builder.reorder_batch_threshold
     return BuildRun(
         metadata=data,
         ops=dict(sorted(counter.counts.items())),

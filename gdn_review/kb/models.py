@@ -447,6 +447,8 @@ class Record(Strict):
         for case in self.cases:
             if {"persistent_views", "noncontiguous"} & set(case.expect):
                 plain[case.id]["layout"] = True
+            if "reorder_batch_threshold" in case.expect:
+                plain[case.id]["builder_fields"] = True
 
         def expanded(case_id: str) -> dict:
             data = dict(plain[case_id])

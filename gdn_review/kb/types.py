@@ -97,6 +97,8 @@ ExpectField = Literal[
     # are views of the builder's persistent buffer of the same name, which are not contiguous.
     "persistent_views",
     "noncontiguous",
+    # The builder's own setting the runner reads (measured only for a case that states it).
+    "reorder_batch_threshold",
     "spec_sequence_masks",
     "spec_sequence_masks_cpu",
     "uniform_spec_sequence_length",
