@@ -223,3 +223,20 @@ def test_release_runs_in_a_child_on_that_release_and_writes_its_own_report(tmp_p
     data = json.loads((tmp_path / "guard-0.32.0.json").read_text(encoding="utf-8"))
     assert data["release"] == "0.32.0" and data["mutants"]
     assert {m["status"] for m in data["mutants"]} <= {"killed", "equivalent", "unreachable here"}, data["mutants"]
+
+
+def test_the_guard_report_escapes_what_it_shows():
+    from gdn_review.report import guard_report
+
+    entry = {"id": "auto.x.y.1", "line": 3, "function": "f", "status": "survived", "reason": "a | b <img src=x> [l](https://e.x)",
+             "diff": "```\n- a\n+ b\n", "killed_by": []}
+    data = {"target": "x.py", "release": "0.33.0", "records": ["#1"], "score": guard.score([entry]), "mutants": [entry],
+            "lines": [{"line": 3, "function": "f", "code": "a | `b`", "records": [], "unreachable": "only <b>CUDA</b> | x"}],
+            "notes": ["note <script>"], "settings": {"jobs": 1, "baseline_s": 1.0}, "duration_s": 1.0, "finished_at": "t"}
+    text = guard_report.markdown(data)
+    assert "<img" not in text and "<script>" not in text and "<b>" not in text
+    assert "a \\| b" in text and "\\](https\\:" in text  # no link
+    assert "`` a \\| `b` ``" in text  # vLLM's code in a span its backticks cannot close
+    table = [line for line in text.splitlines() if line.startswith("| 3 |")]
+    assert len(table) == 1 and table[0].count(" | ") == 3, table  # four cells: no | broke out of one
+    assert "````" in text  # the diff's own ``` cannot close its fence

@@ -126,3 +126,12 @@ def test_vllm_workflow_fans_out_over_releases_and_shards_and_merges_last():
     assert report["needs"] == "review"
     merge = " ".join(step.get("run", "") for step in report["steps"])
     assert "gdn-review review-merge" in merge and "gh pr comment" in merge
+
+
+def test_record_keys_from_a_workers_json_are_checked_before_they_are_shown():
+    from gdn_review.review.render import _name
+
+    assert (_name(52078), _name("update_block_table")) == ("#52078", "contract update_block_table")
+    for hostile in ("a|b", "x](https://e.x)", "<img src=x>", "../kb", True, -1, "UPPER"):
+        with pytest.raises(ValueError, match="not a record key"):
+            _name(hostile)

@@ -27,7 +27,7 @@ from gdn_review.cli.support import (
     _write_reports,
     kb_option,
 )
-from gdn_review.kb.subjects import key_label, key_short
+from gdn_review.kb.subjects import key_label, key_order, key_short
 from gdn_review.report import report as reporting
 from gdn_review.run.plugin import DEFAULT_EVIDENCE
 from gdn_review.run.selection import current_modules, load_records
@@ -156,7 +156,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     _say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")
     progress = MutationProgress(_say)
     try:
-        named = {(f"#{n}" if isinstance(n, int) else n): path for n, path in sorted(modules.items(), key=lambda item: (isinstance(item[0], str), str(item[0]).zfill(12)))}
+        named = {key_short(n): path for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))}
         data = guard.run(named, target, loaded, source, notes,
                          jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns)
     except guard.GuardError as error:

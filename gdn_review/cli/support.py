@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import click
 
 from gdn_review import generate as generator
 from gdn_review.kb import RecordErrors
-from gdn_review.kb.subjects import key_label
+from gdn_review.kb.subjects import is_record_key, key_label
 from gdn_review.report import report as reporting
 from gdn_review.run.selection import StaleModules
 
@@ -78,7 +77,7 @@ class RecordKey(click.ParamType):
         text = str(value).strip().lstrip("#")
         if text.isdigit():
             return int(text)
-        if re.fullmatch(r"[a-z][a-z0-9_]{2,59}", text):
+        if is_record_key(text):
             return text
         self.fail(f"{value!r} is neither a PR number nor a contract id (lower case, digits and _)", param, ctx)
 

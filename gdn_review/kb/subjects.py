@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
@@ -32,7 +33,8 @@ class PullRequest(Strict):
         return self
 
 
-ContractId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$", min_length=3, max_length=60)]
+CONTRACT_ID = r"[a-z][a-z0-9_]{2,59}"  # a contract record's id: a file, module and test name
+ContractId = Annotated[str, StringConstraints(pattern=rf"^{CONTRACT_ID}$")]
 
 
 class ContractMove(Strict):
@@ -73,6 +75,13 @@ def key_label(key: int | str) -> str:
 def key_short(key: int | str) -> str:
     """``#52078`` or ``update_block_table`` (lists, tables)."""
     return f"#{key}" if isinstance(key, int) else str(key)
+
+
+def is_record_key(value) -> bool:
+    """A PR's number or a contract's id (a key read back from JSON or a command line)."""
+    if isinstance(value, bool):
+        return False
+    return (isinstance(value, int) and value > 0) or (isinstance(value, str) and re.fullmatch(CONTRACT_ID, value) is not None)
 
 
 def key_order(key: int | str) -> tuple:

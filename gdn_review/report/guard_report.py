@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 
-from gdn_review.report.markdown import cell, code, fence, text
+from gdn_review.report.markdown import code, fence, text
 
 ORDER = ("survived", "not reached", "unreachable here", "timeout", "error", "equivalent", "killed")
 
@@ -49,7 +49,7 @@ def markdown(data: dict) -> str:
               "| line | function | code | reached by |", "|---|---|---|---|"]
     for row in data["lines"]:
         reached = ", ".join(text(r) for r in row["records"]) or ("unreachable here: " + text(row["unreachable"]) if row["unreachable"] else "**not reached**")
-        lines.append(f"| {row['line']} | {code(row['function'])} | {cell('`' + row['code'] + '`') if row['code'] else ''} | {reached} |")
+        lines.append(f"| {row['line']} | {code(row['function'])} | {code(row['code']) if row['code'] else ''} | {reached} |")
     return "\n".join(lines) + "\n"
 
 

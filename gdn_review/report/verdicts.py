@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
+
+from gdn_review.kb.subjects import is_record_key
 
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
 RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
@@ -85,7 +86,7 @@ def load_evidence(paths: list[Path]) -> Evidence:
 def _mutant_problem(mutant) -> str | None:
     if not isinstance(mutant, dict):
         return f"expected an object, got {type(mutant).__name__}"
-    if not _record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
+    if not is_record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
         return "'record' (a PR number or a contract id) and 'id' (string) are required"
     if mutant.get("status") not in MUTANT_STATUSES:
         return f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MUTANT_STATUSES)})"
@@ -97,18 +98,11 @@ def _mutant_problem(mutant) -> str | None:
 OUTCOMES = RAN | {"skipped", "deselected", "not run"}
 
 
-def _record_key(value) -> bool:
-    """A record's key in evidence: a PR's number, or a contract record's id."""
-    if isinstance(value, bool):
-        return False
-    return (isinstance(value, int) and value > 0) or (isinstance(value, str) and re.fullmatch(r"[a-z][a-z0-9_]{2,59}", value) is not None)
-
-
 def _entry_problem(test) -> str | None:
     """What is wrong with one evidence test entry, or None."""
     if not isinstance(test, dict):
         return f"expected an object, got {type(test).__name__}"
-    if not _record_key(test.get("record")):
+    if not is_record_key(test.get("record")):
         return f"'record' must be a PR number or a contract id, got {test.get('record')!r}"
     kinds = {"nodeid": str, "claim": str, "outcome": str}
     for key, kind in kinds.items():

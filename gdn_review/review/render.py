@@ -9,9 +9,7 @@ in fences nothing can close).
 
 from __future__ import annotations
 
-import re
-
-from gdn_review.kb.subjects import key_order
+from gdn_review.kb.subjects import is_record_key, key_label, key_order
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
@@ -21,11 +19,9 @@ SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the
 
 def _name(number) -> str:
     """A record's key as shown: ``#52078``, or a contract's id (checked: it came through a worker's JSON)."""
-    if isinstance(number, int) and not isinstance(number, bool):
-        return f"#{number}"
-    if isinstance(number, str) and re.fullmatch(r"[a-z][a-z0-9_]{2,59}", number):
-        return f"contract {number}"
-    raise ValueError(f"not a record key: {number!r}")
+    if not is_record_key(number):
+        raise ValueError(f"not a record key: {number!r}")
+    return f"#{number}" if isinstance(number, int) else key_label(number)
 
 
 def findings(data: dict) -> dict[str, list[str]]:
