@@ -168,15 +168,24 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 @click.option("-k", "keyword", default=None, help="pytest -k expression: run only matching tests (others are reported 'not run').")
 @click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON goes.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
+@click.option("--no-diff", is_flag=True, help="Skip the diff side: an open PR's diff stored beside its record (kb/N.diff) is not applied.")
 @fail_on_option
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 @_exit_codes
-def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fail_on, pytest_args) -> None:
+def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no_diff, fail_on, pytest_args) -> None:
     """Check the generated tests are current, run them on the installed vLLM, write reports.
 
     Exit 0 when every claim that was checked holds or is a known deviation;
     1 when a claim fails (or whatever --fail-on adds); 2 on bad input.
     Arguments after `--` go to pytest.
+
+    A record of an open PR: its improvement claims (before: fails) read
+    **pending** on a release without the change (exit 0 unless --fail-on
+    pending). Where the PR's diff lies beside the record (kb/N.diff, as
+    `gh pr diff N` writes it), the record's tests also run with the diff
+    applied to a copy of the release's files, and the report reads each
+    claim against it. Mutation results and the diff side in the evidence
+    file are kept when this run is on the same vLLM release.
 
     \b
     Examples:
@@ -184,13 +193,22 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, fa
       gdn-review run -k pure_spec_decode          # one case; other claims: "unverified: not run"
       gdn-review run --record 52078 --write
       gdn-review run --fail-on fails,unverified,uncovered -- -x
+      gdn-review run --record 53542 --fail-on fails,pending   # an open PR: pending claims fail the run
     """
+    from gdn_review.review import diff_side
     from gdn_review.run import suite
 
     conditions = _fail_on(fail_on)
     records = load_records(kb_dir, numbers)
     modules = current_modules(kb_dir, records, out_dir, write, _say)
+    diffs = {} if no_diff or keyword else diff_side.wanted(records)
     code = suite.run_suite(list(modules.values()), evidence_path, keyword, pytest_args, say=click.echo)
+    if diffs and code != suite.NO_TESTS:
+        release = suite.evidence_release(evidence_path)
+        for path, diff in diffs.items():
+            record = records[path]
+            click.echo(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
+            diff_side.write_part(evidence_path, record.number, diff_side.run_diff_side(record, diff, kb_dir, release, out_dir, say=_say))
     click.echo("[2/2] writing risk reports")
     status = _write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions)
     sys.exit(EXIT_FAILED if code == suite.NO_TESTS else status)

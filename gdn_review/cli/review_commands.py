@@ -68,10 +68,11 @@ def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
 @click.option("--name", default=None, help="Report name.  [default: the diff's file name without extension]")
 @click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Keep the run's files in this new or empty folder: each side's evidence and snapshots, the mutants' sources.  [default: a temp folder, removed]")
 @click.option("--draft", "draft_number", type=click.IntRange(min=1), default=None, metavar="PR", help="Also write a draft record of the change as OUT/PR.yaml: target from the hunks, the moved cases with expect blocks measured with the change (target.changes), surviving mutants as risk candidates.")
+@click.option("--pr", "own", type=click.IntRange(min=1), default=None, metavar="N", help="The diff is PR N's own (its record explains what it states it changes; its claims are read with the change in).  [default: N from a file named N.diff or pr-N.diff, where the KB holds an open record of PR N]")
 @click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="Comma list of what makes the exit code 1: breaks (a claim that held no longer does), drift (a field moved that no record explains), survived (a mutant of the new lines survived).")
 @_exit_codes
 @interruptible
-def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, work_dir, draft_number, fail_on) -> None:
+def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, work_dir, draft_number, own, fail_on) -> None:
     """Check a change to vLLM against the whole KB before it merges.
 
     DIFF is a unified diff as `git diff` or `gh pr diff` writes it. It is
@@ -82,7 +83,8 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
     snapshots run on the release as it is and with the change, and the
     automatic mutants of the lines the diff adds run against those tests.
     The report (markdown for a PR comment, and JSON) says which claims'
-    verdicts changed, every field that moved with the PR that explains it,
+    verdicts changed (for the PR's own record first: "the PR's own claims:
+    k hold, m pending, n fail", and the cases that fail), every field that moved with the PR that explains it,
     and the survivors among the mutants; it is appended to
     GITHUB_STEP_SUMMARY when that is set.
 
@@ -98,13 +100,14 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
       gdn-review review pr-52297.diff --max-mutants 0 -k C1  # claims C1 only, no mutants
       gdn-review review pr.diff --shard 1/3 --out shards/1   # then: gdn-review review-merge shards/*/pr.json
       gdn-review review pr-55404.diff --draft 55404         # also reports/review/55404.yaml, a draft record
+      gdn-review review kb/53542.diff --pr 53542            # an open PR's diff with its own record: "the PR's own claims: ..."
     """
     from gdn_review.common import interrupts
     from gdn_review.review import orchestrate
 
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
-    data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=_say)
+    data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=_say, own=own)
     interrupts.finishing()  # the review ran: its report is written whatever comes now
     if name:
         data["name"] = name

@@ -14,6 +14,7 @@ import yaml
 from gdn_review.kb.errors import RecordError
 from gdn_review.kb.load import _field_path, _locate
 from gdn_review.kb.models import Record
+from gdn_review.kb.subjects import OPEN_STATES
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:
@@ -25,8 +26,8 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
     for field in ("base_release", "head_release"):
         if record.contract is not None:
             break  # a contract holds on its release range: no PR, no base and head
-        if field == "head_release" and record.state == "open":
-            continue  # an open PR is in no release yet
+        if field == "head_release" and record.state in OPEN_STATES:
+            continue  # an open (or closed, unmerged) PR is in no release
         if getattr(record.target, field) is None:
             items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "
                           "`gdn-review find-release \"<a line the PR added>\"` prints both)"))

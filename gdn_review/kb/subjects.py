@@ -21,8 +21,10 @@ class PullRequest(Strict):
         default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
     )
     source_report: str | None = None
-    state: Literal["merged", "open"] = Field(
-        default="merged", description="open: not merged when the record was written; it has no head release yet"
+    state: Literal["merged", "open", "closed"] = Field(
+        default="merged",
+        description="open: not merged when the record was written (no head release yet; its improvement claims read pending); "
+        "closed: closed unmerged (its change is in no release). Once merged: state merged and target.head_release",
     )
 
     @model_validator(mode="after")
@@ -65,6 +67,14 @@ class Contract(Strict):
         if not self.covers and not self.releases:
             raise ValueError("a contract names the changes.yaml entries it covers (covers: [...]) or its release range (releases: ...)")
         return self
+
+
+OPEN_STATES = ("open", "closed")  # a PR whose change is in no release: its `before: fails` claims are pending
+
+
+def state_words(state: str) -> str:
+    """How reports say a PR's state: ``open``, ``closed, unmerged``, ``merged``."""
+    return {"closed": "closed, unmerged"}.get(state, state)
 
 
 def key_label(key: int | str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.kb import Record
+from gdn_review.kb.subjects import OPEN_STATES
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import RAN, ReportError, discrimination, kept, load_evidence
 
@@ -39,7 +40,8 @@ def cell_measure(claim, tests: list[dict]) -> str:
                 parts.append(f"{key.split('|')[0]} {shown}")
         return ", ".join(parts)
     passed = sum(t["outcome"] == "passed" for t in ran)
-    return f"{passed}/{len(ran)} as expected"
+    unit = "properties" if claim.check.kind == "invariant" else "cases"
+    return f"{passed} of {len(ran)} {unit} match"
 
 
 def _trajectory(values: list[tuple[str, int | None]]) -> str:
@@ -75,14 +77,25 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
     return found
 
 
+def _meets_expect(record: Record, case_id: str, changed: list[dict]) -> bool:
+    """Every moved field of the case is one its ``expect`` states, at the new value."""
+    case = next((c for c in record.cases if c.id == case_id), None)
+    return case is not None and all(d["field"] in case.expect and case.expect[d["field"]] == d["after"] for d in changed)
+
+
 def _short(value, limit: int = 60) -> str:
     """A snapshot value for a table cell: JSON, cut at ``limit`` characters (the stored snapshots have it whole)."""
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int]) -> dict:
-    """Field differences between consecutive releases' snapshots, each attributed or unexplained."""
+def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int], own_change: bool = False) -> dict:
+    """Field differences between consecutive releases' snapshots, each attributed or unexplained.
+
+    ``own_change``: the second snapshot was taken with the record's own PR applied
+    (its diff, in a review): what the record states it changes explains a move
+    whatever the releases, and so does a case's ``expect`` that the new value meets.
+    """
     from gdn_review.run import snapshot as snapshot_module
 
     rows, schema, missing = [], [], []
@@ -104,6 +117,8 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
         if added or removed:
             schema.append({"from": previous, "to": current, "added": sorted(added), "removed": sorted(removed)})
         explainers = _explainers(record, previous, current)
+        if own_change and not any(number == record.number for _, number, _ in explainers):
+            explainers.insert(0, ("this PR", record.number, record.target.changes))
         for case_id, changed in sorted(by_case.items()):
             fields = [d["field"] for d in changed]
             explained_by = []
@@ -112,6 +127,9 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
                     if case_id in change.cases and (not change.fields or set(fields) <= set(change.fields)):
                         explained_by.append({"number": number, "relation": label, "record": number in known_records, "note": change.note})
                         break
+            if own_change and not explained_by and _meets_expect(record, case_id, changed):
+                explained_by.append({"number": record.number, "relation": "this PR (the case's expect)", "record": True,
+                                     "note": "the record's expect states the new value"})
             rows.append(
                 {
                     "from": previous,
@@ -165,8 +183,11 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         if record.contract is not None:
             verdict, why = kept(cells)
         else:
-            verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(after))
-        if after != head and record.contract is None:
+            base_cell = by_version.get(base)
+            if base_cell is not None and record.state in OPEN_STATES:
+                base_cell = {**base_cell, "open": True}
+            verdict, why = discrimination(claim.before, base_cell, by_version.get(after) if after else None)
+        if after != head and record.contract is None and head:
             why += f" (head release {head} not run: {after}, the first later release that ran, stands in)"
         trajectories = []
         if claim.check.kind == "op_budget":

@@ -14,6 +14,7 @@ import dataclasses
 import fnmatch
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,7 @@ from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.kb.subjects import key_label
 from gdn_review.mutation import operators
+from gdn_review.run import evidence_parts
 from gdn_review.mutation.catalogue import (
     Catalogue,
     Mutant,
@@ -224,7 +226,8 @@ def write_evidence(evidence: Path, catalogues: list[Catalogue], entries: list[di
         "format": MUTATION_FORMAT,
         **settings,
         "records": {
-            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes} for c in catalogues
+            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes, "finished_at": settings.get("finished_at")}
+            for c in catalogues
         },
         "mutants": entries,
     }
@@ -250,6 +253,7 @@ def run(
 
     runner.prepare_cpu()
     evidence = Path(evidence)
+    kept = evidence_parts.previous(evidence)  # the diff side and other records' mutants outlive this run
     evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
     staged = evidence.with_name(f".{evidence.name}.baseline")
     made = [folder for folder in [evidence.parent, *evidence.parent.parents] if not folder.exists()]
@@ -285,6 +289,8 @@ def run(
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
     os.replace(staged, evidence)
+    for line in evidence_parts.carry_over(evidence, kept):
+        print(line, file=sys.stderr)
     return entries
 
 

@@ -12,6 +12,7 @@ from collections import Counter
 
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
+from gdn_review.kb.subjects import OPEN_STATES, state_words
 from gdn_review.report.verdicts import (
     COVERAGE,
     LATENCY_VERDICTS,
@@ -21,8 +22,10 @@ from gdn_review.report.verdicts import (
     VERDICTS,
     Evidence,
     claim_verdict,
+    discrimination,
     label_of,
     missing_tests,
+    pending_verdict,
     plural,
     protection,
     risk_coverage,
@@ -188,8 +191,12 @@ def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
     return [m for m in mutants if risk.id in m.get("risks", [])]
 
 
-def report_data(record: Record, evidence: Evidence) -> dict:
-    """Everything a report says about one record, as plain data."""
+def report_data(record: Record, evidence: Evidence, with_change: bool = False) -> dict:
+    """Everything a report says about one record, as plain data.
+
+    ``with_change``: the evidence ran with the record's own PR applied (its diff),
+    so an open PR's claims are read as they are, never pending.
+    """
     expected = expected_tests(record) if not is_draft(record) else {}
     mine = superseded_skips([t for t in evidence.tests if t["record"] == record.number])
     mine += missing_tests(record.number, expected, mine)
@@ -201,7 +208,9 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         tests = [t for t in mine if t["claim"] == claim.id]
         ran = [t for t in tests if t["outcome"] in RAN]
         verdict, reason = claim_verdict(claim, tests)
-        by_device = verdicts_by_device(claim, tests)
+        tested_on = sorted({_release(evidence, t) for t in ran} | {r for t in tests if (r := _version_in_reason(t))})
+        verdict, reason = pending_verdict(record, claim, verdict, reason, tested_on, with_change)
+        by_device = {device: pending_verdict(record, claim, v, "", tested_on, with_change)[0] for device, v in verdicts_by_device(claim, tests).items()}
         claims.append(
             {
                 "id": claim.id,
@@ -232,6 +241,7 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         )
         if claim.check.kind == "latency":
             claims[-1].update(latency_claim(claim, record.number, evidence.bench.get(str(record.number))))
+    diff_side = _diff_side(record, evidence, claims) if not with_change else None
     upstream = []
     for item in record.upstream_tests:
         # The verdict of the claims' tests on these cases only (a claim's other cases aside).
@@ -255,10 +265,14 @@ def report_data(record: Record, evidence: Evidence) -> dict:
     mutation = mutation_data(record, evidence)
     ran_mutants = [m for m in evidence.mutants if m["record"] == record.number] if mutation else None
     risks = []
+    pending = {c["id"] for c in claims if c["verdict"] == "pending"}
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
         mutants = _risk_mutants(risk, ran_mutants)
-        coverage, missing = risk_coverage(risk, tests, risk.id in addressed, mutants)
+        coverage, missing = risk_coverage(risk, tests, risk.id in addressed, mutants, pending)
+        for row in (diff_side or {}).get("claims", []):
+            if row["id"] in pending and any(t["claim"] == row["id"] for t in tests):
+                missing.append(f"with the PR's diff, {row['id']} {row['with_diff']}")
         outcomes = Counter(t["outcome"] for t in tests)
         risks.append(
             {
@@ -282,8 +296,9 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         "url": record.pr.url if record.pr else None,
         "merged_at": (record.pr.merged_at or "unknown") if record.pr else None,
         "contract": record.contract.model_dump(mode="json") if record.contract else None,
-        "base_release": record.target.base_release or "TODO",
-        "head_release": record.target.head_release or "TODO",
+        "state": state_words(record.state) if record.pr else "contract",
+        "base_release": record.target.base_release or "not set yet (a draft)",
+        "head_release": record.target.head_release or ("none: the PR's change is in no release" if record.state in OPEN_STATES else "not set yet (a draft)"),
         "target": f"{record.target.file} ({record.target.symbol})",
         "draft": is_draft(record),
         "related": [r.model_dump(mode="json") for r in record.related],
@@ -295,10 +310,79 @@ def report_data(record: Record, evidence: Evidence) -> dict:
         "verdict_counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
         "mutation": mutation,
-        "next_steps": _next_steps(claims, risks, mutation),
+        "diff_side": diff_side,
+        "parts": _parts(record, evidence, mine, diff_side),
+        "next_steps": _next_steps(claims, risks, mutation, diff_side, record),
         "finished_at": max(evidence.finished_at, default=""),
         "tests_total": len(mine),
     }
+
+
+def _version_in_reason(test: dict) -> str | None:
+    """The release a "not applicable: vLLM X has no ..." skip names (None: another skip)."""
+    reason = test.get("reason") or ""
+    if test["outcome"] == "skipped" and reason.startswith("not applicable: vLLM "):
+        return reason.removeprefix("not applicable: vLLM ").split(" ", 1)[0].rstrip("'s")
+    return None
+
+
+def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict | None:
+    """Each claim with the open PR's diff applied (the evidence's ``diff`` part), and before → after against it."""
+    side = evidence.diff.get(str(record.number))
+    if side is None:
+        return None
+    rows = []
+    for claim, row in zip(record.claims, claims):
+        found = side["claims"].get(claim.id) or {"verdict": "unverified", "reason": "not run with the diff", "measured": ""}
+        verdict, why = discrimination(
+            claim.before,
+            {"verdict": row["verdict"], "reason": row["reason"], "measure": row["measured"]},
+            {"verdict": found["verdict"], "reason": found.get("reason", ""), "measure": found.get("measured", "")},
+            head_name="the PR's diff",
+        )
+        rows.append({"id": claim.id, "before": claim.before or "—", "on_release": row["verdict"], "with_diff": found["verdict"],
+                     "reason": found.get("reason", ""), "measured": found.get("measured", ""), "discrimination": verdict, "why": why,
+                     "failing": [f"{f.get('case')} ({f.get('device')})" for f in found.get("failing") or [] if isinstance(f, dict)]})
+    return {"diff": side["diff"], "release": side["release"], "finished_at": side["finished_at"], "sha256": str(side.get("diff_sha256", ""))[:12],
+            "moved": side.get("moved", 0), "unexplained": side.get("unexplained") or [], "claims": rows}
+
+
+def _parts(record: Record, evidence: Evidence, tests: list[dict], diff_side: dict | None) -> list[str]:
+    """How old each part of the evidence is: the tests, the mutants, the diff side, the bench."""
+    ran = [t for t in tests if t["environment"] is not None and t["outcome"] in RAN]
+    newest = max((evidence.finished_at[t["environment"]] for t in ran), default="")
+    parts = [f"tests: {newest or 'none ran'}"]
+    info = evidence.mutation.get(str(record.number))
+    if info:
+        parts.append(f"mutants: {info.get('finished_at') or '?'} (vLLM {info.get('release', '?')}){_age(info.get('finished_at'), newest)}")
+    else:
+        parts.append("mutants: not run (`gdn-review mutate`)")
+    if diff_side:
+        parts.append(f"the PR's diff: {diff_side['finished_at']} (onto vLLM {diff_side['release']}){_age(diff_side['finished_at'], newest)}")
+    for device, result in sorted(evidence.bench.get(str(record.number), {}).items()):
+        parts.append(f"bench ({device}): {result.get('finished_at', '?')}")
+    return parts
+
+
+def _age(then: str | None, tests: str) -> str:
+    """`` (2 h 5 min before the tests)``: how much older a part is than the tests ('' when it is not, or unknown)."""
+    import datetime
+
+    def parse(value):
+        try:
+            moment = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+
+    a, b = parse(then), parse(tests)
+    if a is None or b is None or b <= a:
+        return ""
+    minutes = int((b - a).total_seconds() // 60)
+    if minutes < 1:
+        return ""
+    shown = f"{minutes // 1440} d {minutes % 1440 // 60} h" if minutes >= 1440 else f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+    return f" ({shown} before the tests)"
 
 
 def _release(evidence: Evidence, test: dict) -> str:
@@ -324,8 +408,17 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
     return lines
 
 
-def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = None) -> list[str]:
+def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = None, diff_side: dict | None = None, record: Record | None = None) -> list[str]:
     steps = []
+    pending = [c["id"] for c in claims if c["verdict"] == "pending"]
+    if pending and diff_side is None and record is not None and record.pr is not None:
+        steps.append(f"Claim{'s' if len(pending) > 1 else ''} {', '.join(pending)} pending until the PR's change is in: store its diff beside the record "
+                     f"(`gh pr diff {record.pr.number} > kb/{record.pr.number}.diff`) and `gdn-review run` checks them with it.")
+    for row in (diff_side or {}).get("claims", []):
+        if row["with_diff"] == "fails":
+            steps.append(f"Claim {row['id']} fails with the PR's diff: {row['reason']}" + (f" (cases: {', '.join(row['failing'])})" if row["failing"] else "") + ".")
+    for item in (diff_side or {}).get("unexplained", []):
+        steps.append(f"With the PR's diff, case {item['case']} moves in {', '.join(item['fields'])}, which the record does not state: add it to target.changes or the case's expect.")
     for row in (mutation or {}).get("missing_tests", []):
         if row["status"] == "not reached":
             steps.append(f"Missing test: mutant {row['id']} of the PR's code is not reached ({row['reason']}).")

@@ -19,7 +19,7 @@ from gdn_review.kb.subjects import is_record_key
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
 RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
 FAILED = {"failed", "error", "xpassed"}
-VERDICTS = ("holds", "fails", "known deviation", "not applicable", "unverified")
+VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
 # "not reached": a survivor whose edited lines no test executed (mutation.reach).
@@ -40,11 +40,12 @@ class Evidence:
     mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
     mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
     bench: dict = dataclasses.field(default_factory=dict)  # record number -> device -> `gdn-review bench` result
+    diff: dict = dataclasses.field(default_factory=dict)  # record number -> the open PR's diff side (claims with the diff applied)
 
 
 def load_evidence(paths: list[Path]) -> Evidence:
     """Merge evidence files; each test keeps a pointer to the environment it ran in."""
-    tests, environments, finished, sources, mutants, mutation, bench = [], [], [], [], [], {}, {}
+    tests, environments, finished, sources, mutants, mutation, bench, diff = [], [], [], [], [], {}, {}, {}
     for path in paths:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -75,12 +76,32 @@ def load_evidence(paths: list[Path]) -> Evidence:
                     raise ReportError(f"{path}: mutation.mutants[{position}]: {problem}")
                 mutants.append({**mutant, "environment": index})
             for number, info in (section.get("records") or {}).items():
-                mutation[str(number)] = info
+                if not isinstance(info, dict):
+                    raise ReportError(f"{path}: mutation.records.{number}: expected an object")
+                mutation[str(number)] = {**info, "finished_at": info.get("finished_at") or section.get("finished_at")}
+        for number, side in (data.get("diff") or {}).items():
+            problem = _diff_problem(side)
+            if problem:
+                raise ReportError(f"{path}: diff.{number}: {problem}")
+            diff[str(number)] = side
         for number, result in (data.get("bench") or {}).items():
             if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
                 raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
             bench.setdefault(str(number), {})[result.get("device") or "cpu"] = result  # per device; a later file wins
-    return Evidence(tests, environments, finished, sources, mutants, mutation, bench)
+    return Evidence(tests, environments, finished, sources, mutants, mutation, bench, diff)
+
+
+def _diff_problem(side) -> str | None:
+    """What is wrong with one record's diff side (written by `gdn-review run` from a review of the PR's diff)."""
+    if not isinstance(side, dict) or not isinstance(side.get("claims"), dict):
+        return "expected an object with 'claims' (claim id -> verdict, reason, measured)"
+    for key in ("release", "diff", "finished_at"):
+        if not isinstance(side.get(key), str):
+            return f"{key!r} must be a string"
+    for claim_id, row in side["claims"].items():
+        if not isinstance(row, dict) or row.get("verdict") not in VERDICTS + ("not run",) or not isinstance(row.get("reason", ""), str):
+            return f"claims.{claim_id}: expected an object with a verdict ({', '.join(VERDICTS)})"
+    return None
 
 
 def _mutant_problem(mutant) -> str | None:
@@ -199,17 +220,49 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     return "unverified", "skipped: " + (other_skips[0].get("reason") or "no reason given")
 
 
+def pending_verdict(record, claim, verdict: str, reason: str, releases: list[str], with_change: bool = False) -> tuple[str, str]:
+    """A claim of an open (or closed, unmerged) PR read on a release without its change: **pending**, not failing.
+
+    An improvement claim (``before: fails``) that fails there fails as the PR
+    says it should; a claim whose cases need what only the PR adds (``needs``)
+    cannot run there. Both are decided once the change is in: on a release
+    that has it, or with the PR's diff applied (``with_change``).
+    """
+    if with_change or record.pr is None or record.pr.state not in ("open", "closed"):
+        return verdict, reason
+    where = f"vLLM {', '.join(releases)}" if releases else "this release"
+    state = "open" if record.pr.state == "open" else "closed, unmerged"
+    if verdict == "fails" and claim.before == "fails":
+        return "pending", f"fails on {where} as the PR says it should (before: fails); holds once the change is in (the PR is {state})"
+    if verdict == "not applicable" and " has no " in reason:
+        return "pending", f"{reason.removeprefix('not applicable: ')}: what the PR adds; checked once the change is in (the PR is {state})"
+    return verdict, reason
+
+
 def _not_run_reason(test: dict) -> str:
     if test["outcome"] == "deselected":
         return "not run: deselected"
     return test.get("reason") or "not run: the session ended before it ran (-x, an interrupt or --collect-only)"
 
 
-def risk_coverage(risk, tests: list[dict], has_tests: bool, mutants: list[dict] | None = None) -> tuple[str, list[str]]:
-    """(coverage, what is missing) of one risk; ``mutants``: its mutants' results (None: mutate never ran)."""
+def risk_coverage(
+    risk, tests: list[dict], has_tests: bool, mutants: list[dict] | None = None, pending: set[str] = frozenset()
+) -> tuple[str, list[str]]:
+    """(coverage, what is missing) of one risk; ``mutants``: its mutants' results (None: mutate never ran).
+
+    Tests of ``pending`` claims (an open PR's, on a release without its change)
+    are set aside: the risk is judged on what the record can check now, and says so.
+    """
     missing: list[str] = []
     if not has_tests:
         return "uncovered", ["no claim and case of the record address it: add a case or a claim that checks it"]
+    set_aside = sorted({t["claim"] for t in tests if t["claim"] in pending})
+    if set_aside:
+        tests = [t for t in tests if t["claim"] not in pending]
+        missing.append(f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending (the PR's change is not in this release): "
+                       "judged on the record's other tests")
+        if not tests:
+            return "targeted", missing + ["every test of it is pending: checked once the change is in (or with the PR's diff)"]
     ran = [t for t in tests if t["outcome"] in RAN]
     failing = [t for t in ran if t["outcome"] in FAILED]
     passing = [t for t in ran if t["outcome"] == "passed"]
@@ -287,7 +340,7 @@ def missing_tests(number: int, expected: dict[str, list[dict]], present: list[di
     return missing
 
 
-def discrimination(before: str | None, base: dict | None, head: dict | None) -> tuple[str, str]:
+def discrimination(before: str | None, base: dict | None, head: dict | None, head_name: str = "the head release") -> tuple[str, str]:
     """(verdict, why): does the check tell the release without the PR from the release with it?
 
     ``before: fails`` (an improvement) discriminates when it fails on the base
@@ -296,24 +349,37 @@ def discrimination(before: str | None, base: dict | None, head: dict | None) -> 
     """
     if before is None:
         return "not stated", "the record gives no `before` for this claim"
+    if base is not None and head is None and base.get("open"):
+        # An open PR: no release has its change, and no diff of it ran.
+        vb = base["verdict"]
+        if before == "fails":
+            if vb in {"pending", "fails"}:
+                return "pending", "fails on the base release as the PR says it should; no release has the PR's change yet (store its diff beside the record to check it)"
+            return "does not discriminate", f"{vb} on the base release already: the check is never seen to fail"
+        if vb in {"holds", "known deviation"}:
+            return "holds so far", f"{vb} on the base release; no release has the PR's change yet"
+        return "does not discriminate", f"{vb} on the base release although the record says it held there: {base['reason']}"
     if base is None or head is None:
-        return "unverified", "the matrix did not run both the base and the head release"
+        missing = "the base release" if base is None else "the head release"
+        return "unverified", f"the matrix did not run {missing}"
     vb, vh = base["verdict"], head["verdict"]
+    if vb == "pending" and before == "fails":
+        vb = "fails"  # an open PR's improvement claim, read against its diff (the head side)
     after_ok = vh in {"holds", "known deviation"}
     if "unverified" in (vb, vh) or "not applicable" in (vb, vh):
-        return "unverified", f"{vb} on the base release, {vh} on the head release"
+        return "unverified", f"{vb} on the base release, {vh} on {head_name}"
     if before == "fails":
         if vb == "fails" and after_ok:
-            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} from the head release ({head['measure']})"
+            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} {'from' if head_name == 'the head release' else 'with'} {head_name} ({head['measure']})"
         if vb == "fails":
-            return "does not discriminate", f"fails on the head release too ({head['reason']})"
+            return "does not discriminate", f"fails on {head_name} too ({head['reason']})"
         return "does not discriminate", f"{vb} on the base release too: the check is never seen to fail"
     if vb == "fails":
         return "does not discriminate", f"fails on the base release although the record says it held there: {base['reason']}"
     if not after_ok:
-        return "does not discriminate", f"holds on the base release but {vh} on the head release: {head['reason']}"
+        return "does not discriminate", f"holds on the base release but {vh} on {head_name}: {head['reason']}"
     # A preservation claim is not meant to tell the releases apart: holding on both is its pass.
-    return "preserved", f"{vb} on the base release and {vh} on the head release, as the record says (before: holds)"
+    return "preserved", f"{vb} on the base release and {vh} on {head_name}, as the record says (before: holds)"
 
 
 def kept(cells: list[dict]) -> tuple[str, str]:
@@ -334,6 +400,8 @@ def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
         for claim in data["claims"]:
             if claim["verdict"] == "fails" and "fails" in fail_on:
                 found.append(f"PR {data['number']} claim {claim['id']} fails")
+            if claim["verdict"] == "pending" and "pending" in fail_on:
+                found.append(f"PR {data['number']} claim {claim['id']} pending: {claim['reason']}")
             if claim["verdict"] == "unverified" and "unverified" in fail_on:
                 found.append(f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}")
         for risk in data["risks"]:

@@ -21,7 +21,7 @@ from gdn_review.run import snapshot as snapshots
 HOLDING = ("holds", "known deviation")
 
 
-def _side(side: dict | None, record) -> tuple[dict | None, list[dict], dict | None]:
+def _side(side: dict | None, record, with_change: bool = False) -> tuple[dict | None, list[dict], dict | None]:
     """(report data, the record's tests, snapshot document) of one side; Nones where it did not run."""
     if not side or side.get("status") != "ran" or not side.get("evidence"):
         return None, [], None
@@ -29,7 +29,20 @@ def _side(side: dict | None, record) -> tuple[dict | None, list[dict], dict | No
     evidence = load_evidence([folder / side["evidence"]])
     name = side.get("snapshots", {}).get(str(record.number))
     snapshot = snapshots.load(folder / name) if name else None
-    return report_data(record, evidence), [t for t in evidence.tests if t["record"] == record.number], snapshot
+    return report_data(record, evidence, with_change), [t for t in evidence.tests if t["record"] == record.number], snapshot
+
+
+def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
+    """The failing tests of a claim: its case (or property), device, and why; an invariant's smallest failing batch."""
+    rows = []
+    for test in tests:
+        if test["claim"] != claim_id or test["outcome"] not in {"failed", "error", "xpassed"}:
+            continue
+        reason = test.get("reason") or test["outcome"]
+        rows.append({"case": test.get("case") or test.get("property") or test["nodeid"].rsplit("[", 1)[-1].rstrip("]"),
+                     "device": test.get("device") or "?", "reason": reason[:400],
+                     "smallest": test.get("smallest_batch")})
+    return rows
 
 
 def _measure(claim, tests: list[dict]) -> str:
@@ -45,10 +58,15 @@ def side_failure(side: dict | None) -> str | None:
     return None
 
 
-def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]) -> dict:
-    """Claims, fields and deviations of one record, unpatched against patched."""
+def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int], own: bool = False) -> dict:
+    """Claims, fields and deviations of one record, unpatched against patched.
+
+    ``own``: the change is the record's own PR (its diff): the patched side is
+    read with the change in (no claim pending there), and what the record states
+    it changes explains the fields that move.
+    """
     before, before_tests, before_snapshot = _side(sides.get("unpatched"), record)
-    after, after_tests, after_snapshot = _side(sides.get("patched"), record)
+    after, after_tests, after_snapshot = _side(sides.get("patched"), record, with_change=own)
     claims = []
     for claim in record.claims:
         old = next((c for c in before["claims"] if c["id"] == claim.id), None) if before else None
@@ -65,13 +83,17 @@ def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]
             "after": new_verdict,
             "measured_before": measures[0],
             "measured_after": measures[1],
+            "reason_before": old["reason"] if old else "",
             "reason_after": new["reason"] if new else "",
+            "failing_after": failing_cases(after_tests, claim.id),
             "changed": old_verdict != new_verdict or measures[0] != measures[1],
             # A claim that held (or deviated only as known) and no longer does
             # (one whose range ends before the release the change lands in has not broken).
-            "broke": old_verdict in HOLDING and new_verdict not in HOLDING and new_verdict != "not applicable",
+            # The PR's own claim failing with its own diff is a break too.
+            "broke": (old_verdict in HOLDING and new_verdict not in HOLDING and new_verdict != "not applicable")
+            or (own and new_verdict == "fails"),
         })
-    drift = drift_data(record, [(onto, before_snapshot), (lands_in, after_snapshot)], known)
+    drift = drift_data(record, [(onto, before_snapshot), (lands_in, after_snapshot)], known, own_change=own)
     for row in drift["rows"]:
         row.pop("from"), row.pop("to")
     xfailed_before = {t["nodeid"] for t in before_tests if t["outcome"] == "xfailed"}
@@ -92,6 +114,8 @@ def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]
         "deviations_vanished": sorted(xfailed_before - xfailed_after),
         # The change is (or carries) this record's PR: it first shipped in the window.
         "carries_pr": carried,
+        # The change is the record's own PR's diff (review --pr N, or run's diff side).
+        "own": own,
         "sides": {name: side_failure(sides.get(name)) or "ran" for name in ("unpatched", "patched")},
     }
 

@@ -176,15 +176,24 @@ def review(
     shard: tuple[int, int] | None = None,
     work: Path | None = None,
     say: Callable[[str], None] = print,
+    own: int | None = None,
 ) -> dict:
-    """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing written yet)."""
+    """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing written yet).
+
+    ``own``: the PR whose diff this is (``--pr N``; default: the diff's file
+    name ``N.diff`` or ``pr-N.diff`` where the KB holds an open record of PR
+    N). Its record explains the fields it states it changes, and its claims
+    are read with the change in.
+    """
     from gdn_review.kb import is_draft
     from gdn_review.run.selection import current_modules, load_records
 
     started = time.monotonic()
     text, files = patch.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
     records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
-    known = {r.number for r in load_records(kb_dir).values()}
+    every = load_records(kb_dir)
+    known = {r.number for r in every.values()}
+    own = own_record(own, diff_path, every)
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
@@ -207,14 +216,18 @@ def review(
         "mutants": [],
         "mutants_left_out": 0,
         "run": {},
+        "own": own,
     }
-    say(f"review of {diff_path} onto {base.label}: {len(files)} file(s)")
+    say(f"review of {diff_path} onto {base.label}: {len(files)} file(s)" + (f"; the diff of PR #{own}, with its record" if own else ""))
     affected = {p: r for p, r in sorted(records.items(), key=lambda item: item[1].sort_key) if r.target.file in patched}
     by_file = {f.path: f for f in in_tree}
     for path, record in affected.items():
         file = by_file.get(record.target.file) or next(f for f in in_tree if f.old_path == record.target.file)
         data["impact"].append(impact.record_impact(record, path, file, base.read(record.target.file) or ""))
     data["carried"] = compare.carried(affected.values(), base.version, window_end)
+    own_record_ = next((r for r in affected.values() if r.number == own), None)
+    if own_record_ is not None and not any(c["number"] == own for c in data["carried"]):
+        data["carried"].insert(0, {"number": own, "title": own_record_.title, "release": "this diff", "record": True})
     for line in impact.impact_lines(data["files"], data["impact"]):
         say(line)
     if affected:
@@ -297,7 +310,7 @@ def review(
         sides = {side: {**outcome, "folder": str(workspace / name)} for name, r in results.items() for side, outcome in r["sides"].items()}
         mutant_results = [m for r in results.values() for m in r.get("mutants", [])]
         data["records"] = [
-            compare.record_effect(record, sides, base.version, window_end, known)
+            compare.record_effect(record, sides, base.version, window_end, known, own=record.number == own)
             for record in chosen_records.values()
         ]
         data["mutants"] = compare.mutant_entries(mutants, mutant_results)
@@ -314,6 +327,19 @@ def review(
     finally:
         if work is None:
             shutil.rmtree(workspace, ignore_errors=True)
+
+
+def own_record(own: int | None, diff_path: Path, records: dict) -> int | None:
+    """The PR whose diff is reviewed: ``own`` (checked: the KB has a record of it), else one its file name gives."""
+    numbers = {r.number: r for r in records.values() if r.pr is not None}
+    if own is not None:
+        if own not in numbers:
+            raise ReviewError(f"--pr {own}: the KB has no record of PR #{own} (its record explains the diff's stated changes)")
+        return own
+    match = re.fullmatch(r"(?:pr-)?([1-9][0-9]{0,8})", Path(diff_path).stem)
+    if match and int(match.group(1)) in numbers and numbers[int(match.group(1))].state in ("open", "closed"):
+        return int(match.group(1))
+    return None
 
 
 def _check_work(work: Path | None, tree: Path) -> None:

@@ -59,8 +59,37 @@ def headline(data: dict) -> str:
     return "; ".join(parts) + "."
 
 
+def own_claims(data: dict) -> dict | None:
+    """The reviewed PR's own claims with its diff: how many hold, are pending and fail (None: no record of the PR ran)."""
+    record = next((r for r in data["records"] if r.get("own")), None)
+    if record is None:
+        return None
+    counts = {"hold": [], "pending": [], "fail": []}
+    for claim in record["claims"]:
+        after = claim["after"]
+        key = "hold" if after in compare.HOLDING else "fail" if after == "fails" else "pending"
+        counts[key].append(claim["id"])
+    return {"number": record["number"], **counts}
+
+
+def own_claims_line(data: dict) -> str | None:
+    """``The PR's own claims (#N, with its diff): k hold, m pending, n fail.``"""
+    own = own_claims(data)
+    if own is None:
+        return None
+    line = (f"**The PR's own claims** ({_name(own['number'])}, with its diff onto {text(data['onto'])}): "
+            f"{len(own['hold'])} hold, {len(own['pending'])} pending, {len(own['fail'])} fail")
+    if own["fail"]:
+        line += f" ({', '.join(text(c) for c in own['fail'])})"
+    return line + "."
+
+
 def markdown(data: dict) -> str:
-    lines = [f"## gdn-review: {code(data['name'])} onto {text(data['source'])}", "", headline(data), ""]
+    lines = [f"## gdn-review: {code(data['name'])} onto {text(data['source'])}", ""]
+    own = own_claims_line(data)
+    if own:
+        lines += [own, ""]
+    lines += [headline(data), ""]
     lines += ["| file | |", "|---|---|"] + [f"| {code(f['path'])} | {text(f['status'])} |" for f in data["files"]] + [""]
     for item in data["impact"]:
         lines.append(f"**Record {_name(item['number'])}** ({code(item['record'])}, {code(item['target'])}): the hunks change "
@@ -93,12 +122,28 @@ def _record_section(record: dict, data: dict) -> list[str]:
     if record["carries_pr"]:
         lines.append(f"- This change carries the record's own PR: {_name(record['number'])} first shipped after {text(data['onto'])}, "
                      f"by {text(data['lands_in'])}; its claims below are read against the record's `before`.")
+    if record.get("own"):
+        lines.append(f"- This diff is the record's own PR: its stated changes (`target.changes`, its cases' `expect`) explain what moves, "
+                     "and its claims are read with the change in (pending on the release as it is).")
     changed = [c for c in record["claims"] if c["changed"]]
     if changed:
         lines += ["", "| claim | expected | before | after | measured before | measured after |", "|---|---|---|---|---|---|"]
         for claim in changed:
             after = f"**{text(claim['after'])}**" if claim["broke"] else text(claim["after"])
             lines.append(f"| {text(claim['id'])} | {cell(claim['expected'] or claim['check'])} | {text(claim['before'])} | {after} | {cell(claim['measured_before'] or '—')} | {cell(claim['measured_after'] or '—')} |")
+        lines.append("")
+    for claim in record["claims"]:
+        failing = claim.get("failing_after") or []
+        if not failing:
+            continue
+        lines.append(f"- {text(claim['id'])} fails with the change on: "
+                     + "; ".join(f"{code(f['case'])} ({text(f['device'])}): {cell(f['reason'][:200])}" for f in failing[:SHOWN_CHANGES])
+                     + (f"; … {len(failing) - SHOWN_CHANGES} more (in the JSON)" if len(failing) > SHOWN_CHANGES else "") + ".")
+        for f in failing:
+            if f.get("smallest"):
+                lines += ["", f"Smallest failing batch Hypothesis found for {code(f['case'])} (copy it into a case):", ""]
+                lines += fence(f["smallest"], "python") + [""]
+    if any(c.get("failing_after") for c in record["claims"]):
         lines.append("")
     unchanged = len(record["claims"]) - len(changed)
     lines.append(f"- {unchanged} claim(s) unchanged" + (" (verdict and measurement)" if unchanged else "") + ".")

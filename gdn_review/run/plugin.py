@@ -25,11 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from gdn_review.run import evidence_parts
+
 # The invariant checks live in the harness, not in the generated module: let pytest
 # rewrite their asserts too, so a failing property shows the values it compared.
 pytest.register_assert_rewrite("gdn_review.harness.properties")
 
-EVIDENCE_FORMAT = "gdn-review-evidence/1"
+EVIDENCE_FORMAT = evidence_parts.EVIDENCE_FORMAT
 DEFAULT_EVIDENCE = Path(".gdn-review") / "evidence.json"
 
 MARKERS = [
@@ -151,6 +153,21 @@ def _reason(report) -> str:
     return text.splitlines()[-1] if text else ""
 
 
+def _falsifying_example(report) -> str | None:
+    """The smallest failing batch Hypothesis found (its "Falsifying example" note), as it printed it; None if none."""
+    text = str(report.longrepr or "")
+    start = text.find("Falsifying example:")
+    if start < 0:
+        return None
+    lines = text[start:].splitlines()
+    taken = [lines[0]]
+    for line in lines[1:]:
+        taken.append(line)
+        if line.startswith(")"):  # Hypothesis closes the call it prints at the start of a line
+            break
+    return "\n".join(taken)[:4000]
+
+
 class EvidenceCollector:
     def __init__(self, config):
         self.config = config
@@ -196,6 +213,9 @@ class EvidenceCollector:
             else:
                 entry["outcome"] = report.outcome
                 entry["reason"] = _reason(report) if report.failed else None
+                smallest = _falsifying_example(report) if report.failed else None
+                if smallest:
+                    entry["smallest_batch"] = smallest
         elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
             entry["outcome"], entry["reason"] = "error", _reason(report)
 
@@ -215,12 +235,16 @@ class EvidenceCollector:
             "risks": _index(self.tests.values(), lambda t: t["risks"]),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
+        kept = evidence_parts.previous(path)  # mutants and the diff side of earlier commands (same release: kept)
         temp = path.with_name(f".{path.name}.tmp")
         temp.write_text(json.dumps(evidence, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
         os.replace(temp, path)
+        kept_lines = evidence_parts.carry_over(path, kept)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_sep("-", f"gdn-review evidence: {path} ({len(self.tests)} tests)")
+            for line in kept_lines:
+                reporter.write_line(line)
 
 
 def _index(tests, keys) -> dict:

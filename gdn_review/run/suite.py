@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from gdn_review.common import fast_exit
+from gdn_review.run import evidence_parts
 
 # pytest's exit codes that still mean "tests ran and the evidence is worth reporting".
 RAN_EXIT_CODES = {0, 1}
@@ -31,7 +32,9 @@ class SuiteError(Exception):
 
 def run_suite(modules: list[Path], evidence: Path, keyword: str | None, extra: tuple[str, ...], say=print) -> int:
     """``gdn-review run``'s first stage: the generated modules under pytest; pytest's exit code (0, 1 or 5)."""
-    # Evidence left by an earlier run must never be reported as this run's.
+    # Evidence left by an earlier run must never be reported as this run's; the
+    # parts other commands added (mutants, the diff side) are carried over per release.
+    kept = evidence_parts.previous(Path(evidence))
     Path(evidence).unlink(missing_ok=True)
     command = pytest_command(modules, evidence, keyword, extra)
     say(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: pytest {' '.join(command[3:])}")
@@ -42,4 +45,16 @@ def run_suite(modules: list[Path], evidence: Path, keyword: str | None, extra: t
         raise SuiteError(f"pytest stopped with exit code {code} (usage or internal error); see its output above")
     if not Path(evidence).exists():
         raise SuiteError(f"pytest wrote no evidence at {evidence}")
+    for line in evidence_parts.carry_over(Path(evidence), kept):
+        say(line)
     return code
+
+
+def evidence_release(evidence: Path) -> str:
+    """The vLLM release the evidence's tests ran on."""
+    import json
+
+    release = (json.loads(Path(evidence).read_text(encoding="utf-8")).get("environment") or {}).get("vllm_version")
+    if not release:
+        raise SuiteError(f"{evidence}: the evidence does not name the vLLM release it ran on")
+    return str(release)

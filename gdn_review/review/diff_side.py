@@ -1,0 +1,75 @@
+"""An open PR's diff as the head side: its record's claims with the diff applied, kept in the evidence.
+
+The diff is the file beside the record (``kb/N.diff``, as ``gh pr diff N``
+writes it). ``gdn-review run`` reviews it with the record as its own PR
+(``orchestrate.review``: a copy of the release's files with the diff
+applied, never the installed vLLM) on the release the tests just ran on, and
+adds the result to the evidence file as its ``diff`` part for that record:
+each claim's verdict with the change, the cases that fail, the fields that
+moved and whether the record explains them. The report then reads an
+improvement claim as pending on the release and **discriminating** with the
+diff, and a claim of no change as **preserved**.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from gdn_review.common.files import atomic_write
+from gdn_review.review import orchestrate
+
+
+def diff_beside(record_path: Path) -> Path | None:
+    """``kb/N.diff`` beside ``kb/N.yaml`` (a regular file, not a link), or None."""
+    path = Path(record_path).with_suffix(".diff")
+    return path if path.is_file() and not path.is_symlink() else None
+
+
+def wanted(records: dict) -> dict[Path, Path]:
+    """record path -> its diff, for the records of open (or closed, unmerged) PRs that have one beside them."""
+    found = {}
+    for path, record in records.items():
+        diff = diff_beside(path)
+        if record.pr is not None and record.state in ("open", "closed") and diff is not None:
+            found[path] = diff
+    return found
+
+
+def run_diff_side(record, diff: Path, kb_dir: Path, release: str, generated: Path, say: Callable[[str], None] = print, timeout: float = 300.0) -> dict:
+    """The record's claims with its PR's diff applied onto ``release``: the evidence's ``diff`` part for the record."""
+    data = orchestrate.review(diff, kb_dir, (record.number,), onto=release, generated=generated, timeout=timeout, max_mutants=0, say=say, own=record.number)
+    effect = next((r for r in data["records"] if r["number"] == record.number), None)
+    part = {
+        "release": data["onto"],
+        "diff": str(diff),
+        "diff_sha256": data["diff_sha256"],
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "claims": {},
+        "moved": 0,
+        "unexplained": [],
+    }
+    if effect is None:
+        reason = f"the diff changes no file of the record's target ({record.target.file})"
+        part["claims"] = {c.id: {"verdict": "unverified", "reason": f"not run: {reason}", "measured": ""} for c in record.claims}
+        return part
+    for claim in effect["claims"]:
+        verdict = claim["after"] if not claim["after"].startswith("not run") else "unverified"
+        part["claims"][claim["id"]] = {
+            "verdict": verdict,
+            "reason": claim["reason_after"] or claim["after"],
+            "measured": claim["measured_after"],
+            "failing": claim["failing_after"],
+        }
+    part["moved"] = len(effect["moved"])
+    part["unexplained"] = [{"case": row["case"], "fields": row["fields"]} for row in effect["unexplained"]]
+    return part
+
+
+def write_part(evidence: Path, number, part: dict) -> None:
+    """Add one record's diff side to the evidence file (written whole or not at all)."""
+    data = json.loads(Path(evidence).read_text(encoding="utf-8"))
+    data.setdefault("diff", {})[str(number)] = part
+    atomic_write(Path(evidence), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
