@@ -1,0 +1,222 @@
+"""Records of open PRs: pending claims, the PR's diff as the head side, review with its own record, evidence that accumulates."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gdn_review.common import release_cache
+from gdn_review.kb import load_record
+from gdn_review.report.report_contents import report_data
+from gdn_review.report.verdicts import failures, load_evidence
+from gdn_review.review import render
+from gdn_review.run import evidence_parts
+from tests.conftest import MINIMAL, ROOT
+
+TARGET = "vllm/v1/attention/backends/gdn_attn.py"
+OPEN = MINIMAL.replace("  head_release: 0.29.0\n", "").replace('  merged_at: "2026-01-02 03:04"\n', "  state: open\n").replace(
+    "    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n"
+)
+
+
+def evidence_file(path: Path, tests: list[dict], release: str = "0.33.0", **parts) -> Path:
+    data = {"format": "gdn-review-evidence/1", "finished_at": "2026-12-01T10:00:00+00:00",
+            "environment": {"vllm_version": release, "vllm_source": "installed distribution"}, "tests": tests, **parts}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def c1_test(outcome: str, reason: str | None = None) -> dict:
+    return {"nodeid": "gen/test_pr_7.py::test_C1_op_budget[cpu-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec",
+            "device": "cpu", "outcome": outcome, "reason": reason}
+
+
+def test_an_open_prs_improvement_claim_that_fails_is_pending_and_passes_the_run(write_record, tmp_path):
+    record = load_record(write_record(OPEN) / "7.yaml")
+    data = report_data(record, load_evidence([evidence_file(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")])]))
+    claim = data["claims"][0]
+    assert claim["verdict"] == "pending"
+    assert "fails on vLLM 0.33.0 as the PR says it should" in claim["reason"]
+    assert data["state"] == "open" and "no release" in data["head_release"]
+    assert failures([data], {"fails"}) == []  # exit 0 ...
+    assert failures([data], {"fails", "pending"}) == ["PR 7 claim C1 pending: " + claim["reason"]]  # ... unless --fail-on pending
+    risk = data["risks"][0]
+    assert risk["coverage"] == "targeted" and "pending" in risk["missing"][0]  # judged on what it can check now, and says so
+
+
+def test_only_open_or_closed_prs_and_only_improvement_claims_are_pending(write_record, tmp_path):
+    evidence = load_evidence([evidence_file(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")])])
+    merged = load_record(write_record(MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n")) / "7.yaml")
+    assert report_data(merged, evidence)["claims"][0]["verdict"] == "fails"
+    preservation = load_record(write_record(OPEN.replace("before: fails", "before: holds")) / "7.yaml")
+    assert report_data(preservation, evidence)["claims"][0]["verdict"] == "fails"
+    closed = load_record(write_record(OPEN.replace("state: open", "state: closed")) / "7.yaml")
+    data = report_data(closed, evidence)
+    assert data["claims"][0]["verdict"] == "pending" and data["state"] == "closed, unmerged"
+    open_record = load_record(write_record(OPEN) / "7.yaml")
+    assert report_data(open_record, evidence, with_change=True)["claims"][0]["verdict"] == "fails"  # the diff applied: no excuse
+
+
+def test_a_case_that_needs_what_the_pr_adds_is_pending_on_an_open_pr(write_record, tmp_path):
+    record = load_record(write_record(OPEN.replace("before: fails", "before: holds")) / "7.yaml")
+    skipped = c1_test("skipped", "not applicable: vLLM 0.33.0 has no spec_decode_src_indices (metadata or builder)")
+    data = report_data(record, load_evidence([evidence_file(tmp_path / "e.json", [skipped])]))
+    assert data["claims"][0]["verdict"] == "pending"
+    assert "spec_decode_src_indices" in data["claims"][0]["reason"]
+
+
+def test_an_open_pr_with_a_head_release_is_a_record_error(write_record):
+    from gdn_review.kb import RecordErrors
+
+    with pytest.raises(RecordErrors, match="head_release"):
+        load_record(write_record(OPEN.replace("  base_release: 0.28.0\n", "  base_release: 0.28.0\n  head_release: 0.29.0\n")) / "7.yaml")
+
+
+def test_the_diff_side_reads_an_improvement_as_discriminating_and_no_change_as_preserved(write_record, tmp_path):
+    record = load_record(write_record(OPEN) / "7.yaml")
+    side = {"7": {"release": "0.33.0", "diff": "kb/7.diff", "diff_sha256": "0" * 64, "finished_at": "2026-12-01T10:05:00Z",
+                  "claims": {"C1": {"verdict": "holds", "reason": "all tests pass", "measured": "aten.ge 1"}}, "moved": 0, "unexplained": []}}
+    data = report_data(record, load_evidence([evidence_file(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")], diff=side)]))
+    row = data["diff_side"]["claims"][0]
+    assert (row["on_release"], row["with_diff"], row["discrimination"]) == ("pending", "holds", "discriminates")
+    assert "with the PR's diff" in row["why"]
+    assert any("the PR's diff" in part for part in data["parts"])
+    bad = {"7": {**side["7"], "claims": {"C1": {"verdict": "<b>great</b>"}}}}
+    with pytest.raises(Exception, match="diff.7"):
+        load_evidence([evidence_file(tmp_path / "bad.json", [], diff=bad)])
+
+
+def test_a_run_keeps_the_mutation_results_of_its_release_and_says_what_it_dropped(tmp_path):
+    path = tmp_path / "evidence.json"
+    mutation = {"format": "gdn-review-mutation/1", "finished_at": "2026-12-01T09:00:00Z",
+                "records": {"7": {"release": "0.33.0", "gone_hunks": [], "notes": []}, "8": {"release": "0.32.0", "gone_hunks": [], "notes": []}},
+                "mutants": [{"record": 7, "id": "m1", "status": "killed", "risks": ["R1"], "killed_by": {"C1": ["t"]}},
+                            {"record": 8, "id": "m2", "status": "survived", "risks": [], "killed_by": {}}]}
+    evidence_file(path, [c1_test("passed")], mutation=mutation)
+    kept = evidence_parts.previous(path)
+    evidence_file(path, [c1_test("passed")])  # what a new run writes: tests only
+    lines = evidence_parts.carry_over(path, kept)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert set(data["mutation"]["records"]) == {"7"} and [m["id"] for m in data["mutation"]["mutants"]] == ["m1"]
+    assert any("kept the mutation results of 7" in line for line in lines)
+    assert any("dropped the mutation results of record 8" in line and "0.32.0" in line for line in lines)
+
+
+def test_run_after_mutate_keeps_the_mutation_verdicts_in_the_report(write_record, tmp_path):
+    record = load_record(write_record(MINIMAL) / "7.yaml")
+    path = tmp_path / "evidence.json"
+    mutation = {"format": "gdn-review-mutation/1", "finished_at": "2026-12-01T09:00:00Z",
+                "records": {"7": {"release": "0.33.0", "gone_hunks": [], "notes": []}},
+                "mutants": [{"record": 7, "id": "m1", "status": "killed", "risks": ["R1"], "killed_by": {"C1": ["t"]}}]}
+    tests = [c1_test("passed"), {**c1_test("skipped", "needs CUDA: no CUDA device"), "device": "cuda", "nodeid": "gen/test_pr_7.py::test_C1_op_budget[cuda-spec]"}]
+    evidence_file(path, tests, mutation=mutation)
+    kept = evidence_parts.previous(path)
+    evidence_file(path, tests)
+    evidence_parts.carry_over(path, kept)
+    data = report_data(record, load_evidence([path]))
+    assert data["risks"][0]["coverage"] == "mutation-verified"
+    assert any(part.startswith("mutants: 2026-12-01T09:00:00Z (vLLM 0.33.0) (1 h 0 min before the tests)") for part in data["parts"])
+
+
+def test_the_own_claims_line_counts_hold_pending_and_fail():
+    data = {"onto": "0.33.0", "records": [{"number": 53542, "own": True, "claims": [
+        {"id": "C1", "after": "holds"}, {"id": "C2", "after": "not applicable"}, {"id": "C3", "after": "fails"}, {"id": "C4", "after": "known deviation"}]}]}
+    assert render.own_claims_line(data) == "**The PR's own claims** (#53542, with its diff onto 0.33.0): 2 hold, 1 pending, 1 fail (C3)."
+    assert render.own_claims_line({"onto": "0.33.0", "records": [{**data["records"][0], "own": False}]}) is None
+    with pytest.raises(ValueError):
+        render.own_claims_line({"onto": "0.33.0", "records": [{**data["records"][0], "number": "../kb"}]})
+
+
+def test_review_takes_the_pr_number_from_the_diffs_name_only_for_an_open_record(write_record, tmp_path):
+    from gdn_review.review import orchestrate
+    from gdn_review.run.selection import load_records
+
+    kb = write_record(OPEN)
+    records = load_records(kb)
+    assert orchestrate.own_record(None, Path("7.diff"), records) == 7
+    assert orchestrate.own_record(None, Path("pr-7.diff"), records) == 7
+    assert orchestrate.own_record(None, Path("change.diff"), records) is None
+    merged = load_records(write_record(MINIMAL, "7.yaml"))
+    assert orchestrate.own_record(None, Path("7.diff"), merged) is None
+    assert orchestrate.own_record(7, Path("x.diff"), merged) == 7
+    with pytest.raises(orchestrate.ReviewError, match="no record of PR #9"):
+        orchestrate.own_record(9, Path("x.diff"), merged)
+
+
+# --- #55404 replayed as open: its own hunks (0.29.0 -> 0.30.0) are its diff --------------
+
+
+def own_hunks_diff(base: str, head: str, anchor: str) -> str:
+    """The hunks of the release step that hold ``anchor`` (the record's target.own_hunks line)."""
+    a = (release_cache.ensure(base).path / TARGET).read_text(encoding="utf-8").splitlines(True)
+    b = (release_cache.ensure(head).path / TARGET).read_text(encoding="utf-8").splitlines(True)
+    lines = list(difflib.unified_diff(a, b, f"a/{TARGET}", f"b/{TARGET}"))
+    hunks: list[list[str]] = []
+    for line in lines[2:]:
+        if line.startswith("@@"):
+            hunks.append([])
+        hunks[-1].append(line)
+    mine = [h for h in hunks if any(anchor in line for line in h)]
+    assert len(mine) == 1, "the record's own_hunks line names one hunk of the step"
+    return "".join(lines[:2] + mine[0])
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    """kb/55404.yaml as an open PR on 0.29.0 (no head release, C1 unranged) with its own hunks beside it."""
+    root = tmp_path_factory.mktemp("open-55404")
+    kb = root / "kb"
+    (kb / "snapshots").mkdir(parents=True)
+    shutil.copytree(ROOT / "kb" / "snapshots" / "55404", kb / "snapshots" / "55404")
+    text = (ROOT / "kb" / "55404.yaml").read_text(encoding="utf-8")
+    anchor = re.search(r'own_hunks:\n\s+- "(.+)"', text).group(1)
+    text = text.replace("  head_release: 0.30.0\n", "").replace('    releases: ">=0.30"\n', "", 1)
+    text = text.replace('  title: "[Perf][GDN] Build cudagraph-capture metadata without a device sync"\n',
+                        '  title: "[Perf][GDN] Build cudagraph-capture metadata without a device sync"\n  state: open\n')
+    (kb / "55404.yaml").write_text(text, encoding="utf-8")
+    (kb / "55404.diff").write_text(own_hunks_diff("0.29.0", "0.30.0", anchor), encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(release_cache.ensure("0.29.0").path))
+
+    def gdn(*args):
+        return subprocess.run([sys.executable, "-m", "gdn_review.cli", *map(str, args)], cwd=root, capture_output=True, text=True, timeout=900, env=env)
+
+    assert gdn("generate", "--kb", kb, "--out", root / "gen").returncode == 0
+    done = gdn("run", "--kb", kb, "--generated", root / "gen", "--evidence", root / "evidence.json", "--reports", root / "reports", "--", "-q", "-p", "no:randomly")
+    return root, kb, done, gdn
+
+
+@pytest.mark.slow
+def test_a_merged_pr_replayed_as_open_is_pending_on_its_base_and_holds_with_its_diff(replay):
+    root, kb, done, _ = replay
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[diff] PR #55404: its diff" in done.stdout
+    data = report_data(load_record(kb / "55404.yaml"), load_evidence([root / "evidence.json"]))
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["C1"] == "pending" and "fails on vLLM 0.29.0" in data["claims"][0]["reason"]
+    side = {row["id"]: row for row in data["diff_side"]["claims"]}
+    assert (side["C1"]["on_release"], side["C1"]["with_diff"], side["C1"]["discrimination"]) == ("pending", "holds", "discriminates")
+    assert {side[c]["discrimination"] for c in ("C2", "C3", "C4")} == {"preserved"}
+    assert data["diff_side"]["release"] == "0.29.0" and data["diff_side"]["unexplained"] == []
+    report = (root / "reports" / "55404.md").read_text(encoding="utf-8")
+    assert "· **open** ·" in report and "None" not in report.split("## Related PRs")[0] and "TODO" not in report
+
+
+@pytest.mark.slow
+def test_review_of_the_open_prs_diff_with_its_record_explains_every_moved_field(replay):
+    root, kb, _, gdn = replay
+    done = gdn("review", kb / "55404.diff", "--kb", kb, "--generated", root / "gen", "--onto", "0.29.0", "--max-mutants", "0", "--out", root / "review")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((root / "review" / "55404.json").read_text(encoding="utf-8"))
+    (effect,) = data["records"]
+    assert effect["own"] and effect["unexplained"] == []
+    assert {c["id"]: c["after"] for c in effect["claims"]}["C1"] == "holds"
+    markdown = (root / "review" / "55404.md").read_text(encoding="utf-8")
+    assert "**The PR's own claims** (#55404, with its diff onto 0.29.0): 4 hold, 0 pending, 0 fail." in markdown
