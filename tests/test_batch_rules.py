@@ -58,8 +58,14 @@ TABLE = [
     ),
     (
         "accepted-range",
-        with_case("{seq_len: 10, query_len: 3, drafted: 2, accepted: 0}"),
-        ["7.yaml:25:59: cases[0].rows[0].accepted: Input should be greater than or equal to 1 (got 0) (rule accepted-range)"],
+        with_case("{seq_len: 10, query_len: 3, drafted: 2, accepted: -1}"),
+        ["7.yaml:25:59: cases[0].rows[0].accepted: Input should be greater than or equal to 0 (got -1) (rule accepted-range)"],
+    ),
+    (
+        # 0 only where a discarded async step left it: on a speculating row (PR #51508).
+        "accepted-range",
+        with_case("{seq_len: 10, query_len: 2, accepted: 0}"),
+        [f"7.yaml:25:47: cases[0].rows[0].accepted: accepted 0 on a row that does not speculate: only a speculating row of a discarded async step accepts 0 (rule accepted-range; {WAIVE})"],
     ),
     (
         "spec-query-len",

@@ -220,3 +220,25 @@ def test_review_of_the_open_prs_diff_with_its_record_explains_every_moved_field(
     assert {c["id"]: c["after"] for c in effect["claims"]}["C1"] == "holds"
     markdown = (root / "review" / "55404.md").read_text(encoding="utf-8")
     assert "**The PR's own claims** (#55404, with its diff onto 0.29.0): 4 hold, 0 pending, 0 fail." in markdown
+
+
+@pytest.mark.slow
+def test_a_pending_claims_failure_is_an_xfail_to_pytest_and_a_failure_in_the_evidence(tmp_path):
+    """kb/51508.yaml's C1 fails on 0.33.0 as the PR says it should: CI stays green, the report says pending."""
+    module = ROOT / "generated_tests" / "test_pr_51508.py"
+    evidence = tmp_path / "evidence.json"
+
+    def pytest_run(env):
+        return subprocess.run([sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-k", "C1 and cpu",
+                               "--gdn-evidence", str(evidence)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+
+    env = {k: v for k, v in os.environ.items() if k != "GDN_REVIEW_CHANGE_APPLIED"}
+    done = pytest_run(env)
+    assert done.returncode == 0 and "1 xfailed" in done.stdout, done.stdout[-2000:]
+    (test,) = [t for t in json.loads(evidence.read_text(encoding="utf-8"))["tests"] if t["outcome"] != "deselected"]
+    assert test["outcome"] == "failed" and "accepted counts outside 1..3" in test["reason"]
+    assert "stale_zero_accept" in test["smallest_batch"]
+    record = load_record(ROOT / "kb" / "51508.yaml")
+    assert report_data(record, load_evidence([evidence]))["claims"][0]["verdict"] == "pending"
+    # Where the PR's change is applied (the review's patched side), the failure counts.
+    assert pytest_run({**env, "GDN_REVIEW_CHANGE_APPLIED": "51508"}).returncode == 1

@@ -59,6 +59,9 @@ def accepted_range(case: Case) -> Iterator[tuple[Loc, str]]:
     for i, row in enumerate(case.rows):
         if k is None and row.accepted != 1:
             yield ("rows", i, "accepted"), f"accepted {row.accepted} in a case without speculative_tokens: without a speculative config every row accepted 1"
+        elif row.accepted == 0 and row.drafted is None:
+            # Only a speculating row's count comes from a discarded async step's valid sampled count.
+            yield ("rows", i, "accepted"), "accepted 0 on a row that does not speculate: only a speculating row of a discarded async step accepts 0"
         elif k is not None and row.accepted > k + 1:
             # The previous step's count: bounded by k + 1, not by this step's drafted + 1.
             yield ("rows", i, "accepted"), (

@@ -31,6 +31,7 @@ OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+(\|aten\
 
 InvariantProperty = Literal[
     "fallback_condition",
+    "accepted_counts_in_range",
     "fallback_without_speculating_rows",
     # Scenario invariants: FULL-graph staging, capture, re-gather.
     "full_graph_tails_neutral",
@@ -84,8 +85,10 @@ class Row(Strict):
     drafted: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="draft tokens of a speculating row (0..k); null: the row does not speculate (-1)"
     )
-    accepted: Annotated[int, Field(ge=1)] = Field(
-        default=1, description="tokens the row accepted at the previous step (1..k+1; 1 without speculation)"
+    accepted: Annotated[int, Field(ge=0)] = Field(
+        default=1,
+        description="tokens the row accepted at the previous step (1..k+1; 1 without speculation); "
+        "0: a speculating row whose previous async step was discarded (vLLM writes its valid sampled count, 0)",
     )
     prefilling: bool | None = Field(
         default=None, description="still in its prompt (vLLM's is_prefilling); null: true for a row that does not speculate and has query_len > 1"

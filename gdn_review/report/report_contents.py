@@ -413,7 +413,7 @@ def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = N
     pending = [c["id"] for c in claims if c["verdict"] == "pending"]
     if pending and diff_side is None and record is not None and record.pr is not None:
         steps.append(f"Claim{'s' if len(pending) > 1 else ''} {', '.join(pending)} pending until the PR's change is in: store its diff beside the record "
-                     f"(`gh pr diff {record.pr.number} > kb/{record.pr.number}.diff`) and `gdn-review run` checks them with it.")
+                     f"(`gh pr diff {record.pr.number} > kb/{record.pr.number}.diff`) and `gdn-review run` checks {'them' if len(pending) > 1 else 'it'} with the change.")
     for row in (diff_side or {}).get("claims", []):
         if row["with_diff"] == "fails":
             steps.append(f"Claim {row['id']} fails with the PR's diff: {row['reason']}" + (f" (cases: {', '.join(row['failing'])})" if row["failing"] else "") + ".")

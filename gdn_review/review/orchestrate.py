@@ -277,6 +277,7 @@ def review(
             "jobs": jobs,
             "lands_in": window_end,
             "mutants": [m for m in mutants if "source_file" in m],
+            "own": own,
         }
         env = dict(os.environ, **{CLAIMS_ON_ANY_RELEASE: "1"})
         results = {}

@@ -147,6 +147,10 @@ def as_shipped(spec: dict) -> None:
 
     os.environ[RANGES_AS_RELEASE] = spec["lands_in"]
     os.environ.pop(CLAIMS_ON_ANY_RELEASE, None)
+    if spec.get("own"):  # the diff is this record's own PR: its pending claims count as checked
+        from gdn_review.run.plugin import CHANGE_APPLIED
+
+        os.environ[CHANGE_APPLIED] = str(spec["own"])
 
 
 def side_body(spec: dict, side: str):

@@ -73,7 +73,8 @@ def fill_expects(
         elif "raised" in measured or "not_applicable" in measured:
             left[case_id] = f"gives no metadata on vLLM {release}: {measured.get('raised') or measured.get('not_applicable')}"
         else:
-            expects[case_id] = snapshot.core_expect(measured)
+            # Printed: every field the entry point returned, to choose from; written: the core fields.
+            expects[case_id] = snapshot.core_expect(measured) if write else snapshot.full_expect(measured)
             notes += _deviation_notes(record, case_id, release)
     filled = Filled(path, release, data["device"], expects, left, notes)
     if write and expects:

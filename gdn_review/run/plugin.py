@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -60,6 +61,35 @@ def pytest_configure(config):
     if config.getoption("gdn_no_evidence") or hasattr(config, "workerinput"):
         return
     config.pluginmanager.register(EvidenceCollector(config), "gdn-review-evidence")
+
+
+# Record numbers (comma list) whose PR's change is applied to the loaded vLLM (the
+# review's patched side): their pending claims' failures count as failures in pytest too.
+CHANGE_APPLIED = "GDN_REVIEW_CHANGE_APPLIED"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A pending claim's failure (an open PR's improvement, on a release without its change) is an xfail to pytest.
+
+    The generated module lists such claims in PENDING. pytest (CI, ``mutate``'s
+    baseline and its kills) sees an xfail; the evidence keeps the failure and
+    its reason, so the report says **pending** and, where the PR's diff is
+    applied, **fails**. A pending claim that passes is a plain pass.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    pending = getattr(getattr(item, "module", None), "PENDING", None)
+    if not pending or report.when != "call" or not report.failed:
+        return
+    claim = _marker_arg(item, "claim")
+    record = _marker_arg(item, "record")
+    if claim not in pending or str(record) in os.environ.get(CHANGE_APPLIED, "").split(","):
+        return
+    report.gdn_pending_failure = _reason(report)
+    report.gdn_smallest_batch = _falsifying_example(report)
+    report.outcome = "skipped"
+    report.wasxfail = f"pending: {pending[claim]}"
 
 
 def _generated_module(metafunc) -> bool:
@@ -154,14 +184,13 @@ def _reason(report) -> str:
 
 
 def _falsifying_example(report) -> str | None:
-    """The smallest failing batch Hypothesis found (its "Falsifying example" note), as it printed it; None if none."""
-    text = str(report.longrepr or "")
-    start = text.find("Falsifying example:")
-    if start < 0:
+    """The smallest failing batch Hypothesis found (its "Falsifying example" note, or the failing explicit example), as it printed it."""
+    lines = [re.sub(r"^E {0,7}", "", line) for line in str(report.longrepr or "").splitlines()]
+    start = next((i for i, line in enumerate(lines) if re.match(r"(Falsifying|Failing explicit) example: ", line)), None)
+    if start is None:
         return None
-    lines = text[start:].splitlines()
-    taken = [lines[0]]
-    for line in lines[1:]:
+    taken = []
+    for line in lines[start:]:
         taken.append(line)
         if line.startswith(")"):  # Hypothesis closes the call it prints at the start of a line
             break
@@ -205,7 +234,12 @@ class EvidenceCollector:
             elif report.failed:
                 entry["outcome"], entry["reason"] = "error", _reason(report)
         elif report.when == "call":
-            if getattr(report, "wasxfail", None) is not None:
+            if getattr(report, "gdn_pending_failure", None) is not None:
+                # Failed as the open PR says it should (pytest saw an xfail): the evidence keeps the failure.
+                entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
+                if getattr(report, "gdn_smallest_batch", None):
+                    entry["smallest_batch"] = report.gdn_smallest_batch
+            elif getattr(report, "wasxfail", None) is not None:
                 entry["outcome"] = "xfailed" if report.skipped else "xpassed"
                 entry["reason"] = report.wasxfail
             elif report.skipped:

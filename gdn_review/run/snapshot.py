@@ -207,6 +207,16 @@ def core_expect(measured: dict) -> dict:
     return {field: measured[field] for field in typing.get_args(CoreExpectField) if field in measured}
 
 
+def full_expect(measured: dict) -> dict:
+    """Every expect field the case's snapshot holds: the core ones first, then the raw tensors, masks and builder fields."""
+    import typing
+
+    from gdn_review.kb.models import ExpectField
+
+    core = core_expect(measured)
+    return {**core, **{field: measured[field] for field in typing.get_args(ExpectField) if field in measured and field not in core}}
+
+
 def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
     """A case's ``expect`` block (YAML) from a snapshot, to read through and paste into the record."""
     case = data["cases"].get(case_id)

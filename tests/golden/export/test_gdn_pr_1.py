@@ -910,6 +910,20 @@ def _check_fallback_without_speculating_rows(batch, run):
     )
 
 
+def _check_accepted_counts_in_range(batch, run):
+    # The kernels index a spec row's state slots with num_accepted_tokens - 1:
+    # a count outside 1..k+1 reads another row's slot or past the row (PR #51508).
+    if run.metadata["path"] != "spec":
+        return
+    k = batch["speculative_tokens"]
+    real = _real_rows(run.metadata["spec_state_rows"])
+    counts = run.metadata["num_accepted_tokens"][: len(real)]
+    outside = [
+        (row, count) for row, count in zip(real, counts) if not 1 <= count <= k + 1
+    ]
+    assert not outside, f"accepted counts outside 1..{k + 1} (row, count): {outside}"
+
+
 def _check_partition(batch, run):
     spec = _real_rows(run.metadata["spec_state_rows"])
     non_spec = _real_rows(run.metadata["non_spec_state_rows"])
