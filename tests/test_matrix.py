@@ -147,7 +147,7 @@ def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_
     (row,) = data["matrix"]["rows"]
     assert (row["before"], row["discrimination"]) == ("holds", "preserved")
     assert row["discrimination_reason"] == "holds on the base release and holds on the head release, as the record says (before: holds)"
-    assert matrix.summary_lines(data)[0] == "C1: preserved: 0.28.0 holds (aten.ge 1), 0.29.0 holds (aten.ge 1), 0.30.0 holds (aten.ge 1), 0.31.0 holds (aten.ge 1)"
+    assert matrix_report.summary_lines(data)[0] == "C1: preserved: 0.28.0 holds (aten.ge 1), 0.29.0 holds (aten.ge 1), 0.30.0 holds (aten.ge 1), 0.31.0 holds (aten.ge 1)"
     text = report.render_markdown(data)
     assert "| C1 | holds | **holds**: aten.ge 1 |" in text and "| **preserved** |" in text
     assert "- **C1: preserved**: holds on the base release" in text

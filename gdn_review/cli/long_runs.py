@@ -260,7 +260,8 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
       gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
       gdn-review matrix --all --since 0.28.0       # the whole KB, 0.28.0 to the installed release; writes reports/history.md
     """
-    from gdn_review.matrix import matrix
+    from gdn_review.matrix import matrix, matrix_report
+    from gdn_review.review import diff_side
 
     if bool(numbers) == every:
         raise click.UsageError("give --record N (repeatable) or --all")
@@ -269,12 +270,13 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
     reports, written = matrix.matrix_command(
         kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
+        diff_side=lambda path, record, release, evidence: diff_side.add_to_evidence(path, record, release, evidence, kb_dir, out_dir, say=_say),
     )
     tripped: list[str] = []
     for report_data in reports:
         if len(reports) > 1:
             click.echo(f"{key_label(report_data['number'])}:")
-        click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix.summary_lines(report_data)))
+        click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix_report.summary_lines(report_data)))
         tripped += reporting.matrix_failures(report_data, chosen)
     if every:
         from gdn_review.matrix import history

@@ -452,12 +452,16 @@ def matrix_command(
     reports_dir: Path,
     say: Callable[[str], None] = print,
     since: str | None = None,
+    diff_side: Callable | None = None,
 ) -> tuple[list[dict], list[Path]]:
     """``gdn-review matrix``: run the records on their releases, write their reports; their data and files.
 
     ``numbers`` empty: every record that is not a draft. With several records
     the release runs share one pool and each record's work goes to
     ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
+    ``diff_side(record_path, record, release, evidence_path)``: after the runs,
+    called for each record of an open PR on its base release's evidence (the
+    review stage adds the PR's diff side there, when the diff is stored).
     """
     from gdn_review.kb import is_draft
     from gdn_review.matrix import matrix_report
@@ -482,18 +486,11 @@ def matrix_command(
         folder = work_dir if single and work_dir else root / matrix_folder_name(number)
         work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
     run_matrices(work, installed, jobs, keyword, say)
+    for job in work:
+        if diff_side is not None and job.record.state in ("open", "closed") and job.record.target.base_release:
+            entry = next((e for e in load_matrix(job.out_dir)["releases"] if e["version"] == job.record.target.base_release and e.get("evidence_path")), None)
+            if entry is not None:
+                diff_side(job.record_path, job.record, entry["version"], Path(entry["evidence_path"]))
     reports = [matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
     written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
     return reports, written
-
-
-def summary_lines(report_data: dict) -> list[str]:
-    """The matrix in a few terminal lines: per claim its verdict per release, then the drift count."""
-    lines = []
-    for row in report_data["matrix"]["rows"]:
-        cells = ", ".join(f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "") for c in row["cells"])
-        lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
-        lines += [f"    {line}" for line in row["trajectories"]]
-    drift = report_data["matrix"]["drift"]
-    lines.append(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
-    return lines

@@ -182,11 +182,17 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             after = later[0] if later else head
         if record.contract is not None:
             verdict, why = kept(cells)
+        elif record.state in OPEN_STATES and by_version.get(base) is not None:
+            # An open PR: the head side is its diff applied onto the base release, where stored.
+            data, _ = per_release[base]
+            with_diff = next((row for row in (data.get("diff_side") or {}).get("claims", []) if row["id"] == claim.id), None)
+            if with_diff is not None:
+                verdict, why = with_diff["discrimination"], with_diff["why"]
+                cells.append({"version": "base + the PR's diff", "verdict": with_diff["with_diff"], "reason": with_diff["reason"], "measure": with_diff["measured"]})
+            else:
+                verdict, why = discrimination(claim.before, {**by_version[base], "open": True}, None)
         else:
-            base_cell = by_version.get(base)
-            if base_cell is not None and record.state in OPEN_STATES:
-                base_cell = {**base_cell, "open": True}
-            verdict, why = discrimination(claim.before, base_cell, by_version.get(after) if after else None)
+            verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(after) if after else None)
         if after != head and record.contract is None and head:
             why += f" (head release {head} not run: {after}, the first later release that ran, stands in)"
         trajectories = []
@@ -209,9 +215,12 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                 "trajectories": trajectories,
             }
         )
+    if rows and all(len(row["cells"]) == len(columns) + 1 for row in rows):  # the PR's diff ran: its column
+        columns.append({"version": "base + the PR's diff", "role": "head side", "source": "diff", "claims_on_any_release": False, "summary": ""})
     drift = drift_data(record, [(e["version"], e.get("snapshot_data")) for e in entries], known_records)
     return {
         "columns": columns,
+        "releases_run": len(entries),
         "rows": rows,
         "drift": drift,
         "downloaded": matrix.get("downloaded", []),
@@ -234,3 +243,15 @@ def matrix_report(record: Record, matrix: dict, known_records: set[int] | None =
     for related in data["related"]:
         related["has_record"] = related["number"] in (known_records or set())
     return data
+
+
+def summary_lines(report_data: dict) -> list[str]:
+    """The matrix in a few terminal lines: per claim its verdict per release, then the drift count."""
+    lines = []
+    for row in report_data["matrix"]["rows"]:
+        cells = ", ".join(f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "") for c in row["cells"])
+        lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
+        lines += [f"    {line}" for line in row["trajectories"]]
+    drift = report_data["matrix"]["drift"]
+    lines.append(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
+    return lines

@@ -347,6 +347,7 @@ def discrimination(before: str | None, base: dict | None, head: dict | None, hea
     release and holds on the head release; ``before: holds`` (a preservation
     claim) reads **preserved** when it holds on both.
     """
+    on_head = f"on {head_name}" if head_name == "the head release" else f"with {head_name}"
     if before is None:
         return "not stated", "the record gives no `before` for this claim"
     if base is not None and head is None and base.get("open"):
@@ -367,19 +368,19 @@ def discrimination(before: str | None, base: dict | None, head: dict | None, hea
         vb = "fails"  # an open PR's improvement claim, read against its diff (the head side)
     after_ok = vh in {"holds", "known deviation"}
     if "unverified" in (vb, vh) or "not applicable" in (vb, vh):
-        return "unverified", f"{vb} on the base release, {vh} on {head_name}"
+        return "unverified", f"{vb} on the base release, {vh} {on_head}"
     if before == "fails":
         if vb == "fails" and after_ok:
-            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} {'from' if head_name == 'the head release' else 'with'} {head_name} ({head['measure']})"
+            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} {'from the head release' if head_name == 'the head release' else on_head} ({head['measure']})"
         if vb == "fails":
-            return "does not discriminate", f"fails on {head_name} too ({head['reason']})"
+            return "does not discriminate", f"fails {on_head} too ({head['reason']})"
         return "does not discriminate", f"{vb} on the base release too: the check is never seen to fail"
     if vb == "fails":
         return "does not discriminate", f"fails on the base release although the record says it held there: {base['reason']}"
     if not after_ok:
-        return "does not discriminate", f"holds on the base release but {vh} on {head_name}: {head['reason']}"
+        return "does not discriminate", f"holds on the base release but {vh} {on_head}: {head['reason']}"
     # A preservation claim is not meant to tell the releases apart: holding on both is its pass.
-    return "preserved", f"{vb} on the base release and {vh} on {head_name}, as the record says (before: holds)"
+    return "preserved", f"{vb} on the base release and {vh} {on_head}, as the record says (before: holds)"
 
 
 def kept(cells: list[dict]) -> tuple[str, str]:

@@ -73,3 +73,13 @@ def write_part(evidence: Path, number, part: dict) -> None:
     data = json.loads(Path(evidence).read_text(encoding="utf-8"))
     data.setdefault("diff", {})[str(number)] = part
     atomic_write(Path(evidence), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_dir: Path, generated: Path, say: Callable[[str], None] = print) -> bool:
+    """The matrix's hook: the PR's diff side on ``release``, added to that release's evidence (False: no diff stored)."""
+    diff = diff_beside(record_path)
+    if diff is None or record.pr is None or record.state not in ("open", "closed"):
+        return False
+    say(f"{record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
+    write_part(evidence, record.number, run_diff_side(record, diff, kb_dir, release, generated, say=say))
+    return True
