@@ -142,7 +142,7 @@ def test_references_become_related_prs(tmp_path):
     # A test input comment (not in the thread) that references another PR and the PR itself.
     comment = {"author": {"login": "reviewer"}, "body": "Same area as #52078; see also #55404."}
     _, record = imported(tmp_path, variant(tmp_path, comments=[comment]))
-    assert [(r.number, r.relation, r.note) for r in record.related] == [(52078, "same-area", "referenced in the comment by reviewer")]
+    assert [(r.number, r.relation, r.note) for r in record.related] == [(52078, "same-area", "referenced in the comment by reviewer: Same area as #52078; see also #55404.")]
 
 
 def test_a_review_that_requests_changes_is_a_risk(tmp_path):
@@ -245,3 +245,52 @@ def test_a_pr_gh_calls_closed_and_unmerged_is_said_so_in_the_draft(tmp_path):
     out, record = imported(tmp_path, path)
     assert record.pr.state == "open"
     assert "gh says CLOSED, not merged" in (out / "55404.yaml").read_text(encoding="utf-8")
+
+
+# --- Drafting from the thread: the PR's own claims, failures first, related PRs, the TODO count ---
+
+
+def _header_todos(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#   - ")]
+
+
+def test_53542s_draft_claims_its_own_change_not_what_its_description_says_of_other_prs(tmp_path):
+    """pr-53542.json: the PR's public description (README.md says what the thread gave)."""
+    out = tmp_path / "kb"
+    result = run("import", FIXTURES / "pr-53542.json", "--out", out)
+    assert result.exit_code == 0, result.output
+    record = load_record(out / "53542.yaml")
+    texts = [claim.text for claim in record.claims]
+    assert any(text.startswith("This change derives the active speculative width from the CPU query lengths") for text in texts)
+    assert not any("#53426" in text or "#52559" in text for text in texts)  # sentences about other PRs are not its claims
+    notes = {r.number: r.note for r in record.related}
+    assert set(notes) == {52559, 53426} and "only skips the draft sync forward" in notes[53426]
+    assert record.state == "open"
+    # The count printed, the header's list and validate's items are the same.
+    count = int(result.output.split("draft: ")[1].split(" open")[0])
+    assert len(_header_todos((out / "53542.yaml").read_text(encoding="utf-8"))) == count
+    done = run("validate", "--kb", out)
+    assert done.output.count("incomplete: ") == count and f"{count} open TODO(s)" in done.output, done.output
+
+
+def test_a_comment_that_carries_a_failure_is_the_first_risk(tmp_path):
+    """pr-48475.json: brasrox's comment reports a reproducible IMA (a crash): it leads the risks."""
+    out = tmp_path / "kb"
+    assert run("import", FIXTURES / "pr-48475.json", "--out", out).exit_code == 0
+    record = load_record(out / "48475.yaml")
+    assert "reproducible IMA" in record.risks[0].text and record.risks[0].text.endswith("(comment by brasrox)")
+    assert any("For `num_accepted_tokens >= 1` the computation is unchanged" in claim.text for claim in record.claims)
+    assert 41190 in {r.number for r in record.related}
+
+
+def test_a_traceback_in_a_review_is_a_risk_before_plain_concerns(tmp_path):
+    # Test input (not PR data): a plain concern first, then a review whose code block holds an error.
+    reviews = [
+        {"author": {"login": "a"}, "state": "COMMENTED", "body": "I am a bit worried this could regress the eager path."},
+        {"author": {"login": "b"}, "state": "COMMENTED", "body": "With FULL graphs and K3 it dies at capture:\n\n```\nTraceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: spec_state_indices_tensor must be contiguous\n```\n"},
+    ]
+    _, record = imported(tmp_path, variant(tmp_path, reviews=reviews))
+    texts = [risk.text for risk in record.risks]
+    assert texts[0].startswith("With FULL graphs and K3 it dies at capture") or "RuntimeError: spec_state_indices_tensor must be contiguous" in texts[0]
+    assert any(text.startswith("`RuntimeError: spec_state_indices_tensor must be contiguous`") for text in texts[:2])
+    assert texts[-1].startswith("I am a bit worried")

@@ -30,7 +30,7 @@ _CHECKABLE = [
     ("equivalence: build() returns the same metadata as on the base release, on named cases",
      ("无行为变化", "行为不变", "行为一致", "等价", "no behaviour change", "no behavior change", "no functional change",
       "same output", "same result", "equivalent", "unchanged", "behavior is preserved", "behaviour is preserved",
-      "matches the")),
+      "matches the", "preserve", "remains")),
     ("op_budget: count the aten ops build() runs (for example aten.ge) on the cases where this applies",
      ("计算", "次", "冗余", "重复", "once", "twice", "times", "compute", "redundant", "duplicate")),
     ("gpu_sync: count host-device synchronisations in build() (CUDA only)",
@@ -53,13 +53,24 @@ def hint(sentence: str) -> str | None:
     return "; or ".join(text for text, words in _CHECKABLE if any(word in lowered for word in words)) or None
 
 
-def draft_claims(sources: list[tuple[str, str]], origin: str = "the report") -> list[dict]:
+# A PR named in a sentence (``#53426``, a pull link): the sentence is about that PR.
+PR_REFERENCE = re.compile(r"(?<![\w&#/])#(\d{1,12})(?!\d)|/pulls?/(\d{1,12})(?!\d)")
+
+
+def names_other_pr(sentence: str, own: int | None) -> bool:
+    """The sentence names a PR other than ``own``: it speaks of that PR's change, not this one's."""
+    return any(int(m.group(1) or m.group(2)) != own for m in PR_REFERENCE.finditer(sentence))
+
+
+def draft_claims(sources: list[tuple[str, str]], origin: str = "the report", own: int | None = None) -> list[dict]:
     """One TODO claim per checkable sentence of (text, where) sources; ``where`` becomes its ``source``.
 
-    When no sentence names an effect, every sentence is a candidate claim; when
-    there is no sentence at all, one TODO claim says that ``origin`` states none.
+    A sentence that names another PR than ``own`` is about that PR (it becomes a
+    related entry elsewhere), never a claim. When no sentence names an effect,
+    every sentence is a candidate claim; when there is no sentence at all, one
+    TODO claim says that ``origin`` states none.
     """
-    candidates = [(sentence, where) for text, where in sources for sentence in sentences(text)]
+    candidates = [(sentence, where) for text, where in sources for sentence in sentences(text) if not names_other_pr(sentence, own)]
     checkable = [(s, w, hint(s)) for s, w in candidates if hint(s)]
     if not checkable:
         checkable = [(s, w, FALLBACK_HINT) for s, w in candidates]
@@ -114,22 +125,33 @@ def draft_yaml(data: dict, source: str, origin: str = "the report", notes: tuple
             break
     else:
         raise ReportImportError(f"{source}: internal error: the draft does not read back as written (please report this)")
-    pr, ids = data["pr"], [c["id"] for c in data["claims"]]
-    releases = "target.base_release" if pr.get("state") == "open" else "target.base_release, target.head_release"
+    pr = data["pr"]
+    items = open_todos(body, pr["number"], source)
     header = [
         f"# DRAFT record of PR #{pr['number']} ({printable(pr['repo'])}), imported by `gdn-review import`",
         f"# from {printable(source) or '(unnamed report)'}.",
         "# A draft loads but is not yet checkable: `gdn-review validate` lists its open",
-        "# TODOs and exits 1; `gdn-review generate` skips it. Open TODOs:",
-        f"#   - {releases}: not in {origin}",
-        f"#   - claims {', '.join(ids) if len(ids) <= 8 else f'{ids[0]}..{ids[-1]}'}: each check is `kind: TODO`",
-        "#   - cases: none yet; risks name no cases or claims yet",
+        f"# TODOs and exits 1; `gdn-review generate` skips it. Open TODOs ({len(items)}, not in {printable(origin)}):",
     ]
-    if "TODO" in (data["target"]["file"], data["target"]["symbol"]):
-        header.append(f"#   - target.file / target.symbol: not found in {origin} (they say TODO)")
-    header.extend(f"#   - {printable(note)}" for note in notes)
-    lines = [comment for line in body.split("\n") for comment in ([_KEY_COMMENTS[line]] if line in _KEY_COMMENTS else []) + [line]]
+    header.extend(f"#   - {printable(item)}" for item in items)
+    header.append("# Also to write: the cases (named batches) and, per risk, the cases and claims that address it.")
+    header.extend(f"# Note: {printable(note)}" for note in notes)
+    comments = dict(_KEY_COMMENTS)
+    if pr.get("state") in ("open", "closed"):  # no release has its change: a base release only
+        comments["target:"] = "# TODO: target.base_release (the vLLM release the open PR's claims are checked against; it has no head release)."
+    lines = [comment for line in body.split("\n") for comment in ([comments[line]] if line in comments else []) + [line]]
     return "\n".join(header) + "\n" + "\n".join(lines)
+
+
+def open_todos(text: str, number: int, source: str) -> list[str]:
+    """The draft's open items, as `gdn-review validate` and the import's count name them (one line each)."""
+    from gdn_review.kb.completeness import open_items
+
+    try:
+        record = parse_record(text, f"{number}.yaml")
+    except RecordErrors as failure:
+        raise ReportImportError(f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}") from None
+    return [message.removeprefix("TODO: ") for _, message in open_items(record)]
 
 
 def checked(text: str, number: int, source: str) -> str:

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from gdn_review.importers.diff_target import diff_target
-from gdn_review.importers.drafting import ReportImportError, checked, draft_claims, draft_yaml
+from gdn_review.importers.drafting import ReportImportError, checked, draft_claims, draft_yaml, sentences
 from gdn_review.importers.report_sections import parse_markdown
 from gdn_review.kb.load import ENTRY_SYMBOLS
 from gdn_review.review.patch import PatchError, read_diff_file
@@ -141,38 +141,55 @@ def _fences(markdown: str | None) -> list[str]:
     return [event.code.strip("\n").rstrip() for event in parse_markdown(markdown or "") if hasattr(event, "code") and event.code.strip()]
 
 
-def _thread(data: dict) -> list[tuple[str, str, list[str], bool]]:
-    """(who, what, paragraphs, requests changes) per review and comment, reviews first, in gh's order."""
+def _thread(data: dict) -> list[tuple[str, str, list[str], bool, list[str]]]:
+    """(who, what, paragraphs, requests changes, code blocks) per review and comment, reviews first, in gh's order."""
     entries = []
     for field, kind in (("reviews", "review"), ("comments", "comment")):
         for entry in data.get(field) or []:
             login = (entry.get("author") or {}).get("login") or "(unknown author)"
             state = entry.get("state") or ""
             label = f"{kind} by {login}" + (f", {state}" if kind == "review" and state and state != "COMMENTED" else "")
-            entries.append((login, label, _blocks(entry.get("body")), state == "CHANGES_REQUESTED"))
+            entries.append((login, label, _blocks(entry.get("body")), state == "CHANGES_REQUESTED", _fences(entry.get("body"))))
     return entries
 
 
+# What makes a comment carry a concrete failure: an error message, a traceback, a crash or a failing shape.
+_FAILURE = re.compile(
+    r"Traceback \(most recent call last\)|\b[A-Z][A-Za-z]*(?:Error|Exception)\b|illegal (?:memory )?address|illegal memory access|"
+    r"\bIMA\b|\bcrash(?:es|ed)?\b|segfault|\bmust be contiguous\b|\bexpected\b.{0,60}\bgot\b|torch\.Size\(|\bNaN\b|\bXid\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 def _risks(thread) -> list[dict]:
-    risks = []
-    for _, label, blocks, changes_requested in thread:
+    """Concerns of reviews and comments as risks: those that carry a concrete failure first, then the others."""
+    found = []
+    for _, label, blocks, changes_requested, fences in thread:
         for block in blocks:
-            if changes_requested or any(word in block.lower() for word in _CONCERNS):
-                risks.append({"id": f"R{len(risks) + 1}", "text": f"{block} ({label})", "cases": [], "claims": []})
-    return risks
+            failure = _FAILURE.search(block)
+            if failure or changes_requested or any(word in block.lower() for word in _CONCERNS):
+                found.append((failure is None, f"{block} ({label})"))
+        for code in fences:  # an error printed in a code block: its last error line
+            errors = [line.strip() for line in code.splitlines() if re.search(r"\b[A-Z][A-Za-z]*(?:Error|Exception)\b:", line)]
+            if errors:
+                found.append((False, f"`{errors[-1][:300]}` ({label}: the error it reports)"))
+    ordered = [text for _, text in sorted(found, key=lambda item: item[0])]  # stable: the thread's order within each group
+    return [{"id": f"R{i}", "text": text, "cases": [], "claims": []} for i, text in enumerate(ordered, 1)]
 
 
 def _related(data: dict, thread_sources: list[tuple[str, str]]) -> list[dict]:
-    """One same-area relation per PR number referenced (``#NNNNN``, a pull link), where it was first seen."""
-    found: dict[int, str] = {}
+    """One same-area relation per PR number referenced (``#NNNNN``, a pull link), with the sentence that first names it."""
+    found: dict[int, tuple[str, str]] = {}
     for text, where in thread_sources:
-        for match in _REFERENCE.finditer(text or ""):
-            number = int(match.group(1) or match.group(2))
-            if number > 0 and number != data["number"]:
-                found.setdefault(number, where)
+        for sentence in sentences(text or ""):
+            for match in _REFERENCE.finditer(sentence):
+                number = int(match.group(1) or match.group(2))
+                if number > 0 and number != data["number"]:
+                    found.setdefault(number, (where, sentence))
     return [
-        {"number": n, "title": f"PR #{n} (no title in the PR's JSON; a PR or an issue)", "relation": "same-area", "note": f"referenced in the {where}"}
-        for n, where in found.items()
+        {"number": n, "title": f"PR #{n} (no title in the PR's JSON; a PR or an issue)", "relation": "same-area",
+         "note": f"referenced in the {where}: {sentence if len(sentence) <= 300 else sentence[:299] + '…'}"}
+        for n, (where, sentence) in found.items()
     ]
 
 
@@ -221,7 +238,7 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
         notes["key_symbols"] = target.symbols
     notes["code_snippets"] = [{"code": code} for code in _fences(data.get("body"))] + (
         [{"file": target.file, "code": target.snippet}] if target and target.snippet else [])
-    notes["discussion"] = "\n".join(f"- {label}: {' '.join(blocks)}" for _, label, blocks, _ in thread if blocks) or None
+    notes["discussion"] = "\n".join(f"- {label}: {' '.join(blocks)}" for _, label, blocks, _, _ in thread if blocks) or None
     if target:
         file, symbol = target.file, (target.symbols[0] if target.symbols else "TODO")
     else:
@@ -231,11 +248,11 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
         "schema_version": 1,
         "pr": pr,
         "target": {"file": file, "symbol": symbol},
-        "claims": draft_claims(claim_sources, origin="the PR's title and body"),
+        "claims": draft_claims(claim_sources, origin="the PR's title and body", own=pr["number"]),
         "cases": [],
         "risks": _risks(thread),
         "related": _related(data, [(data.get("title"), "PR title")] + [(block, "PR body") for block in _blocks(data.get("body"))]
-                            + [(" ".join(blocks), label) for _, label, blocks, _ in thread]),
+                            + [(" ".join(blocks), label) for _, label, blocks, _, _ in thread]),
     }
     report = {key: value for key, value in notes.items() if value}
     if report:

@@ -125,7 +125,7 @@ def import_report(text: str, source: str) -> str:
             "file": report.key_files[0]["path"] if report.key_files else "TODO",
             "symbol": report.key_symbols[0] if report.key_symbols else "TODO",
         },
-        "claims": draft_claims(report.claim_sources),
+        "claims": draft_claims(report.claim_sources, own=pr["number"]),
         "cases": [],
         "risks": [{"id": f"R{i}", "text": text, "cases": [], "claims": []} for i, text in enumerate(report.risks, 1)],
         "related": report.related,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from gdn_review.kb.subjects import is_record_key
@@ -98,6 +99,12 @@ def _diff_problem(side) -> str | None:
     for key in ("release", "diff", "finished_at"):
         if not isinstance(side.get(key), str):
             return f"{key!r} must be a string"
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", side["release"]):
+        return f"'release': {side['release'][:40]!r} is not a release (X.Y.Z)"
+    if not re.fullmatch(r"[0-9T:+.Z-]{10,40}", side["finished_at"]):
+        return f"'finished_at': {side['finished_at'][:40]!r} is not a time"
+    if not re.fullmatch(r"[0-9a-f]{0,64}", str(side.get("diff_sha256", ""))):
+        return "'diff_sha256': not a sha256 in hex"
     for claim_id, row in side["claims"].items():
         if not isinstance(row, dict) or row.get("verdict") not in VERDICTS + ("not run",) or not isinstance(row.get("reason", ""), str):
             return f"claims.{claim_id}: expected an object with a verdict ({', '.join(VERDICTS)})"

@@ -23,9 +23,11 @@ from gdn_review.review import orchestrate
 
 
 def diff_beside(record_path: Path) -> Path | None:
-    """``kb/N.diff`` beside ``kb/N.yaml`` (a regular file, not a link), or None."""
+    """``kb/N.diff`` beside ``kb/N.yaml``, or None; a link or anything but a regular file there is refused (ReviewError)."""
     path = Path(record_path).with_suffix(".diff")
-    return path if path.is_file() and not path.is_symlink() else None
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise orchestrate.ReviewError(f"{path}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
+    return path if path.is_file() else None
 
 
 def wanted(records: dict) -> dict[Path, Path]:
