@@ -242,3 +242,32 @@ def test_a_pending_claims_failure_is_an_xfail_to_pytest_and_a_failure_in_the_evi
     assert report_data(record, load_evidence([evidence]))["claims"][0]["verdict"] == "pending"
     # Where the PR's change is applied (the review's patched side), the failure counts.
     assert pytest_run({**env, "GDN_REVIEW_CHANGE_APPLIED": "51508"}).returncode == 1
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "climb",  # a diff from a stranger that names a file outside the tree
+        "link",  # kb/7.diff is a link to somewhere else
+    ],
+)
+def test_a_hostile_diff_beside_an_open_record_stops_run_before_anything_runs(write_record, tmp_path, hostile):
+    from click.testing import CliRunner
+
+    from gdn_review.cli import main
+
+    kb = write_record(OPEN)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read\n", encoding="utf-8")
+    if hostile == "climb":
+        (kb / "7.diff").write_text("--- a/../../secret.txt\n+++ b/../../secret.txt\n@@ -1 +1 @@\n-do not read\n+written\n", encoding="utf-8")
+    else:
+        (kb / "7.diff").symlink_to(secret)
+    generated = tmp_path / "gen"
+    assert CliRunner().invoke(main, ["generate", "--kb", str(kb), "--out", str(generated)]).exit_code == 0
+    evidence = tmp_path / "evidence.json"
+    result = CliRunner().invoke(main, ["run", "--kb", str(kb), "--generated", str(generated), "--evidence", str(evidence), "--reports", str(tmp_path / "reports")])
+    assert result.exit_code == 2, result.output
+    assert "7.diff" in result.output
+    assert not evidence.exists() and not (tmp_path / "reports").exists()  # nothing ran, nothing written
+    assert secret.read_text(encoding="utf-8") == "do not read\n"

@@ -31,11 +31,20 @@ def diff_beside(record_path: Path) -> Path | None:
 
 
 def wanted(records: dict) -> dict[Path, Path]:
-    """record path -> its diff, for the records of open (or closed, unmerged) PRs that have one beside them."""
+    """record path -> its diff, for the records of open (or closed, unmerged) PRs that have one beside them.
+
+    Each diff is read here, before anything runs: a diff from a stranger that
+    names a file outside vLLM's tree (or is no diff) stops the command (PatchError).
+    """
+    from gdn_review.review import patch
+
     found = {}
     for path, record in records.items():
+        if record.pr is None or record.state not in ("open", "closed"):
+            continue
         diff = diff_beside(path)
-        if record.pr is not None and record.state in ("open", "closed") and diff is not None:
+        if diff is not None:
+            patch.read_diff_file(diff)  # PatchError names the file and what is wrong
             found[path] = diff
     return found
 
