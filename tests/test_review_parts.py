@@ -135,3 +135,15 @@ def test_record_keys_from_a_workers_json_are_checked_before_they_are_shown():
     for hostile in ("a|b", "x](https://e.x)", "<img src=x>", "../kb", True, -1, "UPPER"):
         with pytest.raises(ValueError, match="not a record key"):
             _name(hostile)
+
+
+def test_vllm_workflow_checks_the_prs_own_record_and_comments_its_claims_first():
+    workflow = yaml.safe_load(VLLM_WORKFLOW.read_text(encoding="utf-8"))
+    own = workflow["jobs"]["own-claims"]
+    assert own["permissions"] == {"contents": "read", "pull-requests": "read"}  # it reads the PR's diff
+    script = next(step["run"] for step in own["steps"] if "--pr" in str(step.get("run", "")))
+    assert 'if [ ! -f "kb/$PR.yaml" ]' in script and '--record "$PR"' in script
+    report = workflow["jobs"]["report"]
+    assert report["needs"] == ["review", "own-claims"]
+    merge = next(step["run"] for step in report["steps"] if "review-merge" in str(step.get("run", "")))
+    assert "cat own.md merged/*.md > comment.md" in merge and "--fail-on breaks" in merge

@@ -420,3 +420,19 @@ def test_the_job_that_reads_the_diff_has_no_write_token():
     assert "=~ ^[0-9]+" in merge, "the report job must check the shard names it uses"
     steps = [step.get("name", "") for step in report["steps"]]
     assert steps.index("Merge the shards into one report") < steps.index("Comment on the pull request")
+
+
+def test_the_prs_own_claims_and_their_failing_cases_show_hostile_text_as_text():
+    data = hostile_review()
+    data["records"][0]["own"] = True
+    data["records"][0]["claims"][0]["failing_after"] = [
+        {"case": HOSTILE, "device": HOSTILE, "reason": HOSTILE, "smallest": "```\n" + HOSTILE + "\n```"},
+    ]
+    text = render.markdown(data)
+    assert not RAW.search(text), RAW.search(text)
+    assert text.splitlines()[2].startswith("**The PR's own claims** (#1, with its diff onto 0.33.0): 0 hold, 0 pending, 1 fail")
+    fence_open = next(line for line in text.splitlines() if line.startswith("```") and line.endswith("python"))
+    assert len(fence_open) - len("python") > 3, "the example's own ``` would close the fence"
+    bad = {**data, "records": [{**data["records"][0], "claims": [{**data["records"][0]["claims"][0], "failing_after": [{"case": 1}]}]}]}
+    with pytest.raises(orchestrate.ReviewError):
+        orchestrate.check_shape(bad, Path("shard.json"))

@@ -54,7 +54,7 @@ def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
 @click.command(name="review")
 @kb_option
 @click.argument("diff", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--onto", default=None, metavar="X.Y.Z", help="Release the diff is applied to (its Python files from the release cache).  [default: the installed one]")
+@click.option("--onto", default=None, metavar="X.Y.Z", help="Release the diff is applied to (its Python files from the release cache).  [default: the installed one; with the PR's own record (--pr), its base release]")
 @click.option("--vllm-src", default=None, type=click.Path(path_type=Path, file_okay=False), help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.")
 @click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).  [default: every record whose target file the diff changes]")
 @click.option("--lands-in", default=None, metavar="X.Y.Z", help="The release the change would first ship in: PRs recorded as first shipping after --onto and up to it explain moved fields.  [default: the next minor release]")

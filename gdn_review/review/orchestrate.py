@@ -194,6 +194,9 @@ def review(
     every = load_records(kb_dir)
     known = {r.number for r in every.values()}
     own = own_record(own, diff_path, every)
+    if own is not None and onto is None and vllm_src is None:
+        # The PR's own diff goes onto the release its record checks it against.
+        onto = next(r for r in every.values() if r.number == own).target.base_release
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
