@@ -123,7 +123,7 @@ def test_vllm_workflow_fans_out_over_releases_and_shards_and_merges_last():
     assert matrix["release"] and matrix["shard"] == list(range(1, int(workflow["env"]["SHARDS"]) + 1))
     runs = " ".join(step.get("run", "") for step in review["steps"])
     assert "gh pr diff" in runs and "gdn-review review" in runs and '--shard "$SHARD/$SHARDS"' in runs and '--onto "$RELEASE"' in runs
-    assert report["needs"] == "review"
+    assert "review" in report["needs"]
     merge = " ".join(step.get("run", "") for step in report["steps"])
     assert "gdn-review review-merge" in merge and "gh pr comment" in merge
 
