@@ -125,7 +125,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
         raise
     progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
-    _say("[3/3] " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; evidence {evidence_path}")
+    _say("[3/3] " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run") + f"; evidence {evidence_path}")
     sys.exit(_write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions))
 
 

@@ -22,7 +22,7 @@ from typing import Callable
 from gdn_review.common import interrupts, release_cache
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
-from gdn_review.kb.subjects import key_label
+from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.mutation import operators
 from gdn_review.run import evidence_parts
 from gdn_review.mutation.catalogue import (
@@ -75,8 +75,12 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
     if record.contract is not None:
         notes.append("a contract record has no PR diff, so no automatic mutants: its risks' mutants are its own, "
                      "and `gdn-review mutate --whole-file` scores the whole file")
+    elif record.state in ("open", "closed"):
+        notes.append(f"{record.label} is {state_words(record.state)}: no release has its lines, so its automatic mutants come from its diff "
+                     f"(`gdn-review review kb/{record.number}.diff --pr {record.number}` runs them against the KB's tests)")
     elif base_text is None or head_text is None:
-        notes.append(f"automatic mutants not derived: the sources of vLLM {base} and {head} are needed for the PR's diff")
+        missing = " and ".join(f"vLLM {v}" for v in (base, head) if v and sources.get(v) is None and v != release) or "both releases"
+        notes.append(f"automatic mutants not derived: the sources of {missing} are needed for the PR's diff")
     else:
         auto, gone = automatic(record, loaded, base_text, head_text)
         mutants += auto
