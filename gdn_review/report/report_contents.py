@@ -247,8 +247,13 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
         # The verdict of the claims' tests on these cases only (a claim's other cases aside).
         chosen = [t for t in mine if t["claim"] in item.claims and (t.get("case") in item.cases or t.get("property") in item.cases)]
         by_id = {claim.id: claim for claim in record.claims}
-        verdicts = [claim_verdict(by_id[cid], [t for t in chosen if t["claim"] == cid]) for cid in item.claims]
-        severity = ("fails", "unverified", "known deviation", "not applicable", "holds")
+        verdicts = []
+        for cid in item.claims:
+            picked = [t for t in chosen if t["claim"] == cid]
+            found = claim_verdict(by_id[cid], picked)
+            on = sorted({_release(evidence, t) for t in picked if t["outcome"] in RAN} | {r for t in picked if (r := _version_in_reason(t))})
+            verdicts.append(pending_verdict(record, by_id[cid], *found, on, with_change))
+        severity = ("fails", "unverified", "pending", "known deviation", "not applicable", "holds")
         worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
         upstream.append(
             {
