@@ -275,14 +275,15 @@ def test_a_hostile_diff_beside_an_open_record_stops_run_before_anything_runs(wri
 
 @pytest.mark.slow
 def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(tmp_path):
-    """kb/53542.yaml and kb/51508.yaml on the installed vLLM: exit 0, improvement claims pending, the rest holding."""
+    """kb/53542.yaml, kb/51508.yaml and kb/40738.yaml on the installed vLLM: exit 0, improvement claims pending, the rest holding."""
     done = subprocess.run(
-        [sys.executable, "-m", "gdn_review.cli", "run", "--record", "53542", "--record", "51508", "--evidence", str(tmp_path / "evidence.json"),
+        [sys.executable, "-m", "gdn_review.cli", "run", "--record", "53542", "--record", "51508", "--record", "40738", "--evidence", str(tmp_path / "evidence.json"),
          "--reports", str(tmp_path / "reports"), "--", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "PR #51508: claims 2 holds, 1 pending" in done.stdout and "PR #53542: claims 3 holds, 2 pending" in done.stdout
+    assert "PR #40738: claims 2 holds, 1 pending" in done.stdout
     assert "fails" not in (tmp_path / "reports" / "53542.md").read_text(encoding="utf-8").split("## Claims")[0]
     failing = subprocess.run(
         [sys.executable, "-m", "gdn_review.cli", "report", "--record", "53542", "--evidence", str(tmp_path / "evidence.json"),
