@@ -89,9 +89,11 @@ def test_the_diff_side_reads_an_improvement_as_discriminating_and_no_change_as_p
     assert (row["on_release"], row["with_diff"], row["discrimination"]) == ("pending", "holds", "discriminates")
     assert "with the PR's diff" in row["why"]
     assert any("the PR's diff" in part for part in data["parts"])
-    bad = {"7": {**side["7"], "claims": {"C1": {"verdict": "<b>great</b>"}}}}
-    with pytest.raises(Exception, match="diff.7"):
-        load_evidence([evidence_file(tmp_path / "bad.json", [], diff=bad)])
+    for hostile in ({"claims": {"C1": {"verdict": "<b>great</b>"}}}, {"moved": "**1**"}, {"release": "0.33.0 [x](http://e.x)"},
+                    {"unexplained": [{"case": "a|b", "fields": ["x"]}]}, {"finished_at": "<img src=x>"}):
+        bad = {"7": {**side["7"], **hostile}}
+        with pytest.raises(Exception, match="diff.7"):
+            load_evidence([evidence_file(tmp_path / "bad.json", [], diff=bad)])
 
 
 def test_a_run_keeps_the_mutation_results_of_its_release_and_says_what_it_dropped(tmp_path):

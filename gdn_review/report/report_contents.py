@@ -13,6 +13,7 @@ from collections import Counter
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import OPEN_STATES, state_words
+from gdn_review.report.markdown import text
 from gdn_review.report.verdicts import (
     COVERAGE,
     LATENCY_VERDICTS,
@@ -421,7 +422,8 @@ def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = N
                      f"(`gh pr diff {record.pr.number} > kb/{record.pr.number}.diff`) and `gdn-review run` checks {'them' if len(pending) > 1 else 'it'} with the change.")
     for row in (diff_side or {}).get("claims", []):
         if row["with_diff"] == "fails":
-            steps.append(f"Claim {row['id']} fails with the PR's diff: {row['reason']}" + (f" (cases: {', '.join(row['failing'])})" if row["failing"] else "") + ".")
+            # The reason and case names come from evidence: shown as text.
+            steps.append(f"Claim {row['id']} fails with the PR's diff: {text(row['reason'])}" + (f" (cases: {text(', '.join(row['failing']))})" if row["failing"] else "") + ".")
     for item in (diff_side or {}).get("unexplained", []):
         steps.append(f"With the PR's diff, case {item['case']} moves in {', '.join(item['fields'])}, which the record does not state: add it to target.changes or the case's expect.")
     for row in (mutation or {}).get("missing_tests", []):

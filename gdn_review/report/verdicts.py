@@ -105,9 +105,18 @@ def _diff_problem(side) -> str | None:
         return f"'finished_at': {side['finished_at'][:40]!r} is not a time"
     if not re.fullmatch(r"[0-9a-f]{0,64}", str(side.get("diff_sha256", ""))):
         return "'diff_sha256': not a sha256 in hex"
+    name = re.compile(r"[A-Za-z0-9_.-]{1,80}")
+    if not isinstance(side.get("moved", 0), int) or isinstance(side.get("moved", 0), bool):
+        return "'moved' must be a count"
+    for index, row in enumerate(side.get("unexplained") or []):
+        if not (isinstance(row, dict) and isinstance(row.get("case"), str) and name.fullmatch(row["case"])
+                and isinstance(row.get("fields"), list) and all(isinstance(f, str) and name.fullmatch(f) for f in row["fields"])):
+            return f"unexplained[{index}]: expected a case id and its field names"
     for claim_id, row in side["claims"].items():
         if not isinstance(row, dict) or row.get("verdict") not in VERDICTS + ("not run",) or not isinstance(row.get("reason", ""), str):
             return f"claims.{claim_id}: expected an object with a verdict ({', '.join(VERDICTS)})"
+        if not isinstance(row.get("measured", ""), str) or not isinstance(row.get("failing", []), list):
+            return f"claims.{claim_id}: 'measured' must be a string and 'failing' a list"
     return None
 
 
