@@ -161,19 +161,9 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         "kinds": sorted({c["kind"] for c in claims}),
         "devices": list(DEVICES),
         "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.number}",
-        "pending": pending_claims(record),
+        "pending": record.pending_claims(),
     }
 
-
-def pending_claims(record: Record) -> dict[str, str]:
-    """Claims of an open (or closed, unmerged) PR that fail until its change is in (``before: fails``), and why."""
-    if record.pr is None or record.state not in ("open", "closed"):
-        return {}
-    words = "open" if record.state == "open" else "closed, unmerged"
-    return {
-        claim.id: f"PR #{record.pr.number} is {words}: claim {claim.id} (before: fails) holds once its change is in"
-        for claim in record.claims if claim.before == "fails"
-    }
 
 
 def expected_tests(record: Record) -> dict[str, list[dict]]:

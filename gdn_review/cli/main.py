@@ -205,10 +205,8 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no
     code = suite.run_suite(list(modules.values()), evidence_path, keyword, pytest_args, say=click.echo)
     if diffs and code != suite.NO_TESTS:
         release = suite.evidence_release(evidence_path)
-        for path, diff in diffs.items():
-            record = records[path]
-            click.echo(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
-            diff_side.write_part(evidence_path, record.number, diff_side.run_diff_side(record, diff, kb_dir, release, out_dir, say=_say))
+        for path in diffs:
+            diff_side.add_to_evidence(path, records[path], release, evidence_path, kb_dir, out_dir, say=click.echo)
     click.echo("[2/2] writing risk reports")
     status = _write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions)
     sys.exit(EXIT_FAILED if code == suite.NO_TESTS else status)

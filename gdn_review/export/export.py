@@ -129,12 +129,6 @@ PROXY_TEXT = (
 )
 
 
-PENDING_WORDS = {
-    "open": "PR #{number} is open: claim {claim} (before: fails) holds once its change is in",
-    "closed": "PR #{number} is closed, unmerged: claim {claim} (before: fails) holds only with its change",
-}
-
-
 def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict | None:
     check = claim.check
     kind = check.kind
@@ -215,8 +209,8 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
         "pinned": assignment(f"{constant}_PINNED", pinned) if pinned else None,
         # An open PR's improvement claim fails on a release without its change: a
         # non-strict xfail there, a plain pass in the PR's own CI (its change applied).
-        "pending": literal(f"pending: {PENDING_WORDS[record.state].format(number=record.number, claim=claim.id)}", len("    reason="), 4, 1)
-        if record.pr is not None and record.state in PENDING_WORDS and claim.before == "fails" else None,
+        "pending": literal(f"pending: {record.pending_claims()[claim.id]}", len("    reason="), 4, 1)
+        if claim.id in record.pending_claims() else None,
         # An equivalence claim that compares some fields only (fields / except): its own expectations.
         "compared": assignment(
             f"{constant}_EXPECTED", {c: dict(sorted(check.compared(cases[c].expect).items())) for c in values}

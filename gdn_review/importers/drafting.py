@@ -17,6 +17,7 @@ import yaml
 
 from gdn_review.kb.errors import RecordErrors
 from gdn_review.kb.load import parse_record
+from gdn_review.kb.subjects import OPEN_STATES
 
 
 class ReportImportError(Exception):
@@ -137,7 +138,7 @@ def draft_yaml(data: dict, source: str, origin: str = "the report", notes: tuple
     header.append("# Also to write: the cases (named batches) and, per risk, the cases and claims that address it.")
     header.extend(f"# Note: {printable(note)}" for note in notes)
     comments = dict(_KEY_COMMENTS)
-    if pr.get("state") in ("open", "closed"):  # no release has its change: a base release only
+    if pr.get("state") in OPEN_STATES:  # no release has its change: a base release only
         comments["target:"] = "# TODO: target.base_release (the vLLM release the open PR's claims are checked against; it has no head release)."
     lines = [comment for line in body.split("\n") for comment in ([comments[line]] if line in comments else []) + [line]]
     return "\n".join(header) + "\n" + "\n".join(lines)

@@ -14,7 +14,6 @@ import yaml
 from gdn_review.kb.errors import RecordError
 from gdn_review.kb.load import _field_path, _locate
 from gdn_review.kb.models import Record
-from gdn_review.kb.subjects import OPEN_STATES
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:
@@ -26,7 +25,7 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
     for field in ("base_release", "head_release"):
         if record.contract is not None:
             break  # a contract holds on its release range: no PR, no base and head
-        if field == "head_release" and record.state in OPEN_STATES:
+        if field == "head_release" and record.is_open:
             continue  # an open (or closed, unmerged) PR is in no release
         if getattr(record.target, field) is None:
             items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "

@@ -157,7 +157,7 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
         and Version(record.target.base_release) >= Version(record.target.head_release)
     ):
         problems.append((("target", "head_release"), f"head_release {record.target.head_release} must be later than base_release {record.target.base_release}"))
-    if record.state in ("open", "closed") and record.target.head_release:
+    if record.is_open and record.target.head_release:
         problems.append((("target", "head_release"), f"pr.state is {record.state}: the PR's change is in no release, so it has no head_release "
                          "(leave it out; once the PR ships, set pr.state: merged and head_release together)"))
 

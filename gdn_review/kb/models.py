@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, StringConstraints, model_validator
 
-from gdn_review.kb.subjects import Contract, PullRequest
+from gdn_review.kb.subjects import OPEN_STATES, Contract, PullRequest, state_words
 from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules import them from here)
     CoreExpectField,
     ExpectField,
@@ -427,6 +427,21 @@ class Record(Strict):
     def state(self) -> str:
         """merged, open, or contract."""
         return self.pr.state if self.pr is not None else "contract"
+
+    @property
+    def is_open(self) -> bool:
+        """A PR whose change is in no release (open, or closed unmerged): no head release, pending claims."""
+        return self.pr is not None and self.pr.state in OPEN_STATES
+
+    def pending_claims(self) -> dict[str, str]:
+        """Claims that fail until the open PR's change is in (``before: fails``), and why (generated and exported modules)."""
+        if not self.is_open:
+            return {}
+        words = state_words(self.pr.state)
+        return {
+            claim.id: f"PR #{self.pr.number} is {words}: claim {claim.id} (before: fails) holds once its change is in"
+            for claim in self.claims if claim.before == "fails"
+        }
 
     @property
     def sort_key(self) -> tuple:

@@ -487,7 +487,7 @@ def matrix_command(
         work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
     run_matrices(work, installed, jobs, keyword, say)
     for job in work:
-        if diff_side is not None and job.record.state in ("open", "closed") and job.record.target.base_release:
+        if diff_side is not None and job.record.is_open and job.record.target.base_release:
             entry = next((e for e in load_matrix(job.out_dir)["releases"] if e["version"] == job.record.target.base_release and e.get("evidence_path")), None)
             if entry is not None:
                 diff_side(job.record_path, job.record, entry["version"], Path(entry["evidence_path"]))

@@ -15,7 +15,6 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.kb import Record
-from gdn_review.kb.subjects import OPEN_STATES
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import RAN, ReportError, discrimination, kept, load_evidence
 
@@ -182,7 +181,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             after = later[0] if later else head
         if record.contract is not None:
             verdict, why = kept(cells)
-        elif record.state in OPEN_STATES and by_version.get(base) is not None:
+        elif record.is_open and by_version.get(base) is not None:
             # An open PR: the head side is its diff applied onto the base release, where stored.
             data, _ = per_release[base]
             with_diff = next((row for row in (data.get("diff_side") or {}).get("claims", []) if row["id"] == claim.id), None)

@@ -75,7 +75,7 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
     if record.contract is not None:
         notes.append("a contract record has no PR diff, so no automatic mutants: its risks' mutants are its own, "
                      "and `gdn-review mutate --whole-file` scores the whole file")
-    elif record.state in ("open", "closed"):
+    elif record.is_open:
         notes.append(f"{record.label} is {state_words(record.state)}: no release has its lines, so its automatic mutants come from its diff "
                      f"(`gdn-review review kb/{record.number}.diff --pr {record.number}` runs them against the KB's tests)")
     elif base_text is None or head_text is None:

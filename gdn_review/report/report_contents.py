@@ -12,7 +12,7 @@ from collections import Counter
 
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
-from gdn_review.kb.subjects import OPEN_STATES, state_words
+from gdn_review.kb.subjects import state_words
 from gdn_review.report.markdown import text
 from gdn_review.report.verdicts import (
     COVERAGE,
@@ -209,7 +209,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
         tests = [t for t in mine if t["claim"] == claim.id]
         ran = [t for t in tests if t["outcome"] in RAN]
         verdict, reason = claim_verdict(claim, tests)
-        tested_on = sorted({_release(evidence, t) for t in ran} | {r for t in tests if (r := _version_in_reason(t))})
+        tested_on = _tested_on(evidence, tests)
         verdict, reason = pending_verdict(record, claim, verdict, reason, tested_on, with_change)
         by_device = {device: pending_verdict(record, claim, v, "", tested_on, with_change)[0] for device, v in verdicts_by_device(claim, tests).items()}
         claims.append(
@@ -251,9 +251,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
         verdicts = []
         for cid in item.claims:
             picked = [t for t in chosen if t["claim"] == cid]
-            found = claim_verdict(by_id[cid], picked)
-            on = sorted({_release(evidence, t) for t in picked if t["outcome"] in RAN} | {r for t in picked if (r := _version_in_reason(t))})
-            verdicts.append(pending_verdict(record, by_id[cid], *found, on, with_change))
+            verdicts.append(pending_verdict(record, by_id[cid], *claim_verdict(by_id[cid], picked), _tested_on(evidence, picked), with_change))
         severity = ("fails", "unverified", "pending", "known deviation", "not applicable", "holds")
         worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
         upstream.append(
@@ -304,7 +302,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
         "contract": record.contract.model_dump(mode="json") if record.contract else None,
         "state": state_words(record.state) if record.pr else "contract",
         "base_release": record.target.base_release or "not set yet (a draft)",
-        "head_release": record.target.head_release or ("none: the PR's change is in no release" if record.state in OPEN_STATES else "not set yet (a draft)"),
+        "head_release": record.target.head_release or ("none: the PR's change is in no release" if record.is_open else "not set yet (a draft)"),
         "target": f"{record.target.file} ({record.target.symbol})",
         "draft": is_draft(record),
         "related": [r.model_dump(mode="json") for r in record.related],
@@ -324,12 +322,14 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
     }
 
 
-def _version_in_reason(test: dict) -> str | None:
-    """The release a "not applicable: vLLM X has no ..." skip names (None: another skip)."""
-    reason = test.get("reason") or ""
-    if test["outcome"] == "skipped" and reason.startswith("not applicable: vLLM "):
-        return reason.removeprefix("not applicable: vLLM ").split(" ", 1)[0].rstrip("'s")
-    return None
+def _tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
+    """The releases tests ran on, and those a "not applicable: vLLM X has no ..." skip names."""
+    found = {_release(evidence, t) for t in tests if t["outcome"] in RAN}
+    for test in tests:
+        reason = test.get("reason") or ""
+        if test["outcome"] == "skipped" and reason.startswith("not applicable: vLLM "):
+            found.add(reason.removeprefix("not applicable: vLLM ").split(" ", 1)[0].rstrip("'s"))
+    return sorted(found)
 
 
 def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict | None:

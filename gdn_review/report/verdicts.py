@@ -15,9 +15,9 @@ import json
 import re
 from pathlib import Path
 
-from gdn_review.kb.subjects import is_record_key
+from gdn_review.kb.subjects import is_record_key, state_words
+from gdn_review.run.evidence_parts import EVIDENCE_FORMAT
 
-EVIDENCE_FORMAT = "gdn-review-evidence/1"
 RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
 FAILED = {"failed", "error", "xpassed"}
 VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
@@ -244,10 +244,10 @@ def pending_verdict(record, claim, verdict: str, reason: str, releases: list[str
     cannot run there. Both are decided once the change is in: on a release
     that has it, or with the PR's diff applied (``with_change``).
     """
-    if with_change or record.pr is None or record.pr.state not in ("open", "closed"):
+    if with_change or not record.is_open:
         return verdict, reason
     where = f"vLLM {', '.join(releases)}" if releases else "this release"
-    state = "open" if record.pr.state == "open" else "closed, unmerged"
+    state = state_words(record.pr.state)
     if verdict == "fails" and claim.before == "fails":
         return "pending", f"fails on {where} as the PR says it should (before: fails); holds once the change is in (the PR is {state})"
     if verdict == "not applicable" and " has no " in reason:

@@ -15,7 +15,7 @@ from pathlib import Path
 from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.matrix_report import cell_measure, drift_data
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import load_evidence
+from gdn_review.report.verdicts import label_of, load_evidence
 from gdn_review.run import snapshot as snapshots
 
 HOLDING = ("holds", "known deviation")
@@ -39,7 +39,7 @@ def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
         if test["claim"] != claim_id or test["outcome"] not in {"failed", "error", "xpassed"}:
             continue
         reason = test.get("reason") or test["outcome"]
-        rows.append({"case": test.get("case") or test.get("property") or test["nodeid"].rsplit("[", 1)[-1].rstrip("]"),
+        rows.append({"case": label_of(test),
                      "device": test.get("device") or "?", "reason": reason[:400],
                      "smallest": test.get("smallest_batch")})
     return rows

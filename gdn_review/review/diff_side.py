@@ -40,7 +40,7 @@ def wanted(records: dict) -> dict[Path, Path]:
 
     found = {}
     for path, record in records.items():
-        if record.pr is None or record.state not in ("open", "closed"):
+        if not record.is_open:
             continue
         diff = diff_beside(path)
         if diff is not None:
@@ -87,10 +87,10 @@ def write_part(evidence: Path, number, part: dict) -> None:
 
 
 def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_dir: Path, generated: Path, say: Callable[[str], None] = print) -> bool:
-    """The matrix's hook: the PR's diff side on ``release``, added to that release's evidence (False: no diff stored)."""
+    """The PR's diff side on ``release``, added to the evidence of that release (`run`'s, or the matrix's base release's); False: no diff stored."""
     diff = diff_beside(record_path)
-    if diff is None or record.pr is None or record.state not in ("open", "closed"):
+    if diff is None or not record.is_open:
         return False
-    say(f"{record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
+    say(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
     write_part(evidence, record.number, run_diff_side(record, diff, kb_dir, release, generated, say=say))
     return True

@@ -341,7 +341,7 @@ def own_record(own: int | None, diff_path: Path, records: dict) -> int | None:
             raise ReviewError(f"--pr {own}: the KB has no record of PR #{own} (its record explains the diff's stated changes)")
         return own
     match = re.fullmatch(r"(?:pr-)?([1-9][0-9]{0,8})", Path(diff_path).stem)
-    if match and int(match.group(1)) in numbers and numbers[int(match.group(1))].state in ("open", "closed"):
+    if match and int(match.group(1)) in numbers and numbers[int(match.group(1))].is_open:
         return int(match.group(1))
     return None
 
