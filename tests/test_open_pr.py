@@ -293,3 +293,39 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(tm
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert failing.returncode == 1 and "claim C1 pending" in failing.stdout + failing.stderr
+
+
+def test_a_review_with_the_prs_own_record_reads_its_failing_claim_as_failing_not_pending(write_record, tmp_path):
+    """compare.record_effect: with its own diff applied, an open PR's improvement that still fails is a break."""
+    from gdn_review.review import compare
+
+    record = load_record(write_record(OPEN) / "7.yaml")
+    sides = {}
+    for side in ("unpatched", "patched"):
+        folder = tmp_path / side
+        folder.mkdir()
+        evidence_file(folder / "evidence.json", [c1_test("failed", "aten.ge: 2 > 1")])
+        sides[side] = {"status": "ran", "evidence": "evidence.json", "folder": str(folder)}
+    own = compare.record_effect(record, sides, "0.33.0", "0.34.0", set(), own=True)["claims"][0]
+    assert (own["before"], own["after"], own["broke"]) == ("pending", "fails", True)
+    assert own["failing_after"][0]["case"] == "spec"
+    other = compare.record_effect(record, sides, "0.33.0", "0.34.0", set(), own=False)["claims"][0]
+    assert (other["before"], other["after"], other["broke"]) == ("pending", "pending", False)
+
+
+def test_the_prs_own_diff_explains_the_fields_its_record_says_it_changes_and_no_others(write_record):
+    from gdn_review.matrix.matrix_report import drift_data
+
+    text = OPEN.replace("  base_release: 0.28.0\n", "  base_release: 0.28.0\n  changes:\n    - {cases: [spec], fields: [num_accepted_tokens]}\n")
+    record = load_record(write_record(text) / "7.yaml")
+    before = {"cases": {"spec": {"num_accepted_tokens": [1, 1], "num_spec_decodes": 2}}}
+    stated = {"cases": {"spec": {"num_accepted_tokens": [2, 2], "num_spec_decodes": 2}}}
+    other = {"cases": {"spec": {"num_accepted_tokens": [1, 1], "num_spec_decodes": 3}}}
+    assert drift_data(record, [("0.28.0", before), ("0.29.0", stated)], set(), own_change=True)["unexplained"] == []
+    assert drift_data(record, [("0.28.0", before), ("0.29.0", stated)], set())["unexplained"]  # not its own diff: unexplained
+    assert drift_data(record, [("0.28.0", before), ("0.29.0", other)], set(), own_change=True)["unexplained"]
+    # A case's expect that the new value meets explains the move too.
+    row = "      - {seq_len: 12, query_len: 3, drafted: 2}\n"
+    assert row in OPEN
+    expecting = load_record(write_record(OPEN.replace(row, row + "    expect: {num_spec_decodes: 3}\n")) / "7.yaml")
+    assert drift_data(expecting, [("0.28.0", before), ("0.29.0", other)], set(), own_change=True)["unexplained"] == []

@@ -436,3 +436,28 @@ def test_the_prs_own_claims_and_their_failing_cases_show_hostile_text_as_text():
     bad = {**data, "records": [{**data["records"][0], "claims": [{**data["records"][0]["claims"][0], "failing_after": [{"case": 1}]}]}]}
     with pytest.raises(orchestrate.ReviewError):
         orchestrate.check_shape(bad, Path("shard.json"))
+
+
+def test_thread_text_drafted_into_risks_and_related_notes_shows_as_text_in_the_report(tmp_path):
+    """An error line from a review's code block (a risk) and a sentence naming another PR (a related note) come from strangers."""
+    from gdn_review.kb import load_record
+    from gdn_review.report.report import render_markdown
+    from gdn_review.report.report_contents import report_data
+    from gdn_review.report.verdicts import Evidence
+    from tests.test_import_gh import PR
+
+    flat = HOSTILE.replace("\n", " ")
+    hostile = {**PR, "mergedAt": None, "body": f"#52078 is where it {flat} started.",
+               "reviews": [{"author": {"login": "r"}, "body": f"It dies:\n\n```\nRuntimeError: `{flat}` | x\n```\n"}]}
+    path = tmp_path / "pr.json"
+    path.write_text(json.dumps(hostile), encoding="utf-8")
+    out = tmp_path / "kb"
+    assert CliRunner().invoke(main, ["import", str(path), "--out", str(out)], catch_exceptions=False).exit_code == 0
+    record = load_record(out / "55404.yaml")
+    assert record.risks[0].text.startswith("`RuntimeError:")  # the failure leads, as drafted
+    assert "#52078 is where it" in record.related[0].note
+    text = render_markdown(report_data(record, Evidence([], [], [], [])))
+    body = text.split("**Evidence:**", 1)[1]  # the header's own link to the PR is the template's
+    assert not RAW.search(body), RAW.search(body)
+    assert all(len(row) == 7 for row in table_rows(text, "| risk | text | cases | covering tests | outcomes | coverage | missing |"))
+    assert all(len(row) == 6 for row in table_rows(text, "| PR | title | relation | from release | affects | note |"))
