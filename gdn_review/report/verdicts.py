@@ -88,7 +88,8 @@ def load_evidence(paths: list[Path]) -> Evidence:
         for number, result in (data.get("bench") or {}).items():
             if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
                 raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
-            bench.setdefault(str(number), {})[result.get("device") or "cpu"] = result  # per device; a later file wins
+            # Per device; a later file wins. The file's time is the result's (the report says each part's age).
+            bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {**result, "finished_at": result.get("finished_at") or str(data.get("finished_at", ""))}
     return Evidence(tests, environments, finished, sources, mutants, mutation, bench, diff)
 
 

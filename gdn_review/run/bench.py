@@ -209,10 +209,11 @@ def bench(
 def write_evidence(path: Path, results: dict[int, dict]) -> None:
     """Bench results as an evidence file the report merges (no tests, a ``bench`` section per record)."""
     from gdn_review.common.files import atomic_write
+    from gdn_review.run.evidence_parts import EVIDENCE_FORMAT
 
     first = next(iter(results.values()))
     data = {
-        "format": "gdn-review-evidence/1",
+        "format": EVIDENCE_FORMAT,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "environment": first["environments"].get(first["head"], {}),
         "tests": [],
