@@ -78,6 +78,35 @@ CASES = {
         ],
         'speculative_tokens': 2,
     },
+    'full_decode_only_decode_staged': {
+        'cudagraph_mode': 'FULL_DECODE_ONLY',
+        'drafts': 'given',
+        'id': 'full_decode_only_decode_staged',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 1,
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 17},
+        ],
+    },
+    'full_decode_only_spec_staged': {
+        'cudagraph_mode': 'FULL_DECODE_ONLY',
+        'drafts': 'given',
+        'id': 'full_decode_only_spec_staged',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 1,
+        'rows': [
+            {'accepted': 2, 'drafted': 2, 'query_len': 3, 'seq_len': 10},
+            {'accepted': 1, 'drafted': 1, 'query_len': 2, 'seq_len': 20},
+        ],
+        'speculative_tokens': 2,
+    },
     'full_decode_staged': {
         'cudagraph_mode': 'FULL_AND_PIECEWISE',
         'drafts': 'given',
@@ -105,6 +134,35 @@ CASES = {
             {'accepted': 1, 'query_len': 5, 'seq_len': 12},
         ],
         'speculative_tokens': 1,
+    },
+    'full_only_decode_staged': {
+        'cudagraph_mode': 'FULL',
+        'drafts': 'given',
+        'id': 'full_only_decode_staged',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 1,
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 17},
+        ],
+    },
+    'full_only_spec_staged': {
+        'cudagraph_mode': 'FULL',
+        'drafts': 'given',
+        'id': 'full_only_spec_staged',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 1,
+        'rows': [
+            {'accepted': 2, 'drafted': 2, 'query_len': 3, 'seq_len': 10},
+            {'accepted': 1, 'drafted': 1, 'query_len': 2, 'seq_len': 20},
+        ],
+        'speculative_tokens': 2,
     },
     'full_spec_after_padded': {
         'after': [
@@ -151,6 +209,21 @@ CASES = {
         'cudagraph_mode': 'FULL_AND_PIECEWISE',
         'drafts': 'given',
         'id': 'full_spec_staged',
+        'layout': True,
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'null_padded_blocks': True,
+        'padded_rows': 1,
+        'rows': [
+            {'accepted': 2, 'drafted': 2, 'query_len': 3, 'seq_len': 10},
+            {'accepted': 1, 'drafted': 1, 'query_len': 2, 'seq_len': 20},
+        ],
+        'speculative_tokens': 2,
+    },
+    'piecewise_spec_not_staged': {
+        'cudagraph_mode': 'PIECEWISE',
+        'drafts': 'given',
+        'id': 'piecewise_spec_not_staged',
         'layout': True,
         'mamba_cache_mode': 'none',
         'max_num_seqs': 8,
@@ -319,6 +392,30 @@ EXPECTATIONS = {
         'spec_state_rows': [0, 1],
         'spec_token_indx': [0, 1, 2, 3, 4],
     },
+    'full_decode_only_decode_staged': {
+        'non_spec_query_start_loc': [0, 1, 2, 2],
+        'non_spec_state_indices_tensor': [1, 17, 0],
+        'noncontiguous': [],
+        'num_decodes': 3,
+        'path': 'non_spec',
+        'persistent_views': ['non_spec_query_start_loc', 'non_spec_state_indices_tensor'],
+    },
+    'full_decode_only_spec_staged': {
+        'noncontiguous': [],
+        'num_accepted_tokens': [2, 1, 1],
+        'num_spec_decodes': 2,
+        'path': 'spec',
+        'persistent_views': [
+            'non_spec_token_indx',
+            'num_accepted_tokens',
+            'spec_query_start_loc',
+            'spec_sequence_masks',
+            'spec_state_indices_tensor',
+            'spec_token_indx',
+        ],
+        'spec_query_start_loc': [0, 3, 5, 5],
+        'spec_state_indices_tensor': [[1, 2, 3], [17, 18, 19], [0, 0, 0]],
+    },
     'full_decode_staged': {
         'has_initial_state': None,
         'non_spec_query_start_loc': [0, 1, 2, 2],
@@ -370,6 +467,30 @@ EXPECTATIONS = {
         'spec_state_indices_tensor': [[1, 2]],
         'spec_state_rows': [0],
         'spec_token_indx': [0, 1],
+    },
+    'full_only_decode_staged': {
+        'non_spec_query_start_loc': [0, 1, 2, 2],
+        'non_spec_state_indices_tensor': [1, 17, 0],
+        'noncontiguous': [],
+        'num_decodes': 3,
+        'path': 'non_spec',
+        'persistent_views': ['non_spec_query_start_loc', 'non_spec_state_indices_tensor'],
+    },
+    'full_only_spec_staged': {
+        'noncontiguous': [],
+        'num_accepted_tokens': [2, 1, 1],
+        'num_spec_decodes': 2,
+        'path': 'spec',
+        'persistent_views': [
+            'non_spec_token_indx',
+            'num_accepted_tokens',
+            'spec_query_start_loc',
+            'spec_sequence_masks',
+            'spec_state_indices_tensor',
+            'spec_token_indx',
+        ],
+        'spec_query_start_loc': [0, 3, 5, 5],
+        'spec_state_indices_tensor': [[1, 2, 3], [17, 18, 19], [0, 0, 0]],
     },
     'full_spec_after_padded': {
         'has_initial_state': None,
@@ -437,6 +558,15 @@ EXPECTATIONS = {
         'spec_state_indices_tensor': [[1, 2, 3], [17, 18, 19], [0, 0, 0]],
         'spec_state_rows': [0, 1, -1],
         'spec_token_indx': [0, 1, 2, 3, 4],
+    },
+    'piecewise_spec_not_staged': {
+        'noncontiguous': [],
+        'num_accepted_tokens': [2, 1],
+        'num_spec_decodes': 2,
+        'path': 'spec',
+        'persistent_views': [],
+        'spec_query_start_loc': [0, 3, 5],
+        'spec_state_indices_tensor': [[1, 2, 3], [17, 18, 19]],
     },
     'spec_above_capture_size': {
         'has_initial_state': None,
@@ -540,7 +670,7 @@ pytestmark = pytest.mark.record(RECORD)
 DEVICES = ['cpu', 'cuda']
 
 
-CLAIM_C1 = "In FULL-graph mode a spec-decode-only batch returns its state indices, masks, query start locations, accepted counts and token indices as contiguous views of the builder's persistent buffers; a decode-only batch its state indices and query start locations."
+CLAIM_C1 = "In every mode with FULL graphs (FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE) a spec-decode-only batch returns its state indices, masks, query start locations, accepted counts and token indices as contiguous views of the builder's persistent buffers; a decode-only batch its state indices and query start locations."
 DEVIATIONS_C1 = []
 
 
@@ -557,6 +687,26 @@ DEVIATIONS_C1 = []
             'full_decode_staged',
             id='full_decode_staged',
             marks=[pytest.mark.case('full_decode_staged')],
+        ),
+        pytest.param(
+            'full_only_spec_staged',
+            id='full_only_spec_staged',
+            marks=[pytest.mark.case('full_only_spec_staged')],
+        ),
+        pytest.param(
+            'full_only_decode_staged',
+            id='full_only_decode_staged',
+            marks=[pytest.mark.case('full_only_decode_staged')],
+        ),
+        pytest.param(
+            'full_decode_only_spec_staged',
+            id='full_decode_only_spec_staged',
+            marks=[pytest.mark.case('full_decode_only_spec_staged')],
+        ),
+        pytest.param(
+            'full_decode_only_decode_staged',
+            id='full_decode_only_decode_staged',
+            marks=[pytest.mark.case('full_decode_only_decode_staged')],
         ),
     ],
 )
@@ -609,6 +759,31 @@ DEVIATIONS_C2 = []
             id='full_spec_after_padded',
             marks=[pytest.mark.case('full_spec_after_padded')],
         ),
+        pytest.param(
+            'full_only_spec_staged',
+            id='full_only_spec_staged',
+            marks=[pytest.mark.case('full_only_spec_staged')],
+        ),
+        pytest.param(
+            'full_only_decode_staged',
+            id='full_only_decode_staged',
+            marks=[pytest.mark.case('full_only_decode_staged')],
+        ),
+        pytest.param(
+            'full_decode_only_spec_staged',
+            id='full_decode_only_spec_staged',
+            marks=[pytest.mark.case('full_decode_only_spec_staged')],
+        ),
+        pytest.param(
+            'full_decode_only_decode_staged',
+            id='full_decode_only_decode_staged',
+            marks=[pytest.mark.case('full_decode_only_decode_staged')],
+        ),
+        pytest.param(
+            'piecewise_spec_not_staged',
+            id='piecewise_spec_not_staged',
+            marks=[pytest.mark.case('piecewise_spec_not_staged')],
+        ),
     ],
 )
 def test_C2_equivalence(device, case_id, request, record_property):
@@ -627,7 +802,7 @@ def test_C2_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
 
-CLAIM_C3 = 'Nothing is staged for an eager builder or for a FULL-graph batch with prefills: no field is a view of a persistent buffer.'
+CLAIM_C3 = 'Nothing is staged for an eager or a PIECEWISE-only builder, or for a FULL-graph batch with prefills: no field is a view of a persistent buffer.'
 DEVIATIONS_C3 = []
 
 
@@ -649,6 +824,11 @@ DEVIATIONS_C3 = []
             'full_mixed_not_staged',
             id='full_mixed_not_staged',
             marks=[pytest.mark.case('full_mixed_not_staged')],
+        ),
+        pytest.param(
+            'piecewise_spec_not_staged',
+            id='piecewise_spec_not_staged',
+            marks=[pytest.mark.case('piecewise_spec_not_staged')],
         ),
     ],
 )
@@ -731,11 +911,16 @@ SNAPSHOTS = '../kb/snapshots/full_graph_staging'
         pytest.param('decode_at_capture_size', id='decode_at_capture_size', marks=pytest.mark.case('decode_at_capture_size')),
         pytest.param('eager_decode_not_staged', id='eager_decode_not_staged', marks=pytest.mark.case('eager_decode_not_staged')),
         pytest.param('eager_spec_not_staged', id='eager_spec_not_staged', marks=pytest.mark.case('eager_spec_not_staged')),
+        pytest.param('full_decode_only_decode_staged', id='full_decode_only_decode_staged', marks=pytest.mark.case('full_decode_only_decode_staged')),
+        pytest.param('full_decode_only_spec_staged', id='full_decode_only_spec_staged', marks=pytest.mark.case('full_decode_only_spec_staged')),
         pytest.param('full_decode_staged', id='full_decode_staged', marks=pytest.mark.case('full_decode_staged')),
         pytest.param('full_mixed_not_staged', id='full_mixed_not_staged', marks=pytest.mark.case('full_mixed_not_staged')),
+        pytest.param('full_only_decode_staged', id='full_only_decode_staged', marks=pytest.mark.case('full_only_decode_staged')),
+        pytest.param('full_only_spec_staged', id='full_only_spec_staged', marks=pytest.mark.case('full_only_spec_staged')),
         pytest.param('full_spec_after_padded', id='full_spec_after_padded', marks=pytest.mark.case('full_spec_after_padded')),
         pytest.param('full_spec_small_padded', id='full_spec_small_padded', marks=pytest.mark.case('full_spec_small_padded')),
         pytest.param('full_spec_staged', id='full_spec_staged', marks=pytest.mark.case('full_spec_staged')),
+        pytest.param('piecewise_spec_not_staged', id='piecewise_spec_not_staged', marks=pytest.mark.case('piecewise_spec_not_staged')),
         pytest.param('spec_above_capture_size', id='spec_above_capture_size', marks=pytest.mark.case('spec_above_capture_size')),
         pytest.param('spec_at_capture_size', id='spec_at_capture_size', marks=pytest.mark.case('spec_at_capture_size')),
         pytest.param('spec_requests_at_capture_size', id='spec_requests_at_capture_size', marks=pytest.mark.case('spec_requests_at_capture_size')),

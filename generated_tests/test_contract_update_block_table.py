@@ -19,6 +19,76 @@ TITLE = "update_block_table re-gathers one KV-cache group's state indices and re
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
+    'align_v2_build': {
+        'aligned_state_indices': [[501], [502], [503]],
+        'block_size': 64,
+        'drafts': 'given',
+        'id': 'align_v2_build',
+        'max_model_len': 1024,
+        'max_num_seqs': 8,
+        'model_runner': 'v2',
+        'padded_rows': 0,
+        'prefix_caching': {
+            'cache_hit_alignment_tokens': 64,
+            'hash_block_size': 64,
+            'num_prefill_checkpoint_blocks': 1,
+            'prefill_checkpoint_alignment': 64,
+        },
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 300, 'seq_len': 300},
+            {'accepted': 1, 'prefilling': True, 'query_len': 500, 'seq_len': 700},
+        ],
+        'server_fields': True,
+    },
+    'align_v2_regather': {
+        'aligned_state_indices': [[501], [502], [503]],
+        'block_size': 64,
+        'drafts': 'given',
+        'entry': 'update_block_table',
+        'id': 'align_v2_regather',
+        'max_model_len': 1024,
+        'max_num_seqs': 8,
+        'model_runner': 'v2',
+        'padded_rows': 0,
+        'prefix_caching': {
+            'cache_hit_alignment_tokens': 64,
+            'hash_block_size': 64,
+            'num_prefill_checkpoint_blocks': 1,
+            'prefill_checkpoint_alignment': 64,
+        },
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 300, 'seq_len': 300},
+            {'accepted': 1, 'prefilling': True, 'query_len': 500, 'seq_len': 700},
+        ],
+        'second_builder': {'aligned_state_indices': [[601], [602], [603]]},
+        'server_fields': True,
+    },
+    'align_v2_spec_regather': {
+        'aligned_state_indices': [[501, 502, 503], [511, 512, 513]],
+        'block_size': 64,
+        'drafts': 'given',
+        'entry': 'update_block_table',
+        'id': 'align_v2_spec_regather',
+        'max_model_len': 1024,
+        'max_num_seqs': 8,
+        'model_runner': 'v2',
+        'padded_rows': 0,
+        'prefix_caching': {
+            'cache_hit_alignment_tokens': 64,
+            'hash_block_size': 64,
+            'num_prefill_checkpoint_blocks': 1,
+            'prefill_checkpoint_alignment': 64,
+        },
+        'rows': [
+            {'accepted': 2, 'drafted': 2, 'query_len': 3, 'seq_len': 20},
+            {'accepted': 1, 'query_len': 300, 'seq_len': 300},
+        ],
+        'second_builder': {'aligned_state_indices': [[601, 602, 603], [611, 612, 613]]},
+        'server_fields': True,
+        'speculative_tokens': 2,
+    },
     'eager_decode_and_prefill_regather': {
         'drafts': 'given',
         'entry': 'update_block_table',
@@ -312,6 +382,30 @@ CASES = {
 
 # Expected build() results per case (from the record's `expect`).
 EXPECTATIONS = {
+    'align_v2_build': {
+        'checkpoint_block_columns': [-1, 3, -1],
+        'checkpoint_request_rows': [0, 1, 2],
+        'checkpoint_state_indices': [0, 20, 0],
+        'non_spec_state_indices_tensor': [501, 502, 503],
+        'prefill_state_indices': [502, 503],
+        'spec_state_indices_tensor': None,
+    },
+    'align_v2_regather': {
+        'checkpoint_block_columns': [-1, 3, -1],
+        'checkpoint_request_rows': [0, 1, 2],
+        'checkpoint_state_indices': [0, 10020, 0],
+        'non_spec_state_indices_tensor': [601, 602, 603],
+        'prefill_state_indices': [602, 603],
+        'spec_state_indices_tensor': None,
+    },
+    'align_v2_spec_regather': {
+        'checkpoint_block_columns': [3],
+        'checkpoint_request_rows': [1],
+        'checkpoint_state_indices': [10020],
+        'non_spec_state_indices_tensor': [611],
+        'prefill_state_indices': [611],
+        'spec_state_indices_tensor': [[601, 602, 603]],
+    },
     'eager_decode_and_prefill_regather': {
         'has_initial_state': [True, True, True, False],
         'non_spec_query_start_loc': [0, 1, 2, 8, 12],
@@ -554,6 +648,9 @@ def claim_C1(request, prop):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8))
+@example(batch=CASES['align_v2_build'])
+@example(batch=CASES['align_v2_regather'])
+@example(batch=CASES['align_v2_spec_regather'])
 @example(batch=CASES['eager_decode_and_prefill_regather'])
 @example(batch=CASES['eager_mixed_regather'])
 @example(batch=CASES['full_decode_larger'])
@@ -740,6 +837,88 @@ def test_C5_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
 
+CLAIM_C6 = "In mamba align mode with the V2 runner, build() reads the aligned state indices the runner handed the builder in place of the block table, and update_block_table re-gathers from the other group's aligned indices (spec rows' k + 1 slots, the other rows' first slot, prefill rows included)."
+DEVIATIONS_C6 = []
+
+
+@pytest.mark.claim('C6')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'align_v2_build',
+            id='align_v2_build',
+            marks=[pytest.mark.case('align_v2_build')],
+        ),
+        pytest.param(
+            'align_v2_regather',
+            id='align_v2_regather',
+            marks=[pytest.mark.case('align_v2_regather')],
+        ),
+        pytest.param(
+            'align_v2_spec_regather',
+            id='align_v2_spec_regather',
+            marks=[pytest.mark.case('align_v2_spec_regather')],
+        ),
+    ],
+)
+def test_C6_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases(None, 'C6')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C6, "cases", case_id)
+    # This claim compares only these of the case's expected fields.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['non_spec_state_indices_tensor', 'prefill_state_indices', 'spec_state_indices_tensor']}
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
+CLAIM_C7 = "The batch's prefill checkpoint re-gathers its state indices from the other group's block table (not its aligned indices), at the same request rows and block columns; a row without a checkpoint keeps NULL_BLOCK_ID."
+DEVIATIONS_C7 = []
+
+
+@pytest.mark.claim('C7')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'align_v2_build',
+            id='align_v2_build',
+            marks=[pytest.mark.case('align_v2_build')],
+        ),
+        pytest.param(
+            'align_v2_regather',
+            id='align_v2_regather',
+            marks=[pytest.mark.case('align_v2_regather')],
+        ),
+        pytest.param(
+            'align_v2_spec_regather',
+            id='align_v2_spec_regather',
+            marks=[pytest.mark.case('align_v2_spec_regather')],
+        ),
+    ],
+)
+def test_C7_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases('>=0.32', 'C7')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C7, "cases", case_id)
+    # This claim compares only these of the case's expected fields.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['checkpoint_state_indices', 'checkpoint_request_rows', 'checkpoint_block_columns']}
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/update_block_table'
@@ -748,6 +927,9 @@ SNAPSHOTS = '../kb/snapshots/update_block_table'
 @pytest.mark.parametrize(
     "case_id",
     [
+        pytest.param('align_v2_build', id='align_v2_build', marks=pytest.mark.case('align_v2_build')),
+        pytest.param('align_v2_regather', id='align_v2_regather', marks=pytest.mark.case('align_v2_regather')),
+        pytest.param('align_v2_spec_regather', id='align_v2_spec_regather', marks=pytest.mark.case('align_v2_spec_regather')),
         pytest.param('eager_decode_and_prefill_regather', id='eager_decode_and_prefill_regather', marks=pytest.mark.case('eager_decode_and_prefill_regather')),
         pytest.param('eager_mixed_regather', id='eager_mixed_regather', marks=pytest.mark.case('eager_mixed_regather')),
         pytest.param('full_decode_larger', id='full_decode_larger', marks=pytest.mark.case('full_decode_larger')),

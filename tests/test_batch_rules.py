@@ -75,7 +75,7 @@ TABLE = [
     (
         "max-model-len",
         with_case("{seq_len: 10, query_len: 3, drafted: 2}", "{seq_len: 300, query_len: 1}"),
-        [f"7.yaml:26:19: cases[0].rows[1].seq_len: seq_len 300 > max_model_len 256 of the harness's model (rule max-model-len; {WAIVE})"],
+        [f"7.yaml:26:19: cases[0].rows[1].seq_len: seq_len 300 > max_model_len 256 of the harness's model (a case may raise it: max_model_len) (rule max-model-len; {WAIVE})"],
     ),
     (
         "token-budget",

@@ -109,8 +109,8 @@ def test_update_block_table_regathers_from_the_second_table():
     assert run.metadata["spec_state_rows"] == [0, 1]
 
 
-def test_update_block_table_in_align_mode_needs_cuda():
-    with pytest.raises(pytest.skip.Exception, match="needs CUDA"):
+def test_update_block_table_in_align_mode_needs_the_v2_runners_aligned_indices():
+    with pytest.raises(pytest.skip.Exception, match="aligned state indices, and the case gives none"):
         build(SPEC_PADDED, entry="update_block_table", mamba_cache_mode="align")
 
 

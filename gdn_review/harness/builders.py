@@ -13,6 +13,7 @@ gdn-review imports other than each other and ``prepare_platform``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -42,6 +43,16 @@ class BuilderSettings:
     mamba_cache_mode: str | None = None  # "none" or "align"
     max_cudagraph_capture_size: int | None = None
     prefill_backend: str | None = None  # additional_config["gdn_prefill_backend"]
+    # The builder as a GPU server configures it (None: as this machine resolves
+    # it): the prefill backend vLLM's resolver returns there (made to return it
+    # off CUDA),
+    resolved_prefill_backend: str | None = None
+    # prefix caching in align mode as the engine resolves it: (hash_block_size,
+    # cache_hit_alignment_tokens, num_prefill_checkpoint_blocks,
+    # prefill_checkpoint_alignment),
+    prefix_caching: tuple[int, int, int, int | None] | None = None
+    # and the model runner ("v1", "v2": VLLM_USE_V2_MODEL_RUNNER meanwhile).
+    model_runner: str | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -160,7 +171,15 @@ def _vllm_config(settings: BuilderSettings):
             else settings.device
         ),
         cache_config=CacheConfig(
-            **_accepted_kwargs(CacheConfig, block_size=settings.block_size)
+            **_accepted_kwargs(
+                CacheConfig,
+                block_size=settings.block_size,
+                **(
+                    {"mamba_cache_mode": "align", "enable_prefix_caching": True}
+                    if settings.prefix_caching is not None
+                    else {}
+                ),
+            )
         ),
         scheduler_config=scheduler,
         speculative_config=speculative,
@@ -184,7 +203,52 @@ def _vllm_config(settings: BuilderSettings):
         compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
     if settings.mamba_cache_mode is not None:
         config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+    if settings.prefix_caching is not None:
+        # The engine resolves these after the config is made (EngineCore, then the
+        # worker copies them into the cache config); a bare VllmConfig leaves them None.
+        hash_block_size, alignment_tokens, _, _ = settings.prefix_caching
+        config.cache_config.mamba_cache_mode = "align"
+        config.cache_config.hash_block_size = hash_block_size
+        config.cache_config.cache_hit_alignment_tokens = alignment_tokens
     return config
+
+
+@contextlib.contextmanager
+def _as_on_server(settings: BuilderSettings):
+    """While the builder is constructed: vLLM's own resolver returns the case's prefill
+    backend (off CUDA; on CUDA vLLM resolves it with no override), and the model runner
+    is the case's. The builder's __init__ then derives its own attributes from them."""
+    saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if settings.model_runner is not None:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
+            "1" if settings.model_runner == "v2" else "0"
+        )
+    patched = []
+    backend = settings.resolved_prefill_backend
+    if backend is not None and settings.device != "cuda":
+        import importlib
+
+        for name in (
+            "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+            "vllm.v1.attention.backends.gdn_attn",
+        ):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if hasattr(module, "_resolve_gdn_prefill_backend"):
+                patched.append((module, module._resolve_gdn_prefill_backend))
+                module._resolve_gdn_prefill_backend = lambda config: (backend, backend)
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            module._resolve_gdn_prefill_backend = original
+        if settings.model_runner is not None:
+            if saved_runner is None:
+                os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+            else:
+                os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_runner
 
 
 def warm_up(construct: bool = False) -> None:
@@ -216,6 +280,14 @@ def new_builder(settings: BuilderSettings):
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import MambaSpec
 
+    checkpoints = {}
+    if settings.prefix_caching is not None:
+        _, _, blocks, alignment = settings.prefix_caching
+        checkpoints = {
+            "mamba_cache_mode": "align",
+            "num_prefill_checkpoint_blocks": blocks,
+            "prefill_checkpoint_alignment": alignment,
+        }
     spec = MambaSpec(
         **_accepted_kwargs(
             MambaSpec,
@@ -223,11 +295,14 @@ def new_builder(settings: BuilderSettings):
             shapes=((4, 4),),
             dtypes=(torch.float32,),
             num_speculative_blocks=settings.speculative_tokens or 0,
+            **checkpoints,
         )
     )
-    return GDNAttentionMetadataBuilder(
-        spec,
-        ["model.layers.0.linear_attn"],
-        _vllm_config(settings),
-        torch.device(settings.device),
-    )
+    config = _vllm_config(settings)
+    with _as_on_server(settings):
+        return GDNAttentionMetadataBuilder(
+            spec,
+            ["model.layers.0.linear_attn"],
+            config,
+            torch.device(settings.device),
+        )

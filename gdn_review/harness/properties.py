@@ -180,6 +180,7 @@ STAGED = {
 DERIVED = {
     "spec_state_rows",
     "spec_state_cells",
+    "prefill_state_rows",
     "non_spec_state_rows",
     "persistent_views",
     "noncontiguous",
@@ -287,12 +288,19 @@ def _check_capture_matches_build(batch, run):
 def _check_regather_matches_fresh_build(batch, run):
     # update_block_table with a second table equals a fresh build with that
     # table on the state indices, and leaves every other field as it was.
-    base = _variant(batch, mamba_cache_mode="none")
+    # In align mode the re-gathering group reads the aligned state indices the V2
+    # runner hands it (its own, or the first group's when the case names none), and
+    # its prefill checkpoint re-gathers from its own block table.
+    aligned = batch.get("aligned_state_indices") is not None
+    base = batch if aligned else _variant(batch, mamba_cache_mode="none")
     regather = build_case(
         run.device, _variant(base, entry="update_block_table"), count_ops=False
     )
+    second = (batch.get("second_builder") or {}).get("aligned_state_indices")
     fresh = build_case(
-        run.device, _variant(base, block_table_offset=10000), count_ops=False
+        run.device,
+        _variant(base, block_table_offset=10000, aligned_state_indices=second),
+        count_ops=False,
     ).metadata
     state = {
         "spec_state_indices_tensor",
@@ -303,6 +311,23 @@ def _check_regather_matches_fresh_build(batch, run):
         assert regather.metadata[field] == fresh[field], (
             f"{field}: re-gathered {regather.metadata[field]} != fresh {fresh[field]}"
         )
+    checkpoint = regather.metadata.get("checkpoint")
+    if checkpoint is not None or fresh.get("checkpoint") is not None:
+        got = (checkpoint or {}).get("state_indices")
+        want = (fresh.get("checkpoint") or {}).get("state_indices")
+        assert got == want, (
+            f"checkpoint state indices: re-gathered {got} != fresh {want}"
+        )
+        kept = regather.built.get("checkpoint") or {}
+        moved = sorted(
+            k for k in kept if k != "state_indices" and kept[k] != checkpoint.get(k)
+        )
+        assert not moved, f"update_block_table changed the checkpoint's {moved}"
     others = set(regather.metadata) - state - DERIVED - {"checkpoint"}
-    changed = sorted(f for f in others if regather.metadata[f] != regather.built[f])
+    # (Parts a server configuration adds are measured on the result only.)
+    changed = sorted(
+        f
+        for f in others
+        if f in regather.built and regather.metadata[f] != regather.built[f]
+    )
     assert not changed, f"update_block_table changed batch-level fields {changed}"

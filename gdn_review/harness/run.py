@@ -39,11 +39,14 @@ import torch
 
 from gdn_review.harness.builders import BuilderSettings, make_builder, new_builder
 from gdn_review.harness.environment import prepare_platform
+from gdn_review.harness.server import (
+    call_host_function,
+    hand_aligned_indices,
+    server_fields,
+)
 from gdn_review.harness.sync_proxy import DeviceOriginReads
+from gdn_review.harness.values import SECOND_TABLE, layout, snapshot
 
-# Offset of the second block table (update_block_table); table offsets are
-# multiples of it, so an entry still names its row and slot.
-SECOND_TABLE = 10000
 # Entry points of the builder a case can use: case "entry" -> method name.
 ENTRY_METHODS = {
     "build": "build",
@@ -75,6 +78,22 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         mamba_cache_mode=case.get("mamba_cache_mode"),
         max_cudagraph_capture_size=case.get("max_cudagraph_capture_size"),
         prefill_backend=case.get("prefill_backend"),
+        max_model_len=case.get("max_model_len", 256),
+        resolved_prefill_backend=case.get("resolved_prefill_backend"),
+        prefix_caching=_prefix_caching(case.get("prefix_caching")),
+        model_runner=case.get("model_runner"),
+    )
+
+
+def _prefix_caching(given: dict | None):
+    """The case's prefix_caching as BuilderSettings holds it (hashable), or None."""
+    if given is None:
+        return None
+    return (
+        given["hash_block_size"],
+        given["cache_hit_alignment_tokens"],
+        given.get("num_prefill_checkpoint_blocks", 1),
+        given.get("prefill_checkpoint_alignment"),
     )
 
 
@@ -82,7 +101,12 @@ def needs_own_builder(case: dict) -> bool:
     """Whether a case needs a builder of its own: FULL-graph staging writes the
     builder's persistent buffers, so a build there depends on the builds before."""
     mode = case.get("cudagraph_mode")
-    return bool(case.get("after")) or (mode is not None and "FULL" in mode)
+    # The V2 runner's aligned indices stay set on the builder it hands them to.
+    return (
+        bool(case.get("after"))
+        or (mode is not None and "FULL" in mode)
+        or case.get("aligned_state_indices") is not None
+    )
 
 
 def scenario_skip_reason(case: dict, builder) -> str | None:
@@ -111,14 +135,19 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
             f"not applicable: vLLM {release}'s CommonAttentionMetadata has no "
             "seq_lens_cpu_upper_bound (host sequence lengths)"
         )
+    regather_indices = (case.get("second_builder") or {}).get(
+        "aligned_state_indices"
+    ) or (None if case.get("second_builder") else case.get("aligned_state_indices"))
     if (
         case.get("entry") == "update_block_table"
         and builder.vllm_config.cache_config.mamba_cache_mode == "align"
         and not getattr(builder, "supports_update_block_table", False)
+        and regather_indices is None
     ):
         return (
-            "needs CUDA and the V2 model runner: update_block_table in "
-            "mamba_cache_mode 'align' re-gathers vLLM's aligned state indices"
+            "not applicable: update_block_table in mamba_cache_mode 'align' re-gathers "
+            "the V2 runner's aligned state indices, and the case gives none "
+            "(model_runner: v2 with aligned_state_indices)"
         )
     return None
 
@@ -249,70 +278,6 @@ class _OpCounter:
         self.mode = Mode()
 
 
-def _plain(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().tolist()
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {
-            str(k): _plain(v)
-            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
-        }
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if dataclasses.is_dataclass(value):
-        return {
-            f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-        }
-    return f"<{type(value).__name__}>"
-
-
-def _rows_of(indices, columns: int) -> list[int] | None:
-    """Which batch rows a state-index tensor was gathered from (see the block table)."""
-    if indices is None:
-        return None
-    values = indices.detach().cpu()
-    if values.dim() == 2:
-        values = values[:, 0]
-    return [
-        (int(v) - 1) % SECOND_TABLE // columns if int(v) > 0 else -1
-        for v in values.tolist()
-    ]
-
-
-def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
-    """[row, slot] of every 2-D state-index entry; NULL_BLOCK_ID: [-1, -1]."""
-    if indices is None or indices.dim() != 2:
-        return None
-    return [
-        [
-            [(int(v) - 1) % SECOND_TABLE // columns, (int(v) - 1) % columns]
-            if int(v) > 0
-            else [-1, -1]
-            for v in row
-        ]
-        for row in indices.detach().cpu().tolist()
-    ]
-
-
-def snapshot(metadata, columns: int) -> dict:
-    """Metadata as plain data, and the rows (and slots) each state index selects."""
-    data = {
-        f.name: _plain(getattr(metadata, f.name)) for f in dataclasses.fields(metadata)
-    }
-    data["spec_state_cells"] = _cells_of(metadata.spec_state_indices_tensor, columns)
-    data["path"] = "non_spec" if metadata.spec_sequence_masks is None else "spec"
-    data["spec_state_rows"] = _rows_of(metadata.spec_state_indices_tensor, columns)
-    data["non_spec_state_rows"] = _rows_of(
-        metadata.non_spec_state_indices_tensor, columns
-    )
-    data["prefill_state_rows"] = _rows_of(
-        getattr(metadata, "prefill_state_indices", None), columns
-    )
-    return data
-
-
 def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     """Call the case's entry point with ``build()``'s arguments; returns the metadata
     and, for a re-gather, ``keep_built`` of the build it re-gathered, taken before
@@ -320,6 +285,8 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     builder of another KV-cache group that re-gathers (default: ``builder``)."""
     common = kwargs["common_attn_metadata"]
     entry = case.get("entry", "build")
+    device = str(common.query_start_loc.device)
+    hand_aligned_indices(builder, case.get("aligned_state_indices"), device)
     if entry == "capture":
         return builder.build_for_cudagraph_capture(common), None
     metadata = builder.build(**kwargs)
@@ -330,6 +297,12 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     table = common.block_table_tensor
     second = torch.where(table == 0, table, table + SECOND_TABLE)
     regather = other if other is not None else builder
+    if other is not None:
+        hand_aligned_indices(
+            other,
+            (case.get("second_builder") or {}).get("aligned_state_indices"),
+            device,
+        )
     return regather.update_block_table(metadata, second, common.slot_mapping), built
 
 
@@ -362,29 +335,18 @@ def _run_after(builder, earlier: dict, device: str) -> None:
     _run_entry(builder, earlier, settings, _second_builder(earlier, settings))
 
 
-def layout(builder, metadata) -> dict:
-    """Which tensor fields are views of ``builder``'s persistent buffer of the same
-    name, and which are not contiguous: what a replayed CUDA graph reads is the
-    buffer, so staging that is skipped shows here and not in the values."""
-    views, scattered = [], []
-    for field in dataclasses.fields(metadata):
-        value = getattr(metadata, field.name)
-        if not isinstance(value, torch.Tensor):
-            continue
-        buffer = getattr(builder, field.name, None)
-        if isinstance(buffer, torch.Tensor) and (
-            value.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
-        ):
-            views.append(field.name)
-        if not value.is_contiguous():
-            scattered.append(field.name)
-    return {"persistent_views": sorted(views), "noncontiguous": sorted(scattered)}
-
-
 def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     """Run the real builder on ``case`` (its entry point, after the builds it
     names) and return the snapshot of the metadata and the ops it executed."""
     prepare_platform()
+    if case.get("call") is not None:
+        return BuildRun(
+            metadata=call_host_function(case),
+            ops={},
+            rows=0,
+            padded_rows=0,
+            device=device,
+        )
     builder, settings = _builder_after(device, case)
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
@@ -402,6 +364,9 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     # What the runner reads of the builder itself (expect: reorder_batch_threshold).
     if case.get("builder_fields"):
         data["reorder_batch_threshold"] = builder.reorder_batch_threshold
+    # The case states parts a server's configuration adds (checkpoint_offsets, ...).
+    if case.get("server_fields"):
+        data.update(server_fields(other if other is not None else builder, metadata))
     return BuildRun(
         metadata=data,
         ops=dict(sorted(counter.counts.items())),
@@ -415,7 +380,7 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build()."""
     for case in cases:
-        if not needs_own_builder(case):
+        if case.get("call") is None and not needs_own_builder(case):
             make_builder(settings_for(case, device))
 
 

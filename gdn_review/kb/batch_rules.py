@@ -80,9 +80,10 @@ def spec_query_len(case: Case) -> Iterator[tuple[Loc, str]]:
 
 
 def max_model_len(case: Case) -> Iterator[tuple[Loc, str]]:
+    limit = case.max_model_len or MAX_MODEL_LEN
     for i, row in enumerate(case.rows):
-        if row.seq_len > MAX_MODEL_LEN:
-            yield ("rows", i, "seq_len"), f"seq_len {row.seq_len} > max_model_len {MAX_MODEL_LEN} of the harness's model"
+        if row.seq_len > limit:
+            yield ("rows", i, "seq_len"), f"seq_len {row.seq_len} > max_model_len {limit} of the harness's model (a case may raise it: max_model_len)"
 
 
 def token_budget(case: Case) -> Iterator[tuple[Loc, str]]:

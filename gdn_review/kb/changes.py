@@ -106,16 +106,36 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
 
 
 def contract_problems(records: dict, changes: list[BuilderChange]) -> list[RecordError]:
-    """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its release range."""
+    """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its release range;
+    a record's ``moved`` entries (contract.moved, target.moved) must name untied entries and its own cases."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
     by_id = {change.id: change for change in changes if change.id}
     problems = []
     for path, record in records.items():
+        root = None
+        moves = [(("target", "moved"), index, move) for index, move in enumerate(record.target.moved)]
+        if record.contract is not None:
+            moves += [(("contract", "moved"), index, move) for index, move in enumerate(record.contract.moved)]
+        for place, index, move in moves:
+            change = by_id.get(move.change)
+            if change is None:
+                message = f"no entry of kb/history/changes.yaml has id {move.change!r}"
+            elif change.pr is not None:
+                message = f"{move.change!r} is tied to PR #{change.pr.number}: name that PR in related (with changes)"
+            elif change.release != move.release:
+                message = f"{move.change!r} first shipped in {change.release}, not {move.release}"
+            elif unknown := sorted(set(move.cases) - {c.id for c in record.cases}):
+                message = f"no case {', '.join(map(repr, unknown))} in this record"
+            else:
+                continue
+            if root is None:
+                root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
+            line, column = _locate(root, place + (index,))
+            problems.append(RecordError(str(path), line, column, f"{'.'.join(place)}[{index}]", message))
         if record.contract is None:
             continue
-        root = None
         for index, name in enumerate(record.contract.covers):
             change = by_id.get(name)
             if change is None:
@@ -130,22 +150,6 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
             line, column = _locate(root, ("contract", "covers", index))
             problems.append(RecordError(str(path), line, column, f"contract.covers[{index}]", message))
-        for index, move in enumerate(record.contract.moved):
-            change = by_id.get(move.change)
-            if change is None:
-                message = f"no entry of kb/history/changes.yaml has id {move.change!r}"
-            elif change.pr is not None:
-                message = f"{move.change!r} is tied to PR #{change.pr.number}: name that PR in related (with changes)"
-            elif change.release != move.release:
-                message = f"{move.change!r} first shipped in {change.release}, not {move.release}"
-            elif unknown := sorted(set(move.cases) - {c.id for c in record.cases}):
-                message = f"no case {', '.join(map(repr, unknown))} in this record"
-            else:
-                continue
-            if root is None:
-                root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-            line, column = _locate(root, ("contract", "moved", index))
-            problems.append(RecordError(str(path), line, column, f"contract.moved[{index}]", message))
     return problems
 
 

@@ -17,6 +17,7 @@ from packaging.version import Version
 from pydantic import BaseModel, ValidationError
 
 from gdn_review.kb.batch_rules import FIELD_RULES, case_problems
+from gdn_review.kb.server_config import server_problems
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.models import ExpectField, Record, python_name
 
@@ -304,11 +305,12 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
         if earlier_id == case.id or case.id in _builds_before(record, earlier_id):
             problems.append((loc, f"case {earlier_id!r} is built before {case.id!r} and after it: after chains must not loop"))
         else:
-            settings = ("speculative_tokens", "max_num_seqs", "cudagraph_mode", "mamba_cache_mode", "max_cudagraph_capture_size", "block_size", "prefill_backend")
+            settings = ("speculative_tokens", "max_num_seqs", "cudagraph_mode", "mamba_cache_mode", "max_cudagraph_capture_size", "block_size",
+                        "prefill_backend", "resolved_prefill_backend", "prefix_caching", "max_model_len", "model_runner")
             differ = [name for name in settings if getattr(earlier, name) != getattr(case, name)]
             if differ:
                 problems.append((loc, f"case {earlier_id!r} needs another builder ({', '.join(differ)} differ): builds after one another share one builder"))
-    return problems + _second_builder_problems(record, case, case_ids)
+    return problems + _second_builder_problems(record, case, case_ids) + server_problems(case)
 
 
 def _builds_before(record: Record, case_id: str, seen: frozenset = frozenset()) -> set[str]:

@@ -11,7 +11,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, StringConstraints, model_validator
 
-from gdn_review.kb.subjects import OPEN_STATES, Contract, PullRequest, state_words
+from gdn_review.kb.server_config import SERVER_EXPECT_FIELDS, SecondBuilder, ServerFields, configuration_words
+from gdn_review.kb.subjects import OPEN_STATES, Contract, ContractMove, PullRequest, state_words
 from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules import them from here)
     CoreExpectField,
     ExpectField,
@@ -70,6 +71,11 @@ class Target(Strict):
         default_factory=list,
         description="metadata the PR itself changed (cases and fields): explains snapshot drift from base to head release",
     )
+    moved: list[ContractMove] = Field(
+        default_factory=list,
+        description="untied kb/history/changes.yaml entries (no PR known) that moved some of this record's cases and fields "
+        "between releases: explains the matrix's drift, as contract.moved does",
+    )
     own_hunks: list[Text] | None = Field(
         default=None,
         description="when the base->head step also carries other PRs' changes of the file: a line (stripped) of each of this "
@@ -105,15 +111,7 @@ CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 # What a case calls on the builder: build(), build_for_cudagraph_capture(), or
 # update_block_table() on the metadata of the case's build, with the second block table.
 Entry = Literal["build", "capture", "update_block_table"]
-
-
-class SecondBuilder(Strict):
-    """The other KV-cache group's builder a re-gather runs on."""
-
-    after: list[Id] | None = Field(default=None, description="cases built on that builder first (its buffers dirtied)")
-
-
-class Case(Strict):
+class Case(ServerFields):
     id: Id
     text: Text
     speculative_tokens: Annotated[int, Field(ge=1)] | None = Field(
@@ -124,7 +122,7 @@ class Case(Strict):
         description="none: build() gets num_decode_draft_tokens_cpu=None (and no accepted counts); "
         "accepted_only: no draft counts, but each row's accepted count",
     )
-    rows: Annotated[list[Row], Field(min_length=1)]
+    rows: list[Row] = Field(default_factory=list, description="the batch (at least one row; none for a `call` case)")
     padded_rows: Annotated[int, Field(ge=0)] = 0
     max_num_seqs: Annotated[int, Field(ge=1)] = 8
     releases: ReleaseRange | None = None
@@ -183,6 +181,18 @@ class Case(Strict):
         "the batch rules are not applied to it, and a case that breaks none of them must not say this",
     )
     expect: dict[ExpectField, PlainValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _rows_or_call(self) -> Case:
+        if self.call is None and not self.rows:
+            raise ValueError("a case needs rows (the batch), or call (a host function on its own)")
+        if self.call is not None and (self.rows or self.entry is not None or self.padded_rows):
+            raise ValueError("a call case calls a host function on its own: give it no rows, padded_rows or entry")
+        return self
+
+    def configuration(self) -> str | None:
+        """How the case configures the builder as a GPU server would, in words (None: as CPU resolves it)."""
+        return configuration_words(self)
 
 
 class OpBudgetCheck(Strict):
@@ -467,6 +477,8 @@ class Record(Strict):
                 plain[case.id]["layout"] = True
             if "reorder_batch_threshold" in case.expect:
                 plain[case.id]["builder_fields"] = True
+            if set(SERVER_EXPECT_FIELDS) & set(case.expect):
+                plain[case.id]["server_fields"] = True
 
         def expanded(case_id: str) -> dict:
             data = dict(plain[case_id])

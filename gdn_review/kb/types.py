@@ -108,6 +108,23 @@ ExpectField = Literal[
     "token_chunk_offset_ptr",
     # nums_dict, checkpoint, flashinfer_checkpoint_plan and aiter_prefill_metadata are
     # dicts or objects, not plain values: the full-metadata snapshots cover them.
+    # The builder as a GPU server configures it (measured only for a case that states one):
+    # the prefill checkpoint (0.32+) by its parts, FlashInfer's checkpoint plan (0.33+) by
+    # its parts, whether FLA's chunk metadata was built, and the backend the builder resolved.
+    "checkpoint_offsets",
+    "checkpoint_state_indices",
+    "checkpoint_request_rows",
+    "checkpoint_block_columns",
+    "flashinfer_plan_every_n_tokens",
+    "flashinfer_plan_num_checkpoints",
+    "flashinfer_plan_cu_starts",
+    "flashinfer_plan_rows",
+    "chunk_metadata_built",
+    "prefill_backend_resolved",
+    "supports_update_block_table",
+    # What a `call` case's host function returned (a tuple as a list), or what it raised.
+    "returned",
+    "raised",
     # Fields of open PRs (#40738, #55504) that no release up to 0.33.0 has; a case
     # stating them lists them in `needs`.
     "spec_decode_src_indices",

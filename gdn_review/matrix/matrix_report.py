@@ -70,7 +70,7 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
     for relation in record.related:
         if _in_window(relation.from_release, previous, current):
             found.append((relation.relation, relation.number, relation.changes))
-    for move in record.contract.moved if record.contract is not None else []:
+    for move in [*record.target.moved, *(record.contract.moved if record.contract is not None else [])]:
         if _in_window(move.release, previous, current):  # an untied change, named by its changes.yaml id
             found.append(("changes.yaml", move.change, [move]))
     return found

@@ -25,6 +25,7 @@ again rather than editing: gdn-review export --record 1
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -84,6 +85,16 @@ class BuilderSettings:
     mamba_cache_mode: str | None = None  # "none" or "align"
     max_cudagraph_capture_size: int | None = None
     prefill_backend: str | None = None  # additional_config["gdn_prefill_backend"]
+    # The builder as a GPU server configures it (None: as this machine resolves
+    # it): the prefill backend vLLM's resolver returns there (made to return it
+    # off CUDA),
+    resolved_prefill_backend: str | None = None
+    # prefix caching in align mode as the engine resolves it: (hash_block_size,
+    # cache_hit_alignment_tokens, num_prefill_checkpoint_blocks,
+    # prefill_checkpoint_alignment),
+    prefix_caching: tuple[int, int, int, int | None] | None = None
+    # and the model runner ("v1", "v2": VLLM_USE_V2_MODEL_RUNNER meanwhile).
+    model_runner: str | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -202,7 +213,15 @@ def _vllm_config(settings: BuilderSettings):
             else settings.device
         ),
         cache_config=CacheConfig(
-            **_accepted_kwargs(CacheConfig, block_size=settings.block_size)
+            **_accepted_kwargs(
+                CacheConfig,
+                block_size=settings.block_size,
+                **(
+                    {"mamba_cache_mode": "align", "enable_prefix_caching": True}
+                    if settings.prefix_caching is not None
+                    else {}
+                ),
+            )
         ),
         scheduler_config=scheduler,
         speculative_config=speculative,
@@ -226,7 +245,52 @@ def _vllm_config(settings: BuilderSettings):
         compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
     if settings.mamba_cache_mode is not None:
         config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+    if settings.prefix_caching is not None:
+        # The engine resolves these after the config is made (EngineCore, then the
+        # worker copies them into the cache config); a bare VllmConfig leaves them None.
+        hash_block_size, alignment_tokens, _, _ = settings.prefix_caching
+        config.cache_config.mamba_cache_mode = "align"
+        config.cache_config.hash_block_size = hash_block_size
+        config.cache_config.cache_hit_alignment_tokens = alignment_tokens
     return config
+
+
+@contextlib.contextmanager
+def _as_on_server(settings: BuilderSettings):
+    """While the builder is constructed: vLLM's own resolver returns the case's prefill
+    backend (off CUDA; on CUDA vLLM resolves it with no override), and the model runner
+    is the case's. The builder's __init__ then derives its own attributes from them."""
+    saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if settings.model_runner is not None:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
+            "1" if settings.model_runner == "v2" else "0"
+        )
+    patched = []
+    backend = settings.resolved_prefill_backend
+    if backend is not None and settings.device != "cuda":
+        import importlib
+
+        for name in (
+            "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+            "vllm.v1.attention.backends.gdn_attn",
+        ):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if hasattr(module, "_resolve_gdn_prefill_backend"):
+                patched.append((module, module._resolve_gdn_prefill_backend))
+                module._resolve_gdn_prefill_backend = lambda config: (backend, backend)
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            module._resolve_gdn_prefill_backend = original
+        if settings.model_runner is not None:
+            if saved_runner is None:
+                os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+            else:
+                os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_runner
 
 
 @functools.cache
@@ -241,6 +305,14 @@ def new_builder(settings: BuilderSettings):
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import MambaSpec
 
+    checkpoints = {}
+    if settings.prefix_caching is not None:
+        _, _, blocks, alignment = settings.prefix_caching
+        checkpoints = {
+            "mamba_cache_mode": "align",
+            "num_prefill_checkpoint_blocks": blocks,
+            "prefill_checkpoint_alignment": alignment,
+        }
     spec = MambaSpec(
         **_accepted_kwargs(
             MambaSpec,
@@ -248,19 +320,188 @@ def new_builder(settings: BuilderSettings):
             shapes=((4, 4),),
             dtypes=(torch.float32,),
             num_speculative_blocks=settings.speculative_tokens or 0,
+            **checkpoints,
         )
     )
-    return GDNAttentionMetadataBuilder(
-        spec,
-        ["model.layers.0.linear_attn"],
-        _vllm_config(settings),
-        torch.device(settings.device),
-    )
+    config = _vllm_config(settings)
+    with _as_on_server(settings):
+        return GDNAttentionMetadataBuilder(
+            spec,
+            ["model.layers.0.linear_attn"],
+            config,
+            torch.device(settings.device),
+        )
 
 
 # Offset of the second block table (update_block_table); table offsets are
 # multiples of it, so an entry still names its row and slot.
 SECOND_TABLE = 10000
+
+
+def plain(value):
+    """A metadata value as JSON-able data (tensors as lists, dataclasses as dicts)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().tolist()
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {
+            str(k): plain(v)
+            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+        }
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if dataclasses.is_dataclass(value):
+        return {
+            f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+        }
+    return f"<{type(value).__name__}>"
+
+
+def _rows_of(indices, columns: int) -> list[int] | None:
+    """Which batch rows a state-index tensor was gathered from (see the block table)."""
+    if indices is None:
+        return None
+    values = indices.detach().cpu()
+    if values.dim() == 2:
+        values = values[:, 0]
+    return [
+        (int(v) - 1) % SECOND_TABLE // columns if int(v) > 0 else -1
+        for v in values.tolist()
+    ]
+
+
+def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
+    """[row, slot] of every 2-D state-index entry; NULL_BLOCK_ID: [-1, -1]."""
+    if indices is None or indices.dim() != 2:
+        return None
+    return [
+        [
+            [(int(v) - 1) % SECOND_TABLE // columns, (int(v) - 1) % columns]
+            if int(v) > 0
+            else [-1, -1]
+            for v in row
+        ]
+        for row in indices.detach().cpu().tolist()
+    ]
+
+
+def snapshot(metadata, columns: int) -> dict:
+    """Metadata as plain data, and the rows (and slots) each state index selects."""
+    data = {
+        f.name: plain(getattr(metadata, f.name)) for f in dataclasses.fields(metadata)
+    }
+    data["spec_state_cells"] = _cells_of(metadata.spec_state_indices_tensor, columns)
+    data["path"] = "non_spec" if metadata.spec_sequence_masks is None else "spec"
+    data["spec_state_rows"] = _rows_of(metadata.spec_state_indices_tensor, columns)
+    data["non_spec_state_rows"] = _rows_of(
+        metadata.non_spec_state_indices_tensor, columns
+    )
+    data["prefill_state_rows"] = _rows_of(
+        getattr(metadata, "prefill_state_indices", None), columns
+    )
+    return data
+
+
+def layout(builder, metadata) -> dict:
+    """Which tensor fields are views of ``builder``'s persistent buffer of the same
+    name, and which are not contiguous: what a replayed CUDA graph reads is the
+    buffer, so staging that is skipped shows here and not in the values."""
+    views, scattered = [], []
+    for field in dataclasses.fields(metadata):
+        value = getattr(metadata, field.name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        buffer = getattr(builder, field.name, None)
+        if isinstance(buffer, torch.Tensor) and (
+            value.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+        ):
+            views.append(field.name)
+        if not value.is_contiguous():
+            scattered.append(field.name)
+    return {"persistent_views": sorted(views), "noncontiguous": sorted(scattered)}
+
+
+# Classes a call case may pass (kb.models.HostClass) -> their module (None: the
+# target's own).
+HOST_CLASSES = {
+    "GDNAttentionMetadataBuilder": None,
+    "KimiK3ROCmKDAMetadataBuilder": "vllm.models.kimi_k3.amd.kda_metadata",
+}
+
+
+def call_host_function(case: dict) -> dict:
+    """A ``call`` case: the target file's module-level function on its own (the loaded
+    module's, a mutant's where one is loaded), its result as plain data."""
+    import importlib
+
+    import vllm
+
+    prepare_platform()
+    call = case["call"]
+    module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
+    function = module
+    for name in call["function"].split("."):
+        function = getattr(function, name, None)
+    if function is None:
+        import pytest
+
+        pytest.skip(
+            f"not applicable: vLLM {vllm.__version__} has no {call['function']}"
+        )
+    arguments = dict(call.get("arguments", {}))
+    if "builder_cls" in arguments:
+        # A class named by the record (kb.models.HostClass): the loaded module's own
+        # builder, or vLLM's subclass of it.
+        name = arguments["builder_cls"]
+        where = HOST_CLASSES[name]
+        arguments["builder_cls"] = getattr(
+            module if where is None else importlib.import_module(where), name
+        )
+    try:
+        return {"returned": plain(function(**arguments)), "raised": None}
+    except Exception as error:  # noqa: BLE001  (what it raises is what the case states)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return {"returned": None, "raised": f"{type(error).__name__}: {first}"}
+
+
+def server_fields(builder, metadata) -> dict:
+    """The parts of the metadata a GPU server's configuration adds: the prefill
+    checkpoint, FlashInfer's checkpoint plan, whether FLA's chunk metadata was
+    built, and the prefill backend the builder resolved."""
+    checkpoint = getattr(metadata, "checkpoint", None)
+    plan = getattr(metadata, "flashinfer_checkpoint_plan", None)
+
+    def part(owner, name):
+        return None if owner is None else plain(getattr(owner, name, None))
+
+    return {
+        "checkpoint_offsets": part(checkpoint, "checkpoint_offsets"),
+        "checkpoint_state_indices": part(checkpoint, "state_indices"),
+        "checkpoint_request_rows": part(checkpoint, "request_rows"),
+        "checkpoint_block_columns": part(checkpoint, "block_cols"),
+        "flashinfer_plan_every_n_tokens": part(plan, "every_n_tokens"),
+        "flashinfer_plan_num_checkpoints": part(plan, "num_checkpoints"),
+        "flashinfer_plan_cu_starts": part(plan, "cu_starts"),
+        "flashinfer_plan_rows": part(plan, "rows"),
+        "chunk_metadata_built": getattr(metadata, "chunk_indices", None) is not None
+        and getattr(metadata, "chunk_offsets", None) is not None,
+        "prefill_backend_resolved": getattr(builder, "gdn_prefill_backend", None),
+        # What vLLM reads before it calls update_block_table (0.33.0: the V2 runner
+        # on CUDA only).
+        "supports_update_block_table": getattr(
+            builder, "supports_update_block_table", None
+        ),
+    }
+
+
+def hand_aligned_indices(builder, indices, device: str) -> None:
+    """What the V2 runner does before each build in align mode: hand the builder its
+    group's aligned state indices (``mamba_aligned_state_indices``)."""
+    if indices is not None:
+        builder.mamba_aligned_state_indices = torch.tensor(
+            indices, dtype=torch.int32
+        ).to(device)
 
 
 # Entry points of the builder a case can use: case "entry" -> method name.
@@ -294,6 +535,22 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         mamba_cache_mode=case.get("mamba_cache_mode"),
         max_cudagraph_capture_size=case.get("max_cudagraph_capture_size"),
         prefill_backend=case.get("prefill_backend"),
+        max_model_len=case.get("max_model_len", 256),
+        resolved_prefill_backend=case.get("resolved_prefill_backend"),
+        prefix_caching=_prefix_caching(case.get("prefix_caching")),
+        model_runner=case.get("model_runner"),
+    )
+
+
+def _prefix_caching(given: dict | None):
+    """The case's prefix_caching as BuilderSettings holds it (hashable), or None."""
+    if given is None:
+        return None
+    return (
+        given["hash_block_size"],
+        given["cache_hit_alignment_tokens"],
+        given.get("num_prefill_checkpoint_blocks", 1),
+        given.get("prefill_checkpoint_alignment"),
     )
 
 
@@ -301,7 +558,12 @@ def needs_own_builder(case: dict) -> bool:
     """Whether a case needs a builder of its own: FULL-graph staging writes the
     builder's persistent buffers, so a build there depends on the builds before."""
     mode = case.get("cudagraph_mode")
-    return bool(case.get("after")) or (mode is not None and "FULL" in mode)
+    # The V2 runner's aligned indices stay set on the builder it hands them to.
+    return (
+        bool(case.get("after"))
+        or (mode is not None and "FULL" in mode)
+        or case.get("aligned_state_indices") is not None
+    )
 
 
 def scenario_skip_reason(case: dict, builder) -> str | None:
@@ -330,14 +592,19 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
             f"not applicable: vLLM {release}'s CommonAttentionMetadata has no "
             "seq_lens_cpu_upper_bound (host sequence lengths)"
         )
+    regather_indices = (case.get("second_builder") or {}).get(
+        "aligned_state_indices"
+    ) or (None if case.get("second_builder") else case.get("aligned_state_indices"))
     if (
         case.get("entry") == "update_block_table"
         and builder.vllm_config.cache_config.mamba_cache_mode == "align"
         and not getattr(builder, "supports_update_block_table", False)
+        and regather_indices is None
     ):
         return (
-            "needs CUDA and the V2 model runner: update_block_table in "
-            "mamba_cache_mode 'align' re-gathers vLLM's aligned state indices"
+            "not applicable: update_block_table in mamba_cache_mode 'align' re-gathers "
+            "the V2 runner's aligned state indices, and the case gives none "
+            "(model_runner: v2 with aligned_state_indices)"
         )
     return None
 
@@ -468,70 +735,6 @@ class _OpCounter:
         self.mode = Mode()
 
 
-def _plain(value):
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().tolist()
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, dict):
-        return {
-            str(k): _plain(v)
-            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
-        }
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if dataclasses.is_dataclass(value):
-        return {
-            f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-        }
-    return f"<{type(value).__name__}>"
-
-
-def _rows_of(indices, columns: int) -> list[int] | None:
-    """Which batch rows a state-index tensor was gathered from (see the block table)."""
-    if indices is None:
-        return None
-    values = indices.detach().cpu()
-    if values.dim() == 2:
-        values = values[:, 0]
-    return [
-        (int(v) - 1) % SECOND_TABLE // columns if int(v) > 0 else -1
-        for v in values.tolist()
-    ]
-
-
-def _cells_of(indices, columns: int) -> list[list[list[int]]] | None:
-    """[row, slot] of every 2-D state-index entry; NULL_BLOCK_ID: [-1, -1]."""
-    if indices is None or indices.dim() != 2:
-        return None
-    return [
-        [
-            [(int(v) - 1) % SECOND_TABLE // columns, (int(v) - 1) % columns]
-            if int(v) > 0
-            else [-1, -1]
-            for v in row
-        ]
-        for row in indices.detach().cpu().tolist()
-    ]
-
-
-def snapshot(metadata, columns: int) -> dict:
-    """Metadata as plain data, and the rows (and slots) each state index selects."""
-    data = {
-        f.name: _plain(getattr(metadata, f.name)) for f in dataclasses.fields(metadata)
-    }
-    data["spec_state_cells"] = _cells_of(metadata.spec_state_indices_tensor, columns)
-    data["path"] = "non_spec" if metadata.spec_sequence_masks is None else "spec"
-    data["spec_state_rows"] = _rows_of(metadata.spec_state_indices_tensor, columns)
-    data["non_spec_state_rows"] = _rows_of(
-        metadata.non_spec_state_indices_tensor, columns
-    )
-    data["prefill_state_rows"] = _rows_of(
-        getattr(metadata, "prefill_state_indices", None), columns
-    )
-    return data
-
-
 def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     """Call the case's entry point with ``build()``'s arguments; returns the metadata
     and, for a re-gather, ``keep_built`` of the build it re-gathered, taken before
@@ -539,6 +742,8 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     builder of another KV-cache group that re-gathers (default: ``builder``)."""
     common = kwargs["common_attn_metadata"]
     entry = case.get("entry", "build")
+    device = str(common.query_start_loc.device)
+    hand_aligned_indices(builder, case.get("aligned_state_indices"), device)
     if entry == "capture":
         return builder.build_for_cudagraph_capture(common), None
     metadata = builder.build(**kwargs)
@@ -549,6 +754,12 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     table = common.block_table_tensor
     second = torch.where(table == 0, table, table + SECOND_TABLE)
     regather = other if other is not None else builder
+    if other is not None:
+        hand_aligned_indices(
+            other,
+            (case.get("second_builder") or {}).get("aligned_state_indices"),
+            device,
+        )
     return regather.update_block_table(metadata, second, common.slot_mapping), built
 
 
@@ -581,29 +792,18 @@ def _run_after(builder, earlier: dict, device: str) -> None:
     _run_entry(builder, earlier, settings, _second_builder(earlier, settings))
 
 
-def layout(builder, metadata) -> dict:
-    """Which tensor fields are views of ``builder``'s persistent buffer of the same
-    name, and which are not contiguous: what a replayed CUDA graph reads is the
-    buffer, so staging that is skipped shows here and not in the values."""
-    views, scattered = [], []
-    for field in dataclasses.fields(metadata):
-        value = getattr(metadata, field.name)
-        if not isinstance(value, torch.Tensor):
-            continue
-        buffer = getattr(builder, field.name, None)
-        if isinstance(buffer, torch.Tensor) and (
-            value.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
-        ):
-            views.append(field.name)
-        if not value.is_contiguous():
-            scattered.append(field.name)
-    return {"persistent_views": sorted(views), "noncontiguous": sorted(scattered)}
-
-
 def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     """Run the real builder on ``case`` (its entry point, after the builds it
     names) and return the snapshot of the metadata and the ops it executed."""
     prepare_platform()
+    if case.get("call") is not None:
+        return BuildRun(
+            metadata=call_host_function(case),
+            ops={},
+            rows=0,
+            padded_rows=0,
+            device=device,
+        )
     builder, settings = _builder_after(device, case)
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
@@ -621,6 +821,9 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     # What the runner reads of the builder itself (expect: reorder_batch_threshold).
     if case.get("builder_fields"):
         data["reorder_batch_threshold"] = builder.reorder_batch_threshold
+    # The case states parts a server's configuration adds (checkpoint_offsets, ...).
+    if case.get("server_fields"):
+        data.update(server_fields(other if other is not None else builder, metadata))
     return BuildRun(
         metadata=data,
         ops=dict(sorted(counter.counts.items())),
@@ -634,7 +837,7 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build()."""
     for case in cases:
-        if not needs_own_builder(case):
+        if case.get("call") is None and not needs_own_builder(case):
             make_builder(settings_for(case, device))
 
 
@@ -1046,6 +1249,7 @@ STAGED = {
 DERIVED = {
     "spec_state_rows",
     "spec_state_cells",
+    "prefill_state_rows",
     "non_spec_state_rows",
     "persistent_views",
     "noncontiguous",
@@ -1153,12 +1357,19 @@ def _check_capture_matches_build(batch, run):
 def _check_regather_matches_fresh_build(batch, run):
     # update_block_table with a second table equals a fresh build with that
     # table on the state indices, and leaves every other field as it was.
-    base = _variant(batch, mamba_cache_mode="none")
+    # In align mode the re-gathering group reads the aligned state indices the V2
+    # runner hands it (its own, or the first group's when the case names none), and
+    # its prefill checkpoint re-gathers from its own block table.
+    aligned = batch.get("aligned_state_indices") is not None
+    base = batch if aligned else _variant(batch, mamba_cache_mode="none")
     regather = build_case(
         run.device, _variant(base, entry="update_block_table"), count_ops=False
     )
+    second = (batch.get("second_builder") or {}).get("aligned_state_indices")
     fresh = build_case(
-        run.device, _variant(base, block_table_offset=10000), count_ops=False
+        run.device,
+        _variant(base, block_table_offset=10000, aligned_state_indices=second),
+        count_ops=False,
     ).metadata
     state = {
         "spec_state_indices_tensor",
@@ -1169,8 +1380,25 @@ def _check_regather_matches_fresh_build(batch, run):
         assert regather.metadata[field] == fresh[field], (
             f"{field}: re-gathered {regather.metadata[field]} != fresh {fresh[field]}"
         )
+    checkpoint = regather.metadata.get("checkpoint")
+    if checkpoint is not None or fresh.get("checkpoint") is not None:
+        got = (checkpoint or {}).get("state_indices")
+        want = (fresh.get("checkpoint") or {}).get("state_indices")
+        assert got == want, (
+            f"checkpoint state indices: re-gathered {got} != fresh {want}"
+        )
+        kept = regather.built.get("checkpoint") or {}
+        moved = sorted(
+            k for k in kept if k != "state_indices" and kept[k] != checkpoint.get(k)
+        )
+        assert not moved, f"update_block_table changed the checkpoint's {moved}"
     others = set(regather.metadata) - state - DERIVED - {"checkpoint"}
-    changed = sorted(f for f in others if regather.metadata[f] != regather.built[f])
+    # (Parts a server configuration adds are measured on the result only.)
+    changed = sorted(
+        f
+        for f in others
+        if f in regather.built and regather.metadata[f] != regather.built[f]
+    )
     assert not changed, f"update_block_table changed batch-level fields {changed}"
 
 
