@@ -80,6 +80,46 @@ CASES = {
         ],
         'server_fields': True,
     },
+    'flashinfer_no_alignment': {
+        'block_size': 64,
+        'drafts': 'given',
+        'id': 'flashinfer_no_alignment',
+        'max_model_len': 1024,
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'prefix_caching': {
+            'cache_hit_alignment_tokens': 64,
+            'hash_block_size': 64,
+            'num_prefill_checkpoint_blocks': 1,
+        },
+        'resolved_prefill_backend': 'flashinfer',
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 300, 'seq_len': 300},
+            {'accepted': 1, 'prefilling': True, 'query_len': 500, 'seq_len': 700},
+        ],
+        'server_fields': True,
+    },
+    'flashinfer_short_prefill': {
+        'block_size': 64,
+        'drafts': 'given',
+        'id': 'flashinfer_short_prefill',
+        'max_model_len': 1024,
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'prefix_caching': {
+            'cache_hit_alignment_tokens': 64,
+            'hash_block_size': 64,
+            'num_prefill_checkpoint_blocks': 1,
+            'prefill_checkpoint_alignment': 64,
+        },
+        'resolved_prefill_backend': 'flashinfer',
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 60, 'seq_len': 60},
+        ],
+        'server_fields': True,
+    },
     'flashinfer_spec_batch': {
         'block_size': 64,
         'drafts': 'given',
@@ -179,6 +219,17 @@ EXPECTATIONS = {
         'flashinfer_plan_rows': [0, 0, 0],
         'prefill_backend_resolved': 'flashinfer',
     },
+    'flashinfer_no_alignment': {
+        'checkpoint_offsets': None,
+        'flashinfer_plan_every_n_tokens': None,
+        'flashinfer_plan_num_checkpoints': None,
+    },
+    'flashinfer_short_prefill': {
+        'checkpoint_offsets': None,
+        'chunk_metadata_built': False,
+        'flashinfer_plan_every_n_tokens': None,
+        'flashinfer_plan_num_checkpoints': None,
+    },
     'flashinfer_spec_batch': {
         'chunk_indices': None,
         'chunk_metadata_built': False,
@@ -263,7 +314,7 @@ def test_C1_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
 
-CLAIM_C2 = "The plan is made only on FlashInfer with a checkpoint alignment that is a multiple of 64 (FlashInfer's chunk): with alignment 32, or on Triton, the batch still has its checkpoint but no plan."
+CLAIM_C2 = "The plan is made only on FlashInfer with a checkpoint alignment that is a multiple of 64 (FlashInfer's chunk), for a batch that has a checkpoint: with alignment 32, or on Triton, the batch still has its checkpoint but no plan; without an alignment, or with a prefill too short to hold a boundary, there is neither."
 DEVIATIONS_C2 = []
 
 
@@ -285,6 +336,16 @@ DEVIATIONS_C2 = []
             'triton_first_chunk',
             id='triton_first_chunk',
             marks=[pytest.mark.case('triton_first_chunk')],
+        ),
+        pytest.param(
+            'flashinfer_no_alignment',
+            id='flashinfer_no_alignment',
+            marks=[pytest.mark.case('flashinfer_no_alignment')],
+        ),
+        pytest.param(
+            'flashinfer_short_prefill',
+            id='flashinfer_short_prefill',
+            marks=[pytest.mark.case('flashinfer_short_prefill')],
         ),
     ],
 )
@@ -397,6 +458,8 @@ SNAPSHOTS = '../kb/snapshots/flashinfer_checkpoint_plan'
         pytest.param('flashinfer_alignment_32', id='flashinfer_alignment_32', marks=pytest.mark.case('flashinfer_alignment_32')),
         pytest.param('flashinfer_chunk_on_hash_block', id='flashinfer_chunk_on_hash_block', marks=pytest.mark.case('flashinfer_chunk_on_hash_block')),
         pytest.param('flashinfer_first_chunk', id='flashinfer_first_chunk', marks=pytest.mark.case('flashinfer_first_chunk')),
+        pytest.param('flashinfer_no_alignment', id='flashinfer_no_alignment', marks=pytest.mark.case('flashinfer_no_alignment')),
+        pytest.param('flashinfer_short_prefill', id='flashinfer_short_prefill', marks=pytest.mark.case('flashinfer_short_prefill')),
         pytest.param('flashinfer_spec_batch', id='flashinfer_spec_batch', marks=pytest.mark.case('flashinfer_spec_batch')),
         pytest.param('plan_leading_decode_row', id='plan_leading_decode_row', marks=pytest.mark.case('plan_leading_decode_row')),
         pytest.param('plan_one_checkpoint', id='plan_one_checkpoint', marks=pytest.mark.case('plan_one_checkpoint')),

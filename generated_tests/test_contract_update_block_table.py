@@ -19,6 +19,27 @@ TITLE = "update_block_table re-gathers one KV-cache group's state indices and re
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
+    'align_v1_build': {
+        'block_size': 64,
+        'drafts': 'given',
+        'id': 'align_v1_build',
+        'max_model_len': 1024,
+        'max_num_seqs': 8,
+        'model_runner': 'v1',
+        'padded_rows': 0,
+        'prefix_caching': {
+            'cache_hit_alignment_tokens': 64,
+            'hash_block_size': 64,
+            'num_prefill_checkpoint_blocks': 1,
+            'prefill_checkpoint_alignment': 64,
+        },
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 300, 'seq_len': 300},
+            {'accepted': 1, 'prefilling': True, 'query_len': 500, 'seq_len': 700},
+        ],
+        'server_fields': True,
+    },
     'align_v2_build': {
         'aligned_state_indices': [[501], [502], [503]],
         'block_size': 64,
@@ -118,6 +139,18 @@ CASES = {
             {'accepted': 1, 'drafted': 1, 'query_len': 2, 'seq_len': 30},
         ],
         'speculative_tokens': 2,
+    },
+    'eager_one_prefill_regather': {
+        'drafts': 'given',
+        'entry': 'update_block_table',
+        'id': 'eager_one_prefill_regather',
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 6, 'seq_len': 20},
+        ],
     },
     'full_decode_larger': {
         'block_table_offset': 20000,
@@ -382,6 +415,7 @@ CASES = {
 
 # Expected build() results per case (from the record's `expect`).
 EXPECTATIONS = {
+    'align_v1_build': {'non_spec_state_indices_tensor': [1, 21, 43], 'supports_update_block_table': False},
     'align_v2_build': {
         'checkpoint_block_columns': [-1, 3, -1],
         'checkpoint_request_rows': [0, 1, 2],
@@ -389,6 +423,7 @@ EXPECTATIONS = {
         'non_spec_state_indices_tensor': [501, 502, 503],
         'prefill_state_indices': [502, 503],
         'spec_state_indices_tensor': None,
+        'supports_update_block_table': False,
     },
     'align_v2_regather': {
         'checkpoint_block_columns': [-1, 3, -1],
@@ -455,6 +490,12 @@ EXPECTATIONS = {
         'spec_state_indices_tensor': [[10001, 10002, 10003], [10033, 10034, 10035]],
         'spec_state_rows': [0, 2],
         'spec_token_indx': [0, 1, 2, 8, 9],
+    },
+    'eager_one_prefill_regather': {
+        'non_spec_state_indices_tensor': [10001, 10017],
+        'num_decodes': 1,
+        'num_prefills': 1,
+        'prefill_state_indices': [10017],
     },
     'full_decode_regather': {
         'has_initial_state': None,
@@ -648,11 +689,13 @@ def claim_C1(request, prop):
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8))
+@example(batch=CASES['align_v1_build'])
 @example(batch=CASES['align_v2_build'])
 @example(batch=CASES['align_v2_regather'])
 @example(batch=CASES['align_v2_spec_regather'])
 @example(batch=CASES['eager_decode_and_prefill_regather'])
 @example(batch=CASES['eager_mixed_regather'])
+@example(batch=CASES['eager_one_prefill_regather'])
 @example(batch=CASES['full_decode_larger'])
 @example(batch=CASES['full_decode_regather'])
 @example(batch=CASES['full_decode_regather_unpadded'])
@@ -739,6 +782,11 @@ DEVIATIONS_C3 = []
             'full_mixed_not_staged',
             id='full_mixed_not_staged',
             marks=[pytest.mark.case('full_mixed_not_staged')],
+        ),
+        pytest.param(
+            'eager_one_prefill_regather',
+            id='eager_one_prefill_regather',
+            marks=[pytest.mark.case('eager_one_prefill_regather')],
         ),
     ],
 )
@@ -919,6 +967,42 @@ def test_C7_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
 
 
+CLAIM_C8 = 'The builder supports update_block_table (vLLM calls it only then) with the V2 runner on a CUDA device alone: on CPU it does not, with the V2 runner or the V1.'
+DEVIATIONS_C8 = []
+
+
+@pytest.mark.claim('C8')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'align_v2_build',
+            id='align_v2_build',
+            marks=[pytest.mark.case('align_v2_build')],
+        ),
+        pytest.param(
+            'align_v1_build',
+            id='align_v1_build',
+            marks=[pytest.mark.case('align_v1_build')],
+        ),
+    ],
+)
+def test_C8_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases(None, 'C8')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C8, "cases", case_id)
+    # This claim compares only these of the case's expected fields.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['supports_update_block_table']}
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/update_block_table'
@@ -927,11 +1011,13 @@ SNAPSHOTS = '../kb/snapshots/update_block_table'
 @pytest.mark.parametrize(
     "case_id",
     [
+        pytest.param('align_v1_build', id='align_v1_build', marks=pytest.mark.case('align_v1_build')),
         pytest.param('align_v2_build', id='align_v2_build', marks=pytest.mark.case('align_v2_build')),
         pytest.param('align_v2_regather', id='align_v2_regather', marks=pytest.mark.case('align_v2_regather')),
         pytest.param('align_v2_spec_regather', id='align_v2_spec_regather', marks=pytest.mark.case('align_v2_spec_regather')),
         pytest.param('eager_decode_and_prefill_regather', id='eager_decode_and_prefill_regather', marks=pytest.mark.case('eager_decode_and_prefill_regather')),
         pytest.param('eager_mixed_regather', id='eager_mixed_regather', marks=pytest.mark.case('eager_mixed_regather')),
+        pytest.param('eager_one_prefill_regather', id='eager_one_prefill_regather', marks=pytest.mark.case('eager_one_prefill_regather')),
         pytest.param('full_decode_larger', id='full_decode_larger', marks=pytest.mark.case('full_decode_larger')),
         pytest.param('full_decode_regather', id='full_decode_regather', marks=pytest.mark.case('full_decode_regather')),
         pytest.param('full_decode_regather_unpadded', id='full_decode_regather_unpadded', marks=pytest.mark.case('full_decode_regather_unpadded')),

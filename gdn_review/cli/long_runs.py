@@ -136,6 +136,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     from gdn_review.cli.progress import MutationProgress
     from gdn_review.common import release_cache
     from gdn_review.common.files import atomic_write
+    from gdn_review.kb.server_config import configuration_label
     from gdn_review.mutation import guard
     from gdn_review.report import guard_report
 
@@ -157,8 +158,9 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     progress = MutationProgress(_say)
     try:
         named = {key_short(n): path for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))}
+        configurations = {key_short(n): {c.id: configuration_label(c) for c in record.cases} for n, record in records.items()}
         data = guard.run(named, target, loaded, source, notes,
-                         jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns)
+                         jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns, configurations)
     except guard.GuardError as error:
         progress.stop()
         _say(str(error))

@@ -118,6 +118,23 @@ class ServerFields(Strict):
     )
 
 
+def configuration_label(case) -> str:
+    """A short name of how the case configures the builder (the guard's line map): "CPU default" when
+    it is as this machine resolves it."""
+    if case.call is not None:
+        return f"host call {case.call.function.rsplit('.', 1)[-1]}"
+    parts = []
+    if case.resolved_prefill_backend is not None:
+        parts.append(case.resolved_prefill_backend)
+    if case.prefix_caching is not None:
+        parts.append("align prefix caching")
+    if case.aligned_state_indices is not None:
+        parts.append("V2 aligned indices")
+    if case.cudagraph_mode is not None and "FULL" in case.cudagraph_mode:
+        parts.append(case.cudagraph_mode)
+    return " + ".join(parts) or "CPU default"
+
+
 def configuration_words(case) -> str | None:
     """How a case configures the builder as a GPU server would, in words (None: as CPU resolves it).
 
@@ -171,8 +188,9 @@ def server_problems(case) -> list[tuple[tuple, str]]:
         if not align:
             problems.append((loc, "the V2 runner precomputes aligned state indices only in mamba align mode: give prefix_caching (or mamba_cache_mode: align)"))
         requests = len(case.rows) + case.padded_rows
-        if len(indices) < requests:
-            problems.append((loc, f"{len(indices)} rows of aligned indices for {requests} requests: build() reads one per request"))
+        if len(indices) != requests:
+            problems.append((loc, f"{len(indices)} rows of aligned indices for {requests} requests: the V2 runner hands one per request "
+                                  "(compute_aligned_state_indices returns aligned_state_indices[:, :num_reqs])"))
         widths = {len(row) for row in indices}
         if len(widths) > 1:
             problems.append((loc, f"rows of different widths {sorted(widths)}: the runner hands one tensor"))

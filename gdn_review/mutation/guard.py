@@ -49,6 +49,9 @@ class Unreachable:
     find: str  # text of the first line of the statement(s) CPU cannot reach
     reason: str
     where: str  # file:line of the note, for messages
+    # Only the first such statement after the first line that starts with this text
+    # (a line the file repeats, e.g. an assert, in one branch only); None: every one.
+    after: str | None = None
 
 
 @dataclasses.dataclass
@@ -106,14 +109,15 @@ def load_notes(path: Path) -> Notes:
         unreachable = []
     for index, entry in enumerate(unreachable):
         field = f"unreachable[{index}]"
-        if not isinstance(entry, dict) or set(entry) != {"find", "reason"}:
-            error(("unreachable", index), field, "expected exactly `find` (a statement's first line) and `reason`")
+        if not isinstance(entry, dict) or not {"find", "reason"} <= set(entry) <= {"find", "reason", "after"}:
+            error(("unreachable", index), field, "expected `find` (a statement's first line), `reason` and optionally `after` (a line before it)")
             continue
-        if not all(isinstance(entry[k], str) and entry[k].strip() for k in ("find", "reason")):
-            error(("unreachable", index), field, "`find` and `reason` are non-empty strings")
+        if not all(isinstance(entry[k], str) and entry[k].strip() for k in entry):
+            error(("unreachable", index), field, "`find`, `reason` and `after` are non-empty strings")
             continue
         line, _ = _locate(root, ("unreachable", index))
-        notes.unreachable.append(Unreachable(entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}"))
+        after = entry["after"].strip() if "after" in entry else None
+        notes.unreachable.append(Unreachable(entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}", after))
     if errors:
         raise RecordErrors(errors)
     return notes
@@ -177,9 +181,13 @@ def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[s
     unmatched = []
     for note in notes.unreachable:
         starts = [i + 1 for i, line in enumerate(text_lines) if line.startswith(note.find)]
+        if note.after is not None:
+            anchor = next((i + 1 for i, line in enumerate(text_lines) if line.startswith(note.after)), None)
+            starts = [] if anchor is None else [line for line in starts if line > anchor][:1]
         covered = [(a, b) for a, b in spans if a in starts]
         if not covered:
-            unmatched.append(f"{note.where}: no statement of this release starts with {note.find!r}")
+            where = "" if note.after is None else f" after {note.after!r}"
+            unmatched.append(f"{note.where}: no statement of this release starts with {note.find!r}{where}")
             continue
         for first, last in covered:
             for line in range(first, last + 1):
@@ -240,8 +248,22 @@ def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unrea
     return Plan(tests, decided)
 
 
-def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[int]], records: dict[str, str], unreachable: dict[int, str]) -> list[dict]:
-    """Per line of the scope that holds code: its function, the records whose tests execute it, or why none can."""
+def test_configurations(by_test: dict[str, set[int]], modules: dict[str, Path], configurations: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Test id -> the configuration its case ran under (``configurations``: record -> case -> label);
+    a test of no named case (an invariant's random batches) ran as CPU resolves the builder."""
+    record_of = {Path(path).name: name for name, path in modules.items()}
+    found = {}
+    for nodeid in by_test:
+        path, _, name = nodeid.partition("::")
+        case = name.rsplit("[", 1)[-1].rstrip("]").split("-", 1)[-1] if "[" in name else ""
+        found[nodeid] = configurations.get(record_of.get(Path(path).name, ""), {}).get(case, "CPU default")
+    return found
+
+
+def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[int]], records: dict[str, str], unreachable: dict[int, str],
+             by_test: dict[str, set[int]] | None = None, configured: dict[str, str] | None = None) -> list[dict]:
+    """Per line of the scope that holds code: its function, the records whose tests execute it and under which
+    configurations (``configured``: test id -> its case's configuration), or why none can."""
     # A statement's lines as the trace reports them: a multi-line statement's line events
     # may come from any of its lines (a compound statement: its header's).
     spans: dict[int, range] = {}
@@ -257,11 +279,14 @@ def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[
             continue
         reached_by = sorted(records[module] for module, lines in by_module.items()
                             if module in records and any(at in lines for at in spans[line]))
+        under = sorted({(configured or {}).get(nodeid, "CPU default") for nodeid, lines in (by_test or {}).items()
+                        if any(at in lines for at in spans[line])})
         rows.append({
             "line": line,
             "function": scope_lines[line],
             "code": text[line - 1].strip()[:90],
             "records": reached_by,
+            "configurations": under,
             "unreachable": unreachable.get(line) if not reached_by else None,
         })
     return rows
@@ -291,10 +316,12 @@ def run(
     on_start: Callable[[int], None] = lambda total: None,
     on_result: Callable[[dict], None] = lambda entry: None,
     patterns: tuple[str, ...] = (),
+    configurations: dict[str, dict[str, str]] | None = None,
 ) -> dict:
     """Baseline, then every runnable mutant of the whole file; returns the guard data (nothing written).
 
-    ``modules``: record name -> generated module.
+    ``modules``: record name -> generated module; ``configurations``: record name -> case id -> how the
+    case configures the builder (``kb.server_config.configuration_label``), for the line map.
     """
     import fnmatch
     import tempfile
@@ -377,7 +404,8 @@ def run(
         "records": sorted(modules),
         "score": score(entries),
         "mutants": entries,
-        "lines": line_map(source, scope_lines, by_module, by_module_key, unreachable),
+        "lines": line_map(source, scope_lines, by_module, by_module_key, unreachable, by_test,
+                          test_configurations(by_test, modules, configurations or {})),
         "notes": unmatched + stale,
         "settings": {"jobs": jobs, "timeout_s": timeout, "baseline_s": round(baseline_s, 1), "patterns": list(patterns)},
         "duration_s": round(time.monotonic() - started, 1),

@@ -45,11 +45,15 @@ def markdown(data: dict) -> str:
     lines += _section("Unreachable here", "Only CUDA or another backend runs these lines; not covered, only out of this machine's reach.", by_status["unreachable here"])
     lines += _section("Equivalent", "Cannot change behaviour (kb/guard/notes.yaml says why).", by_status["equivalent"])
     lines += ["## Line map", "", "Which records' tests execute each line of the scope (construction lines are credited to "
-              "the first record that built that builder in the run).", "",
-              "| line | function | code | reached by |", "|---|---|---|---|"]
+              "the first record that built that builder in the run), and under which configurations of the builder: "
+              "CPU default (as this machine resolves it), or configured as a GPU server configures it (the prefill "
+              "backend vLLM resolves there, align prefix caching, the V2 runner's aligned indices, a FULL graph mode, "
+              "a host function called on its own); no kernel runs under any of them.", "",
+              "| line | function | code | reached by | configurations |", "|---|---|---|---|---|"]
     for row in data["lines"]:
         reached = ", ".join(text(r) for r in row["records"]) or ("unreachable here: " + text(row["unreachable"]) if row["unreachable"] else "**not reached**")
-        lines.append(f"| {row['line']} | {code(row['function'])} | {code(row['code']) if row['code'] else ''} | {reached} |")
+        under = ", ".join(text(c) for c in row.get("configurations", [])) if row["records"] else ""
+        lines.append(f"| {row['line']} | {code(row['function'])} | {code(row['code']) if row['code'] else ''} | {reached} | {under} |")
     return "\n".join(lines) + "\n"
 
 

@@ -192,6 +192,19 @@ def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
     return [m for m in mutants if risk.id in m.get("risks", [])]
 
 
+def configurations(record: Record, claim, ran: list[dict]) -> str:
+    """How the claim's cases configured the builder as a GPU server would, in words ("" when
+    none did): every report line of such a run names it. On CUDA vLLM resolves the prefill
+    backend itself (no override); the backend it resolved is what the tests measured."""
+    names = set(getattr(claim.check, "cases", []) or [])
+    words = sorted({w for c in record.cases if c.id in names and (w := c.configuration())})
+    if any(t.get("device") == "cuda" for t in ran):
+        resolved = sorted({str(t["measured"]["prefill_backend_resolved"]) for t in ran
+                           if isinstance(t.get("measured"), dict) and "prefill_backend_resolved" in t["measured"]})
+        words.append("on CUDA the backend vLLM resolved itself" + (f": {', '.join(resolved)}" if resolved else ""))
+    return "; ".join(words)
+
+
 def report_data(record: Record, evidence: Evidence, with_change: bool = False) -> dict:
     """Everything a report says about one record, as plain data.
 
@@ -211,6 +224,9 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
         verdict, reason = claim_verdict(claim, tests)
         tested_on = _tested_on(evidence, tests)
         verdict, reason = pending_verdict(record, claim, verdict, reason, tested_on, with_change)
+        configured = configurations(record, claim, ran)
+        if configured:
+            reason = f"{reason} [{configured}]"
         by_device = {device: pending_verdict(record, claim, v, "", tested_on, with_change)[0] for device, v in verdicts_by_device(claim, tests).items()}
         claims.append(
             {
