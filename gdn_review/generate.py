@@ -140,7 +140,7 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
                 "text": claim.text,
                 "kind": claim.check.kind,
                 "function": name,
-                "releases": claim.releases,
+                "releases": record.claim_releases(claim),
                 "check": check,
                 "params": params,
                 "risks": _risks_for(record, claim.id, None),

@@ -301,7 +301,7 @@ DEVIATIONS_C1 = []
 )
 def test_C1_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C1')
+    harness.skip_outside_claim_releases('>=0.31', 'C1')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C1, "cases", case_id)
     expected = EXPECTATIONS[case_id]
@@ -336,7 +336,7 @@ DEVIATIONS_C2 = []
 )
 def test_C2_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C2')
+    harness.skip_outside_claim_releases('>=0.31', 'C2')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C2, "cases", case_id)
     expected = EXPECTATIONS[case_id]
@@ -376,7 +376,7 @@ DEVIATIONS_C3 = []
 )
 def test_C3_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C3')
+    harness.skip_outside_claim_releases('>=0.31', 'C3')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C3, "cases", case_id)
     expected = EXPECTATIONS[case_id]
@@ -416,7 +416,7 @@ DEVIATIONS_C4 = []
 )
 def test_C4_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C4')
+    harness.skip_outside_claim_releases('>=0.31', 'C4')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C4, "cases", case_id)
     # This claim compares only these of the case's expected fields.

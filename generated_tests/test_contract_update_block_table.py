@@ -675,7 +675,7 @@ DEVIATIONS_C1 = []
 @pytest.fixture
 def claim_C1(request, prop):
     """Applicability and known deviations, decided once per property rather than per example."""
-    harness.skip_outside_claim_releases(None, 'C1')
+    harness.skip_outside_claim_releases('>=0.31', 'C1')
     return harness.known_deviation(request, DEVIATIONS_C1, "properties", prop)
 
 
@@ -747,7 +747,7 @@ DEVIATIONS_C2 = []
 )
 def test_C2_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C2')
+    harness.skip_outside_claim_releases('>=0.31', 'C2')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C2, "cases", case_id)
     expected = EXPECTATIONS[case_id]
@@ -792,7 +792,7 @@ DEVIATIONS_C3 = []
 )
 def test_C3_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C3')
+    harness.skip_outside_claim_releases('>=0.31', 'C3')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C3, "cases", case_id)
     expected = EXPECTATIONS[case_id]
@@ -827,7 +827,7 @@ DEVIATIONS_C4 = []
 )
 def test_C4_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C4')
+    harness.skip_outside_claim_releases('>=0.31', 'C4')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C4, "cases", case_id)
     # This claim compares only these of the case's expected fields.
@@ -863,7 +863,7 @@ DEVIATIONS_C5 = []
 )
 def test_C5_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C5')
+    harness.skip_outside_claim_releases('>=0.31', 'C5')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C5, "cases", case_id)
     # This claim compares every expected field of the case but these.
@@ -912,7 +912,7 @@ DEVIATIONS_C6 = []
 )
 def test_C6_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C6')
+    harness.skip_outside_claim_releases('>=0.31', 'C6')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C6, "cases", case_id)
     # This claim compares only these of the case's expected fields.
@@ -953,7 +953,7 @@ DEVIATIONS_C7 = []
 )
 def test_C7_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases('>=0.32', 'C7')
+    harness.skip_outside_claim_releases('>=0.32,>=0.31', 'C7')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C7, "cases", case_id)
     # This claim compares only these of the case's expected fields.
@@ -989,7 +989,7 @@ DEVIATIONS_C8 = []
 )
 def test_C8_equivalence(device, case_id, request, record_property):
     """equivalence: build() returns the expected metadata for the case, field by field."""
-    harness.skip_outside_claim_releases(None, 'C8')
+    harness.skip_outside_claim_releases('>=0.31', 'C8')
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C8, "cases", case_id)
     # This claim compares only these of the case's expected fields.

@@ -122,7 +122,7 @@ def test_bad_notes_name_file_line_and_field(tmp_path):
     with pytest.raises(RecordErrors) as failure:
         guard.load_notes(notes)
     messages = [str(e) for e in failure.value.errors]
-    assert f"{notes}:2:5: unreachable[0]: expected exactly `find` (a statement's first line) and `reason`" in messages
+    assert f"{notes}:2:5: unreachable[0]: expected `find` (a statement's first line), `reason` and optionally `after` (a line before it)" in messages
     assert any(m.startswith(f"{notes}:4:") and "say why" in m for m in messages)
     assert any(m.startswith(f"{notes}:5:1: extra:") for m in messages)
 
@@ -238,5 +238,49 @@ def test_the_guard_report_escapes_what_it_shows():
     assert "a \\| b" in text and "\\](https\\:" in text  # no link
     assert "`` a \\| `b` ``" in text  # vLLM's code in a span its backticks cannot close
     table = [line for line in text.splitlines() if line.startswith("| 3 |")]
-    assert len(table) == 1 and table[0].count(" | ") == 3, table  # four cells: no | broke out of one
+    assert len(table) == 1 and table[0].count(" | ") == 4, table  # five cells: no | broke out of one
     assert "````" in text  # the diff's own ``` cannot close its fence
+
+
+def test_an_unreachable_note_after_a_line_marks_only_that_branchs_statement():
+    source = textwrap.dedent("""
+        def f(backend, x):
+            if backend == "a":
+                assert x is not None
+                return 1
+            if backend == "b":
+                assert x is not None
+                return kernel_b(x)
+            assert x is not None
+            return 0
+        """)
+    lines = source.splitlines()
+    asserts = [i for i, line in enumerate(lines, 1) if "assert x" in line]
+    note = guard.Unreachable("assert x is not None", "kernel_b is CUDA only", "notes.yaml:1", after='if backend == "b":')
+    marked, unmatched = guard.unreachable_lines(source, guard.Notes(unreachable=[note]))
+    assert set(marked) == {asserts[1]} and not unmatched
+    missing = guard.Unreachable("assert x is not None", "r", "notes.yaml:2", after='if backend == "c":')
+    _, unmatched = guard.unreachable_lines(source, guard.Notes(unreachable=[missing]))
+    assert unmatched and "after 'if backend == \"c\":'" in unmatched[0]
+
+
+def test_the_line_map_says_under_which_configurations_each_line_ran():
+    source = "def f(x):\n    if x:\n        return 1\n    return 2\n"
+    by_test = {"generated_tests/test_pr_1.py::test_C1_equivalence[cpu-server]": {2, 3},
+               "generated_tests/test_pr_1.py::test_C2_invariant[cpu-partition]": {2, 4}}
+    modules = {"#1": Path("generated_tests/test_pr_1.py")}
+    configured = guard.test_configurations(by_test, modules, {"#1": {"server": "flashinfer + align prefix caching"}})
+    assert configured[next(iter(by_test))] == "flashinfer + align prefix caching"
+    rows = guard.line_map(source, guard.scope(source), {"m": {2, 3, 4}}, {"m": "#1"}, {}, by_test, configured)
+    by_line = {row["line"]: row["configurations"] for row in rows}
+    assert by_line[3] == ["flashinfer + align prefix caching"]
+    assert by_line[4] == ["CPU default"]
+    assert by_line[2] == ["CPU default", "flashinfer + align prefix caching"]
+
+
+
+def test_a_construction_mutant_runs_the_files_that_executed_its_edit_first():
+    args = ["generated_tests/test_pr_1.py", "generated_tests/test_pr_2.py", "generated_tests/test_contract_x.py", "-k", "cpu"]
+    assert guard.ordered_args(args, ["test_contract_x.py"]) == [
+        "generated_tests/test_contract_x.py", "generated_tests/test_pr_1.py", "generated_tests/test_pr_2.py", "-k", "cpu"]
+    assert guard.ordered_args(args, []) == args

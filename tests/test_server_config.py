@@ -140,3 +140,13 @@ def test_configuration_words_name_the_server_and_say_no_kernel_runs():
     assert words.endswith("no kernel runs")
     assert record.case("plan_one_checkpoint").configuration().startswith("host function plan_flashinfer_checkpoints called on its own")
     assert load_record(ROOT / "kb" / "57560.yaml").case("aiter_decodes").configuration().startswith("configured as on ROCm")
+
+
+def test_a_contracts_claims_skip_outside_its_releases():
+    # The FlashInfer plan is 0.33.0's: on 0.32.0 its claims are not applicable, never failures.
+    from gdn_review.kb import load_record
+
+    record = load_record(ROOT / "kb" / "flashinfer_checkpoint_plan.yaml")
+    assert {record.claim_releases(claim) for claim in record.claims} == {">=0.33"}
+    module = (ROOT / "generated_tests" / "test_contract_flashinfer_checkpoint_plan.py").read_text(encoding="utf-8")
+    assert module.count("harness.skip_outside_claim_releases('>=0.33', ") == len(record.claims)

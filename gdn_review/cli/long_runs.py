@@ -158,7 +158,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     progress = MutationProgress(_say)
     try:
         named = {key_short(n): path for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))}
-        configurations = {key_short(n): {c.id: configuration_label(c) for c in record.cases} for n, record in records.items()}
+        configurations = {key_short(record.number): {c.id: configuration_label(c) for c in record.cases} for record in records.values()}
         data = guard.run(named, target, loaded, source, notes,
                          jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns, configurations)
     except guard.GuardError as error:

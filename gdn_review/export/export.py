@@ -272,9 +272,10 @@ def module_context(
         if claim.check.kind == "latency":  # an A/B between releases, not a test of one release
             left_out.append(f"{claim.id} (latency: gdn-review bench times it between releases)")
             continue
-        context = _claim_context(record, claim, release, cases) if _in_range(claim.releases, release) else None
+        releases = record.claim_releases(claim)
+        context = _claim_context(record, claim, release, cases) if _in_range(releases, release) else None
         if context is None:
-            why = f"covers vLLM {claim.releases}" if not _in_range(claim.releases, release) else "no case applies"
+            why = f"covers vLLM {releases}" if not _in_range(releases, release) else "no case applies"
             left_out.append(f"{claim.id} ({why})")
         else:
             claims.append(context)

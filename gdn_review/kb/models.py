@@ -458,6 +458,12 @@ class Record(Strict):
         """PR records by number first, then contracts by id."""
         return (0, self.pr.number, "") if self.pr is not None else (1, 0, self.contract.id)
 
+    def claim_releases(self, claim: Claim) -> str | None:
+        """The releases a claim speaks of: its own range, within a contract's (a contract's claim
+        outside ``contract.releases`` skips as not applicable, as one outside its own range does)."""
+        ranges = [r for r in (claim.releases, self.contract.releases if self.contract is not None else None) if r]
+        return ",".join(ranges) or None
+
     def case(self, case_id: str) -> Case:
         return next(c for c in self.cases if c.id == case_id)
 

@@ -215,6 +215,9 @@ class Plan:
 
     tests: dict[str, list[str] | None]  # mutant id -> test ids (None: every test)
     decided: dict[str, tuple[str, str]]  # mutant id -> (status, reason)
+    # A construction mutant runs every test: the files of those that executed its edit
+    # first (the first failure stops it), then the rest. Mutant id -> test file names.
+    first_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unreachable: dict[int, str], scope_lines: dict[int, str]) -> Plan:
@@ -225,6 +228,7 @@ def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unrea
     reached = set().union(*by_test.values()) if by_test else set()
     tests: dict[str, list[str] | None] = {}
     decided: dict[str, tuple[str, str]] = {}
+    first_files: dict[str, list[str]] = {}
     for mutant in mutants:
         if mutant.status is not None:
             continue
@@ -243,9 +247,17 @@ def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unrea
             continue
         if any(site.function in construction for site in sites):
             tests[mutant.id] = None
+            first_files[mutant.id] = sorted({Path(nodeid.partition("::")[0]).name for nodeid, lines in by_test.items() if lines & site_lines})
             continue
         tests[mutant.id] = sorted(nodeid for nodeid, lines in by_test.items() if lines & site_lines)
-    return Plan(tests, decided)
+    return Plan(tests, decided, first_files)
+
+
+def ordered_args(args: list[str], first_files: list[str]) -> list[str]:
+    """``args`` (test files, then options) with the files named in ``first_files`` first."""
+    files = [a for a in args if a.endswith(".py")]
+    rest = [a for a in args if not a.endswith(".py")]
+    return sorted(files, key=lambda f: Path(f).name not in first_files) + rest
 
 
 def test_configurations(by_test: dict[str, set[int]], modules: dict[str, Path], configurations: dict[str, dict[str, str]]) -> dict[str, str]:
@@ -391,7 +403,8 @@ def run(
     on_start(len(ready))
     # Each mutant under its own selection: one runner call per distinct selection would
     # serialise them, so the selection travels with the mutant (``args`` per mutant).
-    runner.run_forked(ready, target, lambda mutant: [*(work.tests[mutant.id] or args), "-x"], jobs, timeout, finished)
+    runner.run_forked(ready, target, lambda mutant: [*(work.tests[mutant.id] or ordered_args(args, work.first_files.get(mutant.id, []))), "-x"],
+                      jobs, timeout, finished)
     interrupts.finishing()
     order = {m.id: i for i, m in enumerate(mutants)}
     entries.sort(key=lambda e: order[e["id"]])
