@@ -104,10 +104,15 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
         differences = snapshot_module.differences(old["cases"], new["cases"])
         added, removed = set(), set()
         by_case: dict[str, list[dict]] = {}
+        calls = {c.id for c in record.cases if c.call is not None}
         for difference in differences:
             if difference["field"] == "(case)":
                 continue
-            if difference["before"] == "(no such field)":
+            if difference["case"] in calls:
+                # A host function's result, not the metadata class: a function that appears
+                # (or goes) moves its cases, as any change does.
+                by_case.setdefault(difference["case"], []).append(difference)
+            elif difference["before"] == "(no such field)":
                 added.add(difference["field"])
             elif difference["after"] == "(no such field)":
                 removed.add(difference["field"])
