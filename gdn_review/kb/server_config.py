@@ -14,7 +14,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, StringConstraints, model_validator
 
-from gdn_review.kb.types import Id, PlainValue, Strict
+from gdn_review.kb.types import Id, PlainValue, ServerExpectField, Strict
 
 # The GDN prefill backends vLLM's _resolve_gdn_prefill_backend returns (0.33.0), and the
 # device a server resolves each on (what "configured as on ..." names in reports).
@@ -27,19 +27,7 @@ HostFunction = Literal["plan_flashinfer_checkpoints", "GDNAttentionMetadataBuild
 HostClass = Literal["GDNAttentionMetadataBuilder", "KimiK3ROCmKDAMetadataBuilder"]
 
 # Expect fields the harness measures only for a case that states one (kb.types.ExpectField).
-SERVER_EXPECT_FIELDS = (
-    "checkpoint_offsets",
-    "checkpoint_state_indices",
-    "checkpoint_request_rows",
-    "checkpoint_block_columns",
-    "flashinfer_plan_every_n_tokens",
-    "flashinfer_plan_num_checkpoints",
-    "flashinfer_plan_cu_starts",
-    "flashinfer_plan_rows",
-    "chunk_metadata_built",
-    "prefill_backend_resolved",
-    "supports_update_block_table",
-)
+SERVER_EXPECT_FIELDS = get_args(ServerExpectField)
 
 StateIndices = Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)]
 

@@ -85,6 +85,23 @@ CoreExpectField = Literal[
     "spec_token_indx",
     "non_spec_token_indx",
 ]
+# Parts of the metadata a GPU server's configuration adds (kb/server_config.py), measured
+# only for a case that states one: the prefill checkpoint (0.32+) by its parts, FlashInfer's
+# checkpoint plan (0.33+) by its parts, whether FLA's chunk metadata was built, the backend
+# the builder resolved, and whether it supports update_block_table.
+ServerExpectField = Literal[
+    "checkpoint_offsets",
+    "checkpoint_state_indices",
+    "checkpoint_request_rows",
+    "checkpoint_block_columns",
+    "flashinfer_plan_every_n_tokens",
+    "flashinfer_plan_num_checkpoints",
+    "flashinfer_plan_cu_starts",
+    "flashinfer_plan_rows",
+    "chunk_metadata_built",
+    "prefill_backend_resolved",
+    "supports_update_block_table",
+]
 # ...and the others.
 ExpectField = Literal[
     CoreExpectField,
@@ -108,20 +125,8 @@ ExpectField = Literal[
     "token_chunk_offset_ptr",
     # nums_dict, checkpoint, flashinfer_checkpoint_plan and aiter_prefill_metadata are
     # dicts or objects, not plain values: the full-metadata snapshots cover them.
-    # The builder as a GPU server configures it (measured only for a case that states one):
-    # the prefill checkpoint (0.32+) by its parts, FlashInfer's checkpoint plan (0.33+) by
-    # its parts, whether FLA's chunk metadata was built, and the backend the builder resolved.
-    "checkpoint_offsets",
-    "checkpoint_state_indices",
-    "checkpoint_request_rows",
-    "checkpoint_block_columns",
-    "flashinfer_plan_every_n_tokens",
-    "flashinfer_plan_num_checkpoints",
-    "flashinfer_plan_cu_starts",
-    "flashinfer_plan_rows",
-    "chunk_metadata_built",
-    "prefill_backend_resolved",
-    "supports_update_block_table",
+    # The builder as a GPU server configures it.
+    ServerExpectField,
     # What a `call` case's host function returned (a tuple as a list), or what it raised.
     "returned",
     "raised",
