@@ -1360,8 +1360,10 @@ def _check_regather_matches_fresh_build(batch, run):
     # In align mode the re-gathering group reads the aligned state indices the V2
     # runner hands it (its own, or the first group's when the case names none), and
     # its prefill checkpoint re-gathers from its own block table.
+    # Without them the re-gather is stated in mamba_cache_mode none (no prefix cache).
     aligned = batch.get("aligned_state_indices") is not None
-    base = batch if aligned else _variant(batch, mamba_cache_mode="none")
+    plain_cache = {k: v for k, v in batch.items() if k != "prefix_caching"}
+    base = batch if aligned else _variant(plain_cache, mamba_cache_mode="none")
     regather = build_case(
         run.device, _variant(base, entry="update_block_table"), count_ops=False
     )
