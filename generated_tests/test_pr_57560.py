@@ -75,6 +75,18 @@ CASES = {
         ],
         'server_fields': True,
     },
+    'triton_prefill': {
+        'drafts': 'given',
+        'id': 'triton_prefill',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'resolved_prefill_backend': 'triton',
+        'rows': [
+            {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
+            {'accepted': 1, 'query_len': 40, 'seq_len': 40},
+        ],
+        'server_fields': True,
+    },
 }
 
 # Expected build() results per case (from the record's `expect`).
@@ -86,6 +98,7 @@ EXPECTATIONS = {
         'raised': "RuntimeError: KimiK3ROCmKDAMetadataBuilder builds its own FLA chunk metadata, which the 'aiter_flydsl' GDN prefill backend does not use. Select a different gdn_prefill_backend for this model.",
     },
     'triton_decodes': {'chunk_metadata_built': False, 'prefill_backend_resolved': 'triton'},
+    'triton_prefill': {'chunk_metadata_built': True, 'prefill_backend_resolved': 'triton'},
 }
 
 pytestmark = pytest.mark.record(RECORD)
@@ -204,6 +217,37 @@ def test_C3_differential(device, case_id, request, record_property):
     assert not differences, f"{first} and {second} disagree ({first}, {second}): {differences}"
 
 
+CLAIM_C4 = "Off the AITER backend a batch with prefills keeps the Triton/FLA path: FLA's chunk metadata is built, and no AITER prefill metadata."
+DEVIATIONS_C4 = []
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'triton_prefill',
+            id='triton_prefill',
+            marks=[pytest.mark.case('triton_prefill')],
+        ),
+    ],
+)
+def test_C4_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases(None, 'C4')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C4, "cases", case_id)
+    # This claim compares only these of the case's expected fields.
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['chunk_metadata_built', 'prefill_backend_resolved']}
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    measured = {field: run.metadata[field] for field in expected}
+    record_property("measured", measured)
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
+    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/57560'
@@ -217,6 +261,7 @@ SNAPSHOTS = '../kb/snapshots/57560'
         pytest.param('kimi_rocm_passes_on_triton', id='kimi_rocm_passes_on_triton', marks=pytest.mark.case('kimi_rocm_passes_on_triton')),
         pytest.param('kimi_rocm_refused_on_aiter', id='kimi_rocm_refused_on_aiter', marks=pytest.mark.case('kimi_rocm_refused_on_aiter')),
         pytest.param('triton_decodes', id='triton_decodes', marks=pytest.mark.case('triton_decodes')),
+        pytest.param('triton_prefill', id='triton_prefill', marks=pytest.mark.case('triton_prefill')),
     ],
 )
 def test_snapshot(device, case_id, record_property):
