@@ -284,3 +284,14 @@ def test_a_construction_mutant_runs_the_files_that_executed_its_edit_first():
     assert guard.ordered_args(args, ["test_contract_x.py"]) == [
         "generated_tests/test_contract_x.py", "generated_tests/test_pr_1.py", "generated_tests/test_pr_2.py", "-k", "cpu"]
     assert guard.ordered_args(args, []) == args
+
+
+def test_the_line_maps_configurations_are_text_in_the_report():
+    from gdn_review.report import guard_report
+
+    data = {"target": "x.py", "release": "0.33.0", "records": ["#1"], "score": guard.score([]), "mutants": [],
+            "lines": [{"line": 3, "function": "f", "code": "x", "records": ["#1"], "unreachable": None,
+                       "configurations": ["a | <b>b</b>", "CPU default"]}],
+            "notes": [], "settings": {"jobs": 1, "baseline_s": 1.0}, "duration_s": 1.0, "finished_at": "t"}
+    row = next(line for line in guard_report.markdown(data).splitlines() if line.startswith("| 3 |"))
+    assert "<b>" not in row and "a \\| " in row and row.count(" | ") == 4, row

@@ -150,3 +150,11 @@ def test_a_contracts_claims_skip_outside_its_releases():
     assert {record.claim_releases(claim) for claim in record.claims} == {">=0.33"}
     module = (ROOT / "generated_tests" / "test_contract_flashinfer_checkpoint_plan.py").read_text(encoding="utf-8")
     assert module.count("harness.skip_outside_claim_releases('>=0.33', ") == len(record.claims)
+
+
+def test_the_harness_measures_exactly_the_server_expect_fields():
+    # The harness (exported, so it cannot import the KB) and the record format name them apart.
+    from gdn_review.harness.server import server_fields
+    from gdn_review.kb.server_config import SERVER_EXPECT_FIELDS
+
+    assert set(server_fields(None, object())) == set(SERVER_EXPECT_FIELDS)

@@ -106,21 +106,31 @@ class ServerFields(Strict):
     )
 
 
+def _configuration_parts(case) -> list[tuple[str | None, str]]:
+    """(short name for the guard's line map or None, words for reports) of each way a batch case
+    configures the builder as a GPU server would; one walk over the fields for both."""
+    parts: list[tuple[str | None, str]] = []
+    if case.resolved_prefill_backend is not None:
+        parts.append((case.resolved_prefill_backend, f"prefill backend {case.resolved_prefill_backend}"))
+    if case.prefix_caching is not None:
+        caching = case.prefix_caching
+        parts.append(("align prefix caching",
+                      f"prefix caching in align mode (block {case.block_size or 16}, checkpoint alignment "
+                      f"{caching.prefill_checkpoint_alignment}, {caching.num_prefill_checkpoint_blocks} checkpoint block)"))
+    if case.model_runner == "v2" or case.aligned_state_indices is not None:
+        aligned = case.aligned_state_indices is not None
+        parts.append(("V2 aligned indices" if aligned else None, "the V2 runner" + ("'s aligned state indices" if aligned else "")))
+    if case.cudagraph_mode is not None and "FULL" in case.cudagraph_mode:
+        parts.append((case.cudagraph_mode, f"cudagraph {case.cudagraph_mode}"))
+    return parts
+
+
 def configuration_label(case) -> str:
     """A short name of how the case configures the builder (the guard's line map): "CPU default" when
     it is as this machine resolves it."""
     if case.call is not None:
         return f"host call {case.call.function.rsplit('.', 1)[-1]}"
-    parts = []
-    if case.resolved_prefill_backend is not None:
-        parts.append(case.resolved_prefill_backend)
-    if case.prefix_caching is not None:
-        parts.append("align prefix caching")
-    if case.aligned_state_indices is not None:
-        parts.append("V2 aligned indices")
-    if case.cudagraph_mode is not None and "FULL" in case.cudagraph_mode:
-        parts.append(case.cudagraph_mode)
-    return " + ".join(parts) or "CPU default"
+    return " + ".join(short for short, _ in _configuration_parts(case) if short) or "CPU default"
 
 
 def configuration_words(case) -> str | None:
@@ -130,19 +140,7 @@ def configuration_words(case) -> str | None:
     """
     if case.call is not None:
         return f"host function {case.call.function} called on its own; no kernel runs"
-    parts = []
-    if case.resolved_prefill_backend is not None:
-        parts.append(f"prefill backend {case.resolved_prefill_backend}")
-    if case.prefix_caching is not None:
-        alignment = case.prefix_caching.prefill_checkpoint_alignment
-        parts.append(
-            f"prefix caching in align mode (block {case.block_size or 16}, checkpoint alignment {alignment}, "
-            f"{case.prefix_caching.num_prefill_checkpoint_blocks} checkpoint block)"
-        )
-    if case.model_runner == "v2":
-        parts.append("the V2 runner" + ("'s aligned state indices" if case.aligned_state_indices else ""))
-    if case.cudagraph_mode is not None and "FULL" in case.cudagraph_mode:
-        parts.append(f"cudagraph {case.cudagraph_mode}")
+    parts = [words for _, words in _configuration_parts(case)]
     if not parts:
         return None
     device = BACKEND_DEVICE.get(case.resolved_prefill_backend or "triton", "CUDA")
