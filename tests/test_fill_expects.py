@@ -11,10 +11,13 @@ from conftest import MINIMAL, ROOT
 
 from gdn_review.cli import main
 from gdn_review.kb import RecordErrors, load_record, parse_record
+from gdn_review.run import snapshot
 from gdn_review.run.fill_expects import (
+    case_fields,
     check_filled,
     default_release,
     insert_expects,
+    needed_expect,
     needing_expect,
 )
 from gdn_review.run.snapshot import SnapshotError
@@ -141,3 +144,142 @@ def test_without_release_an_expect_comes_from_the_release_the_claims_speak_of():
         "cases:\n", "  - id: C3\n    text: Fixed.\n    before: fails\n    check: {kind: equivalence, cases: [spec]}\ncases:\n", 1)
     with pytest.raises(SnapshotError, match="give --release"):
         default_release(parse_record(both, "7.yaml", expects_optional=True), ["spec"])
+
+
+# A record whose cases need more than the core fields (issue 33): full_graph_staging's
+# FULL-graph batches (kb/full_graph_staging.yaml, full_spec_staged and full_decode_staged).
+STAGING = textwrap.dedent(
+    """\
+    schema_version: 1
+    pr:
+      number: 7
+      repo: vllm-project/vllm
+      title: A small PR
+      merged_at: "2026-01-02 03:04"
+      url: https://example.invalid/pr/7
+    target:
+      file: vllm/v1/attention/backends/gdn_attn.py
+      symbol: GDNAttentionMetadataBuilder.build
+      base_release: 0.31.0
+      head_release: 0.33.0
+    claims:
+      - id: C1
+        text: Staged into the persistent buffers.
+        check:
+          kind: equivalence
+          cases: [staged]
+          fields: [persistent_views, spec_state_indices_tensor]
+      - id: C2
+        text: The eager decodes build what the staged ones state.
+        check:
+          kind: equivalence
+          cases: [decode_stated, decode_new]
+          except: [persistent_views]
+    cases:
+      - id: staged
+        text: FULL graph, k=2, two spec-decode rows and one padded row.
+        speculative_tokens: 2
+        cudagraph_mode: FULL_AND_PIECEWISE
+        mamba_cache_mode: none
+        padded_rows: 1
+        null_padded_blocks: true
+        rows:
+          - {seq_len: 10, query_len: 3, drafted: 2, accepted: 2}
+          - {seq_len: 20, query_len: 2, drafted: 1, accepted: 1}
+      - id: decode_stated
+        text: FULL graph, two one-token decodes and one padded row.
+        cudagraph_mode: FULL_AND_PIECEWISE
+        mamba_cache_mode: none
+        padded_rows: 1
+        null_padded_blocks: true
+        rows:
+          - {seq_len: 9, query_len: 1, prefilling: false}
+          - {seq_len: 17, query_len: 1, prefilling: false}
+        expect:
+          path: non_spec
+          persistent_views: [non_spec_query_start_loc, non_spec_state_indices_tensor]
+          non_spec_state_indices_tensor: [1, 17, 0]
+      - id: decode_new
+        text: The same decodes, eager.
+        cudagraph_mode: NONE
+        mamba_cache_mode: none
+        padded_rows: 1
+        null_padded_blocks: true
+        rows:
+          - {seq_len: 9, query_len: 1, prefilling: false}
+          - {seq_len: 17, query_len: 1, prefilling: false}
+    risks:
+      - id: R1
+        text: Something could break.
+        cases: [staged]
+        claims: [C1]
+    """
+)
+
+
+def test_a_case_needs_the_fields_its_expect_and_the_claims_naming_it_state():
+    record = parse_record(STAGING, "7.yaml", expects_optional=True)
+    # A claim's `fields:`, in ExpectField's order (the raw state indices before the layout).
+    assert case_fields(record, "staged") == {
+        "spec_state_indices_tensor": "claim C1 compares it",
+        "persistent_views": "claim C1 compares it",
+    }
+    # A claim without `fields:`: what it compares of its other cases (not its `except:`).
+    assert case_fields(record, "decode_new") == {"non_spec_state_indices_tensor": "claim C2 compares it of case decode_stated"}
+    assert list(case_fields(record, "decode_stated")) == ["non_spec_state_indices_tensor", "persistent_views"]
+    # Written: the core fields, then those; not every field measured (the server's, the builder's).
+    measured = {"path": "spec", "num_prefills": 0, "persistent_views": ["spec_state_indices_tensor"], "noncontiguous": [],
+                "spec_state_indices_tensor": [[1, 2, 3]], "reorder_batch_threshold": 3, "chunk_metadata_built": False}
+    assert needed_expect(record, "staged", measured) == {
+        "path": "spec", "num_prefills": 0, "spec_state_indices_tensor": [[1, 2, 3]], "persistent_views": ["spec_state_indices_tensor"],
+    }
+    assert list(snapshot.full_expect(measured)) == ["path", "num_prefills", "spec_state_indices_tensor", "persistent_views",
+                                                    "noncontiguous", "reorder_batch_threshold", "chunk_metadata_built"]
+
+
+@pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
+def test_filling_writes_the_layout_and_raw_state_indices_the_claims_compare_measured_on_the_real_builder(write_record):
+    kb = write_record(STAGING)
+    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "7", "--fill-expects", "--release", "0.33.0"])
+    assert result.exit_code == 0, result.output
+    assert "wrote the expect of 2 case(s)" in result.output and "staged, decode_new" in result.output
+    filled = load_record(kb / "7.yaml")  # strict: every equivalence case states an expect
+    staged = filled.case("staged").expect
+    # The values of kb/full_graph_staging.yaml's full_spec_staged (0.31.0 to 0.33.0).
+    assert staged["persistent_views"] == ["non_spec_token_indx", "num_accepted_tokens", "spec_query_start_loc",
+                                          "spec_sequence_masks", "spec_state_indices_tensor", "spec_token_indx"]
+    assert staged["spec_state_indices_tensor"] == [[1, 2, 3], [17, 18, 19], [0, 0, 0]]
+    assert staged["path"] == "spec" and staged["num_spec_decode_tokens"] == 5  # the core fields too
+    assert "noncontiguous" not in staged and "reorder_batch_threshold" not in staged  # no claim compares them
+    new = filled.case("decode_new").expect
+    assert new["non_spec_state_indices_tensor"] == [1, 17, 0] and "persistent_views" not in new
+    assert filled.case("decode_stated").expect == parse_record(STAGING, "7.yaml", expects_optional=True).case("decode_stated").expect  # untouched
+    # Deterministic: the block's fields in full_expect's order.
+    assert list(staged)[-2:] == ["spec_state_indices_tensor", "persistent_views"]
+
+
+@pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
+def test_as_expect_prints_every_field_measured_layout_raw_indices_builder_and_server_fields(write_record):
+    import typing
+
+    from gdn_review.kb.types import ServerExpectField
+
+    kb = write_record(STAGING)
+    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "7", "--case", "decode_stated", "--as-expect", "--release", "0.33.0"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("# expect of case decode_stated, measured on vLLM 0.33.0 (cpu)") and lines[1] == "expect:"
+    printed = {line.split(":", 1)[0].strip() for line in lines[2:]}
+    # What the case states, measured on the real builder (kb/full_graph_staging.yaml's full_decode_staged).
+    assert "  persistent_views: [non_spec_query_start_loc, non_spec_state_indices_tensor]" in lines
+    assert "  non_spec_state_indices_tensor: [1, 17, 0]" in lines
+    # And everything else the harness can measure for it.
+    assert {"path", "num_decodes", "spec_state_indices_tensor", "prefill_state_indices", "noncontiguous",
+            "reorder_batch_threshold", *typing.get_args(ServerExpectField)} <= printed
+    assert "  noncontiguous: []" in lines and "  reorder_batch_threshold: 1" in lines
+    # A complete block to paste: the record with it in place of the case's expect loads and states it.
+    stated = "      path: non_spec\n      persistent_views: [non_spec_query_start_loc, non_spec_state_indices_tensor]\n      non_spec_state_indices_tensor: [1, 17, 0]\n"
+    assert stated in STAGING
+    pasted = STAGING.replace("    expect:\n" + stated, "".join(f"    {line}\n" for line in lines[1:]))
+    assert parse_record(pasted, "7.yaml", expects_optional=True).case("decode_stated").expect["persistent_views"] == [
+        "non_spec_query_start_loc", "non_spec_state_indices_tensor"]

@@ -49,6 +49,18 @@ def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_
         assert set(stored[installed]["cases"]) == {c.id for c in record.cases}
 
 
+def test_every_field_asks_the_harness_for_every_optional_part_and_a_call_case_has_metadata():
+    cases = {"a": {"rows": [{"seq_len": 4, "query_len": 4}]}, "b": {"rows": [], "layout": True}}
+    flagged = snapshots.every_field(cases)
+    assert all(flagged[c][flag] is True for c in cases for flag in ("layout", "builder_fields", "server_fields"))
+    assert "layout" not in cases["a"]  # the record's inputs are not changed
+    assert snapshots.no_metadata({"raised": "ValueError: x"}) == "ValueError: x"
+    assert snapshots.no_metadata({"not_applicable": "no CUDA"}) == "no CUDA"
+    assert snapshots.no_metadata({"returned": [1], "raised": None}) is None  # a `call` case's result
+    data = {"device": "cpu", "cases": {"c": {"returned": None, "raised": "ValueError: bad", "path": "spec"}}}
+    assert snapshots.expect_lines(data, "c", "0.33.0")[1:] == ["expect:", "  path: spec", "  returned: null", "  raised: 'ValueError: bad'"]
+
+
 def test_snapshot_command_refuses_an_unknown_case():
     result = CliRunner().invoke(main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--case", "nope", "--as-expect"])
     assert result.exit_code == 2 and "no case 'nope'" in result.output
@@ -80,10 +92,10 @@ def test_a_change_of_one_prefill_field_fails_only_the_snapshot_tests():
         pytest.skip("the edit is written for vLLM 0.33.0")
     done = subprocess.run(
         [sys.executable, "-c", RUN_MUTATED, "prefill_has_initial_state=prefill_has_initial_state,", "prefill_has_initial_state=None,"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        check=False, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.M)
+    failed = re.findall(r"^FAILED (\S+)", done.stdout, re.MULTILINE)
     assert failed and all("::test_snapshot[" in nodeid for nodeid in failed), failed
     assert any("spec_decode_and_prefill" in nodeid for nodeid in failed)
     assert "prefill_has_initial_state" in done.stdout

@@ -1,11 +1,27 @@
 """Write the missing ``expect`` blocks of a record's cases into its YAML: ``gdn-review snapshot --fill-expects``.
 
 The record's cases are measured once (one subprocess, every case, as
-``snapshot`` does) on a release, and each case that needs an ``expect`` (an
-equivalence check names it, or it is asked for by id) and states none gets one:
-the core fields that ``--as-expect`` prints. The YAML is edited as text, so its
-comments and layout stay: the block goes after the case's last line, indented
-as the case's keys. The result is loaded and validated again, and must state
+``snapshot`` does, with every part the harness measures only when asked: the
+layout, ``reorder_batch_threshold``, the server fields) on a release, and each
+case that needs an ``expect`` (an equivalence check names it, or it is asked for
+by id) and states none gets one.
+
+What is written is what the case needs (``case_fields``): the core fields
+(``CoreExpectField``), plus every other expect field that the case's expect
+already states (an ``expect: {}`` states none), that a claim naming the case
+compares through ``fields:`` (equivalence or differential), or that the other
+cases of an equivalence claim without ``fields:`` state and it compares (not in
+its ``except:``): a case added to "same metadata as these" gets their raw state
+indices, a case of "these are views of the persistent buffers" gets
+``persistent_views``. The fields come in ``full_expect``'s order (core first, then
+``ExpectField``'s). A field needed but not measured on that release (a field of
+an open PR) is named in a note. Not every measured field is written: an expect
+states what the claims compare, so that an unrelated change of, say, the server
+fields fails no claim. ``--print`` shows each case's complete block instead, every
+field measured (what ``snapshot --as-expect`` prints), to choose from.
+
+The YAML is edited as text, so its comments and layout stay: the block goes
+after the case's last line, indented as the case's keys. The result is loaded and validated again, and must state
 exactly the planned expects, before it replaces the file (temp file and
 rename); nothing is half-written.
 """
@@ -13,8 +29,8 @@ rename); nothing is half-written.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import yaml
 from packaging.specifiers import SpecifierSet
@@ -63,18 +79,19 @@ def fill_expects(
     chosen_note = None
     if version is None:
         version, chosen_note = default_release(record, wanted)
-    data = snapshot.take_release(path, version, say)
+    data = snapshot.take_release(path, version, say, all_fields=True)
     release = data["release"]
     expects, left, notes = {}, {}, [chosen_note] if chosen_note else []
     for case_id in wanted:
         measured = data["cases"].get(case_id)
         if measured is None:
             left[case_id] = f"does not apply to vLLM {release} (its releases range)"
-        elif "raised" in measured or "not_applicable" in measured:
-            left[case_id] = f"gives no metadata on vLLM {release}: {measured.get('raised') or measured.get('not_applicable')}"
+        elif snapshot.no_metadata(measured) is not None:
+            left[case_id] = f"gives no metadata on vLLM {release}: {snapshot.no_metadata(measured)}"
         else:
-            # Printed: every field the entry point returned, to choose from; written: the core fields.
-            expects[case_id] = snapshot.core_expect(measured) if write else snapshot.full_expect(measured)
+            # Printed: every field measured, to choose from; written: what the case needs.
+            expects[case_id] = needed_expect(record, case_id, measured) if write else snapshot.full_expect(measured)
+            notes += _missing_notes(record, case_id, measured, release)
             notes += _deviation_notes(record, case_id, release)
     filled = Filled(path, release, data["device"], expects, left, notes)
     if write and expects:
@@ -83,6 +100,45 @@ def fill_expects(
         check_filled(new_text, str(path), record, expects)
         atomic_write(path, new_text)
     return filled
+
+
+def case_fields(record, case_id: str) -> dict[str, str]:
+    """The fields beyond the core ones that case ``case_id``'s expect needs -> who asks for it, in ``ExpectField`` order."""
+    import typing
+
+    from gdn_review.kb.models import CoreExpectField, ExpectField
+
+    asked: dict[str, str] = {}
+
+    def ask(fields, who: str) -> None:
+        for field in fields:
+            asked.setdefault(field, who)
+
+    ask(record.case(case_id).expect, "its expect states it")
+    for claim in record.claims:
+        check = claim.check
+        if check.kind not in ("equivalence", "differential") or case_id not in check.cases:
+            continue
+        if check.fields is not None:
+            ask(check.fields, f"claim {claim.id} compares it")
+        else:  # equivalence: what the claim compares of its other cases
+            for other in check.cases:
+                if other != case_id:
+                    ask(check.compared(record.case(other).expect), f"claim {claim.id} compares it of case {other}")
+    core = set(typing.get_args(CoreExpectField))
+    return {field: asked[field] for field in typing.get_args(ExpectField) if field in asked and field not in core}
+
+
+def needed_expect(record, case_id: str, measured: dict) -> dict:
+    """The expect to write for a case from its snapshot: the core fields and those ``case_fields`` names."""
+    others = {field: measured[field] for field in case_fields(record, case_id) if field in measured}
+    return {**snapshot.core_expect(measured), **others}
+
+
+def _missing_notes(record, case_id: str, measured: dict, release: str) -> list[str]:
+    """A field the case needs that its snapshot does not hold (a field no release has, an open PR's)."""
+    return [f"case {case_id}: {field} ({who}) is not measured on vLLM {release}: state it by hand"
+            for field, who in case_fields(record, case_id).items() if field not in measured]
 
 
 def default_release(record, wanted: list[str]) -> tuple[str | None, str]:

@@ -11,6 +11,17 @@ related PR that explains each difference.
 Taking a snapshot imports vLLM (through the harness), so it runs in a
 subprocess with the release's sources first on ``PYTHONPATH``:
 ``python -m gdn_review.run.snapshot RECORD.yaml OUT.json``.
+
+Some parts the harness measures only for a case that asks (``Record.case_inputs``
+sets the flags when the case's expect states such a field): the layout
+(``persistent_views``, ``noncontiguous``), the builder's ``reorder_batch_threshold``
+and the server fields (``checkpoint_*``, ``flashinfer_plan_*``, ...). A stored
+snapshot keeps to what the record asks, so that it stays what the generated
+tests compare. ``--as-expect`` (and ``--fill-expects``, ``fill_expects.py``)
+measure with every flag set (``--every-field``): ``--as-expect`` prints every
+expect field the harness measured for the case, the core fields first, then the
+others in ``ExpectField``'s order (the raw state indices, the layout, the
+builder's and the server's fields, ...), a complete block to paste and trim.
 """
 
 from __future__ import annotations
@@ -20,8 +31,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -48,13 +59,25 @@ def case_inputs(record) -> dict[str, dict]:
     return record.case_inputs()
 
 
-def take(cases: dict[str, dict], device: str = "cpu") -> dict:
-    """Snapshots of these cases on the loaded vLLM (imports it: call in a subprocess or a test)."""
+# The harness's flags for the parts it measures only when asked (harness.run.build_case).
+MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
+
+
+def every_field(cases: dict[str, dict]) -> dict[str, dict]:
+    """These cases with every measuring flag set: their snapshots hold every field the harness can measure."""
+    return {case_id: {**case, **dict.fromkeys(MEASURE_FLAGS, True)} for case_id, case in cases.items()}
+
+
+def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) -> dict:
+    """Snapshots of these cases on the loaded vLLM (imports it: call in a subprocess or a test).
+
+    ``all_fields``: also the parts the harness measures only when asked (``every_field``).
+    """
     from gdn_review import harness
 
     release = str(harness.vllm_release())
     taken = {}
-    for case_id, case in sorted(cases.items()):
+    for case_id, case in sorted((every_field(cases) if all_fields else cases).items()):
         if not harness.release_in_range(case.get("releases")):
             continue
         try:
@@ -131,13 +154,17 @@ def differences(before: dict, after: dict) -> list[dict]:
     return found
 
 
-def take_in_subprocess(record_path: Path, pythonpath: Path | None, out: Path, device: str = "cpu") -> subprocess.CompletedProcess:
+def take_in_subprocess(
+    record_path: Path, pythonpath: Path | None, out: Path, device: str = "cpu", all_fields: bool = False,
+) -> subprocess.CompletedProcess:
     """Take a record's snapshots in a fresh interpreter, with ``pythonpath`` first on its path."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     command = [sys.executable, "-m", "gdn_review.run.snapshot", str(record_path), str(out), "--device", device]
-    return subprocess.run(command, env=env, capture_output=True, text=True)
+    if all_fields:
+        command.append("--every-field")
+    return subprocess.run(command, check=False, env=env, capture_output=True, text=True)
 
 
 class SnapshotError(Exception):
@@ -159,7 +186,7 @@ def snapshot_command(
         raise SnapshotError(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
     shown = []
     for version in versions or [None]:
-        data = take_release(record_path, version, say)
+        data = take_release(record_path, version, say, all_fields=as_expect)
         if as_expect:
             shown += expect_lines(data, case_id, data["release"])
             continue
@@ -179,8 +206,11 @@ def record_file(kb_dir: Path, number: int):
     return path, load_record(path, expects_optional=True)
 
 
-def take_release(record_path: Path, version: str | None, say: Callable[[str], None] = print) -> dict:
-    """The snapshot of every case of a record on ``version`` (default: the installed vLLM), in one subprocess."""
+def take_release(record_path: Path, version: str | None, say: Callable[[str], None] = print, all_fields: bool = False) -> dict:
+    """The snapshot of every case of a record on ``version`` (default: the installed vLLM), in one subprocess.
+
+    ``all_fields``: with the parts the harness measures only when asked (for an expect, not to store).
+    """
     import tempfile
 
     from gdn_review.common import release_cache
@@ -190,7 +220,7 @@ def take_release(record_path: Path, version: str | None, say: Callable[[str], No
     path = None if release_cache.checked_version(version) == installed else release_cache.ensure(version, say=say).path
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "snapshot.json"
-        done = take_in_subprocess(record_path, path, out)
+        done = take_in_subprocess(record_path, path, out, all_fields=all_fields)
         data = load(out) if done.returncode == 0 else None
         if data is None:
             say(done.stderr[-3000:])
@@ -199,7 +229,7 @@ def take_release(record_path: Path, version: str | None, say: Callable[[str], No
 
 
 def core_expect(measured: dict) -> dict:
-    """The core expect fields (what ``--as-expect`` and ``--fill-expects`` write) of one case's snapshot."""
+    """The core expect fields (what ``--fill-expects`` writes for every case) of one case's snapshot."""
     import typing
 
     from gdn_review.kb.models import CoreExpectField
@@ -208,7 +238,8 @@ def core_expect(measured: dict) -> dict:
 
 
 def full_expect(measured: dict) -> dict:
-    """Every expect field the case's snapshot holds: the core ones first, then the raw tensors, masks and builder fields."""
+    """Every expect field the case's snapshot holds (what ``--as-expect`` prints): the core ones first, then the
+    others in ``ExpectField``'s order (raw tensors, layout, builder and server fields, a call's result)."""
     import typing
 
     from gdn_review.kb.models import ExpectField
@@ -217,14 +248,31 @@ def full_expect(measured: dict) -> dict:
     return {**core, **{field: measured[field] for field in typing.get_args(ExpectField) if field in measured and field not in core}}
 
 
+def no_metadata(measured: dict) -> str | None:
+    """Why a case's snapshot holds no metadata (the release raised, or cannot run it); None: it holds some.
+
+    A ``call`` case's snapshot states ``returned`` and ``raised`` (what the host function
+    raised, or None): that is its metadata, not a failure.
+    """
+    if "not_applicable" in measured:
+        return measured["not_applicable"]
+    if "raised" in measured and "returned" not in measured:
+        return measured["raised"]
+    return None
+
+
 def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
-    """A case's ``expect`` block (YAML) from a snapshot, to read through and paste into the record."""
+    """A case's complete ``expect`` block (YAML) from a snapshot (taken with ``all_fields``), to read through,
+    trim to what the claims compare and paste into the record."""
     case = data["cases"].get(case_id)
     if case is None:
         raise SnapshotError(f"case {case_id!r} does not apply to vLLM {version} (its releases range)")
-    if "raised" in case or "not_applicable" in case:
-        raise SnapshotError(f"case {case_id!r} gives no metadata on vLLM {version}: {case.get('raised') or case.get('not_applicable')}")
-    return [f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}); read it through before pasting"] + expect_block(core_expect(case))
+    why = no_metadata(case)
+    if why is not None:
+        raise SnapshotError(f"case {case_id!r} gives no metadata on vLLM {version}: {why}")
+    head = (f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}): every field measured, "
+            "core ones first; read it through before pasting")
+    return [head, *expect_block(full_expect(case))]
 
 
 def expect_block(expect: dict, indent: int = 0) -> list[str]:
@@ -268,9 +316,10 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("record")
     parser.add_argument("out")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--every-field", action="store_true", help="also the parts measured only when a case asks (for an expect)")
     args = parser.parse_args(argv)
     record = load_record(Path(args.record), expects_optional=True)  # a snapshot needs no expect
-    taken = take(case_inputs(record), args.device)
+    taken = take(case_inputs(record), args.device, all_fields=args.every_field)
     atomic_write(Path(args.out), dumps(document(record.number, taken)))
     return 0
 
