@@ -294,3 +294,74 @@ def test_a_traceback_in_a_review_is_a_risk_before_plain_concerns(tmp_path):
     assert texts[0].startswith("With FULL graphs and K3 it dies at capture") or "RuntimeError: spec_state_indices_tensor must be contiguous" in texts[0]
     assert any(text.startswith("`RuntimeError: spec_state_indices_tensor must be contiguous`") for text in texts[:2])
     assert texts[-1].startswith("I am a bit worried")
+
+
+# --- PR #52297: a timing becomes a latency claim; what moves and what stays are claims of their own ---
+
+PR_52297 = FIXTURES / "pr-52297.json"
+_STAYS_SENTENCE = "Only the block_table dependent state index gathers stay per-group in build()."
+_ONCE_PER_STEP = (
+    "Compute the batch level GDN spec decode metadata once per step in `compute_spec_metadata` and store it on "
+    "model_specific_attn_metadata, instead of recomputing it inside each GDN group's build()."
+)
+_PROFILING = "Main: GDNAttentionMetadataBuilder.build() takes ~900µs PR: GDNAttentionMetadataBuilder.build() takes ~300µs"
+
+
+def _imported_52297(tmp_path):
+    out = tmp_path / "kb"
+    result = run("import", PR_52297, "--out", out)
+    assert result.exit_code == 0, result.output
+    return out, result, load_record(out / "52297.yaml")
+
+
+def test_52297s_profiling_figures_are_a_latency_claim(tmp_path):
+    """pr-52297.json: the ~900µs -> ~300µs of its Profiling section is drafted as a latency claim, not left as prose."""
+    _, _, record = _imported_52297(tmp_path)
+    claim = next(c for c in record.claims if "~300µs" in (c.source or ""))
+    assert claim.text == _PROFILING
+    assert claim.source == f"PR body: '{_PROFILING}'"
+    assert claim.check.kind == "TODO"
+    assert claim.check.hint.startswith("latency: a latency claim, measured by `gdn-review bench` (build() timed A/B")
+    assert "an end-to-end throughput figure needs a serving benchmark" in claim.check.hint
+    e2e = next(c for c in record.claims if "improves 61%" in c.text)  # a percentage of throughput: latency too
+    assert e2e.check.hint.startswith("latency: ") and "serving benchmark" in e2e.check.hint
+    assert e2e.source == f"PR body: '{e2e.text}'"
+
+
+def test_52297s_what_moves_and_what_stays_are_claims_of_their_own(tmp_path):
+    _, _, record = _imported_52297(tmp_path)
+    by_text = {c.text: c for c in record.claims}
+    stays = by_text[_STAYS_SENTENCE]
+    assert stays.source == f"PR body: '{_STAYS_SENTENCE}'"
+    assert stays.check.hint == "equivalence: what stays: each group's metadata equals today's build() (equivalence on named cases)"
+    once = by_text[_ONCE_PER_STEP]
+    assert once.source == f"PR body: '{_ONCE_PER_STEP}'"
+    assert once.check.hint.startswith("op_budget: what moves: the computation it names is counted once per step (an op budget per step)")
+    moved = by_text["This compute can be moved one level up out of each group build()."]
+    assert moved.check.hint == once.check.hint
+    assert by_text["Move GDN common metadata compute out of per-group build"].source == "PR title: 'Move GDN common metadata compute out of per-group build'"
+
+
+def test_52297s_sentences_are_drafted_once_each(tmp_path):
+    _, _, record = _imported_52297(tmp_path)
+    texts = [c.text for c in record.claims]
+    assert len(texts) == len(set(texts))
+    for sentence in (_STAYS_SENTENCE, _ONCE_PER_STEP, _PROFILING):  # the bullet holds two sentences: two claims, one each
+        assert sum(sentence in text for text in texts) == 1
+    assert [c.id for c in record.claims] == [f"C{i}" for i in range(1, len(texts) + 1)]
+    assert len(texts) == 7  # title, two Purpose sentences, the bullet's two, the e2e bullet, Profiling
+    assert not any(text.startswith(("pytest -s -v", "Unit test passed")) for text in texts)
+
+
+def test_52297s_draft_validates_as_a_draft(tmp_path):
+    out, result, record = _imported_52297(tmp_path)
+    path = out / "52297.yaml"
+    # target.file, target.symbol (no files, no diff), target.base_release (open), one check per claim
+    assert result.output.strip() == f"wrote {path} (draft: 10 open TODOs; run gdn-review validate)"
+    assert record.pr.state == "open" and record.pr.title == json.loads(PR_52297.read_text(encoding="utf-8"))["title"]
+    done = run("validate", "--kb", out)
+    assert done.exit_code == 1, done.output  # open TODOs, not a bad record
+    assert f"draft  {path}  PR #52297: 7 claims, 0 cases, 0 risks" in done.output
+    assert "10 open TODO(s)" in done.output and "error" not in done.output.lower()
+    count = int(result.output.split("draft: ")[1].split(" open")[0])
+    assert len(_header_todos(path.read_text(encoding="utf-8"))) == count

@@ -95,9 +95,14 @@ def test_seed_claims_are_todo_checks_from_motivation_and_impact():
     assert any("被计算两次" in t and "被计算四次" in t for t in texts)
     assert any("无行为变化" in t and "吞吐量" in t for t in texts)
     sources = {c.source for c in record.claims}
-    assert sources == {"功能与动机", "风险与影响 (影响)"}
+    impact = "在并发场景下吞吐量约有 1% 的提升，且无行为变化，对用户是正向优化。"
+    # The ~1% throughput sentence is a latency claim: its source quotes it (the claim a reviewer writes is narrower).
+    assert sources == {"功能与动机", "风险与影响 (影响)", f"风险与影响 (影响): '{impact}'"}
     equivalence = next(c for c in record.claims if "无行为变化" in c.text)
-    assert "equivalence" in equivalence.check.hint
+    assert equivalence.text == impact
+    assert equivalence.check.hint.startswith("latency: a latency claim, measured by `gdn-review bench`")
+    assert "equivalence" in equivalence.check.hint and "serving benchmark" in equivalence.check.hint
+    assert "latency or gpu_sync" not in equivalence.check.hint  # the general speed hint gives way to the latency one
 
 
 def test_seed_risks_related_and_report_notes():

@@ -43,15 +43,70 @@ FALLBACK_HINT = "which check (op_budget, equivalence, invariant, gpu_sync) can t
 # A sentence ends at 。！？, or at .!? before a space or the end; never inside `code`.
 _SENTENCE = re.compile(r"(?:`[^`]*`?|[^`。！？.!?]|[.!?](?=[^ \t\n]))*(?:[。！？]|[.!?](?=[ \t\n]|$))?")
 
+# Sentences of three shapes get a hint of their own (and a source that quotes them),
+# in place of the general hint of the same kind above (_CHECKABLE's entry at _REPLACES).
+LATENCY_HINT = (
+    "latency: a latency claim, measured by `gdn-review bench` (build() timed A/B, base release against head, "
+    "on named cases: check {kind: latency, cases: [...]}); an end-to-end throughput figure needs a serving benchmark"
+)
+MOVES_HINT = (
+    "op_budget: what moves: the computation it names is counted once per step (an op budget per step), "
+    "not once per group's build()"
+)
+STAYS_HINT = "equivalence: what stays: each group's metadata equals today's build() (equivalence on named cases)"
+# A timing (~900µs, 0.3 ms, from 900us to 300us): a latency claim by itself.
+_TIMING = re.compile(r"(?<![\w.])~?\d+(?:[.,]\d+)?\s?(?:µs|μs|us|ms|ns|microseconds?|milliseconds?)(?![A-Za-z])")
+# A percentage or a factor (61%, 1.5x) is one when the sentence speaks of speed (improves 61%, 吞吐量约有 1% 的提升).
+_FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:%|[x×](?![\w]))")
+_SPEED_WORDS = (
+    "throughput", "latency", "faster", "slower", "speedup", "speed-up", "speeds up", "improve", "reduc", "e2e",
+    "end-to-end", "takes", "吞吐", "延迟", "加速", "提升", "降低", "减少",
+)
+# What moves out of each group's build() (computed once per step instead), lowercase.
+_MOVES = re.compile(
+    r"\bmov(?:e|es|ed|ing)\b.{0,120}?\bout of\b|\b(?:once|one time) (?:per|each|a) (?:step|batch|forward|iteration)\b"
+    r"|\binstead of (?:re-?)?comput\w*\b.{0,60}?\b(?:in|inside|for|per) (?:each|every)\b|\bhoist(?:s|ed|ing)?\b"
+    r"|\bone level up\b|移出|每步一次|每个 ?step 一次"
+)
+# What stays in each group's build(), lowercase.
+_STAYS = re.compile(
+    r"\b(?:stay|stays|stayed|remain|remains|is kept|are kept|keep|keeps)\b.{0,40}?\bper[- ]?(?:group|layer|build)\b"
+    r"|\bper[- ]?group\b.{0,40}?\b(?:stay|stays|remain|remains)\b|仍在每个|保留在每个"
+)
+_REPLACES = {LATENCY_HINT: 3, MOVES_HINT: 1, STAYS_HINT: 0}  # the general hint each one replaces
+_QUOTE_LIMIT = 300
+
 
 def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.findall(text) if any(ch.isalnum() for ch in s)]
 
 
+def shaped_hints(sentence: str) -> list[str]:
+    """The hints of the sentence's shapes: a timing or speed figure, what moves, what stays (in that order)."""
+    lowered = sentence.lower()
+    found = []
+    if _TIMING.search(sentence) or (_FIGURE.search(sentence) and any(word in lowered for word in _SPEED_WORDS)):
+        found.append(LATENCY_HINT)
+    if _MOVES.search(lowered):
+        found.append(MOVES_HINT)
+    if _STAYS.search(lowered):
+        found.append(STAYS_HINT)
+    return found
+
+
 def hint(sentence: str) -> str | None:
     """The checks a sentence's words suggest, or None when it names no checkable effect."""
     lowered = sentence.lower()
-    return "; or ".join(text for text, words in _CHECKABLE if any(word in lowered for word in words)) or None
+    shaped = shaped_hints(sentence)
+    replaced = {_REPLACES[text] for text in shaped}
+    general = [text for index, (text, words) in enumerate(_CHECKABLE) if index not in replaced and any(word in lowered for word in words)]
+    return "; or ".join(shaped + general) or None
+
+
+def quoted(where: str, sentence: str) -> str:
+    """``where: 'sentence'`` (cut at 300 characters): the source of a claim whose text a reviewer will rewrite."""
+    quote = sentence if len(sentence) <= _QUOTE_LIMIT else sentence[: _QUOTE_LIMIT - 1] + "…"
+    return f"{where}: '{quote}'"
 
 
 # A PR named in a sentence (``#53426``, a pull link): the sentence is about that PR.
@@ -66,6 +121,12 @@ def names_other_pr(sentence: str, own: int | None) -> bool:
 def draft_claims(sources: list[tuple[str, str]], origin: str = "the report", own: int | None = None) -> list[dict]:
     """One TODO claim per checkable sentence of (text, where) sources; ``where`` becomes its ``source``.
 
+    A sentence with a timing or a speed figure (a latency claim), one that says
+    what moves out of each group's build() or what stays in it gets the hint of
+    its shape, and its ``source`` quotes it (``where: 'sentence'``): its text is
+    what the PR says, the claim a reviewer writes from it is narrower. A
+    sentence is drafted once, even when it has several shapes or sources.
+
     A sentence that names another PR than ``own`` is about that PR (it becomes a
     related entry elsewhere), never a claim. When no sentence names an effect,
     every sentence is a candidate claim; when there is no sentence at all, one
@@ -78,9 +139,10 @@ def draft_claims(sources: list[tuple[str, str]], origin: str = "the report", own
     claims: list[dict] = []
     seen: set[str] = set()
     for sentence, where, suggested in checkable:
-        if sentence not in seen:
+        if sentence not in seen:  # one claim per sentence, however many sources repeat it
             seen.add(sentence)
-            claims.append({"id": f"C{len(claims) + 1}", "text": sentence, "source": where, "check": {"kind": "TODO", "hint": suggested}})
+            source = quoted(where, sentence) if shaped_hints(sentence) else where
+            claims.append({"id": f"C{len(claims) + 1}", "text": sentence, "source": source, "check": {"kind": "TODO", "hint": suggested}})
     return claims or [{
         "id": "C1",
         "text": f"TODO: {origin} states no claim that could be found; write what the PR claims.",
