@@ -124,7 +124,9 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         name = f"test_{python_name(claim.id)}_{claim.check.kind}"
         check = _check_data(claim)
         params = [
-            {"id": case_id, "risks": _risks_for(record, claim.id, case_id)} for case_id in check.get("cases", [])
+            {"id": case_id, "risks": _risks_for(record, claim.id, case_id)}
+            # An invariant's tests are its properties (its cases are examples of each).
+            for case_id in ([] if claim.check.kind == "invariant" else check.get("cases") or [])
         ]
         if claim.check.kind == "differential":
             params = [
@@ -145,6 +147,9 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
                 "params": params,
                 "risks": _risks_for(record, claim.id, None),
                 "deviations": [d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
+                # An invariant runs on the cases it lists, else on every case of the record.
+                "example_cases": sorted(claim.check.cases or [c.id for c in record.cases])
+                if claim.check.kind == "invariant" else [],
             }
         )
     cases = record.case_inputs()

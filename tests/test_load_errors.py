@@ -27,7 +27,7 @@ TABLE = [
     (
         "unknown key in a check",
         broken("      budget: {aten.ge: 1}\n", "      budget: {aten.ge: 1}\n      max: 3\n"),
-        ["7.yaml:19:7: claims[0].check.max: unknown key 'max' (allowed here: budget, cases, kind)"],
+        ["7.yaml:19:7: claims[0].check.max: unknown key 'max' (allowed here: budget, cases, kind, per)"],
     ),
     (
         "wrong type",

@@ -41,6 +41,7 @@ from gdn_review.harness.run import (
     build_case,
     count_device_origin_reads,
     count_sync_warnings,
+    op_counts,
     prepare_builders,
     snapshot_case,
 )
@@ -52,9 +53,36 @@ from gdn_review.harness.snapshots import (
 from gdn_review.harness.strategies import random_batches
 
 
-def check_property(name: str, batch: dict, run: BuildRun) -> None:
-    """Assert invariant ``name`` of one build (``_check_<name>`` of harness/properties.py)."""
-    getattr(_properties, "_check_" + name)(batch, run)
+def check_property(name: str, batch: dict, run: BuildRun, cases: dict | None = None) -> str | None:
+    """Assert invariant ``name`` of one build (``_check_<name>`` of harness/properties.py).
+
+    Returns why the property says nothing of this batch's entry point (None: it was
+    checked). A failure names the batch: the case of ``cases`` it is, or its rows.
+    """
+    __tracebackhide__ = True
+    reason = _properties.not_applicable_reason(name, batch)
+    if reason is not None:
+        return reason
+    try:
+        getattr(_properties, "_check_" + name)(batch, run)
+    except AssertionError as error:
+        raise AssertionError(f"{name} fails on {batch_words(batch, cases or {})}: {error}") from None
+    return None
+
+
+def batch_words(batch: dict, cases: dict) -> str:
+    """A batch as a report names it: the record's case it is, or a generated batch and its rows."""
+    named = next((case_id for case_id, case in sorted(cases.items()) if case == batch), None)
+    rows = ", ".join(
+        f"({row['seq_len']}, {row['query_len']}, {row.get('drafted')})" for row in batch.get("rows", [])
+    )
+    k = batch.get("speculative_tokens")
+    shape = f"rows (seq_len, query_len, drafted) [{rows}]" + (f", k = {k}" if k else ", no speculation")
+    if batch.get("padded_rows"):
+        shape += f", {batch['padded_rows']} padded"
+    if batch.get("drafts", "given") != "given":
+        shape += f", drafts {batch['drafts']}"
+    return f"case {named}: {shape}" if named else f"a generated batch: {shape}"
 
 
 __all__ = [
@@ -73,6 +101,7 @@ __all__ = [
     "field_differences",
     "known_deviation",
     "make_builder",
+    "op_counts",
     "prepare_builders",
     "prepare_device",
     "prepare_platform",

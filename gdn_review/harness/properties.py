@@ -10,6 +10,30 @@ from __future__ import annotations
 
 from gdn_review.harness.run import build_case
 
+# Properties that read the drafts a case's rows state: a capture derives its drafts from
+# the query lengths (build_for_cudagraph_capture), so they say nothing of it.
+READS_ROW_DRAFTS = {
+    "fallback_condition",
+    "fallback_without_speculating_rows",
+    "spec_rows_match_drafts",
+}
+
+
+def not_applicable_reason(name, batch):
+    """Why property ``name`` says nothing of this batch's entry point (None: it
+    applies)."""
+    if batch.get("call") is not None:
+        return (
+            f"{name} is a property of build()'s metadata; this case calls a host "
+            "function on its own"
+        )
+    if batch.get("entry") == "capture" and name in READS_ROW_DRAFTS:
+        return (
+            f"{name} reads the drafts the rows state; a capture derives them from "
+            "the query lengths"
+        )
+    return None
+
 
 def _real_rows(rows):
     """State-index rows without NULL_BLOCK_ID (-1): CUDA-graph padding is not a row."""
@@ -190,7 +214,7 @@ DERIVED = {
 
 def _variant(batch, **changes):
     """The batch as another scenario: scenario keys replaced, earlier builds dropped."""
-    keys = ("after", "entry", "cudagraph_mode", "block_table_offset")
+    keys = ("after", "entry", "cudagraph_mode", "block_table_offset", "step")
     variant = {key: value for key, value in batch.items() if key not in keys}
     variant.update({key: value for key, value in changes.items() if value is not None})
     return variant

@@ -39,11 +39,13 @@ import torch
 
 from gdn_review.harness.builders import BuilderSettings, make_builder, new_builder
 from gdn_review.harness.environment import prepare_platform
+from gdn_review.harness.inputs import build_arguments
 from gdn_review.harness.server import (
     call_host_function,
     hand_aligned_indices,
     server_fields,
 )
+from gdn_review.harness.steps import run_step, step_skip_reason, step_snapshot
 from gdn_review.harness.sync_proxy import DeviceOriginReads
 from gdn_review.harness.values import SECOND_TABLE, layout, snapshot
 
@@ -66,6 +68,8 @@ class BuildRun:
     device: str
     # update_block_table: the snapshot of the build it re-gathered
     built: dict | None = None
+    # The aten ops of each call (one, or a step's several), in order.
+    call_ops: list[dict] | None = None
 
 
 def settings_for(case: dict, device: str) -> BuilderSettings:
@@ -102,10 +106,12 @@ def needs_own_builder(case: dict) -> bool:
     builder's persistent buffers, so a build there depends on the builds before."""
     mode = case.get("cudagraph_mode")
     # The V2 runner's aligned indices stay set on the builder it hands them to.
+    # A step makes each KV-cache group's builder afresh, as an engine has one per group.
     return (
         bool(case.get("after"))
         or (mode is not None and "FULL" in mode)
         or case.get("aligned_state_indices") is not None
+        or case.get("step") is not None
     )
 
 
@@ -122,6 +128,9 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
         )
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata
 
+    step_reason = step_skip_reason(case, builder)
+    if step_reason is not None:
+        return step_reason
     fields = {f.name for f in dataclasses.fields(GDNAttentionMetadata)}
     for name in case.get("needs") or []:
         if name not in fields and not hasattr(builder, name):
@@ -150,115 +159,6 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
             "(model_runner: v2 with aligned_state_indices)"
         )
     return None
-
-
-def _row_values(case: dict) -> list[dict]:
-    rows = [dict(row) for row in case["rows"]]
-    for _ in range(case.get("padded_rows", 0)):
-        rows.append(
-            {
-                "seq_len": 0,
-                "query_len": 0,
-                "drafted": None,
-                "accepted": 1,
-                "padded": True,
-            }
-        )
-    return rows
-
-
-def _inputs(case: dict, settings: BuilderSettings):
-    """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
-    device = torch.device(settings.device)
-    rows = _row_values(case)
-    query_lens = [row["query_len"] for row in rows]
-    seq_lens = [row["seq_len"] for row in rows]
-    starts = [0]
-    for length in query_lens:
-        starts.append(starts[-1] + length)
-    # Token padding (FULL-graph replay) counts tokens beyond the real ones.
-    num_tokens = starts[-1] + case.get("padded_tokens", 0)
-    columns = settings.block_table_columns
-    # Entry (r, c) = offset + r * columns + c + 1: every state index names its
-    # row, and 0 (vLLM's NULL_BLOCK_ID) never appears as a real entry.
-    block_table = case.get("block_table_offset", 0) + torch.arange(
-        1, len(rows) * columns + 1, dtype=torch.int32
-    ).reshape(len(rows), columns)
-    if case.get("null_padded_blocks"):
-        # Padded rows own no blocks: every entry is NULL_BLOCK_ID (0).
-        block_table[len(case["rows"]) :] = 0
-    # Unless a row says so, a row that does not speculate and has more than
-    # one query token is a prefill (vLLM's is_prefilling); capture batches
-    # are decodes.
-    capture = case.get("entry") == "capture"
-    prefilling = [
-        row["prefilling"]
-        if row.get("prefilling") is not None
-        else (not capture and row.get("drafted") is None and row["query_len"] > 1)
-        for row in rows
-    ]
-    # What the host believes of each sequence's length (vLLM may overestimate).
-    host_seq_lens = [
-        row["seq_len"]
-        if row.get("padded")
-        else row.get("host_seq_len")
-        or row["seq_len"] + case.get("host_seq_len_offset", 0)
-        for row in rows
-    ]
-    seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int32)
-    query_lens_cpu = torch.tensor(query_lens, dtype=torch.int32)
-    query_start_loc_cpu = torch.tensor(starts, dtype=torch.int32)
-    candidates = {
-        "query_start_loc": query_start_loc_cpu.to(device, copy=True),
-        "query_start_loc_cpu": query_start_loc_cpu,
-        "seq_lens": seq_lens_cpu.to(device, copy=True),
-        "num_reqs": len(rows),
-        "num_actual_tokens": num_tokens,
-        "max_query_len": max(query_lens, default=0),
-        "max_seq_len": max(seq_lens, default=0),
-        "block_table_tensor": block_table.to(device),
-        "slot_mapping": torch.arange(num_tokens, dtype=torch.int64).to(device),
-        "causal": True,
-        # A runner that sends no is_prefilling (no_is_prefilling) leaves it None.
-        "is_prefilling": None
-        if case.get("no_is_prefilling")
-        else torch.tensor(prefilling, dtype=torch.bool),
-        "seq_lens_cpu_upper_bound": torch.tensor(host_seq_lens, dtype=torch.int32),
-        # Fields of older releases (0.28, 0.29), ignored where absent.
-        "_seq_lens_cpu": seq_lens_cpu.clone(),
-        "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
-    }
-    accepted = {f.name for f in dataclasses.fields(CommonAttentionMetadata) if f.init}
-    common = CommonAttentionMetadata(
-        **{k: v for k, v in candidates.items() if k in accepted}
-    )
-
-    drafts = None
-    num_accepted = None
-    given = case.get("drafts", "given")
-    if given != "none" and case.get("speculative_tokens") is not None:
-        # "accepted_only": the accepted counts without draft counts (a runner
-        # step that drafted nothing still passes what the last step accepted).
-        if given == "given":
-            drafts = torch.tensor(
-                [-1 if row.get("drafted") is None else row["drafted"] for row in rows],
-                dtype=torch.int32,
-            )
-        num_accepted = torch.tensor(
-            [row.get("accepted", 1) for row in rows], dtype=torch.int32
-        ).to(device)
-    return (
-        {
-            "common_prefix_len": 0,
-            "common_attn_metadata": common,
-            "num_accepted_tokens": num_accepted,
-            "num_decode_draft_tokens_cpu": drafts,
-        },
-        rows,
-        columns,
-    )
 
 
 class _OpCounter:
@@ -321,7 +221,7 @@ def _second_builder(case: dict, settings: BuilderSettings):
 def _run_entry(builder, case: dict, settings: BuilderSettings, other=None):
     """Call the case's entry point on ``builder``; returns (metadata, the snapshot of
     the build it re-gathered or None)."""
-    kwargs, _, columns = _inputs(case, settings)
+    kwargs, _, columns = build_arguments(case, settings)
     return _call_entry(
         builder, case, kwargs, lambda metadata: snapshot(metadata, columns), other
     )
@@ -337,7 +237,8 @@ def _run_after(builder, earlier: dict, device: str) -> None:
 
 def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     """Run the real builder on ``case`` (its entry point, after the builds it
-    names) and return the snapshot of the metadata and the ops it executed."""
+    names; or its engine step) and return the snapshot of the metadata and the
+    ops it executed."""
     prepare_platform()
     if case.get("call") is not None:
         return BuildRun(
@@ -347,6 +248,8 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
             padded_rows=0,
             device=device,
         )
+    if case.get("step") is not None:
+        return _build_step(device, case, count_ops)
     builder, settings = _builder_after(device, case)
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
@@ -356,25 +259,78 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
             metadata, built = _run_entry(builder, case, settings, other)
     else:
         metadata, built = _run_entry(builder, case, settings, other)
-    padded = case.get("padded_rows", 0)
     data = snapshot(metadata, columns)
+    _measure_parts(data, case, other if other is not None else builder, metadata)
+    return BuildRun(
+        metadata=data,
+        ops=dict(sorted(counter.counts.items())),
+        rows=len(case["rows"]),
+        padded_rows=case.get("padded_rows", 0),
+        device=device,
+        built=built,
+        call_ops=[dict(sorted(counter.counts.items()))],
+    )
+
+
+def _measure_parts(data: dict, case: dict, builder, metadata) -> None:
+    """Add the optional parts the case states to its snapshot ``data``."""
     # The case states buffer identity (expect: persistent_views, ...).
     if case.get("layout"):
-        data.update(layout(other if other is not None else builder, metadata))
+        data.update(layout(builder, metadata))
     # What the runner reads of the builder itself (expect: reorder_batch_threshold).
     if case.get("builder_fields"):
         data["reorder_batch_threshold"] = builder.reorder_batch_threshold
     # The case states parts a server's configuration adds (checkpoint_offsets, ...).
     if case.get("server_fields"):
-        data.update(server_fields(other if other is not None else builder, metadata))
+        data.update(server_fields(builder, metadata))
+
+
+def _step_builders(device: str, case: dict):
+    """One fresh builder per KV-cache group of the case's step (a skip where the
+    release cannot run it)."""
+    settings = settings_for(case, device)
+    builders = [new_builder(settings) for _ in range(case["step"].get("groups", 2))]
+    reason = scenario_skip_reason(case, builders[0])
+    if reason is not None:
+        import pytest
+
+        pytest.skip(reason)
+    return builders, settings
+
+
+def _build_step(device: str, case: dict, count_ops: bool) -> BuildRun:
+    """Run the case's engine step (harness.steps): ops counted per step and call."""
+    builders, settings = _step_builders(device, case)
+    kwargs, _, columns = build_arguments(case, settings)
+    counter = _OpCounter()
+    if count_ops:
+        with counter.mode:
+            metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
+    else:
+        metadatas, call_ops = run_step(builders, case, kwargs)
+    data = step_snapshot(metadatas, columns, case.get("block_table_offset", 0))
+    _measure_parts(data, case, builders[0], metadatas[0])
     return BuildRun(
         metadata=data,
         ops=dict(sorted(counter.counts.items())),
         rows=len(case["rows"]),
-        padded_rows=padded,
+        padded_rows=case.get("padded_rows", 0),
         device=device,
-        built=built,
+        call_ops=call_ops if count_ops else None,
     )
+
+
+def op_counts(run: BuildRun, budget: dict, per: str = "step") -> dict[str, int]:
+    """What an op budget measures: per key (alternatives "aten.a|aten.b" counted
+    together), the ops of every call (per step) or the most one call executed (per
+    call)."""
+    calls = [run.ops] if per == "step" else (run.call_ops or [run.ops])
+    return {
+        key: max(
+            (sum(ops.get(op, 0) for op in key.split("|")) for ops in calls), default=0
+        )
+        for key in budget
+    }
 
 
 def prepare_builders(device: str, cases) -> None:
@@ -404,14 +360,25 @@ def _builder_after(device: str, case: dict):
 def count_sync_warnings(device: str, case: dict) -> int:
     """How many host-device synchronisations CUDA reports while the case's entry
     point runs."""
-    builder, settings = _builder_after(device, case)
+    if case.get("step") is not None:
+        builders, settings = _step_builders(device, case)
+        kwargs, _, _ = build_arguments(case, settings)
+
+        def entry():
+            run_step(builders, case, kwargs)
+    else:
+        builder, settings = _builder_after(device, case)
+
+        def entry():
+            _run_entry(builder, case, settings)
+
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            _run_entry(builder, case, settings)
+            entry()
         finally:
             torch.cuda.set_sync_debug_mode(previous)
     return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
@@ -422,8 +389,13 @@ def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
     runs, of tensors that would live on the device (the device-side inputs, the
     builder's buffers, and what is computed from them). CUDA's count stays the
     authority; this tells on CPU whether such a read happens at all."""
-    builder, settings = _builder_after(device, case)
-    kwargs, _, _ = _inputs(case, settings)
+    step = case.get("step") is not None
+    if step:
+        builders, settings = _step_builders(device, case)
+    else:
+        builder, settings = _builder_after(device, case)
+        builders = [builder]
+    kwargs, _, _ = build_arguments(case, settings)
     common = kwargs["common_attn_metadata"]
     tracker = DeviceOriginReads()
     tracker.mark(
@@ -433,9 +405,13 @@ def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
         common.slot_mapping,
         kwargs["num_accepted_tokens"],
     )
-    tracker.mark_attributes(builder)
+    for each in builders:
+        tracker.mark_attributes(each)
     with tracker:
-        _call_entry(builder, case, kwargs)
+        if step:
+            run_step(builders, case, kwargs)
+        else:
+            _call_entry(builder, case, kwargs)
     return dict(sorted(tracker.reads.items()))
 
 

@@ -17,7 +17,8 @@ import time
 from gdn_review.common.interrupts import hold
 from gdn_review.harness.builders import make_builder
 from gdn_review.harness.environment import environment, prepare_platform
-from gdn_review.harness.run import _inputs, settings_for
+from gdn_review.harness.inputs import build_arguments
+from gdn_review.harness.run import settings_for
 
 
 def time_build(device: str, case: dict, repeats: int) -> list[int]:
@@ -29,7 +30,7 @@ def time_build(device: str, case: dict, repeats: int) -> list[int]:
     cuda = device == "cuda"
     samples = []
     for _ in range(repeats):
-        kwargs, _, _ = _inputs(case, settings)
+        kwargs, _, _ = build_arguments(case, settings)
         if cuda:
             torch.cuda.synchronize()
         started = time.perf_counter_ns()

@@ -1,5 +1,6 @@
 """What ``build()`` returns, as plain data: snapshots, the rows each state index
-names (see the block table ``run._inputs`` makes), and the layout of its tensors."""
+names (see the block table ``inputs.build_arguments`` makes), and the layout of its
+tensors."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from gdn_review.kb.batch_rules import FIELD_RULES, case_problems
 from gdn_review.kb.server_config import server_problems
+from gdn_review.kb.step_config import step_problems
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.models import ExpectField, Record, python_name
 
@@ -195,7 +196,7 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
     for index, claim in enumerate(record.claims):
         check = claim.check
         base: Loc = ("claims", index, "check")
-        check_cases = getattr(check, "cases", [])
+        check_cases = getattr(check, "cases", None) or []
         if check.kind != "differential":  # its cases come from its pairs, checked below
             known(base + ("cases",), "case", check_cases, case_ids)
         if check.kind == "differential":
@@ -261,7 +262,7 @@ def _target_reached(record: Record) -> list[tuple[Loc, str]]:
         check = claim.check
         if prop in getattr(check, "properties", []):
             return []
-        if any(record.case(c).entry == entry for c in getattr(check, "cases", []) if c in case_ids):
+        if any(record.case(c).entry == entry for c in (getattr(check, "cases", None) or []) if c in case_ids):
             return []
     return [
         (("target", "symbol"), f"no check reaches {record.target.symbol}: check a case with `entry: {entry}` "
@@ -310,7 +311,7 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
             differ = [name for name in settings if getattr(earlier, name) != getattr(case, name)]
             if differ:
                 problems.append((loc, f"case {earlier_id!r} needs another builder ({', '.join(differ)} differ): builds after one another share one builder"))
-    return problems + _second_builder_problems(record, case, case_ids) + server_problems(case)
+    return problems + _second_builder_problems(record, case, case_ids) + server_problems(case) + step_problems(case)
 
 
 def _builds_before(record: Record, case_id: str, seen: frozenset = frozenset()) -> set[str]:

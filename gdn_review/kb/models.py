@@ -7,12 +7,37 @@ become test names and file names.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from gdn_review.kb.server_config import SERVER_EXPECT_FIELDS, SecondBuilder, ServerFields, configuration_words
-from gdn_review.kb.subjects import OPEN_STATES, Contract, ContractMove, PullRequest, state_words
+from gdn_review.kb.checks import (  # noqa: F401  (re-exported, as the types below)
+    Check,
+    CountPer,
+    DifferentialCheck,
+    EquivalenceCheck,
+    GpuSyncCheck,
+    InvariantCheck,
+    InvariantProperty,
+    LatencyCheck,
+    OpBudgetCheck,
+    OpName,
+    TodoCheck,
+)
+from gdn_review.kb.server_config import (
+    SERVER_EXPECT_FIELDS,
+    SecondBuilder,
+    ServerFields,
+    configuration_words,
+)
+from gdn_review.kb.step_config import Step, step_words
+from gdn_review.kb.subjects import (
+    OPEN_STATES,
+    Contract,
+    ContractMove,
+    PullRequest,
+    state_words,
+)
 from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules import them from here)
     CoreExpectField,
     ExpectField,
@@ -24,26 +49,6 @@ from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules 
     Text,
     python_name,
 )
-
-# One aten op, or alternatives counted together ("aten.bitwise_not|aten.logical_not"),
-# so a rewrite of the same computation with another op is still counted.
-OpName = Annotated[str, StringConstraints(pattern=r"^aten\.[A-Za-z0-9_]+(\|aten\.[A-Za-z0-9_]+)*$")]
-
-
-InvariantProperty = Literal[
-    "fallback_condition",
-    "accepted_counts_in_range",
-    "fallback_without_speculating_rows",
-    # Scenario invariants: FULL-graph staging, capture, re-gather.
-    "full_graph_tails_neutral",
-    "capture_matches_build",
-    "regather_matches_fresh_build",
-    "partition",
-    "spec_rows_match_drafts",
-    "counts_add_up",
-    "indices_in_bounds",
-    "deterministic",
-]
 
 RelationKind = Literal[
     "same-area", "supersedes", "superseded-by", "changes-claim", "fixes", "fixed-by", "depends-on"
@@ -175,6 +180,11 @@ class Case(ServerFields):
         description="entry update_block_table only: the re-gather runs on another builder of the same settings "
         "(another KV-cache group), whose buffers are its own; `after` builds on it first",
     )
+    step: Step | None = Field(
+        default=None,
+        description="one engine step on this batch: each KV-cache group's build() on its own builder and block table, "
+        "after the methods a PR adds (before_builds), as the runner calls them; checks count per step or per call",
+    )
     allow_impossible: Text | None = Field(
         default=None,
         description="why this batch is one vLLM never produces, on purpose (a robustness check); "
@@ -191,92 +201,10 @@ class Case(ServerFields):
         return self
 
     def configuration(self) -> str | None:
-        """How the case configures the builder as a GPU server would, in words (None: as CPU resolves it)."""
-        return configuration_words(self)
-
-
-class OpBudgetCheck(Strict):
-    kind: Literal["op_budget"]
-    budget: Annotated[dict[OpName, Annotated[int, Field(ge=0)]], Field(min_length=1)]
-    cases: Annotated[list[Id], Field(min_length=1)]
-
-
-class EquivalenceCheck(Strict):
-    kind: Literal["equivalence"]
-    cases: Annotated[list[Id], Field(min_length=1)]
-    fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
-        default=None, description="compare only these of each case's expected fields (one case, several claims)"
-    )
-    except_: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
-        default=None, alias="except", description="compare every expected field but these"
-    )
-
-    @model_validator(mode="after")
-    def _fields_or_except(self) -> EquivalenceCheck:
-        if self.fields is not None and self.except_ is not None:
-            raise ValueError("give fields (what to compare) or except (what not to), not both")
-        return self
-
-    def compared(self, expected: dict) -> dict:
-        """The expected fields this claim compares."""
-        if self.fields is not None:
-            return {k: v for k, v in expected.items() if k in self.fields}
-        if self.except_ is not None:
-            return {k: v for k, v in expected.items() if k not in self.except_}
-        return dict(expected)
-
-
-class InvariantCheck(Strict):
-    kind: Literal["invariant"]
-    properties: Annotated[list[InvariantProperty], Field(min_length=1)]
-    speculative_tokens: Annotated[list[Annotated[int, Field(ge=1, le=8)]], Field(min_length=1)] = [1, 2, 3]
-    max_rows: Annotated[int, Field(ge=1, le=64)] = 8
-    examples: Annotated[int, Field(ge=1, le=1000)] = 40
-
-
-class GpuSyncCheck(Strict):
-    kind: Literal["gpu_sync"]
-    max_syncs: Annotated[int, Field(ge=0)]
-    cases: Annotated[list[Id], Field(min_length=1)]
-
-
-class DifferentialCheck(Strict):
-    """Two scenarios of the same batch agree on named fields (vLLM's "fast metadata matches legacy")."""
-
-    kind: Literal["differential"]
-    pairs: Annotated[list[Annotated[list[Id], Field(min_length=2, max_length=2)]], Field(min_length=1)]
-    fields: Annotated[list[ExpectField], Field(min_length=1)]
-    compare: Literal["equal", "prefix"] = Field(
-        default="equal",
-        description="prefix: the first case's lists are a prefix of the second's (the real rows of a padded FULL-graph build)",
-    )
-
-    @property
-    def cases(self) -> list[str]:
-        """Every case of the pairs, once, in order (what other checks call ``cases``)."""
-        return list(dict.fromkeys(case_id for pair in self.pairs for case_id in pair))
-
-
-class LatencyCheck(Strict):
-    """build() latency, A/B between two releases (`gdn-review bench`), not a pytest check."""
-
-    kind: Literal["latency"]
-    cases: Annotated[list[Id], Field(min_length=1)]
-    base: Release | None = Field(default=None, description="release without the change (default: target.base_release)")
-    head: Release | None = Field(default=None, description="release with the change (default: target.head_release)")
-
-
-class TodoCheck(Strict):
-    """A claim not yet turned into a check (drafts from `gdn-review import`)."""
-
-    kind: Literal["TODO"]
-    hint: str | None = Field(default=None, description="what the check should measure")
-
-
-Check = Annotated[
-    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, DifferentialCheck, LatencyCheck, TodoCheck],
-    Field(discriminator="kind"),
-]
+        """How the case configures and calls the builder beyond one build() as CPU resolves it, in words
+        (a GPU server's configuration, an engine step); None: neither."""
+        parts = [words for words in (configuration_words(self), step_words(self)) if words]
+        return "; ".join(parts) or None
 
 
 class KnownDeviation(Strict):

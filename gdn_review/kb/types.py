@@ -102,6 +102,11 @@ ServerExpectField = Literal[
     "prefill_backend_resolved",
     "supports_update_block_table",
 ]
+# What one engine step (a case's `step`, kb/steps.py) measures across its KV-cache groups:
+# per group, the block tables its state indices came from (group g's own is g), and per
+# group after the first, the fields of its metadata that differ from the first group's
+# (state indices compared as entries of each group's own table).
+StepExpectField = Literal["group_state_tables", "group_differences"]
 # ...and the others.
 ExpectField = Literal[
     CoreExpectField,
@@ -127,6 +132,7 @@ ExpectField = Literal[
     # dicts or objects, not plain values: the full-metadata snapshots cover them.
     # The builder as a GPU server configures it.
     ServerExpectField,
+    StepExpectField,
     # What a `call` case's host function returned (a tuple as a list), or what it raised.
     "returned",
     "raised",
