@@ -72,6 +72,23 @@ def _in_range(releases: str | None, release: Version) -> bool:
     return not releases or SpecifierSet(releases).contains(release, prereleases=True)
 
 
+# The clauses of a release range an exported module evaluates itself (no packaging there).
+SIMPLE_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*\d+(\.\d+){0,2}\s*$")
+
+
+def _module_releases(record: Record, claims: list[dict], cases: dict) -> dict[str, str]:
+    """The ranges an exported module checks on whichever vLLM loads it: "claim C1" and
+    "case X" -> the record's range, for each claim and case that has one."""
+    ranges = {f"claim {c.id}": record.claim_releases(c) for c in record.claims if c.id in {x["id"] for x in claims}}
+    ranges |= {f"case {case_id}": case.releases for case_id, case in cases.items()}
+    ranges = {name: value for name, value in sorted(ranges.items()) if value}
+    for name, value in ranges.items():
+        if not all(SIMPLE_CLAUSE.match(clause) for clause in value.split(",")):
+            raise ExportError(f"{name}: the range {value!r} uses more than >=, <=, >, <, == and != of plain releases, "
+                              "which an exported module evaluates itself")
+    return ranges
+
+
 def _active_deviation(claim, selector: str, value: str, release: Version):
     """Index and deviation of ``claim`` that applies on ``release`` to ``value`` (or None).
 
@@ -155,7 +172,7 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
         reason = f"known deviation on vLLM {release}: {deviation.reason}"
         if deviation.measured:
             reason += f" (measured: {deviation.measured})"
-        deviations[index] = {"name": mark, "reason": reason, "instead": deviation.instead}
+        deviations[index] = {"name": mark, "reason": reason, "instead": deviation.instead, "releases": deviation.releases}
         params.append(Call("pytest.param", (value, Code(f"marks={mark}"))))
         if deviation.expect is not None:
             pinned[value] = dict(sorted(deviation.expect.items()))
@@ -203,6 +220,8 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
             {
                 "name": d["name"],
                 "reason": literal(d["reason"], len("    reason="), 4, 1),
+                # Strict where the loaded vLLM is in the deviation's releases (all: no range).
+                "releases": d["releases"],
             }
             for _, d in sorted(deviations.items())
         ],
@@ -344,6 +363,8 @@ def module_context(
         "third_party": third_party,
         "helpers": helpers,
         "cases": assignment("CASES", {case_id: inputs[case_id] for case_id in used_cases}),
+        "release": str(release),
+        "releases": assignment("RELEASES", _module_releases(record, claims, {c: cases[c] for c in used_cases})),
         "expected": assignment("EXPECTED", dict(sorted(expected.items()))) if expected else None,
         "claims": claims,
         "kinds": sorted(kinds),

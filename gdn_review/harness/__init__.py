@@ -66,23 +66,25 @@ def check_property(name: str, batch: dict, run: BuildRun, cases: dict | None = N
     try:
         getattr(_properties, "_check_" + name)(batch, run)
     except AssertionError as error:
-        raise AssertionError(f"{name} fails on {batch_words(batch, cases or {})}: {error}") from None
+        # Reports show a failure's first line: the batch goes there, the rest after it.
+        label, shape = batch_words(batch, cases or {})
+        first, _, rest = str(error).strip().partition("\n")
+        message = f"{name} fails on {label}: {first} ({shape})" + (f"\n{rest}" if rest else "")
+        raise AssertionError(message) from None
     return None
 
 
-def batch_words(batch: dict, cases: dict) -> str:
-    """A batch as a report names it: the record's case it is, or a generated batch and its rows."""
+def batch_words(batch: dict, cases: dict) -> tuple[str, str]:
+    """A batch as a report names it: the record's case it is (or "a generated batch"), and its shape."""
     named = next((case_id for case_id, case in sorted(cases.items()) if case == batch), None)
-    rows = ", ".join(
-        f"({row['seq_len']}, {row['query_len']}, {row.get('drafted')})" for row in batch.get("rows", [])
-    )
+    rows = ", ".join(f"({row['seq_len']}, {row['query_len']}, {row.get('drafted')})" for row in batch.get("rows", []))
     k = batch.get("speculative_tokens")
     shape = f"rows (seq_len, query_len, drafted) [{rows}]" + (f", k = {k}" if k else ", no speculation")
     if batch.get("padded_rows"):
         shape += f", {batch['padded_rows']} padded"
     if batch.get("drafts", "given") != "given":
         shape += f", drafts {batch['drafts']}"
-    return f"case {named}: {shape}" if named else f"a generated batch: {shape}"
+    return (f"case {named}" if named else "a generated batch"), shape
 
 
 __all__ = [
