@@ -283,3 +283,13 @@ def test_as_expect_prints_every_field_measured_layout_raw_indices_builder_and_se
     pasted = STAGING.replace("    expect:\n" + stated, "".join(f"    {line}\n" for line in lines[1:]))
     assert parse_record(pasted, "7.yaml", expects_optional=True).case("decode_stated").expect["persistent_views"] == [
         "non_spec_query_start_loc", "non_spec_state_indices_tensor"]
+
+
+def test_a_step_case_needs_the_fields_that_compare_its_groups(write_record):
+    from gdn_review.kb import load_record
+    from gdn_review.run.fill_expects import case_fields
+
+    text = (ROOT / "kb" / "52297.yaml").read_text(encoding="utf-8").replace("      group_differences: [[]]\n", "", 1)  # mixed_step's
+    record = load_record(write_record(text, "52297.yaml") / "52297.yaml")
+    assert case_fields(record, "mixed_step") == {"group_state_tables": "its expect states it", "group_differences": "a step compares its groups"}
+    assert list(case_fields(record, "mixed_batch")) == []  # one build(): no groups to compare

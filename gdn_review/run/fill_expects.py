@@ -107,6 +107,7 @@ def case_fields(record, case_id: str) -> dict[str, str]:
     import typing
 
     from gdn_review.kb.models import CoreExpectField, ExpectField
+    from gdn_review.kb.step_config import STEP_EXPECT_FIELDS
 
     asked: dict[str, str] = {}
 
@@ -115,6 +116,8 @@ def case_fields(record, case_id: str) -> dict[str, str]:
             asked.setdefault(field, who)
 
     ask(record.case(case_id).expect, "its expect states it")
+    if record.case(case_id).step is not None:  # what a step is for: its groups compared
+        ask(STEP_EXPECT_FIELDS, "a step compares its groups")
     for claim in record.claims:
         check = claim.check
         if check.kind not in ("equivalence", "differential") or case_id not in check.cases:
