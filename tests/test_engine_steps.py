@@ -163,6 +163,8 @@ def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_na
     reason = next(t["reason"] for t in tests if t.get("claim") == "C1" and t["outcome"] == "failed")
     assert "fallback_condition fails on case plain: path 'spec'" in reason, reason
     assert "rows (seq_len, query_len, drafted) [(20, 1, 0), (9, 1, 0)], k = 2" in reason
+    shown = report_data(load_record(kb / "7.yaml"), load_evidence([evidence]))["claims"][0]
+    assert shown["verdict"] == "fails" and "fallback_condition fails on case plain" in shown["reason"], shown
 
 
 def test_a_property_says_where_it_does_not_apply():
