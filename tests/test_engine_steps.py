@@ -200,3 +200,10 @@ def test_the_generated_invariant_runs_only_on_the_cases_it_lists(write_record):
     text = render_module(record, "kb/7.yaml")
     assert "@example(batch=CASES['plain'])" in text and "@example(batch=CASES['needs_the_pr'])" not in text
 
+
+
+def test_bench_times_a_step_case_as_its_whole_step():
+    from gdn_review.harness.timing import time_build
+
+    samples = time_build("cpu", dict(MIXED, step={"groups": 2}), 2)
+    assert len(samples) == 2 and all(isinstance(ns, int) and ns > 0 for ns in samples)

@@ -3,9 +3,9 @@
 One worker process per vLLM release (that release's sources first on
 ``PYTHONPATH``), driven over stdin/stdout with one JSON object a line, so the
 parent can interleave releases (A B B A ...) on the same machine. Only
-``build()`` is inside the clock: the inputs are made before each call. On
-CUDA the device is synchronised before and after, so queued kernels are
-counted.
+``build()`` is inside the clock (a step case: its whole engine step, every
+group's call): the inputs are made before each call. On CUDA the device is
+synchronised before and after, so queued kernels are counted.
 """
 
 from __future__ import annotations
@@ -15,18 +15,24 @@ import sys
 import time
 
 from gdn_review.common.interrupts import hold
-from gdn_review.harness.builders import make_builder
+from gdn_review.harness.builders import make_builder, new_builder
 from gdn_review.harness.environment import environment, prepare_platform
 from gdn_review.harness.inputs import build_arguments
 from gdn_review.harness.run import settings_for
+from gdn_review.harness.steps import run_step
 
 
 def time_build(device: str, case: dict, repeats: int) -> list[int]:
-    """Nanoseconds of each of ``repeats`` calls of ``build()`` on ``case``."""
+    """Nanoseconds of each of ``repeats`` calls of ``build()`` on ``case`` (of its
+    engine step, for a step case: each group's builder its own)."""
     import torch
 
     settings = settings_for(case, device)
-    builder = make_builder(settings)
+    step = case.get("step")
+    if step is not None:
+        builders = [new_builder(settings) for _ in range(step.get("groups", 2))]
+    else:
+        builder = make_builder(settings)
     cuda = device == "cuda"
     samples = []
     for _ in range(repeats):
@@ -34,7 +40,10 @@ def time_build(device: str, case: dict, repeats: int) -> list[int]:
         if cuda:
             torch.cuda.synchronize()
         started = time.perf_counter_ns()
-        builder.build(**kwargs)
+        if step is not None:
+            run_step(builders, case, kwargs)
+        else:
+            builder.build(**kwargs)
         if cuda:
             torch.cuda.synchronize()
         samples.append(time.perf_counter_ns() - started)
