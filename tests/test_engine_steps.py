@@ -207,3 +207,14 @@ def test_bench_times_a_step_case_as_its_whole_step():
 
     samples = time_build("cpu", dict(MIXED, step={"groups": 2}), 2)
     assert len(samples) == 2 and all(isinstance(ns, int) and ns > 0 for ns in samples)
+
+
+def test_reports_and_the_guards_line_map_name_a_step():
+    from gdn_review.kb.server_config import configuration_label
+
+    record = load_record(ROOT / "kb" / "52297.yaml")
+    assert configuration_label(record.case("mixed_step")) == "step of 2 groups"
+    assert record.case("mixed_step_spec_metadata").configuration() == (
+        "one engine step: compute_spec_metadata() once, then build() of each of 2 KV-cache groups (own builders and block tables)"
+    )
+    assert record.case("mixed_batch").configuration() is None

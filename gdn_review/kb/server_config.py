@@ -130,7 +130,10 @@ def configuration_label(case) -> str:
     it is as this machine resolves it."""
     if case.call is not None:
         return f"host call {case.call.function.rsplit('.', 1)[-1]}"
-    return " + ".join(short for short, _ in _configuration_parts(case) if short) or "CPU default"
+    shorts = [short for short, _ in _configuration_parts(case) if short]
+    if getattr(case, "step", None) is not None:  # an engine step: several groups' calls
+        shorts.append(f"step of {case.step.groups} groups")
+    return " + ".join(shorts) or "CPU default"
 
 
 def configuration_words(case) -> str | None:
