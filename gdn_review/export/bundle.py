@@ -259,7 +259,8 @@ def write_bundle(
         runs = [v for v in versions if not base or Version(v) >= Version(base)]
         latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
         bench = None
-        if latency is not None:
+        # An open PR's latency claim has no head release (its side is the PR's diff): not benched here.
+        if latency is not None and (latency.head or record.target.head_release):
             bench = {"base": latency.base or base, "head": latency.head or record.target.head_release}
             absent = [v for v in bench.values() if v not in versions]
             if absent:
