@@ -187,7 +187,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
 @click.command(name="bench")
 @kb_option
 @click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).  [default: every record with a latency claim]")
-@click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the latency check's, else the record's base and head]")
+@click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the latency check's, else the record's base and head; an open PR: its base release and BASE+diff, kb/N.diff applied]")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable; one record).  [default: the latency check's cases]")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Per record: stop adding rounds after this long, tight or not.")
@@ -206,6 +206,12 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
     not distinguishable from noise, or contradicted; the record's latency claim
     takes that verdict in the reports. This is build()'s latency, the mechanism
     of a throughput claim; end-to-end throughput needs a serving benchmark.
+
+    An open PR's change is in no release: its base release is timed against
+    the same release with the PR's diff applied (BASE+diff), from the diff
+    stored beside its record (kb/N.diff, as `gh pr diff N > kb/N.diff` writes
+    it); without that file, a named record is bad input (exit 2) and a run over
+    every record skips it, saying so.
 
     \b
     Examples:

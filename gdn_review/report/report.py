@@ -44,7 +44,7 @@ def write_reports(
     ``reports``: report data made already (the release matrix's), written as they are.
     """
     if reports is None:
-        reports = [report_data(record, evidence) for record in sorted(records.values(), key=lambda r: r.sort_key)]
+        reports = [report_data(record, evidence, path=path) for path, record in sorted(records.items(), key=lambda item: item[1].sort_key)]
         # A related PR with a record of its own links to that record's report.
         numbers = {record.number for record in records.values()}
         for data in reports:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
@@ -96,14 +97,39 @@ def _measured_summary(claim, ran: list[dict]) -> str:
 MECHANISM = "build() latency is the mechanism the claim names; the end-to-end throughput figure needs a serving benchmark"
 
 
-def latency_claim(claim, number: int, results: dict | None) -> dict:
+def not_measured(claim, record: Record | None, number, path: Path | None = None) -> str:
+    """Why a latency claim has no bench result, advising only a command that can run.
+
+    An open PR is timed against its diff (``kb/N.diff``): where none is stored
+    beside the record (or the record's file ``path`` is not known), the claim
+    is measured once it is, or once the change is released.
+    """
+    if record is None:
+        return f"not measured: run `gdn-review bench --record {number}`"
+    base = claim.check.base or record.target.base_release
+    head = claim.check.head or record.target.head_release
+    if base and not head and record.is_open:
+        beside = Path(path).with_suffix(".diff") if path is not None else None
+        diff = str(beside) if beside is not None else f"kb/{number}.diff"
+        if beside is not None and beside.is_file() and not beside.is_symlink():
+            return f"not measured: run `gdn-review bench --record {number}` (vLLM {base} against {base} with the PR's diff, {diff})"
+        return (f"not measured: {record.label} is {state_words(record.state)}, so no release has its change; the latency claim is measured "
+                f"once the PR's diff is stored beside the record (`gh pr diff {number} > {diff}`, then `gdn-review bench --record {number}`) "
+                "or the change is released")
+    if not base or not head:
+        return f"not measured: the record has no base and head release; `gdn-review bench --record {number} --releases BASE,HEAD` times two releases"
+    return f"not measured: run `gdn-review bench --record {number}`"
+
+
+def latency_claim(claim, number: int, results: dict | None, record: Record | None = None, path: Path | None = None) -> dict:
     """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench` per device.
 
     Where the bench ran on CUDA too, CUDA's verdict is the claim's (the claim is
-    about a GPU server); every device's numbers are shown.
+    about a GPU server); every device's numbers are shown. ``path``: the
+    record's file, where an open PR's diff would lie beside it (None: not known).
     """
     if not results:
-        return {"verdict": "unverified", "reason": f"not measured: run `gdn-review bench --record {number}`", "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
+        return {"verdict": "unverified", "reason": not_measured(claim, record, number, path), "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
     devices = sorted(results, key=lambda device: (device != "cuda", device))
     reasons, measured, rows, by_device = [], [], [], {}
     for device in devices:
@@ -205,11 +231,12 @@ def configurations(record: Record, claim, ran: list[dict]) -> str:
     return "; ".join(words)
 
 
-def report_data(record: Record, evidence: Evidence, with_change: bool = False) -> dict:
+def report_data(record: Record, evidence: Evidence, with_change: bool = False, path: Path | None = None) -> dict:
     """Everything a report says about one record, as plain data.
 
     ``with_change``: the evidence ran with the record's own PR applied (its diff),
-    so an open PR's claims are read as they are, never pending.
+    so an open PR's claims are read as they are, never pending. ``path``: the
+    record's file (``kb/N.yaml``), where known: whether its PR's diff is stored.
     """
     expected = expected_tests(record) if not is_draft(record) else {}
     mine = superseded_skips([t for t in evidence.tests if t["record"] == record.number])
@@ -257,7 +284,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False) -
             }
         )
         if claim.check.kind == "latency":
-            claims[-1].update(latency_claim(claim, record.number, evidence.bench.get(str(record.number))))
+            claims[-1].update(latency_claim(claim, record.number, evidence.bench.get(str(record.number)), record, path))
     diff_side = _diff_side(record, evidence, claims) if not with_change else None
     upstream = []
     for item in record.upstream_tests:

@@ -9,6 +9,11 @@ medians is tight, or the time cap is reached. Intervals are bootstrap
 percentiles (resampling each release's samples); the pooled ratio is the
 geometric mean over cases.
 
+An open PR's change is in no release: its head side is its base release
+with the PR's diff (``kb/N.diff``) applied to a copy of the release's files
+(``review.patch`` and ``review.tree``, as ``gdn-review review`` does), and
+both sides then load that release's files from the same copy.
+
 What it measures is ``build()``'s latency, the mechanism a throughput claim
 names; an end-to-end throughput figure needs a serving benchmark.
 """
@@ -16,13 +21,16 @@ names; an end-to-end throughput figure needs a serving benchmark.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -36,6 +44,10 @@ CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda
 
 class BenchError(Exception):
     """The benchmark cannot run (release unavailable, worker died): said for people."""
+
+
+class DiffNeeded(BenchError):
+    """An open PR's head side is its diff, and none is stored beside its record."""
 
 
 @dataclasses.dataclass
@@ -91,10 +103,13 @@ def platform_for(device: str, env: dict) -> str:
 
 
 class _Worker:
-    def __init__(self, release: str, device: str, cases: dict):
+    def __init__(self, release: str, device: str, cases: dict, pythonpath: Path | None = None):
+        """``pythonpath``: the folder holding this side's vllm/ (a patched copy); None: the release itself."""
         env = dict(os.environ)
-        if release != release_cache.installed():
-            path = str(release_cache.ensure(release).path)
+        if pythonpath is None and release != release_cache.installed():
+            pythonpath = release_cache.ensure(release).path
+        if pythonpath is not None:
+            path = str(pythonpath)
             env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["VLLM_TARGET_DEVICE"] = platform_for(device, env)
         self.release = release
@@ -141,16 +156,21 @@ def bench(
     resamples: int = 1000,
     seed: int = 0,
     say: Callable[[str], None] = lambda line: None,
+    paths: dict[str, Path] | None = None,
 ) -> dict:
-    """Interleaved A/B rounds until every case's interval is within ``tolerance`` or time runs out."""
+    """Interleaved A/B rounds until every case's interval is within ``tolerance`` or time runs out.
+
+    ``paths``: side name (``base``, ``head``) -> the folder holding that side's vllm/
+    (an open PR's patched copy); a side not named loads its release.
+    """
     if not cases:
         raise BenchError("no cases to time")
     started = time.monotonic()
     workers = []
     try:
-        for release in (base, head):
+        for side, release in (("base", base), ("head", head)):
             say(f"starting a timing worker for vLLM {release} ({device})")
-            workers.append(_Worker(release, device, cases))
+            workers.append(_Worker(release, device, cases, (paths or {}).get(side)))
         for worker in workers:  # both import vLLM at once; only the rounds must not overlap
             worker.wait_ready()
         timings = {case: CaseTiming(case, [], []) for case in cases}
@@ -233,6 +253,63 @@ def latency_records(records: dict, named: bool) -> list[tuple[Path, object, obje
     return chosen
 
 
+DIFF_SIDE = "+diff"  # the head side of an open PR: its base release with its diff applied
+
+
+def sides(path: Path, record, latency, pair: str | None) -> tuple[str, str, Path | None]:
+    """(base, head, diff) to time for one record: ``--releases``, else the latency check's, else the record's releases.
+
+    An open PR (its change in no release) is timed as its base release against
+    ``BASE+diff``: the same release with the PR's diff beside the record
+    (``kb/N.diff``) applied; without that file, BenchError says where it goes.
+    """
+    from gdn_review.review import diff_side
+
+    if pair:
+        try:
+            base, head = (part.strip() for part in pair.split(","))
+        except ValueError:
+            raise BenchError(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
+        return base, head, None
+    base = (latency.base if latency else None) or record.target.base_release
+    head = (latency.head if latency else None) or record.target.head_release
+    if base and not head and record.is_open:
+        diff = diff_side.diff_beside(path)
+        if diff is None:
+            number = record.number
+            raise DiffNeeded(
+                f"{path}: {record.label} is open, so no release has its change: bench times vLLM {base} against {base} "
+                f"with the PR's diff, which is not stored; put it beside the record as {Path(path).with_suffix('.diff')} "
+                f"(`gh pr diff {number} > {Path(path).with_suffix('.diff')}`), or give --releases BASE,HEAD"
+            )
+        return base, base + DIFF_SIDE, diff
+    if not base or not head:
+        raise BenchError(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
+    return base, head, None
+
+
+def patched_release(diff: Path, release: str, folder: Path, say: Callable[[str], None] = print) -> tuple[Path, Path]:
+    """(the release's files, the same with ``diff`` applied): two folders holding vllm/, for the two timing workers.
+
+    The diff is applied as ``gdn-review review`` applies it (``patch``: every
+    name checked, nothing outside vLLM's tree; ``tree.overlay``: a tree of links
+    to the release's files, only the changed files written, in ``folder``).
+    """
+    from gdn_review.review import orchestrate, patch, tree
+
+    try:
+        onto = orchestrate.onto_release(release, None, say)
+    except orchestrate.ReviewError as error:
+        raise BenchError(str(error)) from None
+    _, files = patch.read_diff_file(diff)  # PatchError: a file name that leaves vLLM's tree, or no diff
+    in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
+    if not in_tree:
+        raise BenchError(f"{diff}: the diff changes no file of vLLM's Python package: nothing to time")
+    patch.confine(in_tree, onto.tree, str(diff))
+    patched = patch.apply(in_tree, onto.read, str(diff))  # PatchError: a hunk that does not apply
+    return onto.tree, tree.overlay(onto.tree, patched, Path(folder) / "tree")
+
+
 def bench_command(
     records: dict,
     named: bool,
@@ -256,25 +333,41 @@ def bench_command(
         raise BenchError("no record has a latency claim; name one with --record N")
     if case_ids and len(chosen) > 1:
         raise BenchError("--case needs a single --record")
-    results = {}
-    for path, record, latency in chosen:
-        base = (latency.base if latency else None) or record.target.base_release
-        head = (latency.head if latency else None) or record.target.head_release
-        if pair:
-            try:
-                base, head = (part.strip() for part in pair.split(","))
-            except ValueError:
-                raise BenchError(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
-        if not base or not head:
-            raise BenchError(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
+    planned = []
+    for path, record, latency in chosen:  # every record's sides and cases first: bad input stops before any timing
+        try:
+            base, head, diff = sides(path, record, latency, pair)
+        except DiffNeeded as error:
+            if named:
+                raise
+            say(f"skipped: {error}")  # every record with a latency claim: the others are timed
+            continue
         cases = module_context(record, path.name)["cases"]
         wanted = list(case_ids) or (list(latency.cases) if latency is not None else list(cases))
         unknown = [c for c in wanted if c not in cases]
         if unknown:
             raise BenchError(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
-        say(f"{record.label}: timing build() on {len(wanted)} case(s): vLLM {base} (base) vs {head} (head), {device}")
-        result = bench({c: cases[c] for c in wanted}, base, head, device=device, max_seconds=max_seconds,
-                       tolerance=tolerance, say=lambda line: say(f"  {line}"))
+        planned.append((path, record, base, head, diff, {c: cases[c] for c in wanted}))
+    if not planned:
+        raise BenchError("no record to time: each one with a latency claim is an open PR without its diff stored (see above)")
+    results = {}
+    for path, record, base, head, diff, cases in planned:
+        folder = Path(tempfile.mkdtemp(prefix="gdn-review-bench-")) if diff is not None else None
+        try:
+            paths = None
+            if diff is not None:
+                say(f"{record.label}: its diff {diff} applied onto a copy of vLLM {base}'s files (both sides load that copy)")
+                unpatched, patched = patched_release(diff, base, folder, say=say)
+                paths = {"base": unpatched, "head": patched}
+            say(f"{record.label}: timing build() on {len(cases)} case(s): vLLM {base} (base) vs {head} (head), {device}")
+            result = bench(cases, base, head, device=device, max_seconds=max_seconds,
+                           tolerance=tolerance, say=lambda line: say(f"  {line}"), paths=paths)
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        if diff is not None:
+            result["diff"] = str(diff)
+            result["diff_sha256"] = hashlib.sha256(Path(diff).read_bytes()).hexdigest()
         for line in result_lines(record.number, result):
             show(line)
         results[record.number] = result
