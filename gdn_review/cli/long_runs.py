@@ -220,10 +220,12 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
       gdn-review bench --record 52078 --device cuda             # on a GPU machine
       gdn-review report --evidence .gdn-review/evidence.json --evidence .gdn-review/bench.json
     """
+    from gdn_review.review import diff_side
     from gdn_review.run import bench
 
     records = load_records(kb_dir, numbers)
-    bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=_say, show=click.echo)
+    bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=_say, show=click.echo,
+                        apply_diff=diff_side.release_with_diff)
     _say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")
 
 

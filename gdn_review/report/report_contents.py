@@ -14,6 +14,7 @@ from pathlib import Path
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
+from gdn_review.report.evidence_age import evidence_parts
 from gdn_review.report.markdown import text
 from gdn_review.report.verdicts import (
     COVERAGE,
@@ -358,7 +359,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
         "mutation": mutation,
         "diff_side": diff_side,
-        "parts": _parts(record, evidence, mine, diff_side),
+        "parts": evidence_parts(record, evidence, mine, diff_side),
         "next_steps": _next_steps(claims, risks, mutation, diff_side, record),
         "finished_at": max(evidence.finished_at, default=""),
         "tests_total": len(mine),
@@ -394,44 +395,6 @@ def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict |
                      "failing": [f"{f.get('case')} ({f.get('device')})" for f in found.get("failing") or [] if isinstance(f, dict)]})
     return {"diff": side["diff"], "release": side["release"], "finished_at": side["finished_at"], "sha256": str(side.get("diff_sha256", ""))[:12],
             "moved": side.get("moved", 0), "unexplained": side.get("unexplained") or [], "claims": rows}
-
-
-def _parts(record: Record, evidence: Evidence, tests: list[dict], diff_side: dict | None) -> list[str]:
-    """How old each part of the evidence is: the tests, the mutants, the diff side, the bench."""
-    ran = [t for t in tests if t["environment"] is not None and t["outcome"] in RAN]
-    newest = max((evidence.finished_at[t["environment"]] for t in ran), default="")
-    parts = [f"tests: {newest or 'none ran'}"]
-    info = evidence.mutation.get(str(record.number))
-    if info:
-        parts.append(f"mutants: {info.get('finished_at') or '?'} (vLLM {info.get('release', '?')}){_age(info.get('finished_at'), newest)}")
-    else:
-        parts.append("mutants: not run (`gdn-review mutate`)")
-    if diff_side:
-        parts.append(f"the PR's diff: {diff_side['finished_at']} (onto vLLM {diff_side['release']}){_age(diff_side['finished_at'], newest)}")
-    for device, result in sorted(evidence.bench.get(str(record.number), {}).items()):
-        parts.append(f"bench ({device}): {result.get('finished_at', '?')}")
-    return parts
-
-
-def _age(then: str | None, tests: str) -> str:
-    """`` (2 h 5 min before the tests)``: how much older a part is than the tests ('' when it is not, or unknown)."""
-    import datetime
-
-    def parse(value):
-        try:
-            moment = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
-
-    a, b = parse(then), parse(tests)
-    if a is None or b is None or b <= a:
-        return ""
-    minutes = int((b - a).total_seconds() // 60)
-    if minutes < 1:
-        return ""
-    shown = f"{minutes // 1440} d {minutes % 1440 // 60} h" if minutes >= 1440 else f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
-    return f" ({shown} before the tests)"
 
 
 def _release(evidence: Evidence, test: dict) -> str:

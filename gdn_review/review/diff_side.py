@@ -86,6 +86,25 @@ def write_part(evidence: Path, number, part: dict) -> None:
     atomic_write(Path(evidence), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
 
 
+def release_with_diff(diff: Path, release: str, folder: Path, say: Callable[[str], None] = print) -> tuple[Path, Path]:
+    """(the release's files, the same with the PR's ``diff`` applied): two folders holding vllm/ (`gdn-review bench`'s two sides).
+
+    The diff is applied as a review applies it: every name checked, nothing
+    outside vLLM's tree (``patch``); a tree of links to the release's files
+    with only the changed files written, in ``folder`` (``tree.overlay``).
+    """
+    from gdn_review.review import patch, tree
+
+    onto = orchestrate.onto_release(release, None, say)
+    _, files = patch.read_diff_file(diff)  # PatchError: a file name that leaves vLLM's tree, or no diff
+    in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
+    if not in_tree:
+        raise orchestrate.ReviewError(f"{diff}: the diff changes no file of vLLM's Python package: nothing to time")
+    patch.confine(in_tree, onto.tree, str(diff))
+    patched = patch.apply(in_tree, onto.read, str(diff))  # PatchError: a hunk that does not apply
+    return onto.tree, tree.overlay(onto.tree, patched, Path(folder) / "tree")
+
+
 def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_dir: Path, generated: Path, say: Callable[[str], None] = print) -> bool:
     """The PR's diff side on ``release``, added to the evidence of that release (`run`'s, or the matrix's base release's); False: no diff stored."""
     diff = diff_beside(record_path)

@@ -10,8 +10,9 @@ percentiles (resampling each release's samples); the pooled ratio is the
 geometric mean over cases.
 
 An open PR's change is in no release: its head side is its base release
-with the PR's diff (``kb/N.diff``) applied to a copy of the release's files
-(``review.patch`` and ``review.tree``, as ``gdn-review review`` does), and
+with the PR's diff (``kb/N.diff``) applied to a copy of the release's files,
+as ``gdn-review review`` applies it (``review.diff_side.release_with_diff``,
+which the command passes in: the review stage comes after this one), and
 both sides then load that release's files from the same copy.
 
 What it measures is ``build()``'s latency, the mechanism a throughput claim
@@ -263,8 +264,6 @@ def sides(path: Path, record, latency, pair: str | None) -> tuple[str, str, Path
     ``BASE+diff``: the same release with the PR's diff beside the record
     (``kb/N.diff``) applied; without that file, BenchError says where it goes.
     """
-    from gdn_review.review import diff_side
-
     if pair:
         try:
             base, head = (part.strip() for part in pair.split(","))
@@ -274,8 +273,10 @@ def sides(path: Path, record, latency, pair: str | None) -> tuple[str, str, Path
     base = (latency.base if latency else None) or record.target.base_release
     head = (latency.head if latency else None) or record.target.head_release
     if base and not head and record.is_open:
-        diff = diff_side.diff_beside(path)
-        if diff is None:
+        diff = Path(path).with_suffix(".diff")
+        if diff.is_symlink() or (diff.exists() and not diff.is_file()):
+            raise BenchError(f"{diff}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
+        if not diff.exists():
             number = record.number
             raise DiffNeeded(
                 f"{path}: {record.label} is open, so no release has its change: bench times vLLM {base} against {base} "
@@ -286,28 +287,6 @@ def sides(path: Path, record, latency, pair: str | None) -> tuple[str, str, Path
     if not base or not head:
         raise BenchError(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
     return base, head, None
-
-
-def patched_release(diff: Path, release: str, folder: Path, say: Callable[[str], None] = print) -> tuple[Path, Path]:
-    """(the release's files, the same with ``diff`` applied): two folders holding vllm/, for the two timing workers.
-
-    The diff is applied as ``gdn-review review`` applies it (``patch``: every
-    name checked, nothing outside vLLM's tree; ``tree.overlay``: a tree of links
-    to the release's files, only the changed files written, in ``folder``).
-    """
-    from gdn_review.review import orchestrate, patch, tree
-
-    try:
-        onto = orchestrate.onto_release(release, None, say)
-    except orchestrate.ReviewError as error:
-        raise BenchError(str(error)) from None
-    _, files = patch.read_diff_file(diff)  # PatchError: a file name that leaves vLLM's tree, or no diff
-    in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
-    if not in_tree:
-        raise BenchError(f"{diff}: the diff changes no file of vLLM's Python package: nothing to time")
-    patch.confine(in_tree, onto.tree, str(diff))
-    patched = patch.apply(in_tree, onto.read, str(diff))  # PatchError: a hunk that does not apply
-    return onto.tree, tree.overlay(onto.tree, patched, Path(folder) / "tree")
 
 
 def bench_command(
@@ -321,10 +300,14 @@ def bench_command(
     evidence_path: Path,
     say: Callable[[str], None] = print,
     show: Callable[[str], None] = print,
+    apply_diff: Callable[..., tuple[Path, Path]] | None = None,
 ) -> dict[int, dict]:
     """``gdn-review bench``: time each chosen record's cases between its two releases; write the evidence.
 
     ``say`` gets progress, ``show`` the result table of each record.
+    ``apply_diff(diff, release, folder, say)``: (the release's files, the same
+    with the diff applied), two folders holding vllm/, for an open PR's two sides
+    (``review.diff_side.release_with_diff``).
     """
     from gdn_review.generate import module_context
 
@@ -356,8 +339,10 @@ def bench_command(
         try:
             paths = None
             if diff is not None:
+                if apply_diff is None:
+                    raise BenchError(f"{record.label}: timing its diff needs a function that applies it (review.diff_side.release_with_diff)")
                 say(f"{record.label}: its diff {diff} applied onto a copy of vLLM {base}'s files (both sides load that copy)")
-                unpatched, patched = patched_release(diff, base, folder, say=say)
+                unpatched, patched = apply_diff(diff, base, folder, say=say)
                 paths = {"base": unpatched, "head": patched}
             say(f"{record.label}: timing build() on {len(cases)} case(s): vLLM {base} (base) vs {head} (head), {device}")
             result = bench(cases, base, head, device=device, max_seconds=max_seconds,
