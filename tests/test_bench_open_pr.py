@@ -7,6 +7,7 @@ reports never advise a bench that cannot run.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import subprocess
 import sys
@@ -134,3 +135,5 @@ def test_bench_times_an_open_pr_with_its_stored_diff(open_kb, tmp_path):
     assert result["cases"][0]["case"] == "spec" and result["cases"][0]["base_median_us"] > 0
     # Both sides load the same copy of the release's files, the head side with the diff applied.
     assert {env["vllm_version"] for env in result["environments"].values()} == {release}
+    # The record as it was when it was timed (a report names the bench stale once it is edited).
+    assert result["record_sha256"] == hashlib.sha256((open_kb / "7.yaml").read_bytes()).hexdigest()

@@ -119,6 +119,8 @@ def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: se
         verdicts = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
         coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
         click.echo(f"{key_label(data['number'])}: claims {verdicts}; risks {coverage}")
+        for line in data.get("stale", []):  # a part measured on an earlier version of the record
+            click.echo(f"  {line}")
     _print_written(written, fmt)
     tripped = reporting.failures(reports, fail_on)
     for line in tripped:

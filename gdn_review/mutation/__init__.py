@@ -230,7 +230,8 @@ def write_evidence(evidence: Path, catalogues: list[Catalogue], entries: list[di
         "format": MUTATION_FORMAT,
         **settings,
         "records": {
-            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes, "finished_at": settings.get("finished_at")}
+            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes, "finished_at": settings.get("finished_at"),
+                            "record_sha256": (data.get("record_sha256") or {}).get(str(c.record))}  # the baseline's record file
             for c in catalogues
         },
         "mutants": entries,

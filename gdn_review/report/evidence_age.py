@@ -1,30 +1,69 @@
-"""How old each part of a record's evidence is: the tests, the mutants, the diff side, the bench.
+"""How old each part of a record's evidence is: the tests, the mutants, the diff side, the bench; which are stale.
 
 Each command keeps its latest result in the evidence (``run.evidence_parts``),
 so one report can mix parts of different times; the report says when each was
-measured, and how much older than the tests it is.
+measured, how much older than the tests it is, and which parts were measured
+on an earlier version of the record's file than the one there now (each part
+keeps the sha256 of the record's file as it was when the part ran).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from gdn_review.kb import Record
 from gdn_review.report.verdicts import RAN, Evidence
 
 
-def evidence_parts(record: Record, evidence: Evidence, tests: list[dict], diff_side: dict | None) -> list[str]:
-    """How old each part of the evidence is: the tests, the mutants, the diff side, the bench."""
+def stale_parts(record: Record, evidence: Evidence, path: Path | None, tests: list[dict]) -> dict[str, str]:
+    """Part -> "stale: ..." for each part of the evidence measured on an earlier version of the record's file.
+
+    A part's ``record_sha256`` (the file when it ran) against the file now;
+    a part without one (older evidence) or a record whose file is not known
+    is never stale. Parts: ``tests``, ``mutants``, ``diff`` (the open PR's
+    diff side), ``bench (DEVICE)``; each line names the command that measures it again.
+    """
+    from gdn_review.run.evidence_parts import record_sha256
+
+    current = record_sha256(path) if path is not None else None
+    if current is None:
+        return {}
+    number, key = record.number, str(record.number)
+    edited = f"an earlier version of {path} (edited since)"
+    found = {}
+    ran_on = {evidence.tests_record_hash(t["environment"], number) for t in tests if t["environment"] is not None}
+    if ran_on - {None, current}:
+        found["tests"] = f"stale: the tests of {record.label} ran on {edited}; run `gdn-review run --record {number}`"
+    if (evidence.mutation.get(key) or {}).get("record_sha256") not in (None, current):
+        found["mutants"] = f"stale: the mutation results of {record.label} were measured on {edited}; run `gdn-review mutate --record {number}`"
+    if (evidence.diff.get(key) or {}).get("record_sha256") not in (None, current):
+        found["diff"] = f"stale: the results with the PR's diff of {record.label} were measured on {edited}; run `gdn-review run --record {number}`"
+    for device, result in sorted(evidence.bench.get(key, {}).items()):
+        if result.get("record_sha256") not in (None, current):
+            on = " --device cuda" if device == "cuda" else ""
+            found[f"bench ({device})"] = f"stale: the bench ({device}) of {record.label} was measured on {edited}; run `gdn-review bench --record {number}{on}`"
+    return found
+
+
+def evidence_parts(record: Record, evidence: Evidence, tests: list[dict], diff_side: dict | None, stale: dict[str, str] | None = None) -> list[str]:
+    """How old each part of the evidence is: the tests, the mutants, the diff side, the bench; and which are ``stale``."""
+    stale = stale or {}
+
+    def mark(part: str) -> str:
+        return ", stale: measured on an earlier version of the record" if part in stale else ""
+
     ran = [t for t in tests if t["environment"] is not None and t["outcome"] in RAN]
     newest = max((evidence.finished_at[t["environment"]] for t in ran), default="")
-    parts = [f"tests: {newest or 'none ran'}"]
+    parts = [f"tests: {newest or 'none ran'}{mark('tests')}"]
     info = evidence.mutation.get(str(record.number))
     if info:
-        parts.append(f"mutants: {info.get('finished_at') or '?'} (vLLM {info.get('release', '?')}){age(info.get('finished_at'), newest)}")
+        parts.append(f"mutants: {info.get('finished_at') or '?'} (vLLM {info.get('release', '?')}){age(info.get('finished_at'), newest)}{mark('mutants')}")
     else:
         parts.append("mutants: not run (`gdn-review mutate`)")
     if diff_side:
-        parts.append(f"the PR's diff: {diff_side['finished_at']} (onto vLLM {diff_side['release']}){age(diff_side['finished_at'], newest)}")
+        parts.append(f"the PR's diff: {diff_side['finished_at']} (onto vLLM {diff_side['release']}){age(diff_side['finished_at'], newest)}{mark('diff')}")
     for device, result in sorted(evidence.bench.get(str(record.number), {}).items()):
-        parts.append(f"bench ({device}): {result.get('finished_at', '?')}")
+        parts.append(f"bench ({device}): {result.get('finished_at', '?')}{mark(f'bench ({device})')}")
     return parts
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
-from gdn_review.report.evidence_age import evidence_parts
+from gdn_review.report.evidence_age import evidence_parts, stale_parts
 from gdn_review.report.markdown import text
 from gdn_review.report.verdicts import (
     COVERAGE,
@@ -237,7 +237,8 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
 
     ``with_change``: the evidence ran with the record's own PR applied (its diff),
     so an open PR's claims are read as they are, never pending. ``path``: the
-    record's file (``kb/N.yaml``), where known: whether its PR's diff is stored.
+    record's file (``kb/N.yaml``), where known: whether its PR's diff is stored,
+    and which parts of the evidence were measured on an earlier version of it.
     """
     expected = expected_tests(record) if not is_draft(record) else {}
     mine = superseded_skips([t for t in evidence.tests if t["record"] == record.number])
@@ -336,7 +337,8 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
                 "missing": missing,
             }
         )
-    return {
+    stale = stale_parts(record, evidence, path, mine)
+    data = {
         "number": record.number,
         "title": record.title,
         "label": record.label,
@@ -359,11 +361,15 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
         "mutation": mutation,
         "diff_side": diff_side,
-        "parts": evidence_parts(record, evidence, mine, diff_side),
-        "next_steps": _next_steps(claims, risks, mutation, diff_side, record),
+        "parts": evidence_parts(record, evidence, mine, diff_side, stale),
+        # A part measured on an earlier version of the record: the first thing to do again.
+        "next_steps": [line[:1].upper() + line[1:] + "." for line in stale.values()] + _next_steps(claims, risks, mutation, diff_side, record),
         "finished_at": max(evidence.finished_at, default=""),
         "tests_total": len(mine),
     }
+    if stale:  # only then: a report of evidence without stale parts stays as it was (JSON goldens)
+        data["stale"] = list(stale.values())
+    return data
 
 
 def _tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:

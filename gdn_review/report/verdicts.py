@@ -42,11 +42,28 @@ class Evidence:
     mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
     bench: dict = dataclasses.field(default_factory=dict)  # record number -> device -> `gdn-review bench` result
     diff: dict = dataclasses.field(default_factory=dict)  # record number -> the open PR's diff side (claims with the diff applied)
+    # Per evidence file (as environments): record -> the sha256 of its file when the tests ran ({}: unknown, older evidence).
+    record_hashes: list[dict] = dataclasses.field(default_factory=list)
+
+    def tests_record_hash(self, environment: int, number) -> str | None:
+        """The sha256 of record ``number``'s file when the tests of evidence file ``environment`` ran (None: unknown)."""
+        hashes = self.record_hashes[environment] if 0 <= environment < len(self.record_hashes) else {}
+        return hashes.get(str(number))
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _hash_problem(value) -> str | None:
+    """What is wrong with a part's ``record_sha256`` (absent or null: unknown, which is fine)."""
+    if value is None or (isinstance(value, str) and SHA256.fullmatch(value)):
+        return None
+    return "'record_sha256' must be a sha256 in hex (the record file's, when the part ran)"
 
 
 def load_evidence(paths: list[Path]) -> Evidence:
     """Merge evidence files; each test keeps a pointer to the environment it ran in."""
-    tests, environments, finished, sources, mutants, mutation, bench, diff = [], [], [], [], [], {}, {}, {}
+    tests, environments, finished, sources, mutants, mutation, bench, diff, hashes = [], [], [], [], [], {}, {}, {}, []
     for path in paths:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -59,6 +76,10 @@ def load_evidence(paths: list[Path]) -> Evidence:
         if not isinstance(data.get("tests"), list):
             raise ReportError(f"{path}: evidence has no 'tests' list")
         index = len(environments)
+        record_hashes = data.get("record_sha256") or {}
+        if not isinstance(record_hashes, dict) or any(_hash_problem(v) or v is None for v in record_hashes.values()):
+            raise ReportError(f"{path}: 'record_sha256' must map each record to the sha256 (hex) of its file when the tests ran")
+        hashes.append({str(number): digest for number, digest in record_hashes.items()})
         environments.append(data.get("environment") or {})
         finished.append(str(data.get("finished_at", "")))
         sources.append(str(path))
@@ -79,6 +100,8 @@ def load_evidence(paths: list[Path]) -> Evidence:
             for number, info in (section.get("records") or {}).items():
                 if not isinstance(info, dict):
                     raise ReportError(f"{path}: mutation.records.{number}: expected an object")
+                if _hash_problem(info.get("record_sha256")):
+                    raise ReportError(f"{path}: mutation.records.{number}: {_hash_problem(info.get('record_sha256'))}")
                 mutation[str(number)] = {**info, "finished_at": info.get("finished_at") or section.get("finished_at")}
         for number, side in (data.get("diff") or {}).items():
             problem = _diff_problem(side)
@@ -88,9 +111,11 @@ def load_evidence(paths: list[Path]) -> Evidence:
         for number, result in (data.get("bench") or {}).items():
             if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
                 raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
+            if _hash_problem(result.get("record_sha256")):
+                raise ReportError(f"{path}: bench.{number}: {_hash_problem(result.get('record_sha256'))}")
             # Per device; a later file wins. The file's time is the result's (the report says each part's age).
             bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {**result, "finished_at": result.get("finished_at") or str(data.get("finished_at", ""))}
-    return Evidence(tests, environments, finished, sources, mutants, mutation, bench, diff)
+    return Evidence(tests, environments, finished, sources, mutants, mutation, bench, diff, hashes)
 
 
 def _diff_problem(side) -> str | None:
@@ -106,6 +131,8 @@ def _diff_problem(side) -> str | None:
         return f"'finished_at': {side['finished_at'][:40]!r} is not a time"
     if not re.fullmatch(r"[0-9a-f]{0,64}", str(side.get("diff_sha256", ""))):
         return "'diff_sha256': not a sha256 in hex"
+    if _hash_problem(side.get("record_sha256")):
+        return _hash_problem(side.get("record_sha256"))
     name = re.compile(r"[A-Za-z0-9_.-]{1,80}")
     if not isinstance(side.get("moved", 0), int) or isinstance(side.get("moved", 0), bool):
         return "'moved' must be a count"

@@ -110,6 +110,9 @@ def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_
     diff = diff_beside(record_path)
     if diff is None or not record.is_open:
         return False
+    from gdn_review.run.evidence_parts import record_sha256
+
     say(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
-    write_part(evidence, record.number, run_diff_side(record, diff, kb_dir, release, generated, say=say))
+    stamp = record_sha256(record_path)  # the record as it is when the diff side starts
+    write_part(evidence, record.number, {**run_diff_side(record, diff, kb_dir, release, generated, say=say), "record_sha256": stamp})
     return True

@@ -310,6 +310,7 @@ def bench_command(
     (``review.diff_side.release_with_diff``).
     """
     from gdn_review.generate import module_context
+    from gdn_review.run.evidence_parts import record_sha256
 
     chosen = latency_records(records, named)
     if not chosen:
@@ -335,6 +336,7 @@ def bench_command(
         raise BenchError("no record to time: each one with a latency claim is an open PR without its diff stored (see above)")
     results = {}
     for path, record, base, head, diff, cases in planned:
+        stamp = record_sha256(path)  # the record as it is when its timing starts
         folder = Path(tempfile.mkdtemp(prefix="gdn-review-bench-")) if diff is not None else None
         try:
             paths = None
@@ -353,6 +355,7 @@ def bench_command(
         if diff is not None:
             result["diff"] = str(diff)
             result["diff_sha256"] = hashlib.sha256(Path(diff).read_bytes()).hexdigest()
+        result["record_sha256"] = stamp
         for line in result_lines(record.number, result):
             show(line)
         results[record.number] = result

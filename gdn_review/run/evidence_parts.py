@@ -7,10 +7,17 @@ per record, the release the diff was applied onto). A command that rewrites
 the file carries over the parts it did not produce, per record, where they
 were measured on the same vLLM release as the new tests; a part of another
 release is dropped and the command says so. ``bench`` keeps its own file.
+
+Each part names the record it measured by the sha256 of the record's file
+as it was when the part ran (``record_sha256``: the tests' per record at the
+top, a mutation record's, a diff side's, a bench result's), so a report can
+say which parts an edit of the record left stale. Evidence written before
+these hashes has none: unknown, never stale.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -18,6 +25,14 @@ from gdn_review.common.files import atomic_write
 
 EVIDENCE_FORMAT = "gdn-review-evidence/1"
 PARTS = ("mutation", "diff")
+
+
+def record_sha256(path: Path) -> str | None:
+    """The sha256 (hex) of a record's file as it is now; None where it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def previous(path: Path) -> dict:

@@ -197,10 +197,29 @@ def _falsifying_example(report) -> str | None:
     return "\n".join(taken)[:4000]
 
 
+def _record_file(module, root: Path) -> Path | None:
+    """The record a generated module was rendered from (``kb/N.yaml``), or None where it cannot be found.
+
+    The module names its record's file (SOURCE: ``<kb folder>/<file>``) and its
+    snapshots folder relative to itself (SNAPSHOTS: ``<kb>/snapshots/N``), so the
+    record lies two folders above that; else SOURCE from the rootdir.
+    """
+    source, snapshots, file = getattr(module, "SOURCE", None), getattr(module, "SNAPSHOTS", None), getattr(module, "__file__", None)
+    if not isinstance(source, str):
+        return None
+    candidates = []
+    if isinstance(snapshots, str) and file:
+        kb = Path(os.path.normpath(Path(file).parent / snapshots)).parent.parent
+        candidates.append(kb / Path(source).name)
+    candidates.append(Path(root) / source)
+    return next((path for path in candidates if path.is_file()), None)
+
+
 class EvidenceCollector:
     def __init__(self, config):
         self.config = config
         self.tests: dict[str, dict] = {}
+        self.record_hashes: dict[str, str] = {}  # record -> sha256 of its file when the tests were collected
         self.started = datetime.datetime.now(datetime.timezone.utc)
 
     @pytest.hookimpl(trylast=True)
@@ -209,6 +228,17 @@ class EvidenceCollector:
             entry = _test_entry(item)
             if entry is not None:
                 self.tests[item.nodeid] = entry
+                self._hash_record(item, entry["record"])
+
+    def _hash_record(self, item, record) -> None:
+        """The sha256 of the record the item's module came from, once per record (unknown: none kept)."""
+        key = str(record)
+        if key in self.record_hashes:
+            return
+        path = _record_file(getattr(item, "module", None), self.config.rootpath)
+        digest = evidence_parts.record_sha256(path) if path is not None else None
+        if digest is not None:
+            self.record_hashes[key] = digest
 
     def pytest_deselected(self, items):
         for item in items:
@@ -267,6 +297,7 @@ class EvidenceCollector:
             "tests": [self.tests[nodeid] for nodeid in sorted(self.tests)],
             "claims": _index(self.tests.values(), lambda t: [t["claim"]]),
             "risks": _index(self.tests.values(), lambda t: t["risks"]),
+            "record_sha256": dict(sorted(self.record_hashes.items())),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = evidence_parts.previous(path)  # mutants and the diff side of earlier commands (same release: kept)
