@@ -45,11 +45,19 @@ def _compact(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def _check_summary(claim) -> str:
+def _per(record: Record, check) -> str:
+    """What a count is per: a build(), or (on engine steps) a step or its busiest call."""
+    steps = [c for c in check.cases if any(case.id == c and case.step is not None for case in record.cases)]
+    if not steps:
+        return "per build()" if check.kind == "op_budget" else "per call"
+    return "per engine step" if check.per == "step" else "per call of a step"
+
+
+def _check_summary(claim, record: Record) -> str:
     check = claim.check
     if check.kind == "op_budget":
         budget = ", ".join(f"{op} ≤ {limit}" for op, limit in check.budget.items())
-        return f"op_budget: {budget} per build() on {plural(len(check.cases), 'case')}"
+        return f"op_budget: {budget} {_per(record, check)} on {plural(len(check.cases), 'case')}"
     if check.kind == "equivalence":
         return f"equivalence: expected metadata on {plural(len(check.cases), 'case')}"
     if check.kind == "invariant":
@@ -58,7 +66,7 @@ def _check_summary(claim) -> str:
         return f"latency: build() A/B between releases on {plural(len(check.cases), 'case')} (gdn-review bench)"
     if check.kind == "gpu_sync":
         return (
-            f"gpu_sync: ≤ {check.max_syncs} host-device syncs per call on {plural(len(check.cases), 'case')} "
+            f"gpu_sync: ≤ {check.max_syncs} host-device syncs {_per(record, check)} on {plural(len(check.cases), 'case')} "
             "(CUDA, the authority; on CPU its proxy: device-origin reads)"
         )
     if check.kind == "differential":
@@ -261,7 +269,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
             {
                 "id": claim.id,
                 "text": claim.text,
-                "check": _check_summary(claim),
+                "check": _check_summary(claim, record),
                 "kind": claim.check.kind,
                 "releases": claim.releases or "all",
                 "verdict": verdict,
