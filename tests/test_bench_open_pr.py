@@ -137,3 +137,16 @@ def test_bench_times_an_open_pr_with_its_stored_diff(open_kb, tmp_path):
     assert {env["vllm_version"] for env in result["environments"].values()} == {release}
     # The record as it was when it was timed (a report names the bench stale once it is edited).
     assert result["record_sha256"] == hashlib.sha256((open_kb / "7.yaml").read_bytes()).hexdigest()
+
+
+def test_a_hostile_diff_beside_an_open_record_is_refused_before_anything_runs(open_kb, tmp_path):
+    escape = tmp_path / "escaped.py"
+    name = f"vllm/../../../../../../..{escape}"
+    (open_kb / "7.diff").write_text(
+        f"diff --git a/{name} b/{name}\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+print('owned')\n", encoding="utf-8"
+    )
+    evidence = tmp_path / "bench.json"
+    done = _bench(open_kb, "--evidence", str(evidence))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "refused" in done.stderr, done.stderr
+    assert not escape.exists() and not evidence.exists()
