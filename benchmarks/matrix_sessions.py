@@ -25,14 +25,15 @@ sys.path.insert(0, str(ROOT))
 from gdn_review.common import release_cache
 from gdn_review.kb import is_draft, load_kb  # noqa: E402
 from gdn_review.matrix import matrix  # noqa: E402
+from gdn_review.run import evidence_file  # noqa: E402
 from gdn_review.run.selection import current_modules  # noqa: E402
 
 
 def _outcomes(folder: Path, data: dict) -> dict:
     found = {}
     for entry in data["releases"]:
-        evidence = json.loads((folder / entry["evidence"]).read_text(encoding="utf-8")) if entry.get("evidence") else {"tests": []}
-        found[entry["version"]] = sorted((t["nodeid"], t["outcome"]) for t in evidence["tests"])
+        tests = evidence_file.tests_of(folder / entry["evidence"]) if entry.get("evidence") else []
+        found[entry["version"]] = sorted((t["nodeid"], t["outcome"]) for t in tests)
     return found
 
 

@@ -17,6 +17,7 @@ import pytest
 from gdn_review.kb import load_record
 from gdn_review.report import report
 from gdn_review.run import bench
+from gdn_review.run import evidence_file
 from tests.conftest import ROOT
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
@@ -106,7 +107,7 @@ def test_every_record_run_skips_an_open_pr_without_its_diff_and_says_so(open_kb,
 def test_the_report_of_an_open_pr_without_its_diff_never_advises_a_bench_that_cannot_run(open_kb):
     path = open_kb / "7.yaml"
     record = load_record(path)
-    data = report.report_data(record, report.Evidence([], [], [], []), path=path)
+    data = report.report_data(record, evidence_file.Evidence([], [], [], []), path=path)
     claim = data["claims"][0]
     assert claim["verdict"] == "unverified"
     advice = [claim["reason"], *data["next_steps"]]
@@ -114,7 +115,7 @@ def test_the_report_of_an_open_pr_without_its_diff_never_advises_a_bench_that_ca
     assert f"gh pr diff 7 > {open_kb / '7.diff'}" in claim["reason"] and "or the change is released" in claim["reason"]
     # With the diff stored, the bench can run: the report says so.
     (open_kb / "7.diff").write_text(_tiny_diff("line 1\nline 2\n"), encoding="utf-8")
-    data = report.report_data(record, report.Evidence([], [], [], []), path=path)
+    data = report.report_data(record, evidence_file.Evidence([], [], [], []), path=path)
     assert "run `gdn-review bench --record 7`" in data["claims"][0]["reason"]
     assert any("run `gdn-review bench --record 7`" in step for step in data["next_steps"])
 

@@ -19,8 +19,9 @@ import pytest
 from gdn_review import harness
 from gdn_review.common import release_cache
 from gdn_review.kb import RecordErrors, load_record
+from gdn_review.run import evidence_file
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import load_evidence
+
 from gdn_review.review import tree
 from tests.conftest import ROOT
 
@@ -149,7 +150,7 @@ def _run_generated(kb: Path, tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_names_its_case(write_record, tmp_path):
     kb = write_record(STEP_RECORD)
-    data = report_data(load_record(kb / "7.yaml"), load_evidence([_run_generated(kb, tmp_path)]))
+    data = report_data(load_record(kb / "7.yaml"), evidence_file.load([_run_generated(kb, tmp_path)]))
     claim = data["claims"][0]
     # Before, the needs case skipped the whole invariant: "pending" for a claim of no change.
     assert claim["verdict"] == "holds", claim
@@ -163,7 +164,7 @@ def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_na
     reason = next(t["reason"] for t in tests if t.get("claim") == "C1" and t["outcome"] == "failed")
     assert "fallback_condition fails on case plain: path 'spec'" in reason, reason
     assert "rows (seq_len, query_len, drafted) [(20, 1, 0), (9, 1, 0)], k = 2" in reason
-    shown = report_data(load_record(kb / "7.yaml"), load_evidence([evidence]))["claims"][0]
+    shown = report_data(load_record(kb / "7.yaml"), evidence_file.load([evidence]))["claims"][0]
     assert shown["verdict"] == "fails" and "fallback_condition fails on case plain" in shown["reason"], shown
 
 

@@ -12,6 +12,7 @@ from gdn_review.cli import main
 from gdn_review.matrix import history, matrix
 from gdn_review.report import report
 from gdn_review.run.selection import load_records
+from gdn_review.run import evidence_file
 from tests.test_matrix import RECORD, _evidence, _snapshot
 
 # A second record, of the later PR #9 that the first names: it says its change moves `spec`'s
@@ -251,11 +252,11 @@ def test_a_shared_sessions_evidence_is_cut_to_each_record_with_its_own_exit_code
         "claims": {"7:C1": {"tests": ["a::t[1]"]}, "9:C1": {"tests": ["b::t[1]"]}},
         "risks": {"7:R1": {"tests": ["a::t[1]"]}},
     }
-    mine = matrix._evidence_of(data, 7)
+    mine = evidence_file.record_slice(data, 7)
     assert [t["nodeid"] for t in mine["tests"]] == ["a::t[1]"] and list(mine["claims"]) == ["7:C1"] and list(mine["risks"]) == ["7:R1"]
     assert mine["pytest_exit_status"] == 0  # the other record's failure is not this one's
-    assert matrix._evidence_of(data, 9)["pytest_exit_status"] == 1 and matrix._evidence_of(data, 11)["pytest_exit_status"] == 5
-    assert matrix._outcome_summary(mine["tests"], 12.34, 2) == "1 passed (one session of 2 records, 12.3s)"
+    assert evidence_file.record_slice(data, 9)["pytest_exit_status"] == 1 and evidence_file.record_slice(data, 11)["pytest_exit_status"] == 5
+    assert matrix.outcome_summary(mine["tests"], 12.34, 2) == "1 passed (one session of 2 records, 12.3s)"
 
 
 def test_an_open_prs_releases_after_its_base_are_later(write_record):

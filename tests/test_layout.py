@@ -138,3 +138,27 @@ def test_only_the_harness_imports_vllm():
             targets = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{name}: {t}" for t in targets if t == "vllm" or t.startswith("vllm.")]
     assert not offenders, offenders
+
+
+# Calls that read, write or replace a file: only the evidence file's module may aim them at evidence.
+FILE_CALLS = {"loads", "load", "read_text", "write_text", "read_bytes", "atomic_write", "replace", "open", "unlink"}
+
+
+def test_only_the_evidence_module_reads_or_writes_evidence():
+    """A call that opens, writes or replaces a file named after evidence lives in run/evidence_file.py only."""
+    offenders = []
+    for name, path in _modules().items():
+        if name == "gdn_review.run.evidence_file":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            function = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if function not in FILE_CALLS:
+                continue
+            aimed = [node.func.value] if isinstance(node.func, ast.Attribute) else []
+            names = {n.id for part in aimed + node.args for n in ast.walk(part) if isinstance(n, ast.Name)}
+            names |= {n.attr for part in aimed + node.args for n in ast.walk(part) if isinstance(n, ast.Attribute)}
+            if any("evidence" in n.lower() for n in names) and not any("evidence_file" == n for n in names):
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {function}()")
+    assert not offenders, "evidence read or written outside run/evidence_file.py:\n" + "\n".join(offenders)

@@ -173,8 +173,8 @@ def test_matrix_report_renders_the_table_drift_and_diff_and_fails_on_drift(matri
     assert "| C1 | fails | **fails**: aten.ge 2 | **holds**: aten.ge 1 |" in text
     assert "**unexplained drift**" in text and "[#9](9.md) (changes-claim)" in text
     assert "<details><summary>The PR's diff of the target file (0.28.0 → 0.29.0)</summary>" in text
-    assert report.matrix_failures(data, {"drift"}) == ["PR 7 unexplained drift 0.29.0 → 0.30.0: plain: num_prefills"]
-    assert report.matrix_failures(data, {"fails"}) == []
+    assert verdicts.matrix_failures(data, {"drift"}) == ["PR 7 unexplained drift 0.29.0 → 0.30.0: plain: num_prefills"]
+    assert verdicts.matrix_failures(data, {"fails"}) == []
 
 
 def test_unknown_release_is_bad_input(monkeypatch):

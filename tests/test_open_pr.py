@@ -16,9 +16,9 @@ import pytest
 from gdn_review.common import release_cache
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import failures, load_evidence
+from gdn_review.report.verdicts import failures
 from gdn_review.review import render
-from gdn_review.run import evidence_parts
+from gdn_review.run import evidence_file
 from tests.conftest import MINIMAL, ROOT
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
@@ -27,7 +27,7 @@ OPEN = MINIMAL.replace("  head_release: 0.29.0\n", "").replace('  merged_at: "20
 )
 
 
-def evidence_file(path: Path, tests: list[dict], release: str = "0.33.0", **parts) -> Path:
+def written_evidence(path: Path, tests: list[dict], release: str = "0.33.0", **parts) -> Path:
     data = {"format": "gdn-review-evidence/1", "finished_at": "2026-12-01T10:00:00+00:00",
             "environment": {"vllm_version": release, "vllm_source": "installed distribution"}, "tests": tests, **parts}
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -41,7 +41,7 @@ def c1_test(outcome: str, reason: str | None = None) -> dict:
 
 def test_an_open_prs_improvement_claim_that_fails_is_pending_and_passes_the_run(write_record, tmp_path):
     record = load_record(write_record(OPEN) / "7.yaml")
-    data = report_data(record, load_evidence([evidence_file(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")])]))
+    data = report_data(record, evidence_file.load([written_evidence(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")])]))
     claim = data["claims"][0]
     assert claim["verdict"] == "pending"
     assert "fails on vLLM 0.33.0 as the PR says it should" in claim["reason"]
@@ -53,7 +53,7 @@ def test_an_open_prs_improvement_claim_that_fails_is_pending_and_passes_the_run(
 
 
 def test_only_open_or_closed_prs_and_only_improvement_claims_are_pending(write_record, tmp_path):
-    evidence = load_evidence([evidence_file(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")])])
+    evidence = evidence_file.load([written_evidence(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")])])
     merged = load_record(write_record(MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n")) / "7.yaml")
     assert report_data(merged, evidence)["claims"][0]["verdict"] == "fails"
     preservation = load_record(write_record(OPEN.replace("before: fails", "before: holds")) / "7.yaml")
@@ -68,7 +68,7 @@ def test_only_open_or_closed_prs_and_only_improvement_claims_are_pending(write_r
 def test_a_case_that_needs_what_the_pr_adds_is_pending_on_an_open_pr(write_record, tmp_path):
     record = load_record(write_record(OPEN.replace("before: fails", "before: holds")) / "7.yaml")
     skipped = c1_test("skipped", "not applicable: vLLM 0.33.0 has no spec_decode_src_indices (metadata or builder)")
-    data = report_data(record, load_evidence([evidence_file(tmp_path / "e.json", [skipped])]))
+    data = report_data(record, evidence_file.load([written_evidence(tmp_path / "e.json", [skipped])]))
     assert data["claims"][0]["verdict"] == "pending"
     assert "spec_decode_src_indices" in data["claims"][0]["reason"]
 
@@ -84,7 +84,7 @@ def test_the_diff_side_reads_an_improvement_as_discriminating_and_no_change_as_p
     record = load_record(write_record(OPEN) / "7.yaml")
     side = {"7": {"release": "0.33.0", "diff": "kb/7.diff", "diff_sha256": "0" * 64, "finished_at": "2026-12-01T10:05:00Z",
                   "claims": {"C1": {"verdict": "holds", "reason": "all tests pass", "measured": "aten.ge 1"}}, "moved": 0, "unexplained": []}}
-    data = report_data(record, load_evidence([evidence_file(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")], diff=side)]))
+    data = report_data(record, evidence_file.load([written_evidence(tmp_path / "e.json", [c1_test("failed", "aten.ge: 2 > 1")], diff=side)]))
     row = data["diff_side"]["claims"][0]
     assert (row["on_release"], row["with_diff"], row["discrimination"]) == ("pending", "holds", "discriminates")
     assert "with the PR's diff" in row["why"]
@@ -93,7 +93,7 @@ def test_the_diff_side_reads_an_improvement_as_discriminating_and_no_change_as_p
                     {"unexplained": [{"case": "a|b", "fields": ["x"]}]}, {"finished_at": "<img src=x>"}):
         bad = {"7": {**side["7"], **hostile}}
         with pytest.raises(Exception, match="diff.7"):
-            load_evidence([evidence_file(tmp_path / "bad.json", [], diff=bad)])
+            evidence_file.load([written_evidence(tmp_path / "bad.json", [], diff=bad)])
 
 
 def test_a_run_keeps_the_mutation_results_of_its_release_and_says_what_it_dropped(tmp_path):
@@ -102,10 +102,10 @@ def test_a_run_keeps_the_mutation_results_of_its_release_and_says_what_it_droppe
                 "records": {"7": {"release": "0.33.0", "gone_hunks": [], "notes": []}, "8": {"release": "0.32.0", "gone_hunks": [], "notes": []}},
                 "mutants": [{"record": 7, "id": "m1", "status": "killed", "risks": ["R1"], "killed_by": {"C1": ["t"]}},
                             {"record": 8, "id": "m2", "status": "survived", "risks": [], "killed_by": {}}]}
-    evidence_file(path, [c1_test("passed")], mutation=mutation)
-    kept = evidence_parts.previous(path)
-    evidence_file(path, [c1_test("passed")])  # what a new run writes: tests only
-    lines = evidence_parts.carry_over(path, kept)
+    written_evidence(path, [c1_test("passed")], mutation=mutation)
+    kept = evidence_file.take_parts(path)
+    written_evidence(path, [c1_test("passed")])  # what a new run writes: tests only
+    lines = evidence_file.carry_over(path, kept)
     data = json.loads(path.read_text(encoding="utf-8"))
     assert set(data["mutation"]["records"]) == {"7"} and [m["id"] for m in data["mutation"]["mutants"]] == ["m1"]
     assert any("kept the mutation results of 7" in line for line in lines)
@@ -119,11 +119,11 @@ def test_run_after_mutate_keeps_the_mutation_verdicts_in_the_report(write_record
                 "records": {"7": {"release": "0.33.0", "gone_hunks": [], "notes": []}},
                 "mutants": [{"record": 7, "id": "m1", "status": "killed", "risks": ["R1"], "killed_by": {"C1": ["t"]}}]}
     tests = [c1_test("passed"), {**c1_test("skipped", "needs CUDA: no CUDA device"), "device": "cuda", "nodeid": "gen/test_pr_7.py::test_C1_op_budget[cuda-spec]"}]
-    evidence_file(path, tests, mutation=mutation)
-    kept = evidence_parts.previous(path)
-    evidence_file(path, tests)
-    evidence_parts.carry_over(path, kept)
-    data = report_data(record, load_evidence([path]))
+    written_evidence(path, tests, mutation=mutation)
+    kept = evidence_file.take_parts(path)
+    written_evidence(path, tests)
+    evidence_file.carry_over(path, kept)
+    data = report_data(record, evidence_file.load([path]))
     assert data["risks"][0]["coverage"] == "mutation-verified"
     assert any(part.startswith("mutants: 2026-12-01T09:00:00Z (vLLM 0.33.0) (1 h 0 min before the tests)") for part in data["parts"])
 
@@ -200,7 +200,7 @@ def test_a_merged_pr_replayed_as_open_is_pending_on_its_base_and_holds_with_its_
     root, kb, done, _ = replay
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[diff] PR #55404: its diff" in done.stdout
-    data = report_data(load_record(kb / "55404.yaml"), load_evidence([root / "evidence.json"]))
+    data = report_data(load_record(kb / "55404.yaml"), evidence_file.load([root / "evidence.json"]))
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["C1"] == "pending" and "fails on vLLM 0.29.0" in data["claims"][0]["reason"]
     side = {row["id"]: row for row in data["diff_side"]["claims"]}
@@ -241,7 +241,7 @@ def test_a_pending_claims_failure_is_an_xfail_to_pytest_and_a_failure_in_the_evi
     assert test["outcome"] == "failed" and "accepted counts outside 1..3" in test["reason"]
     assert "stale_zero_accept" in test["smallest_batch"]
     record = load_record(ROOT / "kb" / "51508.yaml")
-    assert report_data(record, load_evidence([evidence]))["claims"][0]["verdict"] == "pending"
+    assert report_data(record, evidence_file.load([evidence]))["claims"][0]["verdict"] == "pending"
     # Where the PR's change is applied (the review's patched side), the failure counts.
     assert pytest_run({**env, "GDN_REVIEW_CHANGE_APPLIED": "51508"}).returncode == 1
 
@@ -304,7 +304,7 @@ def test_a_review_with_the_prs_own_record_reads_its_failing_claim_as_failing_not
     for side in ("unpatched", "patched"):
         folder = tmp_path / side
         folder.mkdir()
-        evidence_file(folder / "evidence.json", [c1_test("failed", "aten.ge: 2 > 1")])
+        written_evidence(folder / "evidence.json", [c1_test("failed", "aten.ge: 2 > 1")])
         sides[side] = {"status": "ran", "evidence": "evidence.json", "folder": str(folder)}
     own = compare.record_effect(record, sides, "0.33.0", "0.34.0", set(), own=True)["claims"][0]
     assert (own["before"], own["after"], own["broke"]) == ("pending", "fails", True)

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.kb import load_kb, parse_record, record_schema
 from gdn_review.report import report
+from gdn_review.run import evidence_file
 from tests.conftest import MINIMAL, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -51,7 +52,7 @@ def golden_report_without_url_and_merged_at(tmp_path) -> str:
     kb = tmp_path / "kb"
     kb.mkdir()
     (kb / "1.yaml").write_text(text, encoding="utf-8")
-    evidence = report.load_evidence([GOLDEN / "evidence" / "run.json"])
+    evidence = evidence_file.load([GOLDEN / "evidence" / "run.json"])
     written, _ = report.write_reports(load_kb(kb), evidence, tmp_path / "reports")
     return (tmp_path / "reports" / "1.md").read_text(encoding="utf-8")
 

@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.kb import load_kb, load_record
 from gdn_review.report import report
+from gdn_review.report import verdicts
+from gdn_review.run import evidence_file
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -21,7 +23,7 @@ GOLDEN_RECORD = GOLDEN / "kb" / "1.yaml"
 
 
 def golden_reports(evidence_name: str, tmp_path: Path, fmt: str = "markdown") -> dict[str, str]:
-    evidence = report.load_evidence([GOLDEN / "evidence" / evidence_name])
+    evidence = evidence_file.load([GOLDEN / "evidence" / evidence_name])
     written, _ = report.write_reports(load_kb(GOLDEN / "kb"), evidence, tmp_path, fmt)
     return {path.name: path.read_text(encoding="utf-8") for path in written}
 
@@ -42,7 +44,7 @@ def test_reports_match_goldens(evidence_name, folder, fmt, tmp_path):
 
 
 def test_verdicts_of_the_golden_run(tmp_path):
-    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "run.json"]))
+    data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([GOLDEN / "evidence" / "run.json"]))
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts == {"C1": "holds", "C2.equal-rows": "fails", "C3": "known deviation", "C4": "holds"}
     # gpu_sync on CPU: its proxy ran and says so; CUDA's count, the authority, did not run.
@@ -55,7 +57,7 @@ def test_verdicts_of_the_golden_run(tmp_path):
 
 
 def test_killed_mutants_make_a_passing_risk_mutation_verified():
-    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "mutation.json"]))
+    data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([GOLDEN / "evidence" / "mutation.json"]))
     coverage = {r["id"]: r["coverage"] for r in data["risks"]}
     # R1: passing tests and its one applicable mutant killed; R2: passing tests, but its one
     # applicable mutant runs on a line no test executes.
@@ -63,12 +65,12 @@ def test_killed_mutants_make_a_passing_risk_mutation_verified():
     assert [m["id"] for m in data["mutation"]["missing_tests"]] == ["auto.drop_clause1.use_spec_decode.d6fb08", "auto.gt_to_ge.n.7c01d2"]
     r1 = next(r for r in data["mutation"]["risks"] if r["id"] == "R1")
     assert r1["mutants"][0]["cells"] == ["killed", "·", "passed", "·"]
-    assert report.failures([data], {"survived"}) == [
+    assert verdicts.failures([data], {"survived"}) == [
         "PR 1 mutant auto.drop_clause1.use_spec_decode.d6fb08 survived",
         "PR 1 mutant auto.plus_one.rows.5e2a1c not reached",
         "PR 1 mutant auto.gt_to_ge.n.7c01d2 not reached",
     ]
-    assert report.failures([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
+    assert verdicts.failures([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
 
 
 def _edited_mutation_evidence(tmp_path, edit) -> dict:
@@ -76,7 +78,7 @@ def _edited_mutation_evidence(tmp_path, edit) -> dict:
     edit(evidence["mutation"]["mutants"])
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence), encoding="utf-8")
-    return report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([path]))
+    return report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([path]))
 
 
 def test_a_risk_whose_mutants_survive_reads_not_protected_never_passing(tmp_path):
@@ -111,12 +113,12 @@ def test_malformed_mutation_evidence_is_bad_input(tmp_path):
     evidence["mutation"]["mutants"][1]["status"] = "zapped"
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence), encoding="utf-8")
-    with pytest.raises(report.ReportError, match=r"mutation.mutants\[1\]: unknown status 'zapped'"):
-        report.load_evidence([path])
+    with pytest.raises(evidence_file.EvidenceError, match=r"mutation.mutants\[1\]: unknown status 'zapped'"):
+        evidence_file.load([path])
 
 
 def test_deselected_claim_is_unverified_not_holds():
-    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([GOLDEN / "evidence" / "deselected.json"]))
+    data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([GOLDEN / "evidence" / "deselected.json"]))
     c1 = next(c for c in data["claims"] if c["id"] == "C1")
     assert (c1["verdict"], c1["reason"]) == ("unverified", "not run: deselected")
     r1 = next(r for r in data["risks"] if r["id"] == "R1")
@@ -129,7 +131,7 @@ def test_partly_run_claim_is_unverified():
         {"nodeid": "a", "outcome": "passed", "case": "spec", "device": "cpu"},
         {"nodeid": "b", "outcome": "deselected", "case": "plain", "device": "cpu", "reason": "not run: deselected"},
     ]
-    verdict, reason = report.claim_verdict(claim, tests)
+    verdict, reason = verdicts.claim_verdict(claim, tests)
     assert verdict == "unverified" and reason.startswith("only 1 test ran (1 not run: deselected)")
 
 
@@ -142,7 +144,7 @@ def edited_evidence(tmp_path, edit) -> Path:
 
 
 def verdict_of(evidence_path, claim_id):
-    data = report.report_data(load_record(GOLDEN_RECORD), report.load_evidence([evidence_path]))
+    data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([evidence_path]))
     return next((c["verdict"], c["reason"]) for c in data["claims"] if c["id"] == claim_id)
 
 
@@ -206,8 +208,8 @@ def test_run_never_reports_stale_evidence(tmp_path, monkeypatch):
 
 def test_claim_without_tests_is_unverified_and_risk_without_tests_uncovered():
     record = load_record(GOLDEN_RECORD)
-    assert report.claim_verdict(record.claims[0], [])[0] == "unverified"
-    assert report.risk_coverage(record.risks[2], [], has_tests=False)[0] == "uncovered"
+    assert verdicts.claim_verdict(record.claims[0], [])[0] == "unverified"
+    assert verdicts.risk_coverage(record.risks[2], [], has_tests=False)[0] == "uncovered"
 
 
 def markdown_tables(text: str) -> list[list[list[str]]]:
@@ -312,14 +314,14 @@ def test_a_latency_claim_takes_its_verdict_from_bench_evidence(tmp_path):
     }
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"format": "gdn-review-evidence/1", "tests": [], "bench": {"7": result}}), encoding="utf-8")
-    data = report.report_data(record, report.load_evidence([path]))
+    data = report.report_data(record, evidence_file.load([path]))
     c9 = next(c for c in data["claims"] if c["id"] == "C9")
     assert c9["verdict"] == "holds" and c9["reason"].startswith("supported: build() on 0.29.0 vs 0.28.0, head/base 0.960")
     assert "serving benchmark" in c9["reason"] and c9["tests"][0]["label"] == "spec"
     for verdict, expected in (("not distinguishable from noise", "unverified"), ("contradicted", "fails")):
         path.write_text(json.dumps({"format": "gdn-review-evidence/1", "tests": [], "bench": {"7": {**result, "verdict": verdict}}}), encoding="utf-8")
-        assert next(c for c in report.report_data(record, report.load_evidence([path]))["claims"] if c["id"] == "C9")["verdict"] == expected
-    without = report.report_data(record, report.load_evidence([GOLDEN / "evidence" / "run.json"]))
+        assert next(c for c in report.report_data(record, evidence_file.load([path]))["claims"] if c["id"] == "C9")["verdict"] == expected
+    without = report.report_data(record, evidence_file.load([GOLDEN / "evidence" / "run.json"]))
     assert next(c for c in without["claims"] if c["id"] == "C9")["reason"] == "not measured: run `gdn-review bench --record 7`"
 
 
@@ -335,14 +337,14 @@ def test_a_gpu_run_merged_with_a_cpu_run_gives_verdicts_per_device(tmp_path):
             test.update(outcome="passed", reason="")
     (tmp_path / "gpu.json").write_text(json.dumps(gpu), encoding="utf-8")
     (record,) = load_kb(GOLDEN / "kb").values()
-    evidence = report.load_evidence([GOLDEN / "evidence" / "run.json", tmp_path / "gpu.json"])
+    evidence = evidence_file.load([GOLDEN / "evidence" / "run.json", tmp_path / "gpu.json"])
     data = report.report_data(record, evidence)
     claims = {c["id"]: c for c in data["claims"]}
     assert claims["C1"]["by_device"] == {"cpu": "holds", "cuda": "holds"}
     assert claims["C1"]["verdict"] == "holds" and "needs CUDA" not in claims["C1"]["reason"]  # the CPU run's skips are superseded
     assert claims["C2.equal-rows"]["devices"] == "cpu: fails; cuda: holds"  # the GPU run passed what failed here
     assert any("NVIDIA H200" in line and "CUDA tensors on vLLM's CPU platform" in line for line in data["environments"])
-    alone = {c["id"]: c for c in report.report_data(record, report.load_evidence([GOLDEN / "evidence" / "run.json"]))["claims"]}
+    alone = {c["id"]: c for c in report.report_data(record, evidence_file.load([GOLDEN / "evidence" / "run.json"]))["claims"]}
     assert alone["C1"]["by_device"] == {"cpu": "holds", "cuda": "unverified"}
 
 
@@ -360,7 +362,7 @@ def test_latency_on_cuda_gives_the_claims_verdict_and_cpu_is_shown_beside_it(tmp
     cuda = {**cpu, "device": "cuda", "verdict": "not distinguishable from noise", "pooled": {"ratio": 0.999, "ci95": [0.99, 1.01]}}
     for name, result in (("cpu.json", cpu), ("cuda.json", cuda)):
         (tmp_path / name).write_text(json.dumps({"format": "gdn-review-evidence/1", "tests": [], "bench": {"7": result}}), encoding="utf-8")
-    data = report.report_data(record, report.load_evidence([tmp_path / "cpu.json", tmp_path / "cuda.json"]))
+    data = report.report_data(record, evidence_file.load([tmp_path / "cpu.json", tmp_path / "cuda.json"]))
     c9 = next(c for c in data["claims"] if c["id"] == "C9")
     assert c9["verdict"] == "unverified" and c9["devices"] == "cuda: unverified; cpu: holds"
     assert c9["reason"].startswith("not distinguishable from noise: build() on 0.29.0 vs 0.28.0, head/base 0.999")

@@ -19,6 +19,7 @@ from gdn_review.cli import main
 from gdn_review.kb import load_record
 from gdn_review.report import report
 from gdn_review.run import plugin
+from gdn_review.run import evidence_file
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -48,7 +49,7 @@ def _kb_and_evidence(tmp_path, hashed: bool = True):
 
 
 def _report(record, evidence) -> dict:
-    return report.report_data(load_record(record), report.load_evidence([evidence]), path=record)
+    return report.report_data(load_record(record), evidence_file.load([evidence]), path=record)
 
 
 def _edit(record) -> None:
@@ -133,5 +134,5 @@ def test_a_malformed_hash_is_bad_evidence(tmp_path):
     data = json.loads(evidence.read_text(encoding="utf-8"))
     data["mutation"]["records"]["1"]["record_sha256"] = "not a hash"
     evidence.write_text(json.dumps(data), encoding="utf-8")
-    with pytest.raises(report.ReportError, match="record_sha256"):
-        report.load_evidence([evidence])
+    with pytest.raises(evidence_file.EvidenceError, match="record_sha256"):
+        evidence_file.load([evidence])

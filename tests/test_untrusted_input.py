@@ -443,7 +443,7 @@ def test_thread_text_drafted_into_risks_and_related_notes_shows_as_text_in_the_r
     from gdn_review.kb import load_record
     from gdn_review.report.report import render_markdown
     from gdn_review.report.report_contents import report_data
-    from gdn_review.report.verdicts import Evidence
+    from gdn_review.run.evidence_file import Evidence
     from tests.test_import_gh import PR
 
     flat = HOSTILE.replace("\n", " ")

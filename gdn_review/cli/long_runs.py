@@ -15,7 +15,6 @@ from pathlib import Path
 import click
 
 from gdn_review.cli.support import (
-    BENCH_EVIDENCE,
     EXIT_FAILED,
     EXIT_OK,
     RECORD_KEY,
@@ -28,8 +27,8 @@ from gdn_review.cli.support import (
     kb_option,
 )
 from gdn_review.kb.subjects import key_label, key_order, key_short
-from gdn_review.report import report as reporting
-from gdn_review.run.plugin import DEFAULT_EVIDENCE
+from gdn_review.report import verdicts
+from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
 
 MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
@@ -64,7 +63,7 @@ def interruptible(command):
 @click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
 @click.option("--offline", is_flag=True, help="Use only releases already in the cache (automatic mutants need the base and head releases).")
-@click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
+@click.option("--evidence", "evidence_path", default=str(evidence_file.DEFAULT_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--fail-on", "fail_on", default="fails,survived", show_default=True, help="Comma list of what makes the exit code 1: fails, survived, unverified, uncovered.")
 @click.option("--whole-file", is_flag=True, help="Score the whole target file against every record's tests (reports/guard.md + .json), not a record's PR hunks.")
@@ -192,7 +191,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
 @click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable; one record).  [default: the latency check's cases]")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Per record: stop adding rounds after this long, tight or not.")
 @click.option("--tolerance", type=click.FloatRange(min=0.0001), default=0.01, show_default=True, help="Stop once every case's 95%% half-interval of the ratio is this narrow.")
-@click.option("--evidence", "evidence_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
+@click.option("--evidence", "evidence_path", default=str(evidence_file.BENCH_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
 @_exit_codes
 @interruptible
 def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
@@ -280,19 +279,19 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
     reports, written = matrix.matrix_command(
         kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
-        diff_side=lambda path, record, release, evidence: diff_side.add_to_evidence(path, record, release, evidence, kb_dir, out_dir, say=_say),
+        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(path, record, release, evidence_path, kb_dir, out_dir, say=_say),
     )
     tripped: list[str] = []
     for report_data in reports:
         if len(reports) > 1:
             click.echo(f"{key_label(report_data['number'])}:")
         click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix_report.summary_lines(report_data)))
-        tripped += reporting.matrix_failures(report_data, chosen)
+        tripped += verdicts.matrix_failures(report_data, chosen)
     if every:
         from gdn_review.matrix import history
 
         data, page = history.history_command(
-            kb_dir, work_dir or Path(".gdn-review"), BENCH_EVIDENCE, history_path or Path("reports/history.md"), since, reports_dir,
+            kb_dir, work_dir or Path(".gdn-review"), evidence_file.BENCH_PATH, history_path or Path("reports/history.md"), since, reports_dir,
         )
         written.append(page)
         for number, why in data["missing"].items():
@@ -316,7 +315,7 @@ def _history_line(data: dict) -> str:
 @kb_option
 @click.option("--since", default=None, metavar="X.Y.Z", help="Leave out releases older than this.  [default: every release the matrix runs have]")
 @click.option("--work", "work_dir", default=".gdn-review", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the matrix runs are (WORK/matrix-N).")
-@click.option("--bench", "bench_path", default=str(BENCH_EVIDENCE), show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="`gdn-review bench`'s results (latency per record), if any.")
+@click.option("--bench", "bench_path", default=str(evidence_file.BENCH_PATH), show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="`gdn-review bench`'s results (latency per record), if any.")
 @click.option("--out", "out_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="Where the page goes.")
 @click.option("--matrix-reports", "matrix_reports", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="The records' matrix reports, which the page links.")
 @click.option("--fail-on", "fail_on", default="drift", show_default=True, type=click.Choice(["drift", "none"]), help="drift: exit 1 when a change is unexplained.")

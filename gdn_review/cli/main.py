@@ -31,7 +31,7 @@ from gdn_review.cli.support import (
 )
 from gdn_review.common import fast_exit
 from gdn_review.kb import record_schema
-from gdn_review.run.plugin import DEFAULT_EVIDENCE
+from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
 
 
@@ -136,7 +136,7 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
 @main.command()
 @kb_option
 @click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
-@click.option("--evidence", "evidence_paths", type=click.Path(path_type=Path), multiple=True, help=f"Evidence JSON (repeatable; default {DEFAULT_EVIDENCE}).")
+@click.option("--evidence", "evidence_paths", type=click.Path(path_type=Path), multiple=True, help=f"Evidence JSON (repeatable; default {evidence_file.DEFAULT_PATH}).")
 @click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @fail_on_option
@@ -157,7 +157,7 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
     """
     conditions = _fail_on(fail_on)
     records = load_records(kb_dir, numbers)
-    sys.exit(_write_reports(records, evidence_paths or _report_evidence(DEFAULT_EVIDENCE), out_dir, fmt, conditions))
+    sys.exit(_write_reports(records, evidence_paths or _report_evidence(evidence_file.DEFAULT_PATH), out_dir, fmt, conditions))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -166,7 +166,7 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 @click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
 @click.option("-k", "keyword", default=None, help="pytest -k expression: run only matching tests (others are reported 'not run').")
-@click.option("--evidence", "evidence_path", default=str(DEFAULT_EVIDENCE), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON goes.")
+@click.option("--evidence", "evidence_path", default=str(evidence_file.DEFAULT_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON goes.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--no-diff", is_flag=True, help="Skip the diff side: an open PR's diff stored beside its record (kb/N.diff) is not applied.")
 @fail_on_option
@@ -204,7 +204,7 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no
     diffs = {} if no_diff or keyword else diff_side.wanted(records)
     code = suite.run_suite(list(modules.values()), evidence_path, keyword, pytest_args, say=click.echo)
     if diffs and code != suite.NO_TESTS:
-        release = suite.evidence_release(evidence_path)
+        release = evidence_file.tests_release(evidence_path)
         for path in diffs:
             diff_side.add_to_evidence(path, records[path], release, evidence_path, kb_dir, out_dir, say=click.echo)
     click.echo("[2/2] writing risk reports")

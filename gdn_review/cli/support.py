@@ -13,10 +13,11 @@ from gdn_review import generate as generator
 from gdn_review.kb import RecordErrors
 from gdn_review.kb.subjects import is_record_key, key_label
 from gdn_review.report import report as reporting
+from gdn_review.report import verdicts
+from gdn_review.run import evidence_file
 from gdn_review.run.selection import StaleModules
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-BENCH_EVIDENCE = Path(".gdn-review") / "bench.json"
 
 
 class BadInput(click.ClickException):
@@ -36,7 +37,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review.review.patch import PatchError
     from gdn_review.run import bench, selection, snapshot, suite
 
-    return (selection.SelectionError, generator.GenerateError, reporting.ReportError, suite.SuiteError,
+    return (selection.SelectionError, generator.GenerateError, verdicts.ReportError, evidence_file.EvidenceError, suite.SuiteError,
             mutation.MutationError, guard.GuardError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
             matrix.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
 
@@ -114,15 +115,15 @@ fail_on_option = click.option(
 
 def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: set[str]) -> int:
     """Reports from evidence; prints a line per record and what --fail-on tripped; the exit code."""
-    written, reports = reporting.write_reports(records, reporting.load_evidence(list(evidence_paths)), out_dir, fmt)
+    written, reports = reporting.write_reports(records, evidence_file.load(list(evidence_paths)), out_dir, fmt)
     for data in reports:
-        verdicts = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
+        claims = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
         coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
-        click.echo(f"{key_label(data['number'])}: claims {verdicts}; risks {coverage}")
+        click.echo(f"{key_label(data['number'])}: claims {claims}; risks {coverage}")
         for line in data.get("stale", []):  # a part measured on an earlier version of the record
             click.echo(f"  {line}")
     _print_written(written, fmt)
-    tripped = reporting.failures(reports, fail_on)
+    tripped = verdicts.failures(reports, fail_on)
     for line in tripped:
         click.echo(f"fail-on: {line}", err=True)
     return EXIT_FAILED if tripped else EXIT_OK
@@ -141,7 +142,7 @@ def _print_written(written: list[Path], fmt: str = "markdown") -> None:
 
 def _report_evidence(evidence_path: Path) -> tuple[Path, ...]:
     """This run's evidence, plus the last `gdn-review bench` results when there are some."""
-    if BENCH_EVIDENCE.exists() and Path(evidence_path) != BENCH_EVIDENCE:
-        click.echo(f"with latency evidence from {BENCH_EVIDENCE} (gdn-review bench)", err=True)
-        return (Path(evidence_path), BENCH_EVIDENCE)
+    if evidence_file.BENCH_PATH.exists() and Path(evidence_path) != evidence_file.BENCH_PATH:
+        click.echo(f"with latency evidence from {evidence_file.BENCH_PATH} (gdn-review bench)", err=True)
+        return (Path(evidence_path), evidence_file.BENCH_PATH)
     return (Path(evidence_path),)

@@ -5,7 +5,7 @@
 ``Interrupted`` (a ``KeyboardInterrupt``), even where the shell that started
 the command ignores SIGINT (a script's ``cmd &``); a second signal while the
 run stops is ignored. Every child process the run starts goes through
-``popen``/``run`` (a session of its own) or ``fork`` (a process group of its
+``popen``/``run_child`` (a session of its own) or ``fork`` (a process group of its
 own) and is registered; ``stop`` ends one with every process under it: its
 session, its group and their descendants, stopped (SIGSTOP) first so none can
 start another, then killed (SIGKILL) and the child reaped. On the way out of
@@ -91,7 +91,7 @@ def check() -> None:
         raise Interrupted(_received)
 
 
-_check = check  # run() has an argument of the same name
+_check = check  # run_child() has an argument of the same name
 
 
 def finishing() -> None:
@@ -128,7 +128,7 @@ def popen(args, **kwargs) -> subprocess.Popen:
     return process
 
 
-def run(args, *, input=None, capture_output: bool = False, timeout: float | None = None, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+def run_child(args, *, input=None, capture_output: bool = False, timeout: float | None = None, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run`` in a session of its own: on a timeout or an interrupt the session is stopped."""
     if capture_output:
         kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE

@@ -149,7 +149,7 @@ def fetch_wheels(pins: list[Pin], python: str, say: Callable[[str], None]) -> li
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as listing:
             listing.write("".join(f"{pin.name}=={pin.version}\n" for pin in missing))
         try:
-            done = interrupts.run(
+            done = interrupts.run_child(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
                  *_platform_arguments(python), "-r", listing.name, "-d", str(folder)],
                 capture_output=True, text=True, check=False,
@@ -349,9 +349,9 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
             if not link.exists():
                 link.symlink_to(source)
                 count += 1
-    interrupts.run([sys.executable, "-m", "venv", "--clear", str(destination / "venv")], check=True, env=_plain_environment())
+    interrupts.run_child([sys.executable, "-m", "venv", "--clear", str(destination / "venv")], check=True, env=_plain_environment())
     python = destination / "venv" / "bin" / "python"
-    purelib = interrupts.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
+    purelib = interrupts.run_child([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
     Path(purelib, "bare-baseline.pth").write_text(f"{shared}\n", encoding="utf-8")
     say(f"bare environment {destination}: {len(baseline_distributions())} distributions ({count} files linked)")
     return python
@@ -365,7 +365,7 @@ def _plain_environment() -> dict[str, str]:
 def no_network_prefix() -> list[str]:
     """``unshare -rn`` where it works (a new network namespace with no interfaces up), else nothing."""
     unshare = shutil.which("unshare")
-    if unshare and interrupts.run([unshare, "-rn", "true"], capture_output=True, check=False).returncode == 0:
+    if unshare and interrupts.run_child([unshare, "-rn", "true"], capture_output=True, check=False).returncode == 0:
         return [unshare, "-rn"]
     return []
 
@@ -374,7 +374,7 @@ def _bare_environment_from(source_python: str, destination: Path, say: Callable[
     """``bare_environment`` made from another interpreter's packages (another torch), in that interpreter."""
     code = "import sys; from pathlib import Path; from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))"
     project = str(Path(__file__).resolve().parents[2])
-    done = interrupts.run(
+    done = interrupts.run_child(
         [source_python, "-c", code, str(destination)], capture_output=True, text=True, check=False,
         env=_plain_environment() | {"PYTHONPATH": project},
     )
@@ -397,7 +397,7 @@ def dry_run(
     """
     manifest = json.loads((Path(bundle_dir) / "bundle.json").read_text(encoding="utf-8"))
     source_python = source_python or sys.executable
-    version = interrupts.run(
+    version = interrupts.run_child(
         [source_python, "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
         capture_output=True, text=True, check=False,
     ).stdout.strip()
@@ -416,7 +416,7 @@ def dry_run(
     } | interrupts.hold_environment()
     prefix = no_network_prefix()
     say(f"dry run: {bundle_dir}/run.sh on CPU, {'no network (unshare -rn)' if prefix else 'network not cut (no unshare here)'}")
-    code = interrupts.run([*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False).returncode
+    code = interrupts.run_child([*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False).returncode
     return code, out, bool(prefix)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gdn_review.common import interrupts
 from gdn_review.kb.subjects import key_label
+from gdn_review.run import evidence_file
 
 RUN_FORMAT = "gdn-review-bundle-run/1"
 PROBE_SECONDS = 300
@@ -45,7 +46,7 @@ def _probe_once(bundle: Path, out: Path, version: str, mode: str) -> dict:
     scratch = out / f".probe-{version}.json"
     command = [sys.executable, "-m", "gdn_review.harness.probe", str(bundle / "probe-cases.json"), str(scratch)]
     try:
-        done = interrupts.run(command, env=env, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+        done = interrupts.run_child(command, env=env, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
         code = done.returncode
     except subprocess.TimeoutExpired:
@@ -131,7 +132,7 @@ def summarise(bundle: dict, out: Path) -> dict:
             {"version": r["version"], "role": r["role"], "pytest_exit": r["pytest_exit"], "summary": r["summary"], "evidence": f"matrix-{entry['record']}/{r['evidence']}" if r.get("evidence") else None}
             for r in matrix["releases"]
         ]
-    bench = _read(out / "bench.json")
+    bench = evidence_file.read_if_any(out / "bench.json")
     attempts = [a for p in probes.values() if p for a in p["attempts"]]
     environment = next((a["result"]["environment"] for a in attempts if a["result"].get("environment")), {})
     platform = (out / "platform.env").read_text(encoding="utf-8") if (out / "platform.env").exists() else ""

@@ -10,7 +10,6 @@ imported: the history is a reading of runs already made.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from packaging.version import Version
@@ -19,7 +18,8 @@ from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.matrix.matrix import MatrixError, load_matrix, matrix_folder_name
 from gdn_review.matrix.matrix_report import matrix_report
-from gdn_review.report.verdicts import RAN, ReportError, load_evidence
+from gdn_review.run import evidence_file
+from gdn_review.run.evidence_file import RAN
 
 # Short forms of verdicts for the release x claim table.
 SHORT = {
@@ -65,10 +65,10 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
                 continue
             reports[number] = matrix_report(record, matrix, known)
             tests[number] = {
-                entry["version"]: [t for t in load_evidence([Path(entry["evidence_path"])]).tests if t["record"] == number]
+                entry["version"]: [t for t in evidence_file.load([Path(entry["evidence_path"])]).tests if t["record"] == number]
                 for entry in matrix["releases"] if entry.get("evidence_path")
             }
-        except (MatrixError, ReportError) as error:
+        except (MatrixError, evidence_file.EvidenceError) as error:
             missing[number] = f"{error}; run `gdn-review matrix --record {number}`"
     if not reports:
         raise HistoryError(f"no record has a matrix run under {work_root}: run `gdn-review matrix --all --since 0.28.0` first")
@@ -93,18 +93,13 @@ def load_bench(path: Path) -> dict[int, dict]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise HistoryError(f"{path}: not a readable `gdn-review bench` result: {error}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("bench") or {}, dict):
-        raise HistoryError(f"{path}: expected an object with a `bench` object (what `gdn-review bench` writes)")
+        by_record = evidence_file.load([path]).bench
+    except evidence_file.EvidenceError as error:
+        raise HistoryError(f"not a readable `gdn-review bench` result: {error}") from None
     found = {}
-    for number, by_device in (data.get("bench") or {}).items():
-        if not isinstance(by_device, dict):
-            raise HistoryError(f"{path}: bench.{number}: expected an object")
-        results = by_device if "pooled" not in by_device else {by_device.get("device") or "cpu": by_device}
+    for number, results in by_record.items():
         chosen = results.get("cuda") or results.get("cpu") or next(iter(results.values()), None)
-        if isinstance(chosen, dict) and isinstance(chosen.get("pooled"), dict):
+        if chosen is not None:
             found[int(number) if str(number).isdigit() else str(number)] = chosen
     return found
 

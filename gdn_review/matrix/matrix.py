@@ -37,6 +37,7 @@ from packaging.version import Version
 
 from gdn_review.common import fast_exit, interrupts, release_cache
 from gdn_review.common.files import atomic_write
+from gdn_review.run import evidence_file
 from gdn_review.run import snapshot as snapshots
 
 MATRIX_FORMAT = "gdn-review-matrix/1"
@@ -166,10 +167,10 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     """
     first_dir = members[0][2]
     shared = len(members) > 1
-    evidence = first_dir / (f".group-evidence-{item.version}.json" if shared else f"evidence-{item.version}.json")
+    session_evidence = first_dir / (f".group-evidence-{item.version}.json" if shared else f"evidence-{item.version}.json")
     log = first_dir / (f".group-pytest-{item.version}.log" if shared else f"pytest-{item.version}.log")
     outputs = [(out / f"evidence-{item.version}.json", out / f"snapshot-{item.version}.json", out / f"pytest-{item.version}.log") for _, _, out in members]
-    for stale in [evidence, log, *(p for trio in outputs for p in trio)]:
+    for stale in [session_evidence, log, *(p for trio in outputs for p in trio)]:
         stale.unlink(missing_ok=True)
     env = dict(os.environ)
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
@@ -177,7 +178,7 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(evidence), "-p", "gdn_review.run.snapshot"]
+    command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(session_evidence), "-p", "gdn_review.run.snapshot"]
     if shared:  # one module that does not collect must not take the others' tests with it
         command.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
@@ -186,24 +187,20 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         command += ["-k", keyword]
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as stream:
-        code = interrupts.run(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
+        code = interrupts.run_child(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
     duration = round(time.monotonic() - started, 1)
     text = log.read_text(encoding="utf-8", errors="replace")
     lines = [line for line in text.splitlines() if line.strip()]
     summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and ("passed" in line or "failed" in line or "skipped" in line or "error" in line)), f"pytest exit code {code}")
     data = None
     if shared:
-        try:
-            data = json.loads(evidence.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = None
-        evidence.unlink(missing_ok=True)
+        data = evidence_file.take_tests(session_evidence)
         log.unlink(missing_ok=True)
     results = []
     for member, (own_evidence, snapshot, own_log) in zip(members, outputs):
         own_summary, own_code = summary, code
         if shared:
-            mine = _evidence_of(data, _record_number(member[1])) if data is not None else None
+            mine = evidence_file.record_slice(data, _record_number(member[1])) if data is not None else None
             if not mine or not mine["tests"]:
                 # Nothing of this record in the shared session (another module's crash, a
                 # collection error): it runs alone, so its result is its own.
@@ -212,8 +209,8 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
                 results.append(alone)
                 continue
             atomic_write(own_log, text)
-            atomic_write(own_evidence, json.dumps(mine, indent=1, sort_keys=True, default=str) + "\n")
-            own_summary = _outcome_summary(mine["tests"], duration, len(members))
+            evidence_file.write(own_evidence, mine)
+            own_summary = outcome_summary(mine["tests"], duration, len(members))
             own_code = mine["pytest_exit_status"]
         results.append({
             "version": item.version,
@@ -237,21 +234,7 @@ def _record_number(record_path: Path) -> int | str:
     return int(stem) if stem.isdigit() else stem
 
 
-def _evidence_of(data: dict, number: int) -> dict:
-    """A shared session's evidence cut down to one record's tests (and its claim and risk index)."""
-    prefix = f"{number}:"
-    tests = [t for t in data.get("tests", []) if t.get("record") == number]
-    return {
-        **data,
-        # pytest's code as if the session had held this record alone: 1 when one of its tests failed.
-        "pytest_exit_status": 1 if any(t["outcome"] in {"failed", "error"} for t in tests) else (0 if tests else 5),
-        "tests": tests,
-        "claims": {k: v for k, v in data.get("claims", {}).items() if k.startswith(prefix)},
-        "risks": {k: v for k, v in data.get("risks", {}).items() if k.startswith(prefix)},
-    }
-
-
-def _outcome_summary(tests: list[dict], duration: float, records: int) -> str:
+def outcome_summary(tests: list[dict], duration: float, records: int) -> str:
     """pytest's closing line for one record's share of a session ('12 passed, 3 skipped of a session of 4 records in 40.1s')."""
     counts: dict[str, int] = {}
     for test in tests:

@@ -16,7 +16,9 @@ from packaging.version import Version
 
 from gdn_review.kb import Record
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import RAN, ReportError, discrimination, kept, load_evidence
+from gdn_review.report.verdicts import discrimination, kept
+from gdn_review.run import evidence_file
+from gdn_review.run.evidence_file import RAN
 
 
 def _op_values(tests: list[dict], key: str) -> list[int]:
@@ -161,7 +163,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         version = entry["version"]
         columns.append({"version": version, "role": entry["role"], "source": entry["source"], "claims_on_any_release": entry.get("claims_on_any_release", False), "summary": entry.get("summary", "")})
         if entry.get("evidence_path"):
-            evidence = load_evidence([Path(entry["evidence_path"])])
+            evidence = evidence_file.load([Path(entry["evidence_path"])])
             per_release[version] = (report_data(record, evidence), evidence)
     base = record.target.base_release
     head = record.target.head_release
@@ -241,8 +243,8 @@ def matrix_report(record: Record, matrix: dict, known_records: set[int] | None =
     """A record's report on its newest release's evidence, with the release matrix added."""
     entries = [e for e in matrix["releases"] if e.get("evidence_path")]
     if not entries:
-        raise ReportError("no release of the matrix wrote evidence")
-    data = report_data(record, load_evidence([Path(entries[-1]["evidence_path"])]))
+        raise evidence_file.EvidenceError("no release of the matrix wrote evidence")
+    data = report_data(record, evidence_file.load([Path(entries[-1]["evidence_path"])]))
     data["matrix"] = matrix_data(record, matrix, known_records)
     for related in data["related"]:
         related["has_record"] = related["number"] in (known_records or set())

@@ -12,19 +12,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
-import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 from gdn_review.common import interrupts, release_cache
-from gdn_review.common.files import atomic_write
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.mutation import operators
-from gdn_review.run import evidence_parts
+from gdn_review.run import evidence_file
 from gdn_review.mutation.catalogue import (
     Catalogue,
     Mutant,
@@ -223,20 +220,19 @@ def result_entry(found: Catalogue, mutant: Mutant, result: dict | None, reached:
     }
 
 
-def write_evidence(evidence: Path, catalogues: list[Catalogue], entries: list[dict], settings: dict) -> None:
-    """Add the mutation results to the baseline run's evidence file, atomically."""
-    data = json.loads(Path(evidence).read_text(encoding="utf-8"))
-    data["mutation"] = {
+def write_evidence(path: Path, catalogues: list[Catalogue], entries: list[dict], settings: dict) -> None:
+    """Add the mutation results to the baseline run's evidence file (written whole or not at all)."""
+    hashes = evidence_file.read(path).get("record_sha256") or {}  # the baseline's record files
+    evidence_file.set_mutation(path, {
         "format": MUTATION_FORMAT,
         **settings,
         "records": {
-            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes, "finished_at": settings.get("finished_at"),
-                            "record_sha256": (data.get("record_sha256") or {}).get(str(c.record))}  # the baseline's record file
+            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes,
+                            "finished_at": settings.get("finished_at"), "record_sha256": hashes.get(str(c.record))}
             for c in catalogues
         },
         "mutants": entries,
-    }
-    atomic_write(Path(evidence), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    })
 
 
 def run(
@@ -245,7 +241,7 @@ def run(
     keyword: str | None,
     jobs: int,
     timeout: float,
-    evidence: Path,
+    evidence_path: Path,
     on_start: Callable[[int], None] = lambda total: None,
     on_result: Callable[[dict], None] = lambda entry: None,
 ) -> list[dict]:
@@ -257,11 +253,10 @@ def run(
     from gdn_review.mutation import reach, runner
 
     runner.prepare_cpu()
-    evidence = Path(evidence)
-    kept = evidence_parts.previous(evidence)  # the diff side and other records' mutants outlive this run
-    evidence.unlink(missing_ok=True)  # an old file must never pass for this run's
-    staged = evidence.with_name(f".{evidence.name}.baseline")
-    made = [folder for folder in [evidence.parent, *evidence.parent.parents] if not folder.exists()]
+    evidence_path = Path(evidence_path)
+    kept = evidence_file.take_parts(evidence_path)  # the diff side and other records' mutants outlive this run
+    staged = evidence_path.with_name(f".{evidence_path.name}.baseline")
+    made = [folder for folder in [evidence_path.parent, *evidence_path.parent.parents] if not folder.exists()]
     args = runner.test_args([modules[c.record] for c in catalogues], keyword)
     from gdn_review import harness
 
@@ -293,8 +288,8 @@ def run(
         "jobs": jobs, "timeout_s": timeout, "keyword": keyword, "baseline_s": round(seconds, 2), "line_trace": trace.active,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     })
-    os.replace(staged, evidence)
-    for line in evidence_parts.carry_over(evidence, kept):
+    evidence_file.promote(staged, evidence_path)
+    for line in evidence_file.carry_over(evidence_path, kept):
         print(line, file=sys.stderr)
     return entries
 

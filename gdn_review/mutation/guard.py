@@ -453,7 +453,7 @@ def rerun_on(path: Path, argv: list[str]) -> int:
 
     env = dict(os.environ)
     env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return interrupts.run([sys.executable, "-m", "gdn_review.cli", *argv], env=env).returncode
+    return interrupts.run_child([sys.executable, "-m", "gdn_review.cli", *argv], env=env).returncode
 
 
 class GuardError(Exception):

@@ -239,7 +239,7 @@ def run_fresh_process(relative_path: str, source: str, args: list[str], cwd: Pat
         source_file, out = Path(scratch) / "mutated.py.txt", Path(scratch) / "result.json"
         source_file.write_text(source, encoding="utf-8")
         started = time.monotonic()
-        done = interrupts.run(
+        done = interrupts.run_child(
             [sys.executable, "-c", FRESH, relative_path, str(source_file), str(out), json.dumps(args)],
             cwd=cwd, capture_output=True, text=True, timeout=timeout,
         )

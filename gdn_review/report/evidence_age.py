@@ -1,6 +1,6 @@
 """How old each part of a record's evidence is: the tests, the mutants, the diff side, the bench; which are stale.
 
-Each command keeps its latest result in the evidence (``run.evidence_parts``),
+Each command keeps its latest result in the evidence (``run.evidence``),
 so one report can mix parts of different times; the report says when each was
 measured, how much older than the tests it is, and which parts were measured
 on an earlier version of the record's file than the one there now (each part
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gdn_review.kb import Record
-from gdn_review.report.verdicts import RAN, Evidence
+from gdn_review.run.evidence_file import RAN, Evidence, record_sha256
 
 
 def stale_parts(record: Record, evidence: Evidence, path: Path | None, tests: list[dict]) -> dict[str, str]:
@@ -23,8 +23,6 @@ def stale_parts(record: Record, evidence: Evidence, path: Path | None, tests: li
     is never stale. Parts: ``tests``, ``mutants``, ``diff`` (the open PR's
     diff side), ``bench (DEVICE)``; each line names the command that measures it again.
     """
-    from gdn_review.run.evidence_parts import record_sha256
-
     current = record_sha256(path) if path is not None else None
     if current is None:
         return {}

@@ -14,18 +14,8 @@ from gdn_review.common.files import atomic_write
 from gdn_review.generate import environment
 from gdn_review.kb import Record
 from gdn_review.report import markdown
-
-# Re-exported: the CLI, the matrix and the tests reach these through `gdn_review.report.report`.
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import (  # noqa: F401
-    Evidence,
-    ReportError,
-    claim_verdict,
-    failures,
-    load_evidence,
-    matrix_failures,
-    risk_coverage,
-)
+from gdn_review.run.evidence_file import Evidence
 
 
 def render_markdown(data: dict) -> str:

@@ -16,14 +16,11 @@ from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
 from gdn_review.report.evidence_age import evidence_parts, stale_parts
 from gdn_review.report.markdown import text
+from gdn_review.run.evidence_file import MUTANT_STATUSES, RAN, VERDICTS, Evidence
 from gdn_review.report.verdicts import (
     COVERAGE,
     LATENCY_VERDICTS,
-    MUTANT_STATUSES,
-    RAN,
     SURVIVED,
-    VERDICTS,
-    Evidence,
     claim_verdict,
     discrimination,
     label_of,

@@ -10,181 +10,18 @@ but do not demote what ran on CPU.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import re
-from pathlib import Path
+from gdn_review.kb.subjects import state_words
+from gdn_review.run.evidence_file import RAN, VERDICTS, Evidence
 
-from gdn_review.kb.subjects import is_record_key, state_words
-from gdn_review.run.evidence_parts import EVIDENCE_FORMAT
-
-RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
 FAILED = {"failed", "error", "xpassed"}
-VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
 # "not reached": a survivor whose edited lines no test executed (mutation.reach).
-MUTANT_STATUSES = ("killed", "survived", "not reached", "timeout", "error", "not applicable", "equivalent")
 SURVIVED = {"survived", "not reached"}
 
 
 class ReportError(Exception):
-    """Evidence that cannot be read (bad input)."""
-
-
-@dataclasses.dataclass
-class Evidence:
-    tests: list[dict]
-    environments: list[dict]
-    finished_at: list[str]
-    sources: list[str]
-    mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
-    mutation: dict = dataclasses.field(default_factory=dict)  # record number -> release, gone hunks, notes
-    bench: dict = dataclasses.field(default_factory=dict)  # record number -> device -> `gdn-review bench` result
-    diff: dict = dataclasses.field(default_factory=dict)  # record number -> the open PR's diff side (claims with the diff applied)
-    # Per evidence file (as environments): record -> the sha256 of its file when the tests ran ({}: unknown, older evidence).
-    record_hashes: list[dict] = dataclasses.field(default_factory=list)
-
-    def tests_record_hash(self, environment: int, number) -> str | None:
-        """The sha256 of record ``number``'s file when the tests of evidence file ``environment`` ran (None: unknown)."""
-        hashes = self.record_hashes[environment] if 0 <= environment < len(self.record_hashes) else {}
-        return hashes.get(str(number))
-
-
-SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def _hash_problem(value) -> str | None:
-    """What is wrong with a part's ``record_sha256`` (absent or null: unknown, which is fine)."""
-    if value is None or (isinstance(value, str) and SHA256.fullmatch(value)):
-        return None
-    return "'record_sha256' must be a sha256 in hex (the record file's, when the part ran)"
-
-
-def load_evidence(paths: list[Path]) -> Evidence:
-    """Merge evidence files; each test keeps a pointer to the environment it ran in."""
-    tests, environments, finished, sources, mutants, mutation, bench, diff, hashes = [], [], [], [], [], {}, {}, {}, []
-    for path in paths:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ReportError(f"{path}: no such evidence file (run `gdn-review run` or pytest on generated_tests/ first)") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ReportError(f"{path}: cannot read evidence: {error}") from None
-        if not isinstance(data, dict) or data.get("format") != EVIDENCE_FORMAT:
-            raise ReportError(f"{path}: not gdn-review evidence (expected format {EVIDENCE_FORMAT!r})")
-        if not isinstance(data.get("tests"), list):
-            raise ReportError(f"{path}: evidence has no 'tests' list")
-        index = len(environments)
-        record_hashes = data.get("record_sha256") or {}
-        if not isinstance(record_hashes, dict) or any(_hash_problem(v) or v is None for v in record_hashes.values()):
-            raise ReportError(f"{path}: 'record_sha256' must map each record to the sha256 (hex) of its file when the tests ran")
-        hashes.append({str(number): digest for number, digest in record_hashes.items()})
-        environments.append(data.get("environment") or {})
-        finished.append(str(data.get("finished_at", "")))
-        sources.append(str(path))
-        for position, test in enumerate(data["tests"]):
-            problem = _entry_problem(test)
-            if problem:
-                raise ReportError(f"{path}: tests[{position}]: {problem}")
-            tests.append({**test, "risks": list(test.get("risks") or []), "environment": index})
-        section = data.get("mutation")
-        if section is not None:
-            if not isinstance(section, dict) or not isinstance(section.get("mutants"), list):
-                raise ReportError(f"{path}: 'mutation' must be an object with a 'mutants' list")
-            for position, mutant in enumerate(section["mutants"]):
-                problem = _mutant_problem(mutant)
-                if problem:
-                    raise ReportError(f"{path}: mutation.mutants[{position}]: {problem}")
-                mutants.append({**mutant, "environment": index})
-            for number, info in (section.get("records") or {}).items():
-                if not isinstance(info, dict):
-                    raise ReportError(f"{path}: mutation.records.{number}: expected an object")
-                if _hash_problem(info.get("record_sha256")):
-                    raise ReportError(f"{path}: mutation.records.{number}: {_hash_problem(info.get('record_sha256'))}")
-                mutation[str(number)] = {**info, "finished_at": info.get("finished_at") or section.get("finished_at")}
-        for number, side in (data.get("diff") or {}).items():
-            problem = _diff_problem(side)
-            if problem:
-                raise ReportError(f"{path}: diff.{number}: {problem}")
-            diff[str(number)] = side
-        for number, result in (data.get("bench") or {}).items():
-            if not isinstance(result, dict) or not isinstance(result.get("pooled"), dict) or not isinstance(result.get("cases"), list):
-                raise ReportError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
-            if _hash_problem(result.get("record_sha256")):
-                raise ReportError(f"{path}: bench.{number}: {_hash_problem(result.get('record_sha256'))}")
-            # Per device; a later file wins. The file's time is the result's (the report says each part's age).
-            bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {**result, "finished_at": result.get("finished_at") or str(data.get("finished_at", ""))}
-    return Evidence(tests, environments, finished, sources, mutants, mutation, bench, diff, hashes)
-
-
-def _diff_problem(side) -> str | None:
-    """What is wrong with one record's diff side (written by `gdn-review run` from a review of the PR's diff)."""
-    if not isinstance(side, dict) or not isinstance(side.get("claims"), dict):
-        return "expected an object with 'claims' (claim id -> verdict, reason, measured)"
-    for key in ("release", "diff", "finished_at"):
-        if not isinstance(side.get(key), str):
-            return f"{key!r} must be a string"
-    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", side["release"]):
-        return f"'release': {side['release'][:40]!r} is not a release (X.Y.Z)"
-    if not re.fullmatch(r"[0-9T:+.Z-]{10,40}", side["finished_at"]):
-        return f"'finished_at': {side['finished_at'][:40]!r} is not a time"
-    if not re.fullmatch(r"[0-9a-f]{0,64}", str(side.get("diff_sha256", ""))):
-        return "'diff_sha256': not a sha256 in hex"
-    if _hash_problem(side.get("record_sha256")):
-        return _hash_problem(side.get("record_sha256"))
-    name = re.compile(r"[A-Za-z0-9_.-]{1,80}")
-    if not isinstance(side.get("moved", 0), int) or isinstance(side.get("moved", 0), bool):
-        return "'moved' must be a count"
-    for index, row in enumerate(side.get("unexplained") or []):
-        if not (isinstance(row, dict) and isinstance(row.get("case"), str) and name.fullmatch(row["case"])
-                and isinstance(row.get("fields"), list) and all(isinstance(f, str) and name.fullmatch(f) for f in row["fields"])):
-            return f"unexplained[{index}]: expected a case id and its field names"
-    for claim_id, row in side["claims"].items():
-        if not isinstance(row, dict) or row.get("verdict") not in VERDICTS + ("not run",) or not isinstance(row.get("reason", ""), str):
-            return f"claims.{claim_id}: expected an object with a verdict ({', '.join(VERDICTS)})"
-        if not isinstance(row.get("measured", ""), str) or not isinstance(row.get("failing", []), list):
-            return f"claims.{claim_id}: 'measured' must be a string and 'failing' a list"
-    return None
-
-
-def _mutant_problem(mutant) -> str | None:
-    if not isinstance(mutant, dict):
-        return f"expected an object, got {type(mutant).__name__}"
-    if not is_record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
-        return "'record' (a PR number or a contract id) and 'id' (string) are required"
-    if mutant.get("status") not in MUTANT_STATUSES:
-        return f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MUTANT_STATUSES)})"
-    if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(mutant.get("risks", []), list):
-        return "'killed_by' must be an object and 'risks' a list"
-    return None
-
-
-OUTCOMES = RAN | {"skipped", "deselected", "not run"}
-
-
-def _entry_problem(test) -> str | None:
-    """What is wrong with one evidence test entry, or None."""
-    if not isinstance(test, dict):
-        return f"expected an object, got {type(test).__name__}"
-    if not is_record_key(test.get("record")):
-        return f"'record' must be a PR number or a contract id, got {test.get('record')!r}"
-    kinds = {"nodeid": str, "claim": str, "outcome": str}
-    for key, kind in kinds.items():
-        if not isinstance(test.get(key), kind) or isinstance(test.get(key), bool):
-            return f"{key!r} must be {'an integer' if kind is int else 'a string'}, got {test.get(key)!r}"
-    if test["outcome"] not in OUTCOMES:
-        return f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(OUTCOMES))})"
-    risks = test.get("risks", [])
-    if risks is not None and not (isinstance(risks, list) and all(isinstance(r, str) for r in risks)):
-        return f"'risks' must be a list of ids, got {risks!r}"
-    for key in ("measured", "expected"):
-        if test.get(key) is not None and not isinstance(test[key], dict):
-            return f"{key!r} must be an object, got {test[key]!r}"
-    for key in ("case", "property", "device", "reason"):
-        if test.get(key) is not None and not isinstance(test[key], str):
-            return f"{key!r} must be a string, got {test[key]!r}"
-    return None
+    """A report that cannot be made from the evidence at hand (bad input)."""
 
 
 def plural(count: int, word: str) -> str:

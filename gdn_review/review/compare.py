@@ -15,7 +15,8 @@ from pathlib import Path
 from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.matrix_report import cell_measure, drift_data
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import label_of, load_evidence
+from gdn_review.report.verdicts import label_of
+from gdn_review.run import evidence_file
 from gdn_review.run import snapshot as snapshots
 
 HOLDING = ("holds", "known deviation")
@@ -26,7 +27,7 @@ def _side(side: dict | None, record, with_change: bool = False) -> tuple[dict | 
     if not side or side.get("status") != "ran" or not side.get("evidence"):
         return None, [], None
     folder = Path(side["folder"])
-    evidence = load_evidence([folder / side["evidence"]])
+    evidence = evidence_file.load([folder / side["evidence"]])
     name = side.get("snapshots", {}).get(str(record.number))
     snapshot = snapshots.load(folder / name) if name else None
     return report_data(record, evidence, with_change), [t for t in evidence.tests if t["record"] == record.number], snapshot

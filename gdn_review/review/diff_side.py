@@ -13,12 +13,10 @@ diff, and a claim of no change as **preserved**.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common.files import atomic_write
 from gdn_review.review import orchestrate
 
 
@@ -79,13 +77,6 @@ def run_diff_side(record, diff: Path, kb_dir: Path, release: str, generated: Pat
     return part
 
 
-def write_part(evidence: Path, number, part: dict) -> None:
-    """Add one record's diff side to the evidence file (written whole or not at all)."""
-    data = json.loads(Path(evidence).read_text(encoding="utf-8"))
-    data.setdefault("diff", {})[str(number)] = part
-    atomic_write(Path(evidence), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-
-
 def release_with_diff(diff: Path, release: str, folder: Path, say: Callable[[str], None] = print) -> tuple[Path, Path]:
     """(the release's files, the same with the PR's ``diff`` applied): two folders holding vllm/ (`gdn-review bench`'s two sides).
 
@@ -110,9 +101,10 @@ def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_
     diff = diff_beside(record_path)
     if diff is None or not record.is_open:
         return False
-    from gdn_review.run.evidence_parts import record_sha256
+    from gdn_review.run import evidence_file
 
     say(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
-    stamp = record_sha256(record_path)  # the record as it is when the diff side starts
-    write_part(evidence, record.number, {**run_diff_side(record, diff, kb_dir, release, generated, say=say), "record_sha256": stamp})
+    stamp = evidence_file.record_sha256(record_path)  # the record as it is when the diff side starts
+    part = {**run_diff_side(record, diff, kb_dir, release, generated, say=say), "record_sha256": stamp}
+    evidence_file.add_part(evidence, "diff", record.number, part)
     return True

@@ -187,8 +187,9 @@ def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
     """Each mutant of the change's new lines against the tests that passed with the change."""
     from gdn_review.harness import mutation
     from gdn_review.mutation import runner
+    from gdn_review.run import evidence_file
 
-    tests = json.loads(patched_evidence.read_text(encoding="utf-8"))["tests"]
+    tests = evidence_file.tests_of(patched_evidence)
     failing = sorted({t["nodeid"] for t in tests if t["outcome"] in ("failed", "error")})
     # -x: a review needs killed or survived, not every claim's kills; a kill stops the run.
     args = [*spec["modules"], "-x"] + (["-k", spec["keyword"]] if spec.get("keyword") else [])

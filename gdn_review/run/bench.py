@@ -228,19 +228,13 @@ def bench(
 
 
 def write_evidence(path: Path, results: dict[int, dict]) -> None:
-    """Bench results as an evidence file the report merges (no tests, a ``bench`` section per record)."""
-    from gdn_review.common.files import atomic_write
-    from gdn_review.run.evidence_parts import EVIDENCE_FORMAT
+    """Bench results as an evidence file the report merges (no tests, a ``bench`` part per record)."""
+    from gdn_review.run import evidence_file
 
     first = next(iter(results.values()))
-    data = {
-        "format": EVIDENCE_FORMAT,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-        "environment": first["environments"].get(first["head"], {}),
-        "tests": [],
-        "bench": {str(number): result for number, result in sorted(results.items(), key=lambda item: key_order(item[0]))},
-    }
-    atomic_write(Path(path), json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    by_record = {str(number): result for number, result in sorted(results.items(), key=lambda item: key_order(item[0]))}
+    finished = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    evidence_file.write(path, evidence_file.bench_document(by_record, finished, first["environments"].get(first["head"], {})))
 
 
 def latency_records(records: dict, named: bool) -> list[tuple[Path, object, object]]:
@@ -310,7 +304,7 @@ def bench_command(
     (``review.diff_side.release_with_diff``).
     """
     from gdn_review.generate import module_context
-    from gdn_review.run.evidence_parts import record_sha256
+    from gdn_review.run.evidence_file import record_sha256
 
     chosen = latency_records(records, named)
     if not chosen:

@@ -18,22 +18,19 @@ one of them is set up.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from gdn_review.run import evidence_parts
+from gdn_review.common import interrupts
+from gdn_review.run import evidence_file
 
 # The invariant checks live in the harness, not in the generated module: let pytest
 # rewrite their asserts too, so a failing property shows the values it compared.
 pytest.register_assert_rewrite("gdn_review.harness.properties")
 
-EVIDENCE_FORMAT = evidence_parts.EVIDENCE_FORMAT
-DEFAULT_EVIDENCE = Path(".gdn-review") / "evidence.json"
 
 MARKERS = [
     "claim(id): the record claim a generated test checks",
@@ -50,7 +47,7 @@ def pytest_addoption(parser):
         "--gdn-evidence",
         default=None,
         metavar="PATH",
-        help=f"write the evidence JSON here (default: {DEFAULT_EVIDENCE}, only when a generated test ran)",
+        help=f"write the evidence JSON here (default: {evidence_file.DEFAULT_PATH}, only when a generated test ran)",
     )
     group.addoption("--gdn-no-evidence", action="store_true", help="write no evidence file")
 
@@ -236,7 +233,7 @@ class EvidenceCollector:
         if key in self.record_hashes:
             return
         path = _record_file(getattr(item, "module", None), self.config.rootpath)
-        digest = evidence_parts.record_sha256(path) if path is not None else None
+        digest = evidence_file.record_sha256(path) if path is not None else None
         if digest is not None:
             self.record_hashes[key] = digest
 
@@ -286,9 +283,8 @@ class EvidenceCollector:
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.tests:
             return
-        path = Path(self.config.getoption("gdn_evidence") or self.config.rootpath / DEFAULT_EVIDENCE)
-        evidence = {
-            "format": EVIDENCE_FORMAT,
+        path = Path(self.config.getoption("gdn_evidence") or self.config.rootpath / evidence_file.DEFAULT_PATH)
+        document = {
             "started_at": self.started.isoformat(timespec="seconds"),
             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "pytest_exit_status": int(exitstatus),
@@ -299,12 +295,9 @@ class EvidenceCollector:
             "risks": _index(self.tests.values(), lambda t: t["risks"]),
             "record_sha256": dict(sorted(self.record_hashes.items())),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        kept = evidence_parts.previous(path)  # mutants and the diff side of earlier commands (same release: kept)
-        temp = path.with_name(f".{path.name}.tmp")
-        temp.write_text(json.dumps(evidence, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
-        os.replace(temp, path)
-        kept_lines = evidence_parts.carry_over(path, kept)
+        kept = evidence_file.take_parts(path)  # mutants and the diff side of earlier commands (same release: kept)
+        evidence_file.write(path, document)
+        kept_lines = evidence_file.carry_over(path, kept)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_sep("-", f"gdn-review evidence: {path} ({len(self.tests)} tests)")
@@ -326,8 +319,10 @@ def _index(tests, keys) -> dict:
 
 
 def _git(root: Path, *args: str) -> str | None:
+    import subprocess
+
     try:
-        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        out = interrupts.run_child(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
