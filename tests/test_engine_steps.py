@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gdn_review import harness
-from gdn_review.common import release_cache
+from gdn_review.common import release_cache, release_trees
 from gdn_review.kb import RecordErrors, load_record
 from gdn_review.run import evidence_file
 from gdn_review.report.report_contents import report_data
@@ -89,7 +89,7 @@ def test_with_a_change_that_adds_the_method_it_runs_once_per_step_and_its_result
     patched = tree.overlay(root, {TARGET: changed}, tmp_path / "tree")
     case = dict(MIXED, step={"groups": 2, "before_builds": [{"method": "compute_step_masks", "result_as": "step_masks"}]})
     done = subprocess.run([sys.executable, "-c", STEP_SCRIPT, json.dumps(case)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(patched)})
+                          env=release_trees.environment(patched))
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     # Once per step: the method's >= 0, none in the two builds; three calls counted apart.

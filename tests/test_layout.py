@@ -162,3 +162,43 @@ def test_only_the_evidence_module_reads_or_writes_evidence():
             if any("evidence" in n.lower() for n in names) and not any("evidence_file" == n for n in names):
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {function}()")
     assert not offenders, "evidence read or written outside run/evidence_file.py:\n" + "\n".join(offenders)
+
+
+def _calls(tree: ast.AST):
+    """(owner name, function name, node) of every call ``owner.function(...)`` or ``function(...)``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+                yield owner, node.func.attr, node
+            elif isinstance(node.func, ast.Name):
+                yield "", node.func.id, node
+
+
+def test_child_processes_are_one_mechanism():
+    """Children start through common/interrupts only; one module forks workers and waits on their pipes;
+    one module sets PYTHONPATH (a release tree's environment); one module fetches releases into the cache."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for owner, function, node in _calls(tree):
+            if owner == "subprocess" and function in {"run", "Popen", "call", "check_call", "check_output"}:
+                found["starts a child without common/interrupts"].add(name)
+            if (owner, function) in {("os", "fork"), ("interrupts", "fork"), ("select", "select")}:
+                found["forks workers"].add(name)
+            if owner == "release_cache" and function == "ensure":
+                found["fetches a release"].add(name)
+        for node in ast.walk(tree):
+            key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                key = node.slice
+            elif isinstance(node, ast.Dict):
+                key = next((k for k in node.keys if isinstance(k, ast.Constant) and k.value == "PYTHONPATH"), None)
+            elif isinstance(node, ast.keyword) and node.arg == "PYTHONPATH":
+                found["sets PYTHONPATH"].add(name)
+            if isinstance(key, ast.Constant) and key.value == "PYTHONPATH":
+                found["sets PYTHONPATH"].add(name)
+    assert found["starts a child without common/interrupts"] <= {"gdn_review.common.interrupts"}, found
+    assert found["forks workers"] <= {"gdn_review.common.forked", "gdn_review.common.interrupts"}, found
+    assert found["sets PYTHONPATH"] <= {"gdn_review.common.release_trees"}, found
+    assert found["fetches a release"] <= {"gdn_review.common.release_trees"}, found

@@ -7,19 +7,17 @@ releases skips with its reason, and nothing fails.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-from gdn_review.common import release_cache
+from gdn_review.common import release_trees
 from tests.conftest import ROOT
 
 
 def _pytest_on(release: str, *args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    tree = release_cache.ensure(release).path
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = release_trees.environment(release_trees.tree(release))
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 

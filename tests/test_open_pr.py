@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_cache
+from gdn_review.common import release_cache, release_trees
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import failures
@@ -158,8 +158,8 @@ def test_review_takes_the_pr_number_from_the_diffs_name_only_for_an_open_record(
 
 def own_hunks_diff(base: str, head: str, anchor: str) -> str:
     """The hunks of the release step that hold ``anchor`` (the record's target.own_hunks line)."""
-    a = (release_cache.ensure(base).path / TARGET).read_text(encoding="utf-8").splitlines(True)
-    b = (release_cache.ensure(head).path / TARGET).read_text(encoding="utf-8").splitlines(True)
+    a = (release_trees.entry(base).path / TARGET).read_text(encoding="utf-8").splitlines(True)
+    b = (release_trees.entry(head).path / TARGET).read_text(encoding="utf-8").splitlines(True)
     lines = list(difflib.unified_diff(a, b, f"a/{TARGET}", f"b/{TARGET}"))
     hunks: list[list[str]] = []
     for line in lines[2:]:
@@ -185,7 +185,7 @@ def replay(tmp_path_factory):
                         '  title: "[Perf][GDN] Build cudagraph-capture metadata without a device sync"\n  state: open\n')
     (kb / "55404.yaml").write_text(text, encoding="utf-8")
     (kb / "55404.diff").write_text(own_hunks_diff("0.29.0", "0.30.0", anchor), encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=str(release_cache.ensure("0.29.0").path))
+    env = release_trees.environment(release_trees.tree("0.29.0"))
 
     def gdn(*args):
         return subprocess.run([sys.executable, "-m", "gdn_review.cli", *map(str, args)], cwd=root, capture_output=True, text=True, timeout=900, env=env)

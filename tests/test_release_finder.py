@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import release_cache
+from gdn_review.common import release_cache, release_trees
 from gdn_review.matrix.release_finder import (
     FinderError,
     Finding,
@@ -82,7 +82,7 @@ def test_lines_from_stdin_are_found_in_the_installed_release():
 @pytest.mark.slow  # may fetch 0.28.0 and 0.29.0 into the release cache (about 0.5 GB each, once)
 def test_a_line_of_52078_first_ships_in_0_29_0_and_is_still_in_the_installed_release():
     for version in ("0.28.0", "0.29.0"):
-        release_cache.ensure(version)
+        release_trees.entry(version)
     installed = release_cache.installed()
     line = "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"  # kb/52078.yaml, R2 mutant drop_non_spec_invert; added by the PR
     finding = find_release(line, offline=True, say=lambda _: None)

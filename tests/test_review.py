@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_cache
+from gdn_review.common import release_cache, release_trees
 from gdn_review.kb import load_kb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +44,8 @@ def gdn(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess
 def release_diff(old: str, new: str, files: list[str]) -> str:
     text = []
     for path in files:
-        before = release_cache.ensure(old).path / path
-        after = release_cache.ensure(new).path / path
+        before = release_trees.entry(old).path / path
+        after = release_trees.entry(new).path / path
         a = before.read_text(encoding="utf-8").splitlines(True) if before.exists() else []
         b = after.read_text(encoding="utf-8").splitlines(True) if after.exists() else []
         text.append("".join(difflib.unified_diff(a, b, f"a/{path}" if a else "/dev/null", f"b/{path}")))
@@ -79,7 +79,7 @@ def review_step(old: str, new: str, folder: Path, kb: Path) -> tuple[subprocess.
         if not missing:
             break
         module = (missing.group(1) or missing.group(2)).replace(".", "/")
-        files.append(f"{module}.py" if (release_cache.ensure(new).path / f"{module}.py").exists() else f"{module}/__init__.py")
+        files.append(f"{module}.py" if (release_trees.entry(new).path / f"{module}.py").exists() else f"{module}/__init__.py")
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-3000:]
     return done, json.loads((folder / f"step-{old}.json").read_text(encoding="utf-8")), work
 
@@ -254,7 +254,7 @@ def test_a_change_whose_build_never_returns_is_stopped_and_leaves_vllm_as_it_was
     done = gdn("review", str(diff), "--record", "52078", "--timeout", "20", "-k", "C1", "--out", str(tmp_path / "out"), timeout=900)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     text = (tmp_path / "out" / "hang.md").read_text(encoding="utf-8")
-    assert "**patched side did not finish**: did not finish within 20 s (killed)" in text
+    assert "**patched side did not finish**: no result within 20 s: killed" in text
     assert "fail-on: breaks: #52078 C1: holds → not run" in done.stderr
     assert _installed_digest() == before
 
@@ -285,7 +285,7 @@ def test_shards_merged_give_the_report_of_one_run(tmp_path, step_kb, step_review
 
 
 def test_a_change_that_deletes_the_target_file_is_bad_input(tmp_path):
-    source = (release_cache.ensure("0.33.0").path / TARGET).read_text(encoding="utf-8")
+    source = (release_trees.entry("0.33.0").path / TARGET).read_text(encoding="utf-8")
     diff = tmp_path / "delete.diff"
     diff.write_text("".join(difflib.unified_diff(source.splitlines(True), [], f"a/{TARGET}", "/dev/null")), encoding="utf-8")
     done = gdn("review", str(diff), "--onto", "0.33.0", "--out", str(tmp_path / "out"))

@@ -183,14 +183,12 @@ def test_the_cpu_proxy_tells_capture_before_and_after_pr_55404(release, reads):
     # 0.29.0: (num_accepted_tokens - 1).cpu(), a copy of a device tensor to the host;
     # 0.30.0: torch.diff(m.query_start_loc_cpu).sub_(1), host data only.
     import json
-    import os
     import subprocess
     import sys
 
-    from gdn_review.common import release_cache
+    from gdn_review.common import release_trees
 
-    path = release_cache.ensure(release).path
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])))
+    env = release_trees.environment(release_trees.tree(release))
     done = subprocess.run([sys.executable, "-c", PROXY_ON_CAPTURE], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == reads

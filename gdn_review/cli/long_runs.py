@@ -145,12 +145,10 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     loaded, root = release_cache.loaded()
     if release and release != loaded:
         # Another release: this command again, in a process whose vLLM is that release's tree.
-        path = guard.release_path(release, fetch=not offline, say=_say)
         argv = ["mutate", "--whole-file", "--release", release, "--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir),
                 "--timeout", str(timeout), "--min-score", str(min_score), *(f"--record={n}" for n in numbers),
                 *(f"--mutant={p}" for p in patterns), *([f"--jobs={jobs}"] if jobs else [])]
-        _say(f"vLLM {release}: running in a process with {path} on PYTHONPATH")
-        return guard.rerun_on(path, argv)
+        return guard.rerun_on(release, argv, fetch=not offline, say=_say)
     target = next(iter(records.values())).target.file
     source = (root / target).read_text(encoding="utf-8")
     _say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")

@@ -182,7 +182,9 @@ def _ensure(version: str, root: Path | None, say: Callable[[str], None] | None) 
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    from gdn_review.common import interrupts
+
+    return interrupts.run_child([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
 
 
 def _pip_failure(version: str, done: subprocess.CompletedProcess) -> ReleaseError:

@@ -37,7 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from gdn_review.common import interrupts, release_cache
+from gdn_review.common import interrupts, release_cache, release_trees
 
 BUNDLE_FORMAT = "gdn-review-bundle/1"
 MAX_BYTES = 60 * 1024 * 1024
@@ -182,12 +182,6 @@ def default_versions(records) -> list[str]:
     return sorted((v for v in wanted if v), key=Version)
 
 
-def release_entry(version: str, say: Callable[[str], None]) -> release_cache.Release:
-    if version == release_cache.installed():
-        return release_cache.adopt_installed(say=say)
-    return release_cache.ensure(version, say=say)
-
-
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     if "__pycache__" in info.name:
         return None
@@ -289,7 +283,7 @@ def write_bundle(
         say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
         (staging / "releases").mkdir()
         for version in versions:
-            pack_release(release_entry(version, say), staging / "releases" / f"{version}.tar.xz", say)
+            pack_release(release_trees.entry(version, say=say), staging / "releases" / f"{version}.tar.xz", say)
             say(f"vLLM {version}: {_mib((staging / 'releases' / f'{version}.tar.xz').stat().st_size)}")
         (staging / "probe-cases.json").write_text(json.dumps(dict([first_case]), indent=1, sort_keys=True) + "\n", encoding="utf-8")
         manifest = {
@@ -372,11 +366,13 @@ def no_network_prefix() -> list[str]:
 
 def _bare_environment_from(source_python: str, destination: Path, say: Callable[[str], None]) -> Path:
     """``bare_environment`` made from another interpreter's packages (another torch), in that interpreter."""
-    code = "import sys; from pathlib import Path; from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))"
+    # This project's gdn_review goes first on that interpreter's path (it has none of its own).
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+            "from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))")
     project = str(Path(__file__).resolve().parents[2])
     done = interrupts.run_child(
-        [source_python, "-c", code, str(destination)], capture_output=True, text=True, check=False,
-        env=_plain_environment() | {"PYTHONPATH": project},
+        [source_python, "-c", code, str(destination), project], capture_output=True, text=True, check=False,
+        env=_plain_environment(),
     )
     if done.returncode != 0:
         raise BundleError(f"{source_python} could not make the bare environment: {done.stderr.strip()[-500:]}")

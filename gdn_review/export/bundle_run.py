@@ -19,12 +19,11 @@ again (the reports in ``OUT/reports`` do that), and prints it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from gdn_review.common import interrupts
+from gdn_review.common import interrupts, release_trees
 from gdn_review.kb.subjects import key_label
 from gdn_review.run import evidence_file
 
@@ -38,11 +37,9 @@ MODES = {
 
 
 def _probe_once(bundle: Path, out: Path, version: str, mode: str) -> dict:
-    env = dict(os.environ)
+    env = release_trees.environment(release_trees.tree(version, fetch=False))  # run.sh unpacked every release
     env.pop("GDN_REVIEW_CUDA_ON_CPU_PLATFORM", None)
     env.update(MODES[mode])
-    release = Path(env["GDN_REVIEW_CACHE"]) / "releases" / version
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(release), env.get("PYTHONPATH", "")) if p)
     scratch = out / f".probe-{version}.json"
     command = [sys.executable, "-m", "gdn_review.harness.probe", str(bundle / "probe-cases.json"), str(scratch)]
     try:

@@ -9,6 +9,10 @@ import sys
 
 from packaging.version import Version
 
+# The VLLM_CACHE_ROOT that vllm_cache_per_release (or a parent, release_trees) set:
+# a child process knows it is not the user's.
+from gdn_review.common.release_trees import OUR_VLLM_CACHE_ROOT
+
 
 def prepare_platform() -> None:
     """Tell vLLM its platform before it is first imported.
@@ -28,10 +32,6 @@ def prepare_platform() -> None:
 
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
 
-
-# The VLLM_CACHE_ROOT vllm_cache_per_release set: a child process knows it is
-# not the user's.
-OUR_VLLM_CACHE_ROOT = "GDN_REVIEW_VLLM_CACHE_ROOT"
 
 
 def vllm_cache_per_release() -> None:

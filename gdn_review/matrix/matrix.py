@@ -35,7 +35,7 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import fast_exit, interrupts, release_cache
+from gdn_review.common import fast_exit, interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.run import evidence_file
 from gdn_review.run import snapshot as snapshots
@@ -142,12 +142,11 @@ def fetch(planned: list[Planned], say: Callable[[str], None]) -> tuple[dict[str,
         if item.installed:
             paths[item.version] = None
             continue
+        if release_cache.cached(item.version) is None:
+            downloaded.append(item.version)
         try:
-            hit = release_cache.cached(item.version)
-            if hit is None:
-                downloaded.append(item.version)
-            paths[item.version] = release_cache.ensure(item.version, say=say).path
-        except release_cache.ReleaseError as error:
+            paths[item.version] = release_trees.entry(item.version, say=say).path
+        except release_trees.ReleaseError as error:
             raise MatrixError(str(error)) from None
     return paths, downloaded
 
@@ -172,10 +171,8 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     outputs = [(out / f"evidence-{item.version}.json", out / f"snapshot-{item.version}.json", out / f"pytest-{item.version}.log") for _, _, out in members]
     for stale in [session_evidence, log, *(p for trio in outputs for p in trio)]:
         stale.unlink(missing_ok=True)
-    env = dict(os.environ)
+    env = release_trees.environment(path)
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
-    if path is not None:
-        env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
     command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(session_evidence), "-p", "gdn_review.run.snapshot"]

@@ -19,7 +19,7 @@ from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
-from gdn_review.common import release_cache
+from gdn_review.common import release_cache, release_trees
 
 DEFAULT_FILE = "vllm/v1/attention/backends/gdn_attn.py"
 DEFAULT_FROM = "0.28.0"
@@ -172,7 +172,7 @@ def find_release(
             seen.append(_seen(version, text, wanted, fixed_string, "installed"))
             continue
         try:
-            release = release_cache.cached(version, root) if offline else release_cache.ensure(version, root, say)
+            release = release_cache.cached(version, root) if offline else release_trees.entry(version, say=say, root=root)
             if release is not None and not (release.path / file).is_file():
                 seen.append(Seen(version, no_file=True))
                 continue

@@ -53,9 +53,14 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
         if not version or version == release:
             continue
         try:
-            sources[version] = release_cache.source(version, target, fetch=fetch, say=say)
+            text = release_cache.source(version, target, fetch=fetch, say=say)
         except release_cache.ReleaseError as error:
             notes.append(f"vLLM {version} unavailable: {error}")
+            continue
+        if text is None:  # --offline, and not in the release cache
+            notes.append(f"vLLM {version} unavailable: not in the release cache (--offline)")
+        else:
+            sources[version] = text
     for version in release_cache.cached_versions():
         if version not in sources and version != release:
             text = _quiet_source(version, target)

@@ -33,7 +33,7 @@ from typing import Callable
 
 import yaml
 
-from gdn_review.common import interrupts
+from gdn_review.common import interrupts, release_trees
 from gdn_review.kb import RecordError, RecordErrors
 from gdn_review.kb.load import _locate
 from gdn_review.mutation import operators
@@ -433,27 +433,17 @@ def _selected(work: Plan, ident: str) -> int | str | None:
     return "all" if work.tests[ident] is None else len(work.tests[ident])
 
 
-def release_path(version: str, fetch: bool, say: Callable[[str], None]) -> Path:
-    """The release cache's tree of ``version`` (fetched once unless ``fetch`` is off)."""
-    from gdn_review.common import release_cache
-
-    hit = release_cache.cached(version)
-    if hit is None and not fetch:
-        raise GuardError(f"vLLM {version} is not in the release cache and --offline forbids fetching it")
-    try:
-        return (hit or release_cache.ensure(version, say=say)).path
-    except release_cache.ReleaseError as error:
-        raise GuardError(str(error)) from None
-
-
-def rerun_on(path: Path, argv: list[str]) -> int:
-    """``gdn-review <argv>`` in a child whose vLLM is the tree at ``path``; its exit code."""
-    import os
+def rerun_on(version: str, argv: list[str], fetch: bool, say: Callable[[str], None]) -> int:
+    """``gdn-review <argv>`` in a child whose vLLM is release ``version``'s tree (the release cache's); its exit code."""
     import sys
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(path) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return interrupts.run_child([sys.executable, "-m", "gdn_review.cli", *argv], env=env).returncode
+    try:
+        folder = release_trees.tree(version, fetch=fetch, say=say)
+    except release_trees.ReleaseError as error:
+        raise GuardError(str(error)) from None
+    say(f"vLLM {version}: running in a process with {folder or 'the installed vLLM'} on its path")
+    command = [sys.executable, "-m", "gdn_review.cli", *argv]
+    return interrupts.run_child(command, env=release_trees.environment(folder)).returncode
 
 
 class GuardError(Exception):

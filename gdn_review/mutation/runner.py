@@ -15,12 +15,9 @@ CUDA must not be initialised before a fork, so mutants run on CPU only
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import os
-import select
-import signal
 import sys
 import tempfile
 import time
@@ -29,7 +26,7 @@ from typing import Callable
 
 import pytest
 
-from gdn_review.common import interrupts
+from gdn_review.common import forked, interrupts
 
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
@@ -124,31 +121,6 @@ def run_in_this_process(relative_path: str, code, args: list[str]) -> dict:
     return collector.result(int(code))
 
 
-def _child(relative_path: str, code, args: list[str], write_fd: int) -> None:
-    """Body of a forked child (``interrupts.fork``: SIGINT is the parent's to act on): never returns."""
-    status = 1
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        interrupts.hold("mutant")  # the test hook: a mutant's child is running
-        result = run_in_this_process(relative_path, code, args)
-        with os.fdopen(write_fd, "w") as stream:
-            json.dump(result, stream)
-        status = 0
-    finally:
-        os._exit(status)
-
-
-@dataclasses.dataclass
-class _Running:
-    mutant: object
-    pid: int
-    fd: int
-    started: float
-    data: bytearray = dataclasses.field(default_factory=bytearray)
-
-
 def run_forked(
     mutants: list,
     relative_path: str,
@@ -157,64 +129,28 @@ def run_forked(
     timeout: float,
     on_result: Callable[[object, dict], None],
 ) -> None:
-    """Run each mutant (with a compiled ``code``) in its own forked child, ``jobs`` at a time.
+    """Run each mutant (with a compiled ``code``) in its own forked child (``common.forked``), ``jobs`` at a time.
 
     ``args``: pytest's arguments, or a function of the mutant giving them (the
-    whole-file score runs each mutant under its own selection of tests).
+    whole-file score runs each mutant under its own selection of tests). A child
+    that dies without a result (the interpreter crashed under the mutant) killed
+    it: the crash is a detected failure.
     """
-    pending = list(mutants)
-    running: dict[int, _Running] = {}
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                mutant = pending.pop(0)
-                read_fd, write_fd = os.pipe()
-                pid = interrupts.fork()
-                if pid == 0:
-                    os.close(read_fd)
-                    _child(relative_path, mutant.code, args(mutant) if callable(args) else args, write_fd)
-                os.close(write_fd)
-                running[read_fd] = _Running(mutant, pid, read_fd, time.monotonic())
-            ready, _, _ = select.select(list(running), [], [], 0.2)
-            for fd in ready:
-                chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    running[fd].data.extend(chunk)
-                    continue
-                job = running.pop(fd)
-                os.close(fd)
-                on_result(job.mutant, _child_result(job, interrupts.wait(job.pid)))
-            now = time.monotonic()
-            for fd, job in list(running.items()):
-                if now - job.started > timeout:
-                    _kill(job)
-                    running.pop(fd)
-                    on_result(job.mutant, {"status": "timeout", "reason": f"no result within {timeout:g} s: killed", "duration_s": round(now - job.started, 2)})
-    except BaseException:
-        for job in running.values():
-            _kill(job)
-        raise
 
+    def body(mutant) -> Callable[[], dict]:
+        def run_mutant() -> dict:
+            interrupts.hold("mutant")  # the test hook: a mutant's child is running
+            return run_in_this_process(relative_path, mutant.code, args(mutant) if callable(args) else args)
 
-def _kill(job: _Running) -> None:
-    interrupts.stop(job.pid)  # with anything the mutant's process started
-    try:
-        os.close(job.fd)
-    except OSError:
-        pass
+        return run_mutant
 
+    def finished(mutant, result: dict) -> None:
+        if result["status"] == forked.CRASHED:
+            result = {"status": "killed", "killed_by": {"(crash)": [f"({result['reason']})"]}, "messages": {},
+                      "claims_passed": [], "tests_run": 0, "duration_s": result["duration_s"]}
+        on_result(mutant, result)
 
-def _child_result(job: _Running, status: int) -> dict:
-    duration = round(time.monotonic() - job.started, 2)
-    try:
-        result = json.loads(job.data.decode("utf-8"))
-    except ValueError:
-        signal_number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        how = f"signal {signal.Signals(signal_number).name}" if signal_number else f"exit status {os.WEXITSTATUS(status)}"
-        # A crash of the interpreter under the mutant is a detected failure.
-        result = {"status": "killed", "killed_by": {"(crash)": [f"(the test process died: {how})"]}, "messages": {}, "claims_passed": [], "tests_run": 0}
-    result["duration_s"] = duration
-    return result
+    forked.run([(mutant, body(mutant)) for mutant in mutants], jobs, timeout, finished)
 
 
 FRESH = """

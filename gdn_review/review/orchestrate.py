@@ -30,7 +30,7 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import interrupts, release_cache
+from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
 from gdn_review.review import compare, impact, patch, tree
@@ -78,10 +78,9 @@ def onto_release(onto: str | None, vllm_src: Path | None, say: Callable[[str], N
     version = release_cache.checked_version(onto) if onto else installed
     if version is None:
         raise ReviewError("no vLLM is importable here: say which release to apply the change onto with --onto")
+    entry = release_trees.entry(version, say=say)  # the installed release's files are copied in once
     if version == installed:
-        entry = release_cache.adopt_installed(say=say)
         return Onto(version, entry.path, None, f"vLLM {version} (installed)")
-    entry = release_cache.ensure(version, say=say)
     return Onto(version, entry.path, entry.path, f"vLLM {version} (release cache)")
 
 
@@ -288,16 +287,16 @@ def review(
             source_file = workspace / "patched.py.txt"
             source_file.write_text(patched[target], encoding="utf-8")
             paths = {"both": _spec(workspace, spec, ["unpatched", "patched"], {"path": target, "source_file": str(source_file)})}
-            workers.start(paths["both"], _with_path(env, base.pythonpath))
+            workers.start(paths["both"], release_trees.environment(base.pythonpath, env))
         else:
             overlay = tree.overlay(base.tree, {p: t for p, t in patched.items()}, workspace / "tree")
             paths = {
                 "unpatched": _spec(workspace, {**spec, "mutants": []}, ["unpatched"], None),
                 "patched": _spec(workspace, spec, ["patched"], None),
             }
-            workers.start(paths["unpatched"], _with_path(env, base.pythonpath))
-            # The overlay's vllm/_version.py is its release's: the harness gives it that release's VLLM_CACHE_ROOT.
-            workers.start(paths["patched"], _with_path(env, overlay))
+            workers.start(paths["unpatched"], release_trees.environment(base.pythonpath, env))
+            # The overlay's vllm/_version.py is its release's: it gets that release's VLLM_CACHE_ROOT.
+            workers.start(paths["patched"], release_trees.environment(overlay, env))
         workers.wait()
         for name, spec_path in paths.items():
             result_file = spec_path.with_name(f"result-{name}.json")
@@ -373,13 +372,6 @@ def _spec(workspace: Path, spec: dict, sides: list[str], in_memory: dict | None)
     path = out / "spec.json"
     path.write_text(json.dumps({**spec, "sides": sides, "in_memory": in_memory, "out_dir": str(out), "result": f"result-{name}.json"}), encoding="utf-8")
     return path
-
-
-def _with_path(env: dict, pythonpath: Path | None) -> dict:
-    env = dict(env)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 REPORT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

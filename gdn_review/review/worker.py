@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
-from gdn_review.common import interrupts
+from gdn_review.common import forked, interrupts
 
 PROGRESS = "review:"
 
@@ -34,80 +31,18 @@ def say(line: str) -> None:
     print(f"{PROGRESS} {line}", file=sys.stderr, flush=True)
 
 
-def _start(body) -> tuple[int, int, float]:
-    """Fork a child that runs ``body()`` (returns a JSON-able dict) and writes it to a pipe."""
-    read_fd, write_fd = os.pipe()
-    pid = interrupts.fork()  # SIGINT is the parent's to act on
-    if pid == 0:
-        os.close(read_fd)
-        status = 1
-        try:
-            from gdn_review.harness import mutation
-
-            mutation.single_threaded()
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
-            try:
-                result = body()
-            except BaseException as error:  # reported, not raised: the parent decides
-                result = {"status": "error", "reason": f"{type(error).__name__}: {error}", "trace": traceback.format_exc()[-2000:]}
-            with os.fdopen(write_fd, "w") as stream:
-                json.dump(result, stream)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    return pid, read_fd, time.monotonic()
-
-
 def _children(bodies: dict, timeout: float, on_result=lambda name, result: None) -> dict[str, dict]:
-    """Run every body in its own forked child, all at once; each one's result, or how it ended."""
-    running = {}
-    for name, body in bodies.items():
-        pid, fd, started = _start(body)
-        running[fd] = (name, pid, started, bytearray())
-    results = {}
-    try:
-        while running:
-            ready, _, _ = select.select(list(running), [], [], 0.5)
-            for fd in ready:
-                name, pid, started, data = running[fd]
-                chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    data.extend(chunk)
-                    continue
-                del running[fd]
-                os.close(fd)
-                results[name] = _ended(data, interrupts.wait(pid), started)
-                on_result(name, results[name])
-            now = time.monotonic()
-            for fd, (name, pid, started, _) in list(running.items()):
-                if now - started > timeout:
-                    _kill(pid, fd)
-                    del running[fd]
-                    results[name] = {"status": "timeout", "reason": f"did not finish within {timeout:g} s (killed)", "duration_s": round(now - started, 1)}
-                    on_result(name, results[name])
-    except BaseException:
-        for fd, (_, pid, _, _) in running.items():
-            _kill(pid, fd)
-        raise
+    """Run every body in its own forked child (``common.forked``), all at once; each one's result, or how it ended."""
+    from gdn_review.harness import mutation
+
+    results: dict[str, dict] = {}
+
+    def finished(name, result: dict) -> None:
+        results[name] = result
+        on_result(name, result)
+
+    forked.run(list(bodies.items()), len(bodies), timeout, finished, prepare=mutation.single_threaded)
     return results
-
-
-def _kill(pid: int, fd: int) -> None:
-    interrupts.stop(pid)  # with anything the child started
-    os.close(fd)
-
-
-def _ended(data: bytearray, status: int, started: float) -> dict:
-    try:
-        result = json.loads(data.decode("utf-8"))
-    except ValueError:
-        how = f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
-        result = {"status": "crashed", "reason": f"the test process died ({how})"}
-    result["duration_s"] = round(time.monotonic() - started, 1)
-    return result
 
 
 def _load_patch(spec: dict) -> None:

@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import random
 import shutil
 import statistics
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import interrupts, release_cache
+from gdn_review.common import interrupts, release_trees
 from gdn_review.kb.subjects import key_label, key_order
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
@@ -106,12 +105,9 @@ def platform_for(device: str, env: dict) -> str:
 class _Worker:
     def __init__(self, release: str, device: str, cases: dict, pythonpath: Path | None = None):
         """``pythonpath``: the folder holding this side's vllm/ (a patched copy); None: the release itself."""
-        env = dict(os.environ)
-        if pythonpath is None and release != release_cache.installed():
-            pythonpath = release_cache.ensure(release).path
-        if pythonpath is not None:
-            path = str(pythonpath)
-            env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if pythonpath is None:
+            pythonpath = release_trees.tree(release)
+        env = release_trees.environment(pythonpath)
         env["VLLM_TARGET_DEVICE"] = platform_for(device, env)
         self.release = release
         self.process = interrupts.popen(

@@ -27,7 +27,6 @@ builder's and the server's fields, ...), a complete block to paste and trim.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from gdn_review.common import interrupts, release_trees
 from gdn_review.common.files import atomic_write
 
 SNAPSHOT_FORMAT = "gdn-review-snapshot/1"
@@ -157,14 +157,12 @@ def differences(before: dict, after: dict) -> list[dict]:
 def take_in_subprocess(
     record_path: Path, pythonpath: Path | None, out: Path, device: str = "cpu", all_fields: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Take a record's snapshots in a fresh interpreter, with ``pythonpath`` first on its path."""
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    """Take a record's snapshots in a fresh interpreter whose vLLM is the tree at ``pythonpath`` (None: the installed)."""
     command = [sys.executable, "-m", "gdn_review.run.snapshot", str(record_path), str(out), "--device", device]
     if all_fields:
         command.append("--every-field")
-    return subprocess.run(command, check=False, env=env, capture_output=True, text=True)
+    env = release_trees.environment(pythonpath)
+    return interrupts.run_child(command, check=False, env=env, capture_output=True, text=True)
 
 
 class SnapshotError(Exception):
@@ -215,9 +213,8 @@ def take_release(record_path: Path, version: str | None, say: Callable[[str], No
 
     from gdn_review.common import release_cache
 
-    installed, _ = release_cache.loaded()
-    version = version or installed
-    path = None if release_cache.checked_version(version) == installed else release_cache.ensure(version, say=say).path
+    version = version or release_cache.loaded()[0]
+    path = release_trees.tree(version, say=say)
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "snapshot.json"
         done = take_in_subprocess(record_path, path, out, all_fields=all_fields)
