@@ -86,13 +86,12 @@ def test_bench_of_an_open_pr_without_its_diff_says_in_one_line_where_the_diff_go
 def test_an_open_pr_is_timed_against_its_base_release_plus_its_diff(open_kb):
     path = open_kb / "7.yaml"
     record = load_record(path)
-    latency = record.claims[0].check
     with pytest.raises(bench.DiffNeeded):
-        bench.sides(path, record, latency, None)
+        bench.sides(path, record, None)
     (open_kb / "7.diff").write_text(_tiny_diff("line 1\nline 2\n"), encoding="utf-8")
-    assert bench.sides(path, record, latency, None) == ("0.33.0", "0.33.0+diff", open_kb / "7.diff")
+    assert bench.sides(path, record, None) == ("0.33.0", "0.33.0+diff", open_kb / "7.diff")
     # --releases still names the two releases, diff or not.
-    assert bench.sides(path, record, latency, "0.29.0, 0.33.0") == ("0.29.0", "0.33.0", None)
+    assert bench.sides(path, record, "0.29.0, 0.33.0") == ("0.29.0", "0.33.0", None)
 
 
 def test_every_record_run_skips_an_open_pr_without_its_diff_and_says_so(open_kb, tmp_path):

@@ -118,7 +118,7 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     wheel.write_bytes(b"x" * 4096)
     monkeypatch.setattr(bundling, "carried_pins", lambda: [bundling.Pin("w", "1")])
     monkeypatch.setattr(bundling, "fetch_wheels", lambda pins, python, say: [wheel])
-    monkeypatch.setattr(bundling, "release_entry", lambda version, say: version)
+    monkeypatch.setattr(bundling.release_trees, "entry", lambda version, say=None: version)
     monkeypatch.setattr(bundling, "pack_release", lambda release, destination, say: destination.write_bytes(b"y" * 100_000))
     from gdn_review.kb import load_kb
 

@@ -175,10 +175,8 @@ def default_versions(records) -> list[str]:
     if installed:
         wanted.add(installed)
     for record in records:
-        for claim in record.claims:
-            if claim.check.kind == "latency":
-                wanted.add(claim.check.base or record.target.base_release)
-                wanted.add(claim.check.head or record.target.head_release)
+        if record.latency_check is not None:
+            wanted.update(record.latency_releases())
     return sorted((v for v in wanted if v), key=Version)
 
 
@@ -251,11 +249,11 @@ def write_bundle(
     for path, record in ordered:
         base = record.target.base_release
         runs = [v for v in versions if not base or Version(v) >= Version(base)]
-        latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
         bench = None
+        latency_base, latency_head = record.latency_releases()
         # An open PR's latency claim has no head release (its side is the PR's diff): not benched here.
-        if latency is not None and (latency.head or record.target.head_release):
-            bench = {"base": latency.base or base, "head": latency.head or record.target.head_release}
+        if record.latency_check is not None and latency_head:
+            bench = {"base": latency_base, "head": latency_head}
             absent = [v for v in bench.values() if v not in versions]
             if absent:
                 raise BundleError(f"{path}: the latency claim's releases {', '.join(absent)} are not carried (add --vllm)")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from gdn_review.common import release_range
 from gdn_review.harness.environment import vllm_release
 
 # Set by `gdn-review review` for its run of a change that is not released yet:
@@ -23,9 +23,7 @@ def release_for_ranges() -> Version:
 
 def release_in_range(releases: str | None) -> bool:
     """True when the loaded vLLM falls in ``releases`` (None or "" means every release)."""
-    if not releases:
-        return True
-    return SpecifierSet(releases).contains(release_for_ranges(), prereleases=True)
+    return release_range.contains(releases, release_for_ranges())
 
 
 # Set by the release matrix for its run of the base release (the release without

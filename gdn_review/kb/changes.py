@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, ValidationError, model_validator
 
+from gdn_review.common import release_range
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.load import _duplicate_keys, _field_path, _locate, read_yaml
 from gdn_review.kb.models import Release, Strict, Text
@@ -108,9 +109,6 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
 def contract_problems(records: dict, changes: list[BuilderChange]) -> list[RecordError]:
     """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its release range;
     a record's ``moved`` entries (contract.moved, target.moved) must name untied entries and its own cases."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
     by_id = {change.id: change for change in changes if change.id}
     problems = []
     for path, record in records.items():
@@ -142,7 +140,7 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 message = f"no entry of kb/history/changes.yaml has id {name!r} (ids: {', '.join(sorted(by_id)) or 'none'})"
             elif change.pr is not None:
                 message = f"{name!r} is tied to PR #{change.pr.number}: state it in a record of that PR, not in a contract"
-            elif record.contract.releases and not SpecifierSet(record.contract.releases).contains(Version(change.release), prereleases=True):
+            elif not release_range.contains(record.contract.releases, change.release):
                 message = f"{name!r} first shipped in {change.release}, outside contract.releases {record.contract.releases!r}"
             else:
                 continue

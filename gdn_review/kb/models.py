@@ -392,6 +392,22 @@ class Record(Strict):
         ranges = [r for r in (claim.releases, self.contract.releases if self.contract is not None else None) if r]
         return ",".join(ranges) or None
 
+    @property
+    def latency_check(self) -> LatencyCheck | None:
+        """The check of the record's latency claim (``gdn-review bench`` times it); None: it has none."""
+        return next((c.check for c in self.claims if c.check.kind == "latency"), None)
+
+    def latency_releases(self) -> tuple[str | None, str | None]:
+        """(base, head): the releases the latency claim compares, its check's own else the record's.
+
+        The one resolver of a record's two sides for ``bench`` and the GPU bundle. An open
+        PR has no head release (None): its head side is its diff (``kb/N.diff``).
+        """
+        check = self.latency_check
+        base = (check.base if check else None) or self.target.base_release
+        head = (check.head if check else None) or self.target.head_release
+        return base, head
+
     def case(self, case_id: str) -> Case:
         return next(c for c in self.cases if c.id == case_id)
 

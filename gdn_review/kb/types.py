@@ -10,9 +10,10 @@ import keyword
 import re
 from typing import Annotated, Any, Literal
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+
+from gdn_review.common import release_range
 
 
 class Strict(BaseModel):
@@ -39,12 +40,9 @@ def _release(value: str) -> str:
 
 
 def _release_range(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a release range (for example '>=0.29,<0.32')") from None
     if not value.strip():
         raise ValueError("an empty release range; leave the field out to mean every release")
+    release_range.ReleaseRange.of(value)  # ValueError says what is wrong
     return value
 
 

@@ -35,7 +35,7 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import fast_exit, interrupts, release_cache, release_trees
+from gdn_review.common import fast_exit, interrupts, release_cache, release_range, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.run import evidence_file
 from gdn_review.run import snapshot as snapshots
@@ -82,10 +82,7 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
 
 def contract_start(record) -> str | None:
     """The first release a contract's range (``>=X.Y``) names, as X.Y.0; None when it names none."""
-    from packaging.specifiers import SpecifierSet
-
-    bounds = [Version(spec.version) for spec in SpecifierSet(record.contract.releases or "") if spec.operator in (">=", "==")]
-    first = min(bounds, default=None)
+    first = release_range.ReleaseRange.of(record.contract.releases).first()
     return None if first is None else f"{first.major}.{first.minor}.{first.micro}"
 
 

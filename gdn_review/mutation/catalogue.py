@@ -20,9 +20,9 @@ import difflib
 from pathlib import Path
 
 import yaml
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from gdn_review.common import release_range
 from gdn_review.kb import Record, RecordError
 from gdn_review.kb.load import _locate
 from gdn_review.mutation import operators
@@ -65,10 +65,6 @@ def edit_diff(original: str, mutated: str, name: str) -> str:
     return "".join(lines)
 
 
-def _in_range(releases: str | None, version: str) -> bool:
-    return not releases or SpecifierSet(releases).contains(Version(version), prereleases=True)
-
-
 def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[RecordError]:
     """Record errors for mutant finds that do not match ``count`` times on a release at hand.
 
@@ -84,7 +80,7 @@ def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[R
             if mutant.equivalent:
                 continue
             if mutant.releases:
-                versions = [v for v in sources if _in_range(mutant.releases, v)]
+                versions = [v for v in sources if release_range.contains(mutant.releases, v)]
             else:
                 versions = [v for v in sources if v == record.target.head_release]
             for version in sorted(versions, key=Version):
@@ -141,7 +137,7 @@ def record_mutants(record: Record, release: str, loaded: str, sources: dict[str,
             matches = loaded.count(mutant.find)
             if mutant.equivalent:
                 entry.status, entry.reason = "equivalent", mutant.equivalent
-            elif not _in_range(mutant.releases, release):
+            elif not release_range.contains(mutant.releases, release):
                 entry.status = "not applicable"
                 entry.reason = f"written for vLLM {mutant.releases}; loaded {release}"
             elif matches == mutant.count:

@@ -238,16 +238,15 @@ def latency_records(records: dict, named: bool) -> list[tuple[Path, object, obje
     or every named record (``named``: --record was given)."""
     chosen = []
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
-        latency = next((c.check for c in record.claims if c.check.kind == "latency"), None)
-        if latency is not None or named:
-            chosen.append((path, record, latency))
+        if record.latency_check is not None or named:
+            chosen.append((path, record, record.latency_check))
     return chosen
 
 
 DIFF_SIDE = "+diff"  # the head side of an open PR: its base release with its diff applied
 
 
-def sides(path: Path, record, latency, pair: str | None) -> tuple[str, str, Path | None]:
+def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
     """(base, head, diff) to time for one record: ``--releases``, else the latency check's, else the record's releases.
 
     An open PR (its change in no release) is timed as its base release against
@@ -260,8 +259,7 @@ def sides(path: Path, record, latency, pair: str | None) -> tuple[str, str, Path
         except ValueError:
             raise BenchError(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
         return base, head, None
-    base = (latency.base if latency else None) or record.target.base_release
-    head = (latency.head if latency else None) or record.target.head_release
+    base, head = record.latency_releases()
     if base and not head and record.is_open:
         diff = Path(path).with_suffix(".diff")
         if diff.is_symlink() or (diff.exists() and not diff.is_file()):
@@ -310,7 +308,7 @@ def bench_command(
     planned = []
     for path, record, latency in chosen:  # every record's sides and cases first: bad input stops before any timing
         try:
-            base, head, diff = sides(path, record, latency, pair)
+            base, head, diff = sides(path, record, pair)
         except DiffNeeded as error:
             if named:
                 raise

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from packaging.specifiers import SpecifierSet
 
+from gdn_review.common import release_range
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
 from gdn_review.run import snapshot
@@ -178,7 +178,7 @@ def _deviation_notes(record, case_id: str, release: str) -> list[str]:
         if claim.check.kind != "equivalence" or case_id not in claim.check.cases:
             continue
         for deviation in claim.known_deviations:
-            in_range = not deviation.releases or SpecifierSet(deviation.releases).contains(release, prereleases=True)
+            in_range = release_range.contains(deviation.releases, release)
             if (not deviation.cases or case_id in deviation.cases) and in_range:
                 notes.append(f"case {case_id}: claim {claim.id} has a known deviation on vLLM {release} ({deviation.reason.strip()[:80]}); "
                              "its expect is what this release measures: state what the claim expects instead")
