@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.matrix import history, matrix
+from gdn_review.matrix import history, matrix, matrix_files
 from gdn_review.report import report
 from gdn_review.run.selection import load_records
 from gdn_review.run import evidence_file
@@ -49,7 +49,7 @@ def _matrix(folder: Path, number: int, runs, snapshots_by_version) -> None:
             "summary": "", "pytest_exit": 0, "duration_s": 1.0,
         })
     (folder / "matrix.json").write_text(json.dumps({
-        "format": matrix.MATRIX_FORMAT, "record": number, "releases": entries, "downloaded": [], "jobs": 2,
+        "format": matrix_files.MATRIX_FORMAT, "record": number, "releases": entries, "downloaded": [], "jobs": 2,
         "duration_s": 3.0, "target_diff": None,
     }), encoding="utf-8")
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.common import release_cache
 from gdn_review.kb import load_record
-from gdn_review.matrix import matrix, matrix_report
+from gdn_review.matrix import matrix, matrix_files, matrix_report
 from gdn_review.report import report, verdicts
 from gdn_review.run import snapshot as snapshots
 from tests.conftest import MINIMAL, ROOT
@@ -69,7 +69,7 @@ def matrix_folder(tmp_path, write_record):
             "evidence": _evidence(folder, version, outcome, ge), "snapshot": _snapshot(folder, version, *snapshots_by_version[version]),
             "summary": "", "pytest_exit": 0, "duration_s": 1.0,
         })
-    (folder / "matrix.json").write_text(json.dumps({"format": matrix.MATRIX_FORMAT, "record": 7, "releases": entries, "downloaded": [], "jobs": 2, "duration_s": 3.0, "target_diff": "--- a\n+++ b\n"}), encoding="utf-8")
+    (folder / "matrix.json").write_text(json.dumps({"format": matrix_files.MATRIX_FORMAT, "record": 7, "releases": entries, "downloaded": [], "jobs": 2, "duration_s": 3.0, "target_diff": "--- a\n+++ b\n"}), encoding="utf-8")
     return load_record(kb / "7.yaml"), folder
 
 
@@ -77,7 +77,7 @@ def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installe
     assert matrix.default_releases("0.28.0", "0.29.0", "0.33.0") == ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
     assert matrix.default_releases("0.31.0", "0.32.0", "0.33.0") == ["0.31.0", "0.32.0", "0.33.0"]
     assert matrix.default_releases("0.31.0", "0.32.0", "0.33.1") == ["0.31.0", "0.32.0", "0.33.0", "0.33.1"]
-    with pytest.raises(matrix.MatrixError, match="base_release"):
+    with pytest.raises(matrix_files.MatrixError, match="base_release"):
         matrix.default_releases(None, "0.29.0", "0.33.0")
 
 
@@ -86,7 +86,7 @@ def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
     planned = matrix.plan(record, "0.33.0")
     assert [(p.version, p.role, p.installed) for p in planned][:2] == [("0.28.0", "base", False), ("0.29.0", "head", False)]
     assert planned[-1].installed and planned[-1].role == "later"
-    with pytest.raises(matrix.MatrixError, match="not a release number"):
+    with pytest.raises(matrix_files.MatrixError, match="not a release number"):
         matrix.plan(record, "0.33.0", ["banana"])
 
 
@@ -101,7 +101,7 @@ def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
 
 def test_before_fails_then_holds_discriminates_with_measured_values(matrix_folder):
     record, folder = matrix_folder
-    data = matrix_report.matrix_data(record, matrix.load_matrix(folder), {7})
+    data = matrix_report.matrix_data(record, matrix_files.load_matrix(folder), {7})
     (row,) = data["rows"]
     assert row["before"] == "fails" and row["discrimination"] == "discriminates"
     assert [c["verdict"] for c in row["cells"]] == ["fails", "holds", "holds", "holds"]
@@ -113,7 +113,7 @@ def test_a_head_release_that_did_not_run_is_stood_in_for_by_the_next_one(matrix_
     # vLLM 0.24 to 0.27 pick no CPU platform here: a record whose head release is one of
     # them is judged on the first later release that ran, and the reason says so.
     record, folder = matrix_folder
-    runs = matrix.load_matrix(folder)
+    runs = matrix_files.load_matrix(folder)
     runs["releases"] = [entry for entry in runs["releases"] if entry["role"] != "head"]
     (row,) = matrix_report.matrix_data(record, runs, {7})["rows"]
     assert row["discrimination"] == "discriminates"
@@ -143,7 +143,7 @@ def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_
     (tmp_path / "kb" / "7.yaml").write_text(RECORD.replace("before: fails", "before: holds"), encoding="utf-8")
     record = load_record(tmp_path / "kb" / "7.yaml")
     _evidence(folder, "0.28.0", "passed", 1)  # the base release holds too
-    data = matrix_report.matrix_report(record, matrix.load_matrix(folder), {7})
+    data = matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7})
     (row,) = data["matrix"]["rows"]
     assert (row["before"], row["discrimination"]) == ("holds", "preserved")
     assert row["discrimination_reason"] == "holds on the base release and holds on the head release, as the record says (before: holds)"
@@ -156,7 +156,7 @@ def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_
 
 def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained(matrix_folder):
     record, folder = matrix_folder
-    drift = matrix_report.matrix_data(record, matrix.load_matrix(folder), {7})["drift"]
+    drift = matrix_report.matrix_data(record, matrix_files.load_matrix(folder), {7})["drift"]
     rows = {(r["from"], r["to"], r["case"]): r for r in drift["rows"]}
     assert set(rows) == {("0.29.0", "0.30.0", "plain"), ("0.30.0", "0.31.0", "spec")}
     assert rows[("0.30.0", "0.31.0", "spec")]["explained_by"][0]["number"] == 9
@@ -167,14 +167,14 @@ def test_drift_is_attributed_to_the_pr_that_shipped_between_or_shown_unexplained
 
 def test_matrix_report_renders_the_table_drift_and_diff_and_fails_on_drift(matrix_folder):
     record, folder = matrix_folder
-    data = matrix_report.matrix_report(record, matrix.load_matrix(folder), {7, 9})
+    data = matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7, 9})
     text = report.render_markdown(data)
     assert "## Release matrix" in text and "**discriminates**" in text
     assert "| C1 | fails | **fails**: aten.ge 2 | **holds**: aten.ge 1 |" in text
     assert "**unexplained drift**" in text and "[#9](9.md) (changes-claim)" in text
     assert "<details><summary>The PR's diff of the target file (0.28.0 → 0.29.0)</summary>" in text
-    assert verdicts.matrix_failures(data, {"drift"}) == ["PR 7 unexplained drift 0.29.0 → 0.30.0: plain: num_prefills"]
-    assert verdicts.matrix_failures(data, {"fails"}) == []
+    assert matrix_report.tripped({"drift"}, [data]) == ["PR 7 unexplained drift 0.29.0 → 0.30.0: plain: num_prefills"]
+    assert matrix_report.tripped({"fails"}, [data]) == []
 
 
 def test_unknown_release_is_bad_input(monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 from gdn_review.common import release_cache, release_trees
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import failures
+from gdn_review.report.verdicts import tripped
 from gdn_review.review import render
 from gdn_review.run import evidence_file
 from tests.conftest import MINIMAL, ROOT
@@ -46,8 +46,8 @@ def test_an_open_prs_improvement_claim_that_fails_is_pending_and_passes_the_run(
     assert claim["verdict"] == "pending"
     assert "fails on vLLM 0.33.0 as the PR says it should" in claim["reason"]
     assert data["state"] == "open" and "no release" in data["head_release"]
-    assert failures([data], {"fails"}) == []  # exit 0 ...
-    assert failures([data], {"fails", "pending"}) == ["PR 7 claim C1 pending: " + claim["reason"]]  # ... unless --fail-on pending
+    assert tripped([data], {"fails"}) == []  # exit 0 ...
+    assert tripped([data], {"fails", "pending"}) == ["PR 7 claim C1 pending: " + claim["reason"]]  # ... unless --fail-on pending
     risk = data["risks"][0]
     assert risk["coverage"] == "targeted" and "pending" in risk["missing"][0]  # judged on what it can check now, and says so
 

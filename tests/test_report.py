@@ -65,12 +65,12 @@ def test_killed_mutants_make_a_passing_risk_mutation_verified():
     assert [m["id"] for m in data["mutation"]["missing_tests"]] == ["auto.drop_clause1.use_spec_decode.d6fb08", "auto.gt_to_ge.n.7c01d2"]
     r1 = next(r for r in data["mutation"]["risks"] if r["id"] == "R1")
     assert r1["mutants"][0]["cells"] == ["killed", "·", "passed", "·"]
-    assert verdicts.failures([data], {"survived"}) == [
+    assert verdicts.tripped([data], {"survived"}) == [
         "PR 1 mutant auto.drop_clause1.use_spec_decode.d6fb08 survived",
         "PR 1 mutant auto.plus_one.rows.5e2a1c not reached",
         "PR 1 mutant auto.gt_to_ge.n.7c01d2 not reached",
     ]
-    assert verdicts.failures([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
+    assert verdicts.tripped([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
 
 
 def _edited_mutation_evidence(tmp_path, edit) -> dict:

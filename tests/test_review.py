@@ -168,7 +168,7 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
 @pytest.mark.xdist_group("review_steps")
 def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_reviews, release_drift, step_kb, tmp_path):
     """The step where fields move (0.31.0 -> 0.32.0, #56531): `gdn-review matrix` itself, both records."""
-    from gdn_review.matrix import matrix, matrix_report
+    from gdn_review.matrix import matrix, matrix_files, matrix_report
     from gdn_review.report import report
 
     records = {r.number: r for r in load_kb(step_kb / "kb").values()}
@@ -181,8 +181,8 @@ def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_re
                "--work", str(tmp_path / "work"), "--reports", str(tmp_path / "reports"), "--fail-on", "")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for number, record in records.items():
-        work = tmp_path / "work" / matrix.matrix_folder_name(number)
-        rows = matrix_report.matrix_report(record, matrix.load_matrix(work), set(records))["matrix"]["drift"]["rows"]
+        work = tmp_path / "work" / matrix_files.matrix_folder_name(number)
+        rows = matrix_report.matrix_report(record, matrix_files.load_matrix(work), set(records))["matrix"]["drift"]["rows"]
         (reviewed,) = [r for r in data["records"] if r["number"] == number]
         assert _rows(rows) == _rows(reviewed["moved"]) == _rows(release_drift.get((number, "0.31.0"), []))
 

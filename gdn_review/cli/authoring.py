@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from gdn_review.cli.support import EXIT_FAILED, BadInput, _exit_codes, _say
+from gdn_review.cli.support import EXIT_FAILED, BadInput, exit_codes, say
 from gdn_review.matrix.release_finder import (
     DEFAULT_FILE,  # imports no vLLM: --help stays fast
 )
@@ -23,7 +23,7 @@ from gdn_review.matrix.release_finder import (
 @click.option("--to", "end", default=None, metavar="X.Y.Z", help="The newest release to check.  [default: the installed vLLM]")
 @click.option("--fixed-string", is_flag=True, help="Find LINE as a string anywhere in the file (as given, not stripped) instead of as a whole line.")
 @click.option("--offline", is_flag=True, help="Only the installed vLLM and the release cache; releases not there are named, not fetched.")
-@_exit_codes
+@exit_codes
 def find_release_command(wanted: str, file: str, start: str | None, end: str | None, fixed_string: bool, offline: bool) -> None:
     """Say which releases contain LINE of a vLLM file: the first, the last, the target lines to paste.
 
@@ -49,7 +49,7 @@ def find_release_command(wanted: str, file: str, start: str | None, end: str | N
     if wanted == "-":
         wanted = sys.stdin.read()
     try:
-        finding = release_finder.find_release(wanted, file, start, end, fixed_string, offline, say=_say)
+        finding = release_finder.find_release(wanted, file, start, end, fixed_string, offline, say=say)
     except release_finder.FinderError as error:
         raise BadInput(str(error)) from None
     for line in release_finder.finding_lines(finding):

@@ -18,20 +18,18 @@ from gdn_review.cli.support import (
     EXIT_FAILED,
     EXIT_OK,
     RECORD_KEY,
-    _exit_codes,
-    _fail_on,
-    _print_written,
-    _report_evidence,
-    _say,
-    _write_reports,
+    exit_codes,
+    exit_for,
+    fail_on_option,
     kb_option,
+    print_written,
+    say,
+    show_reports,
 )
-from gdn_review.kb.subjects import key_label, key_order, key_short
-from gdn_review.report import verdicts
+from gdn_review.common import fail_conditions
+from gdn_review.kb.subjects import key_label, key_short
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
-
-MATRIX_FAIL_ON = ("fails", "unverified", "uncovered", "drift")
 
 
 def interruptible(command):
@@ -45,7 +43,7 @@ def interruptible(command):
             with interrupts.handled():
                 return command(*args, **kwargs)
         except interrupts.Interrupted as stop:
-            _say(f"interrupted by {stop.name}: its processes are stopped; nothing was written")
+            say(f"interrupted by {stop.name}: its processes are stopped; nothing was written")
             sys.exit(stop.exit_code)
 
     return wrapper
@@ -65,11 +63,11 @@ def interruptible(command):
 @click.option("--offline", is_flag=True, help="Use only releases already in the cache (automatic mutants need the base and head releases).")
 @click.option("--evidence", "evidence_path", default=str(evidence_file.DEFAULT_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
-@click.option("--fail-on", "fail_on", default="fails,survived", show_default=True, help="Comma list of what makes the exit code 1: fails, survived, unverified, uncovered.")
+@fail_on_option(fail_conditions.REPORT, "fails,survived")
 @click.option("--whole-file", is_flag=True, help="Score the whole target file against every record's tests (reports/guard.md + .json), not a record's PR hunks.")
 @click.option("--release", default=None, metavar="X.Y.Z", help="With --whole-file: score this release from the release cache (fetched once) instead of the installed one.")
 @click.option("--min-score", type=click.FloatRange(0, 100), default=95.0, show_default=True, help="With --whole-file: exit 1 below this percentage of detected mutants.")
-@_exit_codes
+@exit_codes
 @interruptible
 def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on, whole_file, release, min_score) -> None:
     """Plant each risk's bug in vLLM's real builder and check a generated test fails.
@@ -94,6 +92,8 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     """
     import collections
 
+    from gdn_review.cli.progress import MutationProgress
+
     if whole_file:
         if risk or keyword or list_only:
             raise click.UsageError("--whole-file runs every record's tests against every mutant: --risk, -k and --list do not apply")
@@ -102,83 +102,64 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
         raise click.UsageError("--release applies to --whole-file (a record's mutants run on the installed release; see `gdn-review matrix`)")
 
     from gdn_review import mutation
-    from gdn_review.cli.progress import MutationProgress
+    from gdn_review.report import report as reporting
+    from gdn_review.report import verdicts
 
-    conditions = _fail_on(fail_on)
     records = load_records(kb_dir, numbers)
-    catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=_say)
+    catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
     if list_only:
         click.echo("\n".join(mutation.listing_lines(catalogues)))
         return
-    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.number in {c.record for c in catalogues}}, out_dir, write, _say)
-    _say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
-    progress = MutationProgress(_say)
+    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.number in {c.record for c in catalogues}}, out_dir, write, say)
+    say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
+    progress = MutationProgress(say)
     try:
-        entries = mutation.run(catalogues, modules, keyword, jobs or os.cpu_count() or 1, timeout, evidence_path, progress.start, progress.advance)
+        entries = mutation.mutate(catalogues, modules, keyword, jobs or os.cpu_count() or 1, timeout, evidence_path, progress.start, progress.advance)
     except mutation.MutationError as error:  # the baseline failed: a check, not the input
         progress.stop()
-        _say(str(error))
+        say(str(error))
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         progress.stop()
         raise
     progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
-    _say("[3/3] " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run") + f"; evidence {evidence_path}")
-    sys.exit(_write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions))
+    say("[3/3] " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run") + f"; evidence {evidence_path}")
+    paths = evidence_file.with_bench(evidence_path, say)
+    written, reports = reporting.write_reports(records, evidence_file.load(list(paths)), reports_dir)
+    show_reports(reports, written)
+    sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
 
 
 def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offline, reports_dir, release, min_score) -> int:
     """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the exit code."""
-    import json
-
     from gdn_review.cli.progress import MutationProgress
-    from gdn_review.common import release_cache
-    from gdn_review.common.files import atomic_write
-    from gdn_review.kb.server_config import configuration_label
-    from gdn_review.mutation import guard
-    from gdn_review.report import guard_report
+    from gdn_review.mutation import guard, whole_file
 
-    notes = guard.load_notes(Path(kb_dir) / "guard" / "notes.yaml")
     records = load_records(kb_dir, numbers)
-    modules = current_modules(kb_dir, records, out_dir, write, _say)
-    loaded, root = release_cache.loaded()
-    if release and release != loaded:
-        # Another release: this command again, in a process whose vLLM is that release's tree.
-        argv = ["mutate", "--whole-file", "--release", release, "--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir),
-                "--timeout", str(timeout), "--min-score", str(min_score), *(f"--record={n}" for n in numbers),
-                *(f"--mutant={p}" for p in patterns), *([f"--jobs={jobs}"] if jobs else [])]
-        return guard.rerun_on(release, argv, fetch=not offline, say=_say)
-    target = next(iter(records.values())).target.file
-    source = (root / target).read_text(encoding="utf-8")
-    _say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")
-    progress = MutationProgress(_say)
+    modules = current_modules(kb_dir, records, out_dir, write, say)
+    options = ["--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir), "--timeout", str(timeout),
+               "--min-score", str(min_score), *(f"--record={n}" for n in numbers), *(f"--mutant={p}" for p in patterns),
+               *([f"--jobs={jobs}"] if jobs else [])]
+    progress = MutationProgress(say)
     try:
-        named = {key_short(n): path for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))}
-        configurations = {key_short(record.number): {c.id: configuration_label(c) for c in record.cases} for record in records.values()}
-        data = guard.run(named, target, loaded, source, notes,
-                         jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, patterns, configurations)
-    except guard.GuardError as error:
+        scored = whole_file.score_and_write(kb_dir, records, modules, reports_dir, release, options, not offline, patterns,
+                                            jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, say)
+    except guard.GuardError as error:  # the baseline failed, or another tracer is active: a check, not the input
         progress.stop()
-        _say(str(error))
+        say(str(error))
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    finally:
         progress.stop()
-        raise
-    progress.stop()
-    # reports/guard.md for the installed release; guard-<release>.md for one asked for by --release
-    stem = f"guard-{loaded}" if release else "guard"
-    folder = Path(reports_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    atomic_write(folder / f"{stem}.md", guard_report.markdown(data))
-    score = data["score"]
-    _say(f"[3/3] score {score['percent']}% ({score['detected']} of {score['scored']}); "
-         + ", ".join(f"{n} {s}" for s, n in score["counts"].items()) + f"; {data['duration_s']} s")
-    _say(f"wrote {folder / (stem + '.md')} and {folder / (stem + '.json')}")
+    if scored.child_exit is not None:
+        return scored.child_exit
+    data, score = scored.data, scored.data["score"]
+    say(f"[3/3] score {score['percent']}% ({score['detected']} of {score['scored']}); "
+        + ", ".join(f"{n} {s}" for s, n in score["counts"].items()) + f"; {data['duration_s']} s")
+    say(f"wrote {scored.written[0]} and {scored.written[1]}")
     for note in data["notes"]:
-        _say(f"note: {note}")
-    return EXIT_FAILED if score["percent"] is None or score["percent"] < min_score else EXIT_OK
+        say(f"note: {note}")
+    return EXIT_FAILED if scored.below(min_score) else EXIT_OK
 
 
 @click.command(name="bench")
@@ -190,7 +171,7 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Per record: stop adding rounds after this long, tight or not.")
 @click.option("--tolerance", type=click.FloatRange(min=0.0001), default=0.01, show_default=True, help="Stop once every case's 95%% half-interval of the ratio is this narrow.")
 @click.option("--evidence", "evidence_path", default=str(evidence_file.BENCH_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
-@_exit_codes
+@exit_codes
 @interruptible
 def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
     """A/B latency of build() between a record's base and head releases, with 95% intervals.
@@ -221,9 +202,9 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
     from gdn_review.run import bench
 
     records = load_records(kb_dir, numbers)
-    bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=_say, show=click.echo,
+    bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=say, show=click.echo,
                         apply_diff=diff_side.release_with_diff)
-    _say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")
+    say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")
 
 
 @click.command(name="matrix")
@@ -239,8 +220,8 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
 @click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N; with several records WORK/matrix-N]")
 @click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the reports go.")
 @click.option("--history", "history_path", default=None, type=click.Path(path_type=Path, dir_okay=False), help="With --all: where the history page goes.  [default: reports/history.md]")
-@click.option("--fail-on", "fail_on", default="drift", show_default=True, help="Comma list of what makes the exit code 1: fails (on the newest release), unverified, uncovered, drift (unexplained).")
-@_exit_codes
+@fail_on_option(("fails", "unverified", "uncovered", "drift"), "drift")
+@exit_codes
 @interruptible
 def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, history_path, fail_on) -> None:
     """Run records' generated tests on the release without the PR, the release with it, and every later one.
@@ -274,33 +255,22 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
         raise click.UsageError("give --record N (repeatable) or --all")
     if history_path is not None and not every:
         raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
-    chosen = _fail_on(fail_on, MATRIX_FAIL_ON)
-    reports, written = matrix.matrix_command(
+    chosen = fail_on
+    reports, written, history_data = matrix.matrix_command(
         kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
-        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(path, record, release, evidence_path, kb_dir, out_dir, say=_say),
+        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(path, record, release, evidence_path, kb_dir, out_dir, say=say),
+        history_path=(history_path or Path("reports/history.md")) if every else None,
     )
-    tripped: list[str] = []
     for report_data in reports:
         if len(reports) > 1:
             click.echo(f"{key_label(report_data['number'])}:")
         click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix_report.summary_lines(report_data)))
-        tripped += verdicts.matrix_failures(report_data, chosen)
-    if every:
-        from gdn_review.matrix import history
-
-        data, page = history.history_command(
-            kb_dir, work_dir or Path(".gdn-review"), evidence_file.BENCH_PATH, history_path or Path("reports/history.md"), since, reports_dir,
-        )
-        written.append(page)
-        for number, why in data["missing"].items():
-            _say(f"history: left out {key_short(number)}: {why}")
-        click.echo(_history_line(data))
-        if "drift" in chosen:  # a metadata field that came or went with no noted change behind it
-            tripped += [f"history: {u['from']} → {u['to']}: field {', '.join(u['fields'])} unattributed" for u in data["unexplained"] if u["record"] is None]
-    _print_written(written)
-    for line in tripped:
-        _say(f"fail-on: {line}")
-    sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+    if history_data is not None:
+        for number, why in history_data["missing"].items():
+            say(f"history: left out {key_short(number)}: {why}")
+        click.echo(_history_line(history_data))
+    print_written(written)
+    sys.exit(exit_for(matrix_report.tripped(chosen, reports, history_data)))
 
 
 def _history_line(data: dict) -> str:
@@ -316,8 +286,8 @@ def _history_line(data: dict) -> str:
 @click.option("--bench", "bench_path", default=str(evidence_file.BENCH_PATH), show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="`gdn-review bench`'s results (latency per record), if any.")
 @click.option("--out", "out_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="Where the page goes.")
 @click.option("--matrix-reports", "matrix_reports", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="The records' matrix reports, which the page links.")
-@click.option("--fail-on", "fail_on", default="drift", show_default=True, type=click.Choice(["drift", "none"]), help="drift: exit 1 when a change is unexplained.")
-@_exit_codes
+@fail_on_option(("drift",), "drift")
+@exit_codes
 def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_reports, fail_on) -> None:
     """Write the builder's history from the matrix runs already made (runs nothing).
 
@@ -337,14 +307,15 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
       gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
       gdn-review history --work /tmp/runs --out /tmp/history.md --fail-on none
     """
-    from gdn_review.matrix import history
+    from gdn_review.matrix import history, matrix_report
 
-    data, path = history.history_command(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
+    chosen = fail_on
+    data, path = history.write_page(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
     for number, why in data["missing"].items():
-        _say(f"left out {key_short(number)}: {why}")
+        say(f"left out {key_short(number)}: {why}")
     click.echo(_history_line(data))
     click.echo(f"wrote {path}")
-    sys.exit(EXIT_FAILED if data["unexplained"] and fail_on == "drift" else EXIT_OK)
+    sys.exit(exit_for(matrix_report.tripped(chosen, history=data)))
 
 
 @click.command(name="bundle")
@@ -358,7 +329,7 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
 @click.option("--dry-run", is_flag=True, help="Then run it here on CPU, in a venv that has only PyTorch and the packages a GPU machine has, with no network: proves the bundle complete.")
 @click.option("--work", "work_dir", default=None, type=click.Path(file_okay=False, path_type=Path), help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]")
 @click.option("--dry-run-python", "source_python", default=None, metavar="PYTHON", help="The dry run's venv links this interpreter's PyTorch and packages (e.g. a venv with the GPU machine's torch 2.11).  [default: this one]")
-@_exit_codes
+@exit_codes
 @interruptible
 def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python) -> None:
     """Write an offline bundle that runs the generated checks and the bench on a GPU machine.
@@ -392,7 +363,7 @@ def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, d
     if dry_run and python != here:
         raise click.UsageError(f"--dry-run runs the bundle with this Python ({here}): leave out --python or give {here}")
     records = load_records(kb_dir, numbers)
-    ran = bundle.bundle_command(records, out_dir, list(versions), python, max_mib, force, dry_run, work_dir, source_python, say=_say)
+    ran = bundle.bundle_command(records, out_dir, list(versions), python, max_mib, force, dry_run, work_dir, source_python, say=say)
     if ran is None:
         click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
         return

@@ -21,14 +21,14 @@ from gdn_review.cli.support import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     RECORD_KEY,
-    _exit_codes,
-    _fail_on,
-    _report_evidence,
-    _say,
-    _write_reports,
+    exit_codes,
+    exit_for,
     fail_on_option,
     kb_option,
+    say,
+    show_reports,
 )
+from gdn_review.common import fail_conditions
 from gdn_review.common import fast_exit
 from gdn_review.kb import record_schema
 from gdn_review.run import evidence_file
@@ -59,7 +59,7 @@ def main() -> None:
 
 @main.command()
 @kb_option
-@_exit_codes
+@exit_codes
 def validate(kb_dir: Path) -> None:
     """Check every record: types, unknown keys, duplicate ids, references.
 
@@ -80,14 +80,14 @@ def validate(kb_dir: Path) -> None:
 
     checked = validate_kb(kb_dir, check_finds)
     for note in checked.notes:
-        _say(f"note: {note}")
+        say(f"note: {note}")
     for path, record in checked.records.items():
         todos = checked.todos[path]
         click.echo(f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
         for todo in todos:
-            _say(f"  incomplete: {todo}")
+            say(f"  incomplete: {todo}")
     if checked.open_items:
-        _say(f"{checked.open_items} open TODO(s): the record(s) above are drafts, not yet checkable")
+        say(f"{checked.open_items} open TODO(s): the record(s) above are drafts, not yet checkable")
         sys.exit(EXIT_FAILED)
 
 
@@ -96,7 +96,7 @@ def validate(kb_dir: Path) -> None:
 @click.option("--out", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
 @click.option("--templates", "templates", default=None, type=click.Path(path_type=Path, exists=True, file_okay=False), help="Template folder (default: the project's templates/).")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 naming every stale, missing or orphaned module.")
-@_exit_codes
+@exit_codes
 def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check: bool) -> None:
     """Render the records into pytest modules (one per record).
 
@@ -111,16 +111,16 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
     """
     result = generator.plan(kb_dir, out_dir, templates or generator.DEFAULT_TEMPLATES)
     for path in result.foreign:
-        _say(f"foreign  {path}: exists without the gdn-review banner; move it away, it will not be overwritten")
+        say(f"foreign  {path}: exists without the gdn-review banner; move it away, it will not be overwritten")
     if result.foreign:
         sys.exit(EXIT_BAD_INPUT)
     for path in result.drafts:
-        _say(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)")
+        say(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)")
     if check:
         for path in result.write:
-            _say(f"{'stale' if path.exists() else 'missing'}  {path}: run `gdn-review generate`")
+            say(f"{'stale' if path.exists() else 'missing'}  {path}: run `gdn-review generate`")
         for path in result.remove:
-            _say(f"orphan  {path}: its record is gone; run `gdn-review generate` to remove it")
+            say(f"orphan  {path}: its record is gone; run `gdn-review generate` to remove it")
         if result.stale:
             sys.exit(EXIT_FAILED)
         click.echo(f"up to date: {len(result.unchanged)} module(s) in {out_dir}")
@@ -139,8 +139,8 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
 @click.option("--evidence", "evidence_paths", type=click.Path(path_type=Path), multiple=True, help=f"Evidence JSON (repeatable; default {evidence_file.DEFAULT_PATH}).")
 @click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
-@fail_on_option
-@_exit_codes
+@fail_on_option(fail_conditions.REPORT, "fails")
+@exit_codes
 def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_on: str) -> None:
     """Write a risk report per record from evidence, plus reports/index.md.
 
@@ -155,9 +155,14 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
       gdn-review report --format json --out /tmp/reports
       gdn-review report --fail-on fails,uncovered      # for CI
     """
-    conditions = _fail_on(fail_on)
+    from gdn_review.report import report as reporting
+    from gdn_review.report import verdicts
+
     records = load_records(kb_dir, numbers)
-    sys.exit(_write_reports(records, evidence_paths or _report_evidence(evidence_file.DEFAULT_PATH), out_dir, fmt, conditions))
+    paths = evidence_paths or evidence_file.with_bench(evidence_file.DEFAULT_PATH, say)
+    written, reports = reporting.write_reports(records, evidence_file.load(list(paths)), out_dir, fmt)
+    show_reports(reports, written, fmt)
+    sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -169,9 +174,9 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 @click.option("--evidence", "evidence_path", default=str(evidence_file.DEFAULT_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON goes.")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
 @click.option("--no-diff", is_flag=True, help="Skip the diff side: an open PR's diff stored beside its record (kb/N.diff) is not applied.")
-@fail_on_option
+@fail_on_option(fail_conditions.REPORT, "fails")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
-@_exit_codes
+@exit_codes
 def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no_diff, fail_on, pytest_args) -> None:
     """Check the generated tests are current, run them on the installed vLLM, write reports.
 
@@ -195,25 +200,20 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no
       gdn-review run --fail-on fails,unverified,uncovered -- -x
       gdn-review run --record 53542 --fail-on fails,pending   # an open PR: pending claims fail the run
     """
+    from gdn_review.report import kb_run, verdicts
     from gdn_review.review import diff_side
-    from gdn_review.run import suite
 
-    conditions = _fail_on(fail_on)
     records = load_records(kb_dir, numbers)
-    modules = current_modules(kb_dir, records, out_dir, write, _say)
-    diffs = {} if no_diff or keyword else diff_side.wanted(records)
-    code = suite.run_suite(list(modules.values()), evidence_path, keyword, pytest_args, say=click.echo)
-    if diffs and code != suite.NO_TESTS:
-        release = evidence_file.tests_release(evidence_path)
-        for path in diffs:
-            diff_side.add_to_evidence(path, records[path], release, evidence_path, kb_dir, out_dir, say=click.echo)
-    click.echo("[2/2] writing risk reports")
-    status = _write_reports(records, _report_evidence(evidence_path), reports_dir, "markdown", conditions)
-    sys.exit(EXIT_FAILED if code == suite.NO_TESTS else status)
+    modules = current_modules(kb_dir, records, out_dir, write, say)
+    done = kb_run.check_kb(kb_dir, records, modules, evidence_path, reports_dir, keyword, pytest_args,
+                           diff_sides=None if no_diff else diff_side, generated=out_dir, say=click.echo)
+    show_reports(done.reports, done.written)
+    code = exit_for(verdicts.tripped(done.reports, fail_on))
+    sys.exit(EXIT_FAILED if done.collected_nothing else code)
 
 
 @main.command()
-@_exit_codes
+@exit_codes
 def schema() -> None:
     """Print the JSON Schema of a record (for editors that validate YAML).
 
@@ -230,7 +230,7 @@ def schema() -> None:
 @click.option("--out", "out_path", default=None, type=click.Path(path_type=Path), help="Where the draft goes: a file named <number>.yaml, or a folder (made if needed).  [default: kb/<number>.yaml]")
 @click.option("--force", is_flag=True, help="Replace the file if it exists.")
 @click.option("--diff", "diff_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="What `gh pr diff N` wrote: the target file and symbol come from its hunks (with gh's JSON only).")
-@_exit_codes
+@exit_codes
 def import_command(report_path: Path, out_path: Path | None, force: bool, diff_path: Path | None) -> None:
     """Turn a review report (markdown) or gh's JSON of a PR into a draft record.
 
@@ -266,7 +266,7 @@ def import_command(report_path: Path, out_path: Path | None, force: bool, diff_p
 @click.option("--all", "every", is_flag=True, help="Export every complete record, one module each (contract records included).")
 @click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder the module is written to.")
 @click.option("--vllm-release", "release", default=None, metavar="X.Y.Z", help="Release whose known deviations become strict xfails.  [default: the installed vLLM]")
-@_exit_codes
+@exit_codes
 def export_command(kb_dir: Path, number, every: bool, out_dir: Path, release: str | None) -> None:
     """Export a record's checks as one standalone test module for vLLM's tests/.
 
@@ -301,7 +301,7 @@ def export_command(kb_dir: Path, number, every: bool, out_dir: Path, release: st
 @click.option("--as-expect", is_flag=True, help="Print the case's `expect` block (YAML) instead of storing the snapshot.")
 @click.option("--fill-expects", is_flag=True, help="Measure every case once and write each missing `expect` block into the record (comments kept).")
 @click.option("--print", "print_only", is_flag=True, help="With --fill-expects: print all the blocks instead of writing them.")
-@_exit_codes
+@exit_codes
 def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, as_expect: bool, fill_expects: bool, print_only: bool) -> None:
     """Store the full metadata build() returns for every case of a record, per release.
 
@@ -334,7 +334,7 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
             raise click.UsageError("--fill-expects takes at most one --release and --case ID, and --print; not --as-expect")
         from gdn_review.run import fill_expects as filling
 
-        filled = filling.fill_expects(kb_dir, number, versions[0] if versions else None, [case_id] if case_id else None, not print_only, _say)
+        filled = filling.fill_expects(kb_dir, number, versions[0] if versions else None, [case_id] if case_id else None, not print_only, say)
         for line in filling.filled_lines(filled, written=not print_only):
             click.echo(line)
         if filled.left and not filled.expects:  # every case asked for gave no metadata on that release
@@ -343,7 +343,7 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
 
     if as_expect and (not case_id or len(versions) > 1):
         raise click.UsageError("--as-expect needs --case ID and at most one --release")
-    for line in snapshot.snapshot_command(kb_dir, number, list(versions), case_id, as_expect, say=_say):
+    for line in snapshot.snapshot_command(kb_dir, number, list(versions), case_id, as_expect, say=say):
         click.echo(line)
 
 

@@ -12,15 +12,15 @@ import click
 
 from gdn_review.cli.long_runs import interruptible
 from gdn_review.cli.support import (
-    EXIT_FAILED,
-    EXIT_OK,
     RECORD_KEY,
-    _exit_codes,
-    _fail_on,
-    _print_written,
-    _say,
+    exit_codes,
+    exit_for,
+    fail_on_option,
     kb_option,
+    print_written,
+    say,
 )
+from gdn_review.common import fail_conditions
 
 
 def _shard(value: str | None) -> tuple[int, int] | None:
@@ -35,20 +35,14 @@ def _shard(value: str | None) -> tuple[int, int] | None:
     return index, count
 
 
-def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
+def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
     from gdn_review.review import orchestrate, render
 
-    chosen = _fail_on(fail_on, render.FAIL_ON_CHOICES)
-    text = render.markdown(data)
-    written = orchestrate.write(data, out_dir, text)
+    written = orchestrate.write(data, out_dir, render.markdown(data))
     click.echo(render.headline(data))
-    _print_written(written[:1])
+    print_written(written[:1])
     click.echo(f"json     {written[1]}")
-    found = render.findings(data)
-    tripped = [f"{kind}: {item}" for kind in sorted(chosen) for item in found[kind]]
-    for line in tripped:
-        _say(f"fail-on: {line}")
-    sys.exit(EXIT_FAILED if tripped else EXIT_OK)
+    sys.exit(exit_for(render.tripped(data, fail_on)))
 
 
 @click.command(name="review")
@@ -69,8 +63,8 @@ def _finish(data: dict, out_dir: Path, fail_on: str) -> None:
 @click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Keep the run's files in this new or empty folder: each side's evidence and snapshots, the mutants' sources.  [default: a temp folder, removed]")
 @click.option("--draft", "draft_number", type=click.IntRange(min=1), default=None, metavar="PR", help="Also write a draft record of the change as OUT/PR.yaml: target from the hunks, the moved cases with expect blocks measured with the change (target.changes), surviving mutants as risk candidates.")
 @click.option("--pr", "own", type=click.IntRange(min=1), default=None, metavar="N", help="The diff is PR N's own (its record explains what it states it changes; its claims are read with the change in).  [default: N from a file named N.diff or pr-N.diff, where the KB holds an open record of PR N]")
-@click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="Comma list of what makes the exit code 1: breaks (a claim that held no longer does), drift (a field moved that no record explains), survived (a mutant of the new lines survived).")
-@_exit_codes
+@fail_on_option(fail_conditions.REVIEW, "breaks,drift")
+@exit_codes
 @interruptible
 def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, work_dir, draft_number, own, fail_on) -> None:
     """Check a change to vLLM against the whole KB before it merges.
@@ -107,7 +101,7 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
 
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
-    data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=_say, own=own)
+    data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=say, own=own)
     interrupts.finishing()  # the review ran: its report is written whatever comes now
     if name:
         data["name"] = name
@@ -121,8 +115,8 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--out", "out_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where NAME.md and NAME.json go.  [default: reports/review]")
 @click.option("--name", default=None, help="Report name.  [default: the first shard's]")
-@click.option("--fail-on", "fail_on", default="breaks,drift", show_default=True, help="As for review.")
-@_exit_codes
+@fail_on_option(fail_conditions.REVIEW, "breaks,drift")
+@exit_codes
 def review_merge_command(shards, out_dir, name, fail_on) -> None:
     """Merge the JSON of review shards (--shard I/N, or a CI job matrix) into one report.
 

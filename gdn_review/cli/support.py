@@ -1,4 +1,4 @@
-"""What every command shares: exit codes, turning a stage's errors into them, printing reports."""
+"""What every command shares: exit codes, turning a stage's errors into them, --fail-on, printing reports."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import click
 
 from gdn_review import generate as generator
 from gdn_review.kb import RecordErrors
-from gdn_review.kb.subjects import is_record_key, key_label
+from gdn_review.common import fail_conditions
+from gdn_review.kb.subjects import is_record_key
 from gdn_review.report import report as reporting
 from gdn_review.report import verdicts
 from gdn_review.run import evidence_file
@@ -31,7 +32,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review.export import bundle
     from gdn_review.export.export import ExportError
     from gdn_review.importers.review_report import ReportImportError
-    from gdn_review.matrix import matrix
+    from gdn_review.matrix import matrix_files
     from gdn_review.mutation import guard
     from gdn_review.review.orchestrate import ReviewError
     from gdn_review.review.patch import PatchError
@@ -39,10 +40,10 @@ def _input_errors() -> tuple[type[Exception], ...]:
 
     return (selection.SelectionError, generator.GenerateError, verdicts.ReportError, evidence_file.EvidenceError, suite.SuiteError,
             mutation.MutationError, guard.GuardError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
-            matrix.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
+            matrix_files.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
 
 
-def _exit_codes(command):
+def exit_codes(command):
     """Record errors are listed (all of them), stale modules named, other bad input said; exit 2 or 1."""
 
     @functools.wraps(command)
@@ -86,50 +87,43 @@ class RecordKey(click.ParamType):
 RECORD_KEY = RecordKey()
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
+    """Progress and notes: to stderr, so that stdout holds the results."""
     click.echo(line, err=True)
 
 
 kb_option = click.option(
     "--kb", "kb_dir", default="kb", show_default=True, type=click.Path(path_type=Path), help="Folder of YAML records."
 )
-FAIL_ON_CHOICES = ("uncovered", "fails", "unverified", "survived", "pending")
 
 
-def _fail_on(value: str, choices=FAIL_ON_CHOICES) -> set[str]:
-    chosen = {item.strip() for item in value.split(",") if item.strip()}
-    unknown = chosen - set(choices)
-    if unknown:
-        raise click.BadParameter(f"unknown {', '.join(sorted(unknown))}; choose from {', '.join(choices)}", param_hint="--fail-on")
-    return chosen
+def fail_on_option(allowed: tuple[str, ...], default: str):
+    """``--fail-on`` for a command whose stage can trip ``allowed`` (common.fail_on): the command gets the chosen set."""
+
+    def chosen(ctx, param, value: str) -> set[str]:
+        try:
+            return fail_conditions.parse(value, allowed)
+        except ValueError as error:
+            raise click.BadParameter(str(error), ctx=ctx, param=param) from None
+
+    return click.option("--fail-on", "fail_on", default=default, show_default=True, callback=chosen, help=fail_conditions.help_text(allowed))
 
 
-fail_on_option = click.option(
-    "--fail-on",
-    default="fails",
-    show_default=True,
-    help="Comma list of what makes the exit code 1: fails, unverified, uncovered, survived, pending "
-    "(an open PR's claims that wait for its change).",
-)
-
-
-def _write_reports(records, evidence_paths, out_dir: Path, fmt: str, fail_on: set[str]) -> int:
-    """Reports from evidence; prints a line per record and what --fail-on tripped; the exit code."""
-    written, reports = reporting.write_reports(records, evidence_file.load(list(evidence_paths)), out_dir, fmt)
-    for data in reports:
-        claims = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
-        coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
-        click.echo(f"{key_label(data['number'])}: claims {claims}; risks {coverage}")
-        for line in data.get("stale", []):  # a part measured on an earlier version of the record
-            click.echo(f"  {line}")
-    _print_written(written, fmt)
-    tripped = verdicts.failures(reports, fail_on)
+def exit_for(tripped: list[str]) -> int:
+    """Say what --fail-on tripped (stderr); exit 1 if anything did, else 0."""
     for line in tripped:
         click.echo(f"fail-on: {line}", err=True)
     return EXIT_FAILED if tripped else EXIT_OK
 
 
-def _print_written(written: list[Path], fmt: str = "markdown") -> None:
+def show_reports(reports: list[dict], written: list[Path], fmt: str = "markdown") -> None:
+    """A line per record (``report.summary_lines``), then the files written."""
+    for line in reporting.summary_lines(reports):
+        click.echo(line)
+    print_written(written, fmt)
+
+
+def print_written(written: list[Path], fmt: str = "markdown") -> None:
     for path in written:
         click.echo(f"report   {path}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -138,11 +132,3 @@ def _print_written(written: list[Path], fmt: str = "markdown") -> None:
             for path in written:
                 stream.write(path.read_text(encoding="utf-8") + "\n")
         click.echo(f"appended to GITHUB_STEP_SUMMARY ({summary})")
-
-
-def _report_evidence(evidence_path: Path) -> tuple[Path, ...]:
-    """This run's evidence, plus the last `gdn-review bench` results when there are some."""
-    if evidence_file.BENCH_PATH.exists() and Path(evidence_path) != evidence_file.BENCH_PATH:
-        click.echo(f"with latency evidence from {evidence_file.BENCH_PATH} (gdn-review bench)", err=True)
-        return (Path(evidence_path), evidence_file.BENCH_PATH)
-    return (Path(evidence_path),)

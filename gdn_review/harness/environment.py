@@ -33,7 +33,6 @@ def prepare_platform() -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-
 def vllm_cache_per_release() -> None:
     """Give the loaded vLLM's release its own ``VLLM_CACHE_ROOT``, unless set by a user.
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from gdn_review.common import release_range
 from gdn_review.kb.types import Id, Release, ReleaseRange, Strict, Text
 
 
@@ -61,6 +62,12 @@ class Contract(Strict):
     moved: list[ContractMove] = Field(
         default_factory=list, description="what untied changes.yaml entries moved in its cases (explains the matrix's drift)"
     )
+
+    @property
+    def first_release(self) -> str | None:
+        """The first release its range names (``>=0.31`` -> ``0.31.0``), where its matrix starts; None: it names none."""
+        first = release_range.ReleaseRange.of(self.releases).first()
+        return None if first is None else f"{first.major}.{first.minor}.{first.micro}"
 
     @model_validator(mode="after")
     def _covers_something(self) -> Contract:

@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import key_order, key_short
-from gdn_review.matrix.matrix import MatrixError, load_matrix, matrix_folder_name
+from gdn_review.matrix.matrix_files import MatrixError, load_matrix, matrix_folder_name
 from gdn_review.matrix.matrix_report import matrix_report
 from gdn_review.run import evidence_file
 from gdn_review.run.evidence_file import RAN
@@ -120,9 +120,7 @@ def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str
     for record in records:
         head = record.target.head_release
         if record.contract is not None:  # under the first release its range names
-            from gdn_review.matrix.matrix import contract_start
-
-            head = contract_start(record)
+            head = record.contract.first_release
         if head in per:
             per[head][record.number] = {
                 "number": record.number, "title": record.title, "record": True,
@@ -336,12 +334,12 @@ def history_data(
         "unexplained": unexplained,
         "latency": latency,
         "durations": _durations(reports),
-        "matrix_link": "matrix/",  # the records' matrix reports, from the page's folder (history_command sets it)
+        "matrix_link": "matrix/",  # the records' matrix reports, from the page's folder (write_page sets it)
     }
 
 
 
-def history_command(
+def write_page(
     kb_dir: Path, work_root: Path, bench_path: Path, out_path: Path, since: str | None = None, matrix_reports: Path = Path("reports/matrix"),
 ) -> tuple[dict, Path]:
     """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its data and path.

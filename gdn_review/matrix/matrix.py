@@ -24,7 +24,6 @@ import concurrent.futures
 import dataclasses
 import difflib
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -35,12 +34,11 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import fast_exit, interrupts, release_cache, release_range, release_trees
+from gdn_review.common import fast_exit, interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.run import evidence_file
-from gdn_review.run import snapshot as snapshots
+from gdn_review.matrix.matrix_files import MATRIX_FORMAT, MatrixError, load_matrix, matrix_folder_name, write_matrix
 
-MATRIX_FORMAT = "gdn-review-matrix/1"
 CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # read by harness.claim_in_range
 # The release run's pytest process, from its first line: the test hook of ``interrupts.hold``
 # (gdn_review is imported only where it holds, so pytest can still rewrite its plugin's asserts).
@@ -49,10 +47,6 @@ PYTEST_HELD = (
     "if os.environ.get('GDN_REVIEW_HOLD') == 'matrix-pytest':\n"
     "    from gdn_review.common.interrupts import hold; hold('matrix-pytest')\n"
 ) + fast_exit.PYTEST
-
-
-class MatrixError(Exception):
-    """Bad input for the matrix (unknown release, no base release...): exit 2."""
 
 
 @dataclasses.dataclass
@@ -80,18 +74,12 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
     return [str(v) for v in sorted(set(chosen))]
 
 
-def contract_start(record) -> str | None:
-    """The first release a contract's range (``>=X.Y``) names, as X.Y.0; None when it names none."""
-    first = release_range.ReleaseRange.of(record.contract.releases).first()
-    return None if first is None else f"{first.major}.{first.minor}.{first.micro}"
-
-
 def plan(record, installed: str | None, requested: list[str] | None = None, since: str | None = None) -> list[Planned]:
     """The releases to run for a record; ``since``: none older than that (a history's window)."""
     base, head = record.target.base_release, record.target.head_release
     if record.contract is not None:
         # A contract has no base: it runs from the first release its range names (as a head) on.
-        base, head = None, contract_start(record)
+        base, head = None, record.contract.first_release
         if not requested and head is None:
             raise MatrixError(f"{record.label} names no lower bound in contract.releases: give releases with --vllm")
     versions = requested or default_releases(head if base is None else base, head, installed)
@@ -367,7 +355,7 @@ def run_matrices(
         }
         if several:
             data["records_in_run"] = len(work)
-        atomic_write(job.out_dir / "matrix.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+        write_matrix(job.out_dir, data)
         written[number] = data
     return written
 
@@ -395,28 +383,6 @@ def _remove_new(before: dict[Path, set[str] | None]) -> None:
                 path.unlink(missing_ok=True)
 
 
-def matrix_folder_name(number: int) -> str:
-    """A record's folder under the work root when several records run (``gdn-review matrix --all``)."""
-    return f"matrix-{number}"
-
-
-def load_matrix(folder: Path) -> dict:
-    """matrix.json of a matrix run, with each release's evidence path and snapshot loaded."""
-    path = Path(folder) / "matrix.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MatrixError(f"{path}: no matrix here (run `gdn-review matrix` first)") from None
-    except (OSError, ValueError) as error:
-        raise MatrixError(f"{path}: cannot read: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != MATRIX_FORMAT:
-        raise MatrixError(f"{path}: not a gdn-review matrix (expected format {MATRIX_FORMAT!r})")
-    for entry in data["releases"]:
-        entry["evidence_path"] = str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
-        entry["snapshot_data"] = snapshots.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
-    return data
-
-
 def matrix_command(
     kb_dir: Path,
     numbers: list[int],
@@ -430,8 +396,10 @@ def matrix_command(
     say: Callable[[str], None] = print,
     since: str | None = None,
     diff_side: Callable | None = None,
-) -> tuple[list[dict], list[Path]]:
-    """``gdn-review matrix``: run the records on their releases, write their reports; their data and files.
+    history_path: Path | None = None,
+) -> tuple[list[dict], list[Path], dict | None]:
+    """``gdn-review matrix``: run the records on their releases, write their reports; their data, the
+    files written and the history page's data (None: no page).
 
     ``numbers`` empty: every record that is not a draft. With several records
     the release runs share one pool and each record's work goes to
@@ -439,6 +407,7 @@ def matrix_command(
     ``diff_side(record_path, record, release, evidence_path)``: after the runs,
     called for each record of an open PR on its base release's evidence (the
     review stage adds the PR's diff side there, when the diff is stored).
+    ``history_path``: also write the builder's history page there, from these runs.
     """
     from gdn_review.kb import is_draft
     from gdn_review.matrix import matrix_report
@@ -470,4 +439,9 @@ def matrix_command(
                 diff_side(job.record_path, job.record, entry["version"], Path(entry["evidence_path"]))
     reports = [matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
     written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
-    return reports, written
+    if history_path is None:
+        return reports, written, None
+    from gdn_review.matrix import history
+
+    data, page = history.write_page(kb_dir, root, evidence_file.BENCH_PATH, history_path, since, reports_dir)
+    return reports, written + [page], data

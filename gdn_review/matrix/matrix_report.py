@@ -14,8 +14,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from gdn_review.common import fail_conditions
 from gdn_review.kb import Record
 from gdn_review.report.report_contents import report_data
+from gdn_review.report import verdicts
 from gdn_review.report.verdicts import discrimination, kept
 from gdn_review.run import evidence_file
 from gdn_review.run.evidence_file import RAN
@@ -261,3 +263,28 @@ def summary_lines(report_data: dict) -> list[str]:
     drift = report_data["matrix"]["drift"]
     lines.append(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
     return lines
+
+
+FAIL_ON = fail_conditions.MATRIX  # what a matrix run (or the history page alone: fail_conditions.HISTORY) can trip
+
+
+def tripped(chosen: set[str], reports: list[dict] = (), history: dict | None = None) -> list[str]:
+    """What a matrix run (its records' ``reports``, and with ``--all`` the ``history`` page's data) or the
+    history page alone trips among the chosen --fail-on conditions, a line each.
+
+    drift: a case's field that moved between releases with no recorded change behind it
+    (per record), and a metadata field that came or went with none (the history's own).
+    """
+    found = verdicts.tripped(list(reports), chosen - {"drift"})
+    if "drift" not in chosen:
+        return found
+    for data in reports:
+        for row in data["matrix"]["drift"]["unexplained"]:
+            found.append(f"PR {data['number']} unexplained drift {row['from']} → {row['to']}: {row['case']}: {', '.join(row['fields'])}")
+    said = {data["number"] for data in reports}
+    for row in (history or {}).get("unexplained", []):
+        if row["record"] is not None and row["record"] in said:
+            continue  # already said as that record's drift
+        whose = f"{row['record']} " if row["record"] is not None else ""
+        found.append(f"history: {whose}{row['from']} → {row['to']}: field {', '.join(row['fields'])} unattributed")
+    return found

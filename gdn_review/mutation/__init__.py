@@ -1,7 +1,7 @@
 """Mutation testing of a record's risks: plant the bug, see a generated test fail.
 
 Stages (each a plain function; ``gdn-review mutate`` only calls them):
-``catalogue`` (the mutants of a record on the loaded release), ``run`` (the
+``catalogue`` (the mutants of a record on the loaded release), ``mutate`` (the
 baseline suite and every runnable mutant, in-process with forked children),
 then the results go into the evidence JSON, from which ``report`` draws the
 kill matrix and the mutation-verified coverage of each risk.
@@ -240,7 +240,7 @@ def write_evidence(path: Path, catalogues: list[Catalogue], entries: list[dict],
     })
 
 
-def run(
+def mutate(
     catalogues: list[Catalogue],
     modules: dict[int, Path],
     keyword: str | None,

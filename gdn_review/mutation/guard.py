@@ -10,7 +10,7 @@ with forked children as ``mutate`` does. Stages, each a plain function:
 - ``load_notes``: ``kb/guard/notes.yaml``, what the score must not count (equivalent
   mutants with their reason, statements CPU cannot reach with theirs);
 - ``catalogue``: the mutants of the loaded release's file;
-- ``run``: the baseline (traced per test), then each mutant under only the
+- ``score_whole_file``: the baseline (traced per test), then each mutant under only the
   tests that execute its edit, stopping at the first failure;
 - ``markdown``: ``reports/guard.md`` from the JSON ``run`` returns.
 
@@ -33,7 +33,7 @@ from typing import Callable
 
 import yaml
 
-from gdn_review.common import interrupts, release_trees
+from gdn_review.common import interrupts
 from gdn_review.kb import RecordError, RecordErrors
 from gdn_review.kb.load import _locate
 from gdn_review.mutation import operators
@@ -317,7 +317,7 @@ def score(entries: list[dict]) -> dict:
     }
 
 
-def run(
+def score_whole_file(
     modules: dict[str, Path],
     target: str,
     release: str,
@@ -431,19 +431,6 @@ def _selected(work: Plan, ident: str) -> int | str | None:
     if ident not in work.tests:
         return None
     return "all" if work.tests[ident] is None else len(work.tests[ident])
-
-
-def rerun_on(version: str, argv: list[str], fetch: bool, say: Callable[[str], None]) -> int:
-    """``gdn-review <argv>`` in a child whose vLLM is release ``version``'s tree (the release cache's); its exit code."""
-    import sys
-
-    try:
-        folder = release_trees.tree(version, fetch=fetch, say=say)
-    except release_trees.ReleaseError as error:
-        raise GuardError(str(error)) from None
-    say(f"vLLM {version}: running in a process with {folder or 'the installed vLLM'} on its path")
-    command = [sys.executable, "-m", "gdn_review.cli", *argv]
-    return interrupts.run_child(command, env=release_trees.environment(folder)).returncode
 
 
 class GuardError(Exception):

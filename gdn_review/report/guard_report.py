@@ -1,4 +1,4 @@
-"""``reports/guard.md``: the whole-file score, drawn from the guard JSON (``mutation.guard.run``)."""
+"""``reports/guard.md``: the whole-file score, drawn from the guard JSON (``mutation.guard.score_whole_file``)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from gdn_review.common.files import atomic_write
 from gdn_review.generate import environment
 from gdn_review.kb import Record
+from gdn_review.kb.subjects import key_label
 from gdn_review.report import markdown
 from gdn_review.report.report_contents import report_data
 from gdn_review.run.evidence_file import Evidence
@@ -54,6 +55,18 @@ def write_reports(
         atomic_write(index, render_index(reports))
         written.append(index)
     return written, reports
+
+
+def summary_lines(reports: list[dict]) -> list[str]:
+    """A line per record: its claims by verdict and its risks by coverage; under it, each part of its
+    evidence measured on an earlier version of the record."""
+    lines = []
+    for data in reports:
+        claims = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
+        coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
+        lines.append(f"{key_label(data['number'])}: claims {claims}; risks {coverage}")
+        lines += [f"  {line}" for line in data.get("stale", [])]
+    return lines
 
 
 def render_history(data: dict) -> str:

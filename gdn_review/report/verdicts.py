@@ -10,6 +10,7 @@ but do not demote what ran on CPU.
 
 from __future__ import annotations
 
+from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import state_words
 from gdn_review.run.evidence_file import RAN, VERDICTS, Evidence
 
@@ -275,31 +276,25 @@ def kept(cells: list[dict]) -> tuple[str, str]:
     return "kept", f"holds on {', '.join(c['version'] for c in ran)} (every release of the contract's range that ran; a contract has no base release)"
 
 
-def failures(reports: list[dict], fail_on: set[str]) -> list[str]:
-    """What in the reports trips the chosen --fail-on conditions."""
+FAIL_ON = fail_conditions.REPORT  # what reports can trip
+
+
+def tripped(reports: list[dict], chosen: set[str]) -> list[str]:
+    """What in the reports trips the chosen --fail-on conditions, a line each."""
     found = []
     for data in reports:
         for claim in data["claims"]:
-            if claim["verdict"] == "fails" and "fails" in fail_on:
+            if claim["verdict"] == "fails" and "fails" in chosen:
                 found.append(f"PR {data['number']} claim {claim['id']} fails")
-            if claim["verdict"] == "pending" and "pending" in fail_on:
+            if claim["verdict"] == "pending" and "pending" in chosen:
                 found.append(f"PR {data['number']} claim {claim['id']} pending: {claim['reason']}")
-            if claim["verdict"] == "unverified" and "unverified" in fail_on:
+            if claim["verdict"] == "unverified" and "unverified" in chosen:
                 found.append(f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}")
         for risk in data["risks"]:
-            if risk["coverage"] == "uncovered" and "uncovered" in fail_on:
+            if risk["coverage"] == "uncovered" and "uncovered" in chosen:
                 found.append(f"PR {data['number']} risk {risk['id']} uncovered")
-        if "survived" in fail_on:
+        if "survived" in chosen:
             for row in (data.get("mutation") or {}).get("survivors", []):
                 if row["status"] in SURVIVED:
                     found.append(f"PR {data['number']} mutant {row['id']} {row['status']}")
-    return found
-
-
-def matrix_failures(data: dict, fail_on: set[str]) -> list[str]:
-    """--fail-on for a matrix: drift (unexplained snapshot differences) besides those of `failures`."""
-    found = failures([data], fail_on - {"drift"})
-    if "drift" in fail_on:
-        for row in data["matrix"]["drift"]["unexplained"]:
-            found.append(f"PR {data['number']} unexplained drift {row['from']} → {row['to']}: {row['case']}: {', '.join(row['fields'])}")
     return found

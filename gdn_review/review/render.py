@@ -9,11 +9,12 @@ in fences nothing can close).
 
 from __future__ import annotations
 
+from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import is_record_key, key_label, key_order
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
-FAIL_ON_CHOICES = ("breaks", "drift", "survived")
+FAIL_ON = fail_conditions.REVIEW  # what a review can trip
 SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
 
 
@@ -35,6 +36,12 @@ def findings(data: dict) -> dict[str, list[str]]:
             found["drift"].append(f"{_name(record['number'])} {row['case']}: {', '.join(row['fields'])}")
     found["survived"] = [m["id"] for m in data["mutants"] if m["status"] == "survived"]
     return found
+
+
+def tripped(data: dict, chosen: set[str]) -> list[str]:
+    """What the review found that trips the chosen --fail-on conditions, a line each (``kind: finding``)."""
+    found = findings(data)
+    return [f"{kind}: {item}" for kind in sorted(chosen) for item in found.get(kind, [])]
 
 
 def headline(data: dict) -> str:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from gdn_review.common.files import atomic_write
 from gdn_review.kb.subjects import is_record_key
@@ -122,6 +123,14 @@ def read_if_any(path: Path) -> dict | None:
 def release_of(data: dict) -> str | None:
     """The vLLM release a document's tests ran on (None: not said)."""
     return (data.get("environment") or {}).get("vllm_version")
+
+
+def with_bench(path: Path, say: Callable[[str], None] = lambda line: None) -> tuple[Path, ...]:
+    """The evidence files a report reads: ``path``, plus the last `gdn-review bench` results where there are some."""
+    if BENCH_PATH.exists() and Path(path) != BENCH_PATH:
+        say(f"with latency evidence from {BENCH_PATH} (gdn-review bench)")
+        return (Path(path), BENCH_PATH)
+    return (Path(path),)
 
 
 def tests_release(path: Path) -> str:
