@@ -24,7 +24,7 @@ from gdn_review.kb.models import python_name
 from gdn_review.kb.subjects import key_short
 
 BANNER_MARK = "# gdn-review: generated module"
-DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+DEFAULT_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 MODULE_TEMPLATE = "test_module.py.j2"
 # Every check runs on each of these devices (gpu_sync on CUDA only); CUDA skips without a GPU.
 DEVICES = ("cpu", "cuda")

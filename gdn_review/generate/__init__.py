@@ -1,0 +1,38 @@
+"""Records -> pytest modules (``gdn-review generate``): the stage's public names.
+
+``generate.py`` renders, parses and writes the modules (or only compares them).
+"""
+
+from gdn_review.generate.generate import (
+    BANNER_MARK,
+    DEFAULT_TEMPLATES,
+    DEVICES,
+    GenerateError,
+    Plan,
+    apply,
+    environment,
+    expected_tests,
+    module_context,
+    module_name,
+    pair_id,
+    plan,
+    py_literal,
+    render_module,
+)
+
+__all__ = [
+    "BANNER_MARK",
+    "DEFAULT_TEMPLATES",
+    "DEVICES",
+    "GenerateError",
+    "Plan",
+    "apply",
+    "environment",
+    "expected_tests",
+    "module_context",
+    "module_name",
+    "pair_id",
+    "plan",
+    "py_literal",
+    "render_module",
+]
