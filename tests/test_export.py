@@ -30,6 +30,7 @@ from click.testing import CliRunner
 from gdn_review import generate
 from gdn_review.cli import main
 from gdn_review.export import export, export_helpers
+from gdn_review.generate.literals import RUFF
 from gdn_review.kb import load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
 from tests.forked_mutants import run_mutants
@@ -507,10 +508,8 @@ def test_runs_are_laid_out_as_ruff_lays_them_out(tmp_path):
             else:
                 items += [rng.choice([1, True, 1, 2]) for _ in range(min(length, 12))]
         values.append(items)
-    from gdn_review.export.export_format import runs
-
-    assert runs([1, True, 1, 1, 1, 1, 1, 1, 1]) == [1, True, *[1] * 7]  # True is not 1 here
-    lines = [export.assignment(f"VALUE_{i}", runs(value)) for i, value in enumerate(values)]
+    assert RUFF.runs([1, True, 1, 1, 1, 1, 1, 1, 1]) == [1, True, *[1] * 7]  # True is not 1 here
+    lines = [RUFF.assignment(f"VALUE_{i}", RUFF.runs(value)) for i, value in enumerate(values)]
     source = "\n".join(lines) + "\n"
     namespace: dict = {}
     exec(compile(source, "runs.py", "exec"), namespace)
@@ -619,7 +618,7 @@ def _random_value(rng: random.Random, depth: int = 0):
 def test_literals_are_laid_out_as_ruff_lays_them_out(tmp_path):
     rng = random.Random(7)
     values = [_random_value(rng) for _ in range(300)]
-    lines = [export.assignment(f"VALUE_{i}", value) for i, value in enumerate(values)]
+    lines = [RUFF.assignment(f"VALUE_{i}", value) for i, value in enumerate(values)]
     source = "\n".join(lines) + "\n"
     namespace: dict = {}
     exec(compile(source, "literals.py", "exec"), namespace)

@@ -15,7 +15,7 @@ a literal in the module and a test per case that compares ``build()`` with it.
 The module is rendered from ``templates/export/``; record strings reach it only
 as string literals or escaped docstring text. It is written as ``ruff format``
 would write it at vLLM's settings (line length 88, double quotes, magic
-trailing commas: export_format.py), so the file passes ``ruff check`` and
+trailing commas: RUFF in generate/literals.py), so the file passes ``ruff check`` and
 ``ruff format --check`` without running ruff here. Known deviations are
 resolved for one target vLLM release (``--vllm-release``, default: the
 installed one): those of that release become strict xfails, claims and cases
@@ -37,18 +37,8 @@ from packaging.version import InvalidVersion, Version
 
 from gdn_review import generate
 from gdn_review.common.files import atomic_write
-from gdn_review.export.export_format import (
-    Call,
-    Code,
-    ExportError,
-    assignment,
-    docstring,
-    flat_literal,
-    import_sections,
-    literal,
-    runs,
-)
-from gdn_review.export.export_helpers import HARNESS, harness_helpers
+from gdn_review.export.export_helpers import HARNESS, ExportError, harness_helpers, import_sections
+from gdn_review.generate.literals import RUFF, Call, Code, LiteralError
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
 from gdn_review.kb.subjects import key_label
@@ -183,7 +173,7 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
     paragraphs = [f"Claim {claim.id} of {record.label}: {claim.text}"]
     data = check.model_dump(mode="json")
     how = KIND_TEXT[kind].format(
-        budget=flat_literal(data.get("budget")),
+        budget=RUFF.flat(data.get("budget")),
         examples=data.get("examples"),
         seed=seed,
         max_syncs=data.get("max_syncs"),
@@ -208,37 +198,42 @@ def _claim_context(record: Record, claim, release: Version, cases: dict) -> dict
         "kind": kind,
         "constant": constant,
         "function": f"test_{name.lower()}_{kind}",
-        "doc": docstring(paragraphs, 4),
-        "proxy_doc": docstring([paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]], 4) if kind == "gpu_sync" else None,
+        "doc": RUFF.docstring(paragraphs, 4),
+        "proxy_doc": RUFF.docstring([paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]], 4)
+        if kind == "gpu_sync" else None,
         "cases": used,
-        "pairs": assignment(f"{constant}_PAIRS", pairs) if kind == "differential" else None,
-        "fields": assignment(f"{constant}_FIELDS", list(data["fields"])) if kind == "differential" else None,
+        "pairs": RUFF.assignment(f"{constant}_PAIRS", pairs) if kind == "differential" else None,
+        "fields": RUFF.assignment(f"{constant}_FIELDS", list(data["fields"]))
+        if kind == "differential" else None,
         "compare": data.get("compare"),
         "check": data,
-        "params": literal(params, 4, 4, 1),
+        "params": RUFF.literal(params, 4, 4, 1),
         "deviations": [
             {
                 "name": d["name"],
-                "reason": literal(d["reason"], len("    reason="), 4, 1),
+                "reason": RUFF.literal(d["reason"], len("    reason="), 4, 1),
                 # Strict where the loaded vLLM is in the deviation's releases (all: no range).
                 "releases": d["releases"],
             }
             for _, d in sorted(deviations.items())
         ],
-        "pinned": assignment(f"{constant}_PINNED", pinned) if pinned else None,
+        "pinned": RUFF.assignment(f"{constant}_PINNED", pinned) if pinned else None,
         # An open PR's improvement claim fails on a release without its change: a
         # non-strict xfail there, a plain pass in the PR's own CI (its change applied).
-        "pending": literal(f"pending: {record.pending_claims()[claim.id]}", len("    reason="), 4, 1)
+        "pending": RUFF.literal(
+            f"pending: {record.pending_claims()[claim.id]}", len("    reason="), 4, 1
+        )
         if claim.id in record.pending_claims() else None,
         # An equivalence claim that compares some fields only (fields / except): its own expectations.
-        "compared": assignment(
+        "compared": RUFF.assignment(
             f"{constant}_EXPECTED", {c: dict(sorted(check.compared(cases[c].expect).items())) for c in values}
         ) if kind == "equivalence" and (check.fields is not None or check.except_ is not None) else None,
-        "budget": assignment(f"{constant}_BUDGET", dict(data.get("budget") or {})) if kind == "op_budget" else None,
-        "instead": assignment(f"{constant}_INSTEAD", instead) if instead else None,
+        "budget": RUFF.assignment(f"{constant}_BUDGET", dict(data.get("budget") or {}))
+        if kind == "op_budget" else None,
+        "instead": RUFF.assignment(f"{constant}_INSTEAD", instead) if instead else None,
         "seed": seed,
         "examples": data.get("examples"),
-        "speculative_tokens": flat_literal(data.get("speculative_tokens")),
+        "speculative_tokens": RUFF.flat(data.get("speculative_tokens")),
         "max_rows": data.get("max_rows"),
         "max_syncs": data.get("max_syncs"),
     }
@@ -358,23 +353,28 @@ def module_context(
         f"rather than editing: gdn-review export --record {record.number}"
     )
     return {
-        "doc": docstring(paragraphs),
+        "doc": RUFF.docstring(paragraphs),
         "stdlib": stdlib,
         "third_party": third_party,
         "helpers": helpers,
-        "cases": assignment("CASES", {case_id: inputs[case_id] for case_id in used_cases}),
+        "cases": RUFF.assignment("CASES", {case_id: inputs[case_id] for case_id in used_cases}),
         "release": str(release),
-        "releases": assignment("RELEASES", _module_releases(record, claims, {c: cases[c] for c in used_cases})),
-        "expected": assignment("EXPECTED", dict(sorted(expected.items()))) if expected else None,
+        "releases": RUFF.assignment(
+            "RELEASES", _module_releases(record, claims, {c: cases[c] for c in used_cases})
+        ),
+        "expected": RUFF.assignment("EXPECTED", dict(sorted(expected.items())))
+        if expected else None,
         "claims": claims,
         "kinds": sorted(kinds),
         "needs_device": bool(kinds - {"gpu_sync"}) or stored is not None,
         "snapshot": None if stored is None else {
             "release": str(release),
             "made_by": snapshots.command_for(record.number, str(release)),
-            "device": assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),
-            "data": assignment("SNAPSHOT", runs({c: stored["cases"][c] for c in snapshot_cases})),
-            "params": literal(snapshot_cases, 4, 4, 1),
+            "device": RUFF.assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),
+            "data": RUFF.assignment(
+                "SNAPSHOT", RUFF.runs({c: stored["cases"][c] for c in snapshot_cases})
+            ),
+            "params": RUFF.literal(snapshot_cases, 4, 4, 1),
         },
     }
 
@@ -437,10 +437,12 @@ def render(
     except InvalidVersion:
         raise ExportError(f"{release!r} is not a vLLM release (for example 0.33.0)") from None
     source = re.sub(r"[^A-Za-z0-9_./-]", "_", source)
-    context = module_context(record, source, release, harness, snapshot_folder)
-    env = generate.environment(templates, lit=literal, assign=assignment)
+    env = generate.environment(templates, lit=RUFF.literal, assign=RUFF.assignment)
     try:
+        context = module_context(record, source, release, harness, snapshot_folder)
         text = env.get_template(MODULE_TEMPLATE).render(**context)
+    except LiteralError as error:
+        raise ExportError(f"{source}: {error}") from None
     except jinja2.TemplateNotFound as error:
         raise ExportError(f"template not found: {error.name} (in {templates})") from None
     except jinja2.TemplateError as error:

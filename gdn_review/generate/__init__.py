@@ -1,6 +1,8 @@
 """Records -> pytest modules (``gdn-review generate``): the stage's public names.
 
-``generate.py`` renders, parses and writes the modules (or only compares them).
+``generate.py`` renders, parses and writes the modules (or only compares them);
+``literals.py`` writes plain data as Python source, in generated modules' style and
+in the ruff style of exported modules.
 """
 
 from gdn_review.generate.generate import (

@@ -19,6 +19,7 @@ from pathlib import Path
 import jinja2
 
 from gdn_review.common.files import atomic_write
+from gdn_review.generate.literals import GENERATED, LiteralError
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
 from gdn_review.kb.subjects import key_short
@@ -49,37 +50,16 @@ class Plan:
         return sorted(list(self.write) + self.remove)
 
 
-LINE_WIDTH = 96
-
-
-def _flat_literal(value) -> str:
-    if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: str(kv[0]))
-        return "{" + ", ".join(f"{_flat_literal(k)}: {_flat_literal(v)}" for k, v in items) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_flat_literal(v) for v in value) + "]"
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return repr(value)
-    raise GenerateError(f"cannot write {type(value).__name__} as a Python literal")
-
-
 def py_literal(value, indent: int = 0) -> str:
-    """A Python literal for plain data: deterministic (sorted keys), one item a line when long.
+    """A Python literal for plain data in generated modules' style (``literals.GENERATED``):
+    deterministic (sorted keys), one item a line when long.
 
     Strings are written by ``repr``, so record text can never become code.
     """
-    flat = _flat_literal(value)
-    if indent + len(flat) <= LINE_WIDTH or not isinstance(value, (dict, list, tuple)) or not value:
-        text = flat
-    else:
-        pad = " " * (indent + 4)
-        if isinstance(value, dict):
-            items = sorted(value.items(), key=lambda kv: str(kv[0]))
-            body = "".join(f"{pad}{_flat_literal(k)}: {py_literal(v, indent + 4)},\n" for k, v in items)
-            text = "{\n" + body + " " * indent + "}"
-        else:
-            body = "".join(f"{pad}{py_literal(v, indent + 4)},\n" for v in value)
-            text = "[\n" + body + " " * indent + "]"
+    try:
+        text = GENERATED.literal(value, indent, indent)
+    except LiteralError as error:
+        raise GenerateError(str(error)) from None
     ast.literal_eval(text)  # refuses anything that is not a plain literal
     return text
 
