@@ -61,6 +61,14 @@ PlainValue = Annotated[Any, AfterValidator(_plain_value)]
 Release = Annotated[str, AfterValidator(_release)]
 ReleaseRange = Annotated[str, AfterValidator(_release_range)]
 
+
+def range_contains(releases: str | None, release: Version) -> bool:
+    """Whether ``release`` falls in a release range (None or "": every release).
+
+    Pre-releases count, so a development build of a release is in its ranges.
+    """
+    return not releases or SpecifierSet(releases).contains(release, prereleases=True)
+
 # Fields of a build() snapshot that a case may state expectations for: the core ones
 # (what drafts and `snapshot --as-expect` write)...
 CoreExpectField = Literal[
