@@ -38,7 +38,7 @@ class ClaimModel:
     releases: str | None  # the range it speaks of (its own, within a contract's)
     check: dict  # the check's parameters without its kind; a differential's pairs also by id
     deviation_selector: str  # what its known deviations name: "cases" or "properties"
-    tests: list[ClaimTest]  # latency and TODO claims: their cases, which no pytest test runs
+    tests: list[ClaimTest]  # latency: its cases, which the bench times; TODO: none yet
     risks: list[str]  # every risk that names the claim, in the record's order
     deviations: list[dict]  # its known deviations as plain data, in the record's order
     example_cases: list[str]  # an invariant's named cases (default: every case), sorted
