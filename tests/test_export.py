@@ -29,7 +29,8 @@ from click.testing import CliRunner
 
 from gdn_review import generate
 from gdn_review.cli import main
-from gdn_review.export import export, export_helpers
+from gdn_review.export import export, export_context, export_helpers
+from gdn_review.generate.literals import RUFF
 from gdn_review.kb import load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
 from tests.forked_mutants import run_mutants
@@ -205,6 +206,54 @@ def test_golden_export_is_up_to_date():
     )
 
 
+def _parametrized(function: ast.FunctionDef) -> list[str]:
+    """The values a test function is parametrized by (pytest.param's first argument)."""
+    (decorator,) = [d for d in function.decorator_list if "parametrize" in ast.unparse(d)]
+    values = decorator.args[1].elts
+    return [ast.literal_eval(v.args[0] if isinstance(v, ast.Call) else v) for v in values]
+
+
+def _risk_marks(function: ast.FunctionDef) -> list[list[str]]:
+    """Per parametrized value of a generated test, the risks its marks name."""
+    (decorator,) = [d for d in function.decorator_list if "parametrize" in ast.unparse(d)]
+    marks = [next(k.value for k in p.keywords if k.arg == "marks") for p in decorator.args[1].elts]
+    risk = [[m for m in mark.elts if "risk" in ast.unparse(m.func)] for mark in marks]
+    return [[ast.literal_eval(a) for m in found for a in m.args] for found in risk]
+
+
+def test_generated_and_exported_modules_hold_the_tests_of_one_model():
+    """Both renderings of the golden record (every check kind, all of it on 0.33.0) name
+    the claims, tests and risks of one module model, in the module files it names."""
+    record = load_record(GOLDEN / "kb" / "1.yaml")
+    model = generate.module_model(record)
+    assert model.generated_module == generate.module_name(record) == "test_pr_1.py"
+    assert model.exported_module == export.module_name(record) == GOLDEN_EXPORT.name
+    generated_path = GOLDEN / "generated" / model.generated_module
+    generated = ast.parse(generated_path.read_text(encoding="utf-8"))
+    exported = ast.parse(GOLDEN_EXPORT.read_text(encoding="utf-8"))
+    # Besides: the generated module's snapshot test (the golden KB stores no snapshot to export).
+    names = {"generated": {"test_snapshot"}, "exported": set()}
+    for claim in model.claims:
+        tests = [test.id for test in claim.tests]
+        renderings = [
+            (claim.function, generated, "generated"),
+            (claim.exported_function, exported, "exported"),
+        ]
+        for name, tree, rendering in renderings:
+            variants = [name, f"{name}_cpu_proxy"] if claim.kind == "gpu_sync" else [name]
+            names[rendering] |= set(variants)
+            for variant in variants:
+                assert _parametrized(_test_function(tree, variant)) == tests, (rendering, variant)
+        if claim.kind != "invariant":  # an invariant's risks mark the function, not each property
+            marked = _risk_marks(_test_function(generated, claim.function))
+            assert marked == [sorted(test.risks) for test in claim.tests], claim.id
+        doc = " ".join(ast.get_docstring(_test_function(exported, claim.exported_function)).split())
+        assert f"Risks it addresses: {', '.join(claim.risks)} " in doc or not claim.risks, claim.id
+    for rendering, tree in (("generated", generated), ("exported", exported)):
+        functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+        assert {f.name for f in functions if f.name.startswith("test_")} == names[rendering]
+
+
 def test_exporting_twice_gives_identical_bytes(tmp_path):
     runner = CliRunner()
     first, second = tmp_path / "first", tmp_path / "second"
@@ -303,7 +352,8 @@ def test_exported_helpers_are_the_harness_source():
 
     kinds = {get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Check)[0])}
     assert set(export_helpers.OPTIONAL_HELPERS) - {"snapshot"} <= kinds
-    assert kinds - set(export.KIND_TEXT) == {"latency", "TODO"}, "a check kind the export does not render"
+    unrendered = kinds - set(export_context.KIND_TEXT)
+    assert unrendered == {"latency", "TODO"}, "a check kind the export does not render"
     # ...and the export's templates hold no second copy of it.
     templates = "".join(p.read_text(encoding="utf-8") for p in sorted(export.TEMPLATES.rglob("*.j2")))
     for needle in ("CommonAttentionMetadata", "block_table", "VllmConfig(", "GDNAttentionMetadataBuilder(", "def _check_"):
@@ -453,7 +503,7 @@ def test_scenario_cases_differential_and_cpu_proxy_are_exported(tmp_path):
     generated = generate.module_context(record, "kb/9.yaml")["cases"]
     assert cases["full_spec_after"]["after"] == [cases["larger_spec"]]
     assert [earlier["block_table_offset"] for earlier in generated["full_spec_after"]["after"]] == [30000]
-    assert cases == export.case_inputs(record)
+    assert cases == export_context.case_inputs(generate.module_model(record))
     assert not any({"id", "text", "releases"} & set(data) for data in cases.values())
     assert cases["capture_spec"]["entry"] == "capture" and cases["regather"]["entry"] == "update_block_table"
     # The differential check: its pairs, fields and comparison, by pair id.
@@ -507,10 +557,8 @@ def test_runs_are_laid_out_as_ruff_lays_them_out(tmp_path):
             else:
                 items += [rng.choice([1, True, 1, 2]) for _ in range(min(length, 12))]
         values.append(items)
-    from gdn_review.export.export_format import runs
-
-    assert runs([1, True, 1, 1, 1, 1, 1, 1, 1]) == [1, True, *[1] * 7]  # True is not 1 here
-    lines = [export.assignment(f"VALUE_{i}", runs(value)) for i, value in enumerate(values)]
+    assert RUFF.runs([1, True, 1, 1, 1, 1, 1, 1, 1]) == [1, True, *[1] * 7]  # True is not 1 here
+    lines = [RUFF.assignment(f"VALUE_{i}", RUFF.runs(value)) for i, value in enumerate(values)]
     source = "\n".join(lines) + "\n"
     namespace: dict = {}
     exec(compile(source, "runs.py", "exec"), namespace)
@@ -619,7 +667,7 @@ def _random_value(rng: random.Random, depth: int = 0):
 def test_literals_are_laid_out_as_ruff_lays_them_out(tmp_path):
     rng = random.Random(7)
     values = [_random_value(rng) for _ in range(300)]
-    lines = [export.assignment(f"VALUE_{i}", value) for i, value in enumerate(values)]
+    lines = [RUFF.assignment(f"VALUE_{i}", value) for i, value in enumerate(values)]
     source = "\n".join(lines) + "\n"
     namespace: dict = {}
     exec(compile(source, "literals.py", "exec"), namespace)

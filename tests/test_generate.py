@@ -7,6 +7,7 @@ import ast
 import pytest
 
 from gdn_review import generate
+from gdn_review.generate.literals import GENERATED, RUFF, LiteralError
 from gdn_review.kb import RecordErrors, load_record, parse_record
 from tests.conftest import MINIMAL, ROOT
 
@@ -82,6 +83,25 @@ def test_py_literal_sorts_keys_and_round_trips():
     assert text.index("'a'") < text.index("'b'")
     with pytest.raises(generate.GenerateError):
         generate.py_literal({"x": object()})
+
+
+def test_both_literal_styles_write_the_same_data():
+    """One writer, two styles: what differs is the layout, never the value."""
+    long_text = "words that need more than one line " * 4
+    value = {"b": [1, None, True, -3], "a": {"z": "x'\"", "y": 2.5}, "long": long_text, "c": []}
+    value["nested"] = [dict(value), list(range(30))]
+    generated, ruff = GENERATED.literal(value), RUFF.assignment("VALUE", value)
+    assert ast.literal_eval(generated) == value
+    namespace: dict = {}
+    exec(ruff, namespace)
+    assert namespace["VALUE"] == value
+    assert generated.index("'a'") < generated.index("'b'")  # sorted keys, repr quotes
+    assert ruff.index('"b"') < ruff.index('"a"')  # insertion order, double quotes
+    assert max(map(len, generated.splitlines())) > 88 >= max(map(len, ruff.splitlines()))
+    for style in (GENERATED, RUFF):
+        for bad in (object(), float("nan")):
+            with pytest.raises(LiteralError):
+                style.literal({"x": bad})
 
 
 def test_plan_write_check_orphan_and_foreign(tmp_path, write_record):

@@ -202,3 +202,12 @@ def test_child_processes_are_one_mechanism():
     assert found["forks workers"] <= {"gdn_review.common.forked", "gdn_review.common.interrupts"}, found
     assert found["sets PYTHONPATH"] <= {"gdn_review.common.release_trees"}, found
     assert found["fetches a release"] <= {"gdn_review.common.release_trees"}, found
+
+
+def test_release_ranges_are_tested_in_one_place():
+    """Only common/release_range.py reads a range with packaging's SpecifierSet; every stage asks it."""
+    offenders = [
+        name for name, path in _modules().items()
+        if name != "gdn_review.common.release_range" and "SpecifierSet" in path.read_text(encoding="utf-8")
+    ]
+    assert not offenders, f"release ranges evaluated outside common/release_range.py: {offenders}"

@@ -4,16 +4,16 @@
 module needs (a real builder, a case -> ``build()`` inputs, the snapshot, and
 per need the invariant properties, the CPU sync proxy, the field comparisons)
 are read from ``gdn_review/harness/*.py`` with ``ast`` and copied verbatim,
-with the imports they use. Those files import only the standard library,
-torch, pytest and vLLM (and each other), so the copies run without gdn-review.
+with the imports they use, written in sections as ruff's isort writes them. Those
+files import only the standard library, torch, pytest and vLLM (and each other), so
+the copies run without gdn-review.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
-
-from gdn_review.export.export_format import ExportError
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
@@ -80,6 +80,12 @@ OPTIONAL_HELPERS = {
     "differential": (("snapshots.py", ("NO_FIELD", "field_differences")),),
     "snapshot": (("snapshots.py", ("NO_FIELD", "snapshot_differences")),),
 }
+
+
+
+# Defined here because the helpers raise it too; callers import it from export.py.
+class ExportError(Exception):
+    """The record cannot be exported (not found, a draft, nothing applies, bad helpers)."""
 
 
 # --- The harness's own source ----------------------------------------------------
@@ -151,3 +157,26 @@ def harness_helpers(needs, harness: Path = HARNESS) -> tuple[str, list[str]]:
     source = "\n\n".join(parts)
     used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
     return source, sorted(statement for name, statement in available.items() if name in used)
+
+
+def import_sections(statements: list[str]) -> tuple[list[str], list[str]]:
+    """Import lines as ruff's isort writes them: stdlib, then third-party; in each,
+    ``import x`` lines first, then ``from x import ...`` (one line per module)."""
+    plain: dict[bool, set[str]] = {True: set(), False: set()}
+    froms: dict[bool, dict[str, set[str]]] = {True: {}, False: {}}
+    for statement in statements:
+        words = statement.split()
+        stdlib = words[1].split(".")[0] in sys.stdlib_module_names
+        if words[0] == "import":
+            plain[stdlib].add(words[1])
+        else:
+            froms[stdlib].setdefault(words[1], set()).add(" ".join(words[3:]))
+    sections = []
+    for stdlib in (True, False):
+        lines = [f"import {module}" for module in sorted(plain[stdlib])]
+        lines += [
+            f"from {module} import {', '.join(sorted(names))}"
+            for module, names in sorted(froms[stdlib].items())
+        ]
+        sections.append(lines)
+    return sections[0], sections[1]

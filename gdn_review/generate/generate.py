@@ -19,12 +19,14 @@ from pathlib import Path
 import jinja2
 
 from gdn_review.common.files import atomic_write
+from gdn_review.generate.literals import GENERATED, LiteralError
+from gdn_review.generate.model import module_model, module_name
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
 from gdn_review.kb.subjects import key_short
 
 BANNER_MARK = "# gdn-review: generated module"
-DEFAULT_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+DEFAULT_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 MODULE_TEMPLATE = "test_module.py.j2"
 # Every check runs on each of these devices (gpu_sync on CUDA only); CUDA skips without a GPU.
 DEVICES = ("cpu", "cuda")
@@ -49,146 +51,77 @@ class Plan:
         return sorted(list(self.write) + self.remove)
 
 
-LINE_WIDTH = 96
-
-
-def _flat_literal(value) -> str:
-    if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: str(kv[0]))
-        return "{" + ", ".join(f"{_flat_literal(k)}: {_flat_literal(v)}" for k, v in items) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_flat_literal(v) for v in value) + "]"
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return repr(value)
-    raise GenerateError(f"cannot write {type(value).__name__} as a Python literal")
-
-
 def py_literal(value, indent: int = 0) -> str:
-    """A Python literal for plain data: deterministic (sorted keys), one item a line when long.
+    """A Python literal for plain data in generated modules' style (``literals.GENERATED``):
+    deterministic (sorted keys), one item a line when long.
 
     Strings are written by ``repr``, so record text can never become code.
     """
-    flat = _flat_literal(value)
-    if indent + len(flat) <= LINE_WIDTH or not isinstance(value, (dict, list, tuple)) or not value:
-        text = flat
-    else:
-        pad = " " * (indent + 4)
-        if isinstance(value, dict):
-            items = sorted(value.items(), key=lambda kv: str(kv[0]))
-            body = "".join(f"{pad}{_flat_literal(k)}: {py_literal(v, indent + 4)},\n" for k, v in items)
-            text = "{\n" + body + " " * indent + "}"
-        else:
-            body = "".join(f"{pad}{py_literal(v, indent + 4)},\n" for v in value)
-            text = "[\n" + body + " " * indent + "]"
+    try:
+        text = GENERATED.literal(value, indent, indent)
+    except LiteralError as error:
+        raise GenerateError(str(error)) from None
     ast.literal_eval(text)  # refuses anything that is not a plain literal
     return text
 
 
-def module_name(record: Record) -> str:
-    return f"test_pr_{record.number}.py" if record.pr is not None else f"test_contract_{record.number}.py"
-
-
-def _check_data(claim) -> dict:
-    check = claim.check.model_dump(mode="json")
-    check.pop("kind")
-    if claim.check.kind == "differential":
-        check["pairs_by_id"] = {pair_id(first, second): [first, second] for first, second in claim.check.pairs}
-    return check
-
-
-def pair_id(first: str, second: str) -> str:
-    """The test id of a differential check's pair of cases."""
-    return f"{first}-vs-{second}"
-
-
-def _risks_for(record: Record, claim_id: str, case_id: str | None) -> list[str]:
-    """Risks a test addresses: it checks one of the risk's claims, on one of its cases."""
-    found = []
-    for risk in record.risks:
-        if claim_id not in risk.claims:
-            continue
-        if case_id is None or not risk.cases or case_id in risk.cases:
-            found.append(risk.id)
-    return sorted(found)
-
-
 def module_context(record: Record, source: str, snapshot_dir: str | None = None) -> dict:
-    """Everything the module template needs, as plain data.
+    """The module template's context: the record's module model (model.py) as plain data.
 
     ``snapshot_dir``: where the record's stored snapshots are, relative to the module's
     folder (default: ``../kb/snapshots/N``, generated_tests/ beside kb/).
     """
-    claims = []
-    for claim in record.claims:
-        # The loader guarantees that distinct ids give distinct names.
-        name = f"test_{python_name(claim.id)}_{claim.check.kind}"
-        check = _check_data(claim)
-        params = [
-            {"id": case_id, "risks": _risks_for(record, claim.id, case_id)}
-            # An invariant's tests are its properties (its cases are examples of each).
-            for case_id in ([] if claim.check.kind == "invariant" else check.get("cases") or [])
-        ]
-        if claim.check.kind == "differential":
-            params = [
-                {
-                    "id": pair_id(first, second),
-                    "risks": sorted(set(_risks_for(record, claim.id, first)) | set(_risks_for(record, claim.id, second))),
-                }
-                for first, second in claim.check.pairs
-            ]
-        claims.append(
-            {
-                "id": claim.id,
-                "text": claim.text,
-                "kind": claim.check.kind,
-                "function": name,
-                "releases": record.claim_releases(claim),
-                "check": check,
-                "params": params,
-                "risks": _risks_for(record, claim.id, None),
-                "deviations": [d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
-                # An invariant runs on the cases it lists, else on every case of the record.
-                "example_cases": sorted(claim.check.cases or [c.id for c in record.cases])
-                if claim.check.kind == "invariant" else [],
-            }
-        )
-    cases = record.case_inputs()
+    model = module_model(record)
+    claims = [
+        {
+            "id": claim.id,
+            "text": claim.text,
+            "kind": claim.kind,
+            "function": claim.function,
+            "releases": claim.releases,
+            "check": claim.check,
+            # Markers list risks sorted, whatever their order in the record.
+            "params": [{"id": test.id, "risks": sorted(test.risks)} for test in claim.tests],
+            "risks": sorted(claim.risks),
+            "deviations": claim.deviations,
+            "example_cases": claim.example_cases,
+        }
+        for claim in model.claims
+    ]
     return {
         # The banner names the record; keep it to path characters (it is a comment line).
         "source": re.sub(r"[^A-Za-z0-9_./-]", "_", source),
         "record": record,
-        "number": record.number,
-        "label": record.label,
-        "title": record.title,
+        "number": model.number,
+        "label": model.label,
+        "title": model.title,
         "claims": claims,
-        "cases": dict(sorted(cases.items())),
-        "expectations": {case.id: dict(sorted(case.expect.items())) for case in record.cases if case.expect},
-        "kinds": sorted({c["kind"] for c in claims}),
+        "cases": model.cases,
+        "expectations": model.expectations,
+        "kinds": sorted({claim.kind for claim in model.claims}),
         "devices": list(DEVICES),
         "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.number}",
-        "pending": record.pending_claims(),
+        "pending": model.pending,
     }
 
 
-
 def expected_tests(record: Record) -> dict[str, list[dict]]:
-    """Per claim, the tests its generated module holds: label (case or property), device, risks.
+    """Per claim, the tests its generated module holds: label (case, pair or property),
+    device, risks.
 
     The report compares evidence with this list, so a test that never ran (not
     collected, deselected, session stopped) cannot be mistaken for one that passed.
     """
     expected: dict[str, list[dict]] = {}
-    for claim in module_context(record, "expected")["claims"]:
+    for claim in module_model(record).claims:
         # gpu_sync: CUDA's count on CUDA, its CPU proxy (device-origin reads) on CPU.
-        devices = ["cuda", "cpu"] if claim["kind"] == "gpu_sync" else list(DEVICES)
-        if claim["kind"] == "invariant":
-            labels = [(prop, claim["risks"]) for prop in claim["check"]["properties"]]
-        elif claim["kind"] in ("TODO", "latency"):  # latency: measured by `gdn-review bench`
-            labels = []
-        else:
-            labels = [(param["id"], param["risks"]) for param in claim["params"]]
-        expected[claim["id"]] = [
-            {"label": label, "device": device, "risks": risks} for label, risks in labels for device in devices
+        devices = ["cuda", "cpu"] if claim.kind == "gpu_sync" else list(DEVICES)
+        # latency: measured by `gdn-review bench`; TODO: a draft's claim, no check yet.
+        tests = [] if claim.kind in ("TODO", "latency") else claim.tests
+        expected[claim.id] = [
+            {"label": test.id, "device": device, "risks": sorted(test.risks)}
+            for test in tests
+            for device in devices
         ]
     return expected
 

@@ -1,0 +1,363 @@
+"""The module model resolved for one vLLM release: the context of ``templates/export/``.
+
+``generate.module_model`` says what a record's module holds; the export adds what one
+target release decides: the claims and cases it covers (the others are left out and
+named in the module's docstring), the known deviations active there (strict xfails,
+pinned to what they measure), the stored full-metadata snapshot of that release, and
+the harness helpers the module's check kinds need. Record text reaches the context
+only as literals and docstrings of ``literals.RUFF``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from packaging.version import Version
+
+from gdn_review import generate
+from gdn_review.export.export_helpers import HARNESS, ExportError, harness_helpers, import_sections
+from gdn_review.common import release_range
+from gdn_review.generate.literals import RUFF, Call, Code
+from gdn_review.generate.model import ClaimModel, ClaimTest, ModuleModel
+from gdn_review.kb import Record, is_draft
+from gdn_review.run import snapshot as snapshots
+
+EXPORT_MARK = "Exported by gdn-review from "
+# Third-party modules the template itself imports at the top of the module.
+TEMPLATE_IMPORTS = ("pytest", "torch")
+
+# The clauses of a release range an exported module evaluates itself (no packaging there).
+SIMPLE_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*\d+(\.\d+){0,2}\s*$")
+
+
+def _module_releases(claims: list[ClaimModel], cases: dict[str, dict]) -> dict[str, str]:
+    """The ranges an exported module checks on whichever vLLM loads it: "claim C1" and
+    "case X" -> the record's range, for each exported claim and case that has one."""
+    ranges = {f"claim {claim.id}": claim.releases for claim in claims}
+    ranges |= {f"case {case_id}": case.get("releases") for case_id, case in cases.items()}
+    ranges = {name: value for name, value in sorted(ranges.items()) if value}
+    for name, value in ranges.items():
+        if not all(SIMPLE_CLAUSE.match(clause) for clause in value.split(",")):
+            raise ExportError(
+                f"{name}: the range {value!r} uses more than >=, <=, >, <, == and != of plain "
+                "releases, which an exported module evaluates itself"
+            )
+    return ranges
+
+
+def _active_deviation(claim: ClaimModel, test: ClaimTest, release: Version):
+    """Index and known deviation of ``claim`` that applies to ``test`` on ``release`` (or None).
+
+    A deviation names cases or properties; one naming either case of a differential
+    check's pair applies to the pair.
+    """
+    names = set(test.cases) | {test.id}
+    for index, deviation in enumerate(claim.deviations):
+        if not release_range.contains(deviation.get("releases"), release):
+            continue
+        chosen = deviation.get(claim.deviation_selector)
+        if not chosen or names & set(chosen):
+            return index, deviation
+    return None
+
+
+KIND_TEXT = {
+    "op_budget": (
+        "Checked as an op budget: the aten ops build() executes on the case, counted "
+        "with a TorchDispatchMode, stay within {budget}."
+    ),
+    "equivalence": "Checked as equivalence: build() returns the case's expected fields (EXPECTED).",
+    "invariant": (
+        "Checked as an invariant: the property holds on every named case and on "
+        "{examples} random valid batches drawn from random.Random({seed})."
+    ),
+    "gpu_sync": (
+        "Checked on CUDA: the case's builder call synchronises host and device at most "
+        "{max_syncs} times (torch.cuda.set_sync_debug_mode). On any device, a CPU proxy "
+        "counts the host reads of tensors that would live on the device "
+        "(DeviceOriginReads): at most {max_syncs}; CUDA's count stays the authority."
+    ),
+    "differential": (
+        "Checked as a differential: two scenarios of the same batch (pairs of cases in "
+        "CASES) agree on {fields}{prefix}."
+    ),
+}
+PROXY_TEXT = (
+    "CPU proxy of the check above: host reads, while the case's builder call runs, of "
+    "tensors that would live on the device (its device-side inputs, the builder's "
+    "buffers and what is computed from them), counted by DeviceOriginReads. The CUDA "
+    "count stays the authority; this one runs where CUDA is absent."
+)
+
+
+def _seed(number: int | str) -> int:
+    """The seed of an invariant's random batches: a PR record's number; a contract's id
+    seeds by a stable number of its own."""
+    if isinstance(number, int):
+        return number
+    return int.from_bytes(number.encode()[:4].ljust(4, b"_"), "big")
+
+
+def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, cases: set[str]):
+    """The template's context of one claim on ``release`` (None: no test of it applies)."""
+    kind = claim.kind
+    constant = claim.name.upper()
+    data = claim.check
+    # Its tests whose cases the release has (a property's: every one).
+    tests = [test for test in claim.tests if all(case_id in cases for case_id in test.cases)]
+    if kind == "differential":
+        tests = list({test.id: test for test in tests}.values())  # a pair is one key of PAIRS
+    deviations: dict[int, dict] = {}
+    params, pinned, instead = [], {}, {}
+    for test in tests:
+        found = _active_deviation(claim, test, release)
+        if found is None:
+            params.append(test.id)
+            continue
+        index, deviation = found
+        several = len(claim.deviations) > 1
+        mark = f"{constant}_KNOWN_DEVIATION" + (f"_{index + 1}" if several else "")
+        reason = f"known deviation on vLLM {release}: {deviation['reason']}"
+        if deviation.get("measured"):
+            reason += f" (measured: {deviation['measured']})"
+        deviations[index] = {"name": mark, "reason": reason, "releases": deviation.get("releases")}
+        params.append(Call("pytest.param", (test.id, Code(f"marks={mark}"))))
+        if deviation.get("expect") is not None:
+            pinned[test.id] = dict(sorted(deviation["expect"].items()))
+        if deviation.get("instead"):
+            instead[test.id] = deviation["instead"]
+    if not params:
+        return None
+    seed = _seed(model.number)
+    paragraphs = [f"Claim {claim.id} of {model.label}: {claim.text}"]
+    how = KIND_TEXT[kind].format(
+        budget=RUFF.flat(data.get("budget")),
+        examples=data.get("examples"),
+        seed=seed,
+        max_syncs=data.get("max_syncs"),
+        fields=", ".join(data.get("fields") or ()),
+        prefix=" (the first case's lists a prefix of the second's)"
+        if data.get("compare") == "prefix" else "",
+    )
+    addresses = ""
+    if claim.risks:
+        addresses = " Risks it addresses: " + ", ".join(claim.risks) + " (module docstring)."
+    paragraphs.append(how + addresses)
+    for deviation in deviations.values():
+        paragraphs.append("Strict xfail, " + deviation["reason"])
+    # An equivalence claim that compares some fields only (fields / except): its own
+    # expectations.
+    compares_some = data.get("fields") is not None or data.get("except_") is not None
+    pending = model.pending.get(claim.id)
+    return {
+        "id": claim.id,
+        "kind": kind,
+        "constant": constant,
+        "function": claim.exported_function,
+        "doc": RUFF.docstring(paragraphs, 4),
+        "proxy_doc": RUFF.docstring([paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]], 4)
+        if kind == "gpu_sync" else None,
+        "cases": sorted({case_id for test in tests for case_id in test.cases}),
+        "pairs": RUFF.assignment(f"{constant}_PAIRS", {test.id: test.cases for test in tests})
+        if kind == "differential" else None,
+        "fields": RUFF.assignment(f"{constant}_FIELDS", list(data["fields"]))
+        if kind == "differential" else None,
+        "compare": data.get("compare"),
+        "check": data,
+        "params": RUFF.literal(params, 4, 4, 1),
+        "deviations": [
+            {
+                "name": d["name"],
+                "reason": RUFF.literal(d["reason"], len("    reason="), 4, 1),
+                # Strict where the loaded vLLM is in the deviation's releases (all: no range).
+                "releases": d["releases"],
+            }
+            for _, d in sorted(deviations.items())
+        ],
+        "pinned": RUFF.assignment(f"{constant}_PINNED", pinned) if pinned else None,
+        # An open PR's improvement claim fails on a release without its change: a
+        # non-strict xfail there, a plain pass in the PR's own CI (its change applied).
+        "pending": RUFF.literal(f"pending: {pending}", len("    reason="), 4, 1)
+        if pending is not None else None,
+        "compared": RUFF.assignment(
+            f"{constant}_EXPECTED", {test.id: claim.compared[test.id] for test in tests}
+        ) if kind == "equivalence" and compares_some else None,
+        "budget": RUFF.assignment(f"{constant}_BUDGET", dict(data.get("budget") or {}))
+        if kind == "op_budget" else None,
+        "instead": RUFF.assignment(f"{constant}_INSTEAD", instead) if instead else None,
+        "seed": seed,
+        "examples": data.get("examples"),
+        "speculative_tokens": RUFF.flat(data.get("speculative_tokens")),
+        "max_rows": data.get("max_rows"),
+        "max_syncs": data.get("max_syncs"),
+    }
+
+
+CASE_METADATA = frozenset({"id", "text", "expect", "releases", "allow_impossible"})
+
+
+def _plain_case(data: dict) -> dict:
+    data = {key: value for key, value in data.items() if key not in CASE_METADATA}
+    data["rows"] = [dict(sorted(row.items())) for row in data["rows"]]
+    if "after" in data:
+        data["after"] = [_plain_case(earlier) for earlier in data["after"]]
+    return dict(sorted(data.items()))
+
+
+def case_inputs(model: ModuleModel) -> dict[str, dict]:
+    """Every case of the module model as ``build()`` inputs, keys sorted: the generated
+    module's CASES (``Record.case_inputs``, which resolves ``after`` into the earlier
+    cases' data, one level deep) without what only the record reads."""
+    return {case_id: _plain_case(data) for case_id, data in model.cases.items()}
+
+
+def _stored_snapshot(folder: Path | None, number: int | str, release: Version):
+    """(the stored full-metadata snapshot of ``release``, or None; why not)."""
+    make = f"make one with `{snapshots.command_for(number, str(release))}`"
+    path = Path(folder) / f"{release}.json" if folder is not None else None
+    if path is None or not path.exists():
+        return None, f"the full-metadata snapshot (no stored snapshot of vLLM {release}: {make})"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ExportError(f"{path}: not a stored snapshot ({error}): {make}") from None
+    of_its_format = stored.get("format") == snapshots.SNAPSHOT_FORMAT
+    if not of_its_format or not isinstance(stored.get("cases"), dict):
+        raise ExportError(f"{path}: not a {snapshots.SNAPSHOT_FORMAT} file: {make}")
+    return stored, ""
+
+
+def _module_doc(record: Record, source: str, release: Version, risks: list, left_out: list):
+    """The exported module's docstring: what it tests, from which record, for which release."""
+    number = record.number
+    if record.pr is not None:
+        title = (
+            f"Tests of GDNAttentionMetadataBuilder.build() from the review of vLLM PR #{number}."
+        )
+        link = f"https://github.com/{record.pr.repo}/pull/{number}"
+    else:
+        title = (
+            f"Tests of GDNAttentionMetadataBuilder from the contract record {number} "
+            "(no PR carries it)."
+        )
+        covers = ", ".join(record.contract.covers) or f"vLLM {record.contract.releases}"
+        link = "Covers: " + covers
+    paragraphs = [title, [record.title, link]]
+    if record.summary:
+        paragraphs.append(record.summary)
+    paragraphs.append(
+        "Every test builds vLLM's real GDNAttentionMetadataBuilder from a real VllmConfig "
+        "(a tiny Qwen3-Next config written to a temporary folder: no weights, no network) "
+        "and checks what build() returns or executes, on CPU and, where there is one, on "
+        f"a CUDA device. Known deviations of vLLM {release} are strict xfails: the tests "
+        "stay green, and fail when a deviation disappears or changes."
+    )
+    if risks:
+        paragraphs.append(["Risks these tests address:", *risks])
+    if left_out:
+        paragraphs.append(f"Not exported for vLLM {release}: " + ", ".join(left_out) + ".")
+    paragraphs.append(
+        f"{EXPORT_MARK}{source} for vLLM {release}. Change the record and export again "
+        f"rather than editing: gdn-review export --record {number}"
+    )
+    return RUFF.docstring(paragraphs)
+
+
+def module_context(
+    record: Record,
+    source: str,
+    release: Version,
+    harness: Path = HARNESS,
+    snapshot_folder: Path | None = None,
+) -> dict:
+    """The template's context: the record's module model (generate.module_model) resolved
+    for ``release``. ``snapshot_folder``: where the record's stored snapshots are
+    (kb/snapshots/N); the one of ``release`` is embedded (None: none is)."""
+    if is_draft(record):
+        raise ExportError(
+            f"{source} is a draft (open TODOs): complete it first (gdn-review validate lists them)"
+        )
+    model = generate.module_model(record)
+    cases = {c for c, data in model.cases.items() if release_range.contains(data.get("releases"), release)}
+    claims, exported, left_out = [], [], []
+    for claim in model.claims:
+        if claim.kind == "latency":  # an A/B between releases, not a test of one release
+            left_out.append(f"{claim.id} (latency: gdn-review bench times it between releases)")
+            continue
+        in_range = release_range.contains(claim.releases, release)
+        context = _claim_context(model, claim, release, cases) if in_range else None
+        if context is None:
+            why = "no case applies" if in_range else f"covers vLLM {claim.releases}"
+            left_out.append(f"{claim.id} ({why})")
+        else:
+            claims.append(context)
+            exported.append(claim)
+    if not claims:
+        raise ExportError(f"{source}: no claim applies to vLLM {release}: {', '.join(left_out)}")
+    for attribute in ("constant", "function"):
+        names = [c[attribute] for c in claims]
+        if len(set(names)) != len(names):
+            raise ExportError(
+                f"{source}: claim ids that differ only in case give the same {attribute} name"
+            )
+    kinds = {c["kind"] for c in claims}
+    make = snapshots.command_for(model.number, str(release))
+    stored, why = _stored_snapshot(snapshot_folder, model.number, release)
+    snapshot_cases = []
+    if stored is None:
+        left_out.append(why)
+    else:
+        snapshot_cases = sorted(c for c in cases if c in stored["cases"])
+        missing = sorted(c for c in cases if c not in stored["cases"])
+        if missing:
+            left_out.append(
+                f"the snapshot of {', '.join(missing)} (the stored snapshot of vLLM {release} "
+                f"has no such case: make one with `{make}`)"
+            )
+        if not snapshot_cases:
+            stored = None
+    needs = kinds | ({"snapshot"} if stored is not None else set())
+    helpers, statements = harness_helpers(needs, harness)
+    stdlib, third_party = import_sections(statements + [f"import {m}" for m in TEMPLATE_IMPORTS])
+    inputs = case_inputs(model)
+    used_cases = sorted(cases) if "invariant" in kinds else sorted(
+        {c for claim in claims for c in claim["cases"]} | set(snapshot_cases)
+    )
+    expected = {
+        case_id: model.expectations.get(case_id, {})
+        for claim in claims
+        if claim["kind"] == "equivalence"
+        for case_id in claim["check"]["cases"]
+        if case_id in cases
+    }
+    risks = [
+        f"{risk}: {text}"
+        for risk, text in model.risks.items()
+        if any(risk in claim.risks for claim in exported)
+    ]
+    releases = _module_releases(exported, {c: model.cases[c] for c in used_cases})
+    return {
+        "doc": _module_doc(record, source, release, risks, left_out),
+        "stdlib": stdlib,
+        "third_party": third_party,
+        "helpers": helpers,
+        "cases": RUFF.assignment("CASES", {case_id: inputs[case_id] for case_id in used_cases}),
+        "release": str(release),
+        "releases": RUFF.assignment("RELEASES", releases),
+        "expected": RUFF.assignment("EXPECTED", dict(sorted(expected.items())))
+        if expected else None,
+        "claims": claims,
+        "kinds": sorted(kinds),
+        "needs_device": bool(kinds - {"gpu_sync"}) or stored is not None,
+        "snapshot": None if stored is None else {
+            "release": str(release),
+            "made_by": make,
+            "device": RUFF.assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),
+            "data": RUFF.assignment(
+                "SNAPSHOT", RUFF.runs({c: stored["cases"][c] for c in snapshot_cases})
+            ),
+            "params": RUFF.literal(snapshot_cases, 4, 4, 1),
+        },
+    }

@@ -1,0 +1,155 @@
+"""The module model: the tests one record's module holds, as plain data, for both renderings.
+
+``module_model`` reads a record once; ``generate`` renders the model as a pytest module
+over gdn_review.harness (generated_tests/), ``export`` as a standalone module for
+vLLM's own tests, resolved for one release (the known deviations active there, the
+claims and cases outside it left out). What a test is (its claim, its case or pair or
+property, the risks it addresses, its deviations) is decided here, for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gdn_review.kb import Record
+from gdn_review.kb.models import python_name
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimTest:
+    """One test of a claim: on a case, on a pair of cases (differential), or of a
+    property (invariant, on every named case and random batches)."""
+
+    id: str  # its pytest id: the case, the pair ("first-vs-second") or the property
+    cases: list[str]  # the cases it builds: [case], [first, second]; none for a property
+    risks: list[str]  # the risks it addresses, in the record's order
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimModel:
+    """A claim as its module checks it."""
+
+    id: str
+    text: str
+    kind: str  # the check kind
+    name: str  # the id as a Python name (the loader keeps distinct ids distinct)
+    function: str  # its test function in the generated module
+    exported_function: str  # ...and in the exported module (lower case, as vLLM names tests)
+    releases: str | None  # the range it speaks of (its own, within a contract's)
+    check: dict  # the check's parameters without its kind; a differential's pairs also by id
+    deviation_selector: str  # what its known deviations name: "cases" or "properties"
+    tests: list[ClaimTest]  # latency: its cases, which the bench times; TODO: none yet
+    risks: list[str]  # every risk that names the claim, in the record's order
+    deviations: list[dict]  # its known deviations as plain data, in the record's order
+    example_cases: list[str]  # an invariant's named cases (default: every case), sorted
+    compared: dict[str, dict]  # an equivalence check's expected fields per case, keys sorted
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleModel:
+    """Everything one record's module holds; no rendering reads the record for its tests."""
+
+    number: int | str  # the record's key
+    label: str  # "PR #52078", "contract update_block_table"
+    title: str
+    generated_module: str  # file names: test_pr_N.py ...
+    exported_module: str  # ... and test_gdn_pr_N.py
+    claims: list[ClaimModel]
+    cases: dict[str, dict]  # every case as build() inputs (Record.case_inputs), ids sorted
+    expectations: dict[str, dict]  # expected build() fields of each case that has some
+    pending: dict[str, str]  # claims of an open PR that fail until its change is in, and why
+    risks: dict[str, str]  # every risk's text by id, in the record's order
+
+
+def module_name(record: Record, exported: bool = False) -> str:
+    """The record's module file: test_pr_N.py, test_contract_<id>.py (exported: test_gdn_...)."""
+    subject = "pr" if record.pr is not None else "contract"
+    return f"test_{'gdn_' if exported else ''}{subject}_{record.number}.py"
+
+
+def pair_id(first: str, second: str) -> str:
+    """The test id of a differential check's pair of cases."""
+    return f"{first}-vs-{second}"
+
+
+def _risks_of(record: Record, claim_id: str, cases: list[str]) -> list[str]:
+    """Risks a test addresses: it checks one of the risk's claims, on one of its cases (a
+    risk without cases: on any; a test of a property, on no one case: every risk)."""
+    return [
+        risk.id
+        for risk in record.risks
+        if claim_id in risk.claims and (not cases or not risk.cases or set(cases) & set(risk.cases))
+    ]
+
+
+def _check_data(claim) -> dict:
+    check = claim.check.model_dump(mode="json")
+    check.pop("kind")
+    if claim.check.kind == "differential":
+        check["pairs_by_id"] = {pair_id(*pair): list(pair) for pair in claim.check.pairs}
+    return check
+
+
+def _tests(record: Record, claim, check: dict) -> list[ClaimTest]:
+    kind = claim.check.kind
+    if kind == "invariant":
+        risks = _risks_of(record, claim.id, [])
+        return [ClaimTest(prop, [], risks) for prop in check["properties"]]
+    if kind == "differential":
+        named = [(pair_id(*pair), list(pair)) for pair in check["pairs"]]
+    else:  # a test per case (a TODO check has no cases yet)
+        named = [(case_id, [case_id]) for case_id in check.get("cases") or []]
+    return [ClaimTest(test, cases, _risks_of(record, claim.id, cases)) for test, cases in named]
+
+
+def _claim_model(record: Record, claim) -> ClaimModel:
+    kind = claim.check.kind
+    name = python_name(claim.id)
+    check = _check_data(claim)
+    expected = {case.id: case.expect for case in record.cases}
+    compared = {}
+    if kind == "equivalence":
+        compared = {
+            case_id: dict(sorted(claim.check.compared(expected[case_id]).items()))
+            for case_id in claim.check.cases
+            if case_id in expected
+        }
+    examples = []
+    if kind == "invariant":
+        # An invariant runs on the cases it lists, else on every case of the record.
+        examples = sorted(claim.check.cases or [case.id for case in record.cases])
+    return ClaimModel(
+        id=claim.id,
+        text=claim.text,
+        kind=kind,
+        name=name,
+        function=f"test_{name}_{kind}",
+        exported_function=f"test_{name.lower()}_{kind}",
+        releases=record.claim_releases(claim),
+        check=check,
+        deviation_selector="properties" if kind == "invariant" else "cases",
+        tests=_tests(record, claim, check),
+        risks=_risks_of(record, claim.id, []),
+        deviations=[d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
+        example_cases=examples,
+        compared=compared,
+    )
+
+
+def module_model(record: Record) -> ModuleModel:
+    """The module model of ``record`` (complete or a draft: a draft's TODO claims have
+    no tests)."""
+    return ModuleModel(
+        number=record.number,
+        label=record.label,
+        title=record.title,
+        generated_module=module_name(record),
+        exported_module=module_name(record, exported=True),
+        claims=[_claim_model(record, claim) for claim in record.claims],
+        cases=dict(sorted(record.case_inputs().items())),
+        expectations={
+            case.id: dict(sorted(case.expect.items())) for case in record.cases if case.expect
+        },
+        pending=record.pending_claims(),
+        risks={risk.id: risk.text for risk in record.risks},
+    )
