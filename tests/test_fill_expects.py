@@ -11,7 +11,7 @@ from conftest import MINIMAL, ROOT
 
 from gdn_review.cli import main
 from gdn_review.kb import RecordErrors, load_record, parse_record
-from gdn_review.run import snapshot
+from gdn_review.run import snapshot_take
 from gdn_review.run.fill_expects import (
     case_fields,
     check_filled,
@@ -20,7 +20,7 @@ from gdn_review.run.fill_expects import (
     needed_expect,
     needing_expect,
 )
-from gdn_review.run.snapshot import SnapshotError
+from gdn_review.run.snapshot_take import SnapshotError
 
 EQUIVALENCE = MINIMAL.replace(
     "cases:\n",
@@ -233,7 +233,7 @@ def test_a_case_needs_the_fields_its_expect_and_the_claims_naming_it_state():
     assert needed_expect(record, "staged", measured) == {
         "path": "spec", "num_prefills": 0, "spec_state_indices_tensor": [[1, 2, 3]], "persistent_views": ["spec_state_indices_tensor"],
     }
-    assert list(snapshot.full_expect(measured)) == ["path", "num_prefills", "spec_state_indices_tensor", "persistent_views",
+    assert list(snapshot_take.full_expect(measured)) == ["path", "num_prefills", "spec_state_indices_tensor", "persistent_views",
                                                     "noncontiguous", "reorder_batch_threshold", "chunk_metadata_built"]
 
 

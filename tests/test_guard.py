@@ -148,7 +148,7 @@ claims:
 
 def test_a_contract_record_is_keyed_by_its_id_and_needs_no_release():
     record = parse_record(CONTRACT.format(id="some_promise", covers="update-block-table"), "some_promise.yaml")
-    assert (record.number, record.label, record.state) == ("some_promise", "contract some_promise", "contract")
+    assert (record.key, record.label, record.state) == ("some_promise", "contract some_promise", "contract")
     with pytest.raises(RecordErrors, match="either pr: .* or contract:"):
         parse_record(CONTRACT.format(id="some_promise", covers="x").replace("schema_version: 1\n", "schema_version: 1\npr: {number: 1, repo: a/b, title: t}\n"), "some_promise.yaml")
     with pytest.raises(RecordErrors, match="contract.id is some_promise; name it some_promise.yaml"):

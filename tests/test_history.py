@@ -11,15 +11,15 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.matrix import history, matrix, matrix_files
 from gdn_review.report import report
-from gdn_review.run.selection import load_records
 from gdn_review.run import evidence_file
-from tests.test_matrix import RECORD, _evidence, _snapshot
+from gdn_review.run.selection import load_records
+from tests.conftest import MATRIX_RECORD, write_matrix_evidence, write_matrix_snapshot
 
 # A second record, of the later PR #9 that the first names: it says its change moves `spec`'s
 # num_decodes from 0.31.0 (the first record's relation says the same), and names a PR #11
 # that claims to change none of its cases.
 LATER = (
-    RECORD.replace("number: 7", "number: 9").replace("title: A small PR", "title: Later change")
+    MATRIX_RECORD.replace("number: 7", "number: 9").replace("title: A small PR", "title: Later change")
     .replace("base_release: 0.28.0", "base_release: 0.30.0").replace("head_release: 0.29.0", "head_release: 0.31.0")
     .replace("url: https://example.invalid/pr/7", "url: https://example.invalid/pr/9")
     .replace(
@@ -38,14 +38,14 @@ def _matrix(folder: Path, number: int, runs, snapshots_by_version) -> None:
     folder.mkdir(parents=True)
     entries = []
     for version, role, outcome, ge in runs:
-        evidence = _evidence(folder, version, outcome, ge)
+        evidence = write_matrix_evidence(folder, version, outcome, ge)
         data = json.loads((folder / evidence).read_text(encoding="utf-8"))
         for test in data["tests"]:
             test["record"] = number
         (folder / evidence).write_text(json.dumps(data), encoding="utf-8")
         entries.append({
             "version": version, "role": role, "source": "unpacked on PYTHONPATH", "claims_on_any_release": role == "base",
-            "evidence": evidence, "snapshot": _snapshot(folder, version, *snapshots_by_version[version]),
+            "evidence": evidence, "snapshot": write_matrix_snapshot(folder, version, *snapshots_by_version[version]),
             "summary": "", "pytest_exit": 0, "duration_s": 1.0,
         })
     (folder / "matrix.json").write_text(json.dumps({
@@ -57,7 +57,7 @@ def _matrix(folder: Path, number: int, runs, snapshots_by_version) -> None:
 @pytest.fixture
 def kb_and_work(tmp_path, write_record):
     """Two records' matrix runs as `gdn-review matrix --all` leaves them (WORK/matrix-N)."""
-    write_record(RECORD)
+    write_record(MATRIX_RECORD)
     kb = write_record(LATER, "9.yaml")
     work = tmp_path / "work"
     moved = {**SPEC, "num_decodes": 2}
@@ -144,7 +144,7 @@ def test_history_command_writes_the_page_and_exits_1_on_unexplained_drift(kb_and
 
 
 def test_history_without_any_matrix_run_is_bad_input(write_record, tmp_path):
-    kb = write_record(RECORD)
+    kb = write_record(MATRIX_RECORD)
     result = CliRunner().invoke(main, ["history", "--kb", str(kb), "--work", str(tmp_path / "nothing"), "--out", str(tmp_path / "h.md")])
     assert result.exit_code == 2
     assert "gdn-review matrix --all" in result.output
@@ -152,7 +152,7 @@ def test_history_without_any_matrix_run_is_bad_input(write_record, tmp_path):
 
 
 def test_matrix_refuses_both_or_neither_of_record_and_all(write_record):
-    kb = write_record(RECORD)
+    kb = write_record(MATRIX_RECORD)
     for args in ([], ["--all", "--record", "7"]):
         result = CliRunner().invoke(main, ["matrix", "--kb", str(kb), *args])
         assert result.exit_code == 2 and "--record N (repeatable) or --all" in result.output
@@ -260,7 +260,7 @@ def test_a_shared_sessions_evidence_is_cut_to_each_record_with_its_own_exit_code
 
 
 def test_an_open_prs_releases_after_its_base_are_later(write_record):
-    kb = write_record(RECORD.replace("  head_release: 0.29.0\n", "").replace("url: https://example.invalid/pr/7\n", "url: https://example.invalid/pr/7\n  state: open\n"))
+    kb = write_record(MATRIX_RECORD.replace("  head_release: 0.29.0\n", "").replace("url: https://example.invalid/pr/7\n", "url: https://example.invalid/pr/7\n  state: open\n"))
     record = load_records(kb)[kb / "7.yaml"]
     assert [(p.version, p.role) for p in matrix.plan(record, "0.30.0")] == [("0.28.0", "base"), ("0.29.0", "later"), ("0.30.0", "later")]
 
@@ -310,7 +310,7 @@ def test_a_malformed_changes_file_is_a_file_line_error_never_a_traceback(tmp_pat
 
 
 def test_validate_refuses_a_relation_whose_release_contradicts_the_named_prs_record(write_record):
-    write_record(RECORD)
+    write_record(MATRIX_RECORD)
     kb = write_record(LATER.replace("base_release: 0.30.0", "base_release: 0.29.0").replace("head_release: 0.31.0", "head_release: 0.30.0"), "9.yaml")
     result = CliRunner().invoke(main, ["validate", "--kb", str(kb)])
     assert result.exit_code == 2, result.output

@@ -12,13 +12,11 @@ from gdn_review.cli import main
 from gdn_review.importers.diff_target import diff_target
 from gdn_review.kb import is_draft, load_record
 from gdn_review.review.patch import read_diff
-from tests.conftest import ROOT
+from tests.conftest import GH_FIXTURES, GH_PR, GH_PR_DIFF, GH_PR_JSON, ROOT
 
 # Real PR #55404 in gh's shape; tests/fixtures/gh/README.md says what the thread gave.
-FIXTURES = ROOT / "tests" / "fixtures" / "gh"
-PR_JSON = FIXTURES / "pr-55404.json"
-PR_DIFF = FIXTURES / "pr-55404.diff"
-PR = json.loads(PR_JSON.read_text(encoding="utf-8"))
+FIXTURES = GH_FIXTURES
+PR_JSON, PR_DIFF, PR = GH_PR_JSON, GH_PR_DIFF, GH_PR
 
 
 def run(*args):
@@ -123,7 +121,7 @@ def test_json_detected_by_content_not_only_by_name(tmp_path):
     path = tmp_path / "pr-55404.txt"
     path.write_text(PR_JSON.read_text(encoding="utf-8"), encoding="utf-8")
     _, record = imported(tmp_path, path)
-    assert record.number == 55404
+    assert record.key == 55404
 
 
 def test_merged_at_from_iso_and_null_means_open(tmp_path):

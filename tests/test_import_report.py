@@ -72,7 +72,7 @@ mask = drafts >= 0
 
 def test_seed_gives_a_draft_with_the_report_facts():
     text, record = draft_of(SEED, "seeds/pr-52078-review-report.md")
-    assert record.number == 52078
+    assert record.key == 52078
     assert record.pr.repo == "vllm-project/vllm"
     assert record.pr.title == TITLE
     assert record.pr.merged_at == "2026-08-20 11:52"
@@ -236,7 +236,7 @@ def test_crlf_and_bom_give_the_same_draft(tmp_path):
 
 def test_english_headings_reordered_and_missing_sections():
     text, record = draft_of(ENGLISH)
-    assert record.number == 12345  # from the link: the title line names no PR
+    assert record.key == 12345  # from the link: the title line names no PR
     assert record.pr.repo == "vllm-project/vllm"
     assert record.pr.title == "[Core] Compute the mask once"
     assert record.pr.merged_at == "2026-01-02 03:04:05"

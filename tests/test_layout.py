@@ -211,3 +211,33 @@ def test_release_ranges_are_tested_in_one_place():
         if name != "gdn_review.common.release_range" and "SpecifierSet" in path.read_text(encoding="utf-8")
     ]
     assert not offenders, f"release ranges evaluated outside common/release_range.py: {offenders}"
+
+
+def test_no_underscore_name_is_used_across_modules():
+    """A name that starts with ``_`` is its module's own: no other module imports it or reaches it."""
+    modules = _modules()
+    known = set(modules)
+    offenders = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        bound: set[str] = set()  # names this module binds to other gdn_review modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                if not base.startswith("gdn_review"):
+                    continue
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        offenders.append(f"{name}: imports {base}.{alias.name}")
+                    if f"{base}.{alias.name}" in known:
+                        bound.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                bound |= {alias.asname for alias in node.names if alias.name in known and alias.asname}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                offenders.append(f"{name}: uses {node.value.id}.{node.attr}")
+    assert not offenders, "underscore names used across modules:\n" + "\n".join(sorted(set(offenders)))

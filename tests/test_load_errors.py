@@ -123,7 +123,7 @@ def test_broken_record_message(text, messages):
 
 def test_minimal_record_is_valid():
     record = parse_record(MINIMAL, "7.yaml")
-    assert record.number == 7 and [c.id for c in record.claims] == ["C1"]
+    assert record.key == 7 and [c.id for c in record.claims] == ["C1"]
 
 
 def test_file_name_must_match_pr_number():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,44 +12,17 @@ from gdn_review.common import release_cache
 from gdn_review.kb import load_record
 from gdn_review.matrix import matrix, matrix_files, matrix_report
 from gdn_review.report import report, verdicts
-from gdn_review.run import snapshot as snapshots
-from tests.conftest import MINIMAL, ROOT
-
-RECORD = MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n").replace(
-    "risks:\n",
-    "  - id: plain\n    text: A decode.\n    rows:\n      - {seq_len: 5, query_len: 1}\n"
-    "related:\n"
-    "  - number: 9\n    title: Later change\n    relation: changes-claim\n    from_release: 0.31.0\n"
-    "    changes:\n      - cases: [spec]\n        fields: [num_decodes]\n"
-    "risks:\n",
+from tests.conftest import (
+    MATRIX_RECORD,
+    ROOT,
+    write_matrix_evidence,
+    write_matrix_snapshot,
 )
-assert "before: fails" in RECORD and "related:" in RECORD
-
-
-def _evidence(folder: Path, version: str, outcome: str, ge: int) -> str:
-    tests = [
-        {"nodeid": "m::test_C1[cpu-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cpu",
-         "outcome": outcome, "reason": None if outcome == "passed" else "over budget", "measured": {"aten.ge": ge}, "expected": {"aten.ge": "<= 1"}},
-        {"nodeid": "m::test_C1[cuda-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cuda",
-         "outcome": "skipped", "reason": "needs CUDA: none here"},
-    ]
-    data = {"format": "gdn-review-evidence/1", "finished_at": "2026-11-29T00:00:00+00:00", "tests": tests,
-            "environment": {"vllm_version": version, "vllm_source": "unpacked on PYTHONPATH (not the installed distribution)"}}
-    name = f"evidence-{version}.json"
-    (folder / name).write_text(json.dumps(data), encoding="utf-8")
-    return name
-
-
-def _snapshot(folder: Path, version: str, spec: dict, plain: dict) -> str:
-    name = f"snapshot-{version}.json"
-    doc = snapshots.document(7, {"release": version, "device": "cpu", "cases": {"spec": spec, "plain": plain}})
-    (folder / name).write_text(snapshots.dumps(doc), encoding="utf-8")
-    return name
 
 
 @pytest.fixture
 def matrix_folder(tmp_path, write_record):
-    kb = write_record(RECORD)
+    kb = write_record(MATRIX_RECORD)
     runs = [("0.28.0", "base", "failed", 2), ("0.29.0", "head", "passed", 1), ("0.30.0", "later", "passed", 1), ("0.31.0", "later", "passed", 1)]
     spec = {"num_decodes": 0, "path": "spec"}
     plain = {"num_prefills": 0, "path": "non_spec"}
@@ -66,7 +38,7 @@ def matrix_folder(tmp_path, write_record):
     for version, role, outcome, ge in runs:
         entries.append({
             "version": version, "role": role, "source": "unpacked on PYTHONPATH", "claims_on_any_release": role == "base",
-            "evidence": _evidence(folder, version, outcome, ge), "snapshot": _snapshot(folder, version, *snapshots_by_version[version]),
+            "evidence": write_matrix_evidence(folder, version, outcome, ge), "snapshot": write_matrix_snapshot(folder, version, *snapshots_by_version[version]),
             "summary": "", "pytest_exit": 0, "duration_s": 1.0,
         })
     (folder / "matrix.json").write_text(json.dumps({"format": matrix_files.MATRIX_FORMAT, "record": 7, "releases": entries, "downloaded": [], "jobs": 2, "duration_s": 3.0, "target_diff": "--- a\n+++ b\n"}), encoding="utf-8")
@@ -82,7 +54,7 @@ def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installe
 
 
 def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
-    record = load_record(write_record(RECORD) / "7.yaml")
+    record = load_record(write_record(MATRIX_RECORD) / "7.yaml")
     planned = matrix.plan(record, "0.33.0")
     assert [(p.version, p.role, p.installed) for p in planned][:2] == [("0.28.0", "base", False), ("0.29.0", "head", False)]
     assert planned[-1].installed and planned[-1].role == "later"
@@ -91,7 +63,7 @@ def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
 
 
 def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
-    record = load_record(write_record(RECORD) / "7.yaml")
+    record = load_record(write_record(MATRIX_RECORD) / "7.yaml")
     fake = release_cache.Release("0.28.0", tmp_path, "w.whl", "0")
     monkeypatch.setattr(release_cache, "cached", lambda version, root=None: fake)
     monkeypatch.setattr(release_cache, "ensure", lambda version, root=None, say=None: fake)
@@ -140,9 +112,9 @@ def test_discrimination_rules(before, base, head, expected):
 
 def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_failure(matrix_folder, tmp_path):
     _, folder = matrix_folder
-    (tmp_path / "kb" / "7.yaml").write_text(RECORD.replace("before: fails", "before: holds"), encoding="utf-8")
+    (tmp_path / "kb" / "7.yaml").write_text(MATRIX_RECORD.replace("before: fails", "before: holds"), encoding="utf-8")
     record = load_record(tmp_path / "kb" / "7.yaml")
-    _evidence(folder, "0.28.0", "passed", 1)  # the base release holds too
+    write_matrix_evidence(folder, "0.28.0", "passed", 1)  # the base release holds too
     data = matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7})
     (row,) = data["matrix"]["rows"]
     assert (row["before"], row["discrimination"]) == ("holds", "preserved")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_cache, release_trees
+from gdn_review.common import release_trees
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import tripped

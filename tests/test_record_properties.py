@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gdn_review import harness
-from gdn_review.harness import run as harness_run
+from gdn_review.harness import case_build as harness_build
 from gdn_review.kb import RecordErrors
 from gdn_review.kb.load import parse_record
 
@@ -131,7 +131,7 @@ def test_case_inputs_expand_chains_and_mark_layout_cases():
     inputs = parse_record(text, "7.yaml").case_inputs()
     assert inputs["a"]["layout"] is True
     assert inputs["b"]["after"][0]["after"][0]["rows"][0]["seq_len"] == 9  # d, built before c, built before b
-    assert harness_run.needs_own_builder(inputs["b"])
+    assert harness_build.needs_own_builder(inputs["b"])
 
 
 @pytest.mark.slow

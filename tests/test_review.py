@@ -108,19 +108,19 @@ def _unpatched_snapshot(work: Path, number: int) -> dict:
 def release_drift(step_reviews, step_kb):
     """What the release matrix shows between consecutive releases, per record: {(record, from): rows}.
 
-    The matrix compares each release's snapshots (taken by ``snapshot.take`` on that
+    The matrix compares each release's snapshots (taken by ``snapshot_take.take`` on that
     release) with ``matrix_report.drift_data``. Each release's own snapshots are here
     already: the side without the change of the review onto it, and for 0.33.0 the
     stored ones (``gdn-review snapshot``); the same function compares them.
     """
     from gdn_review.matrix.matrix_report import drift_data
-    from gdn_review.run import snapshot
+    from gdn_review.run import snapshot_files
 
-    records = {r.number: r for r in load_kb(step_kb / "kb").values()}
+    records = {r.key: r for r in load_kb(step_kb / "kb").values()}
     drift = {}
     for number, record in records.items():
         taken = [(old, _unpatched_snapshot(step_reviews[old][3], number)) for old, _ in STEPS]
-        taken.append((RELEASES[-1], snapshot.stored(step_kb / "kb", number)[RELEASES[-1]]))
+        taken.append((RELEASES[-1], snapshot_files.stored(step_kb / "kb", number)[RELEASES[-1]]))
         for row in drift_data(record, taken, set(records))["rows"]:
             drift.setdefault((number, row["from"]), []).append(row)
     return drift
@@ -168,10 +168,9 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
 @pytest.mark.xdist_group("review_steps")
 def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_reviews, release_drift, step_kb, tmp_path):
     """The step where fields move (0.31.0 -> 0.32.0, #56531): `gdn-review matrix` itself, both records."""
-    from gdn_review.matrix import matrix, matrix_files, matrix_report
-    from gdn_review.report import report
+    from gdn_review.matrix import matrix_files, matrix_report
 
-    records = {r.number: r for r in load_kb(step_kb / "kb").values()}
+    records = {r.key: r for r in load_kb(step_kb / "kb").values()}
     _, _, data, _ = step_reviews["0.31.0"]
     assert any(record["moved"] for record in data["records"])
     # Both records in one matrix run: records that run a release share one pytest session.

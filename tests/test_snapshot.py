@@ -11,15 +11,15 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.run import snapshot as snapshots
+from gdn_review.run import snapshot_files, snapshot_take
 from tests.conftest import ROOT
 
 
 def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
-    data = snapshots.document(7, {"release": "0.33.0", "device": "cpu", "cases": {"b": {"x": [1, 2], "a": None}, "a": {"n": 1}}})
-    text = snapshots.dumps(data)
+    data = snapshot_files.document(7, {"release": "0.33.0", "device": "cpu", "cases": {"b": {"x": [1, 2], "a": None}, "a": {"n": 1}}})
+    text = snapshot_files.dumps(data)
     assert json.loads(text) == data
-    assert text == snapshots.dumps(json.loads(text))
+    assert text == snapshot_files.dumps(json.loads(text))
     lines = text.splitlines()
     assert '  "a": {"n":1},' in lines and '  "b": {"a":null,"x":[1,2]}' in lines
     assert data["made_by"] == "gdn-review snapshot --record 7 --release 0.33.0"
@@ -28,7 +28,7 @@ def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
 def test_differences_name_every_changed_added_and_removed_field():
     before = {"c": {"num_prefills": 3, "gone": 1, "same": [1]}, "old": {}}
     after = {"c": {"num_prefills": 1, "new": None, "same": [1]}, "fresh": {}}
-    found = {(d["case"], d["field"]): (d["before"], d["after"]) for d in snapshots.differences(before, after)}
+    found = {(d["case"], d["field"]): (d["before"], d["after"]) for d in snapshot_files.differences(before, after)}
     assert found == {
         ("c", "num_prefills"): (3, 1),
         ("c", "gone"): (1, "(no such field)"),
@@ -44,21 +44,21 @@ def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_
 
     installed, _ = release_cache.loaded()
     for record in load_kb(ROOT / "kb").values():
-        stored = snapshots.stored(ROOT / "kb", record.number)
-        assert installed in stored, f"run gdn-review snapshot --record {record.number}"
+        stored = snapshot_files.stored(ROOT / "kb", record.key)
+        assert installed in stored, f"run gdn-review snapshot --record {record.key}"
         assert set(stored[installed]["cases"]) == {c.id for c in record.cases}
 
 
 def test_every_field_asks_the_harness_for_every_optional_part_and_a_call_case_has_metadata():
     cases = {"a": {"rows": [{"seq_len": 4, "query_len": 4}]}, "b": {"rows": [], "layout": True}}
-    flagged = snapshots.every_field(cases)
+    flagged = snapshot_take.every_field(cases)
     assert all(flagged[c][flag] is True for c in cases for flag in ("layout", "builder_fields", "server_fields"))
     assert "layout" not in cases["a"]  # the record's inputs are not changed
-    assert snapshots.no_metadata({"raised": "ValueError: x"}) == "ValueError: x"
-    assert snapshots.no_metadata({"not_applicable": "no CUDA"}) == "no CUDA"
-    assert snapshots.no_metadata({"returned": [1], "raised": None}) is None  # a `call` case's result
+    assert snapshot_take.no_metadata({"raised": "ValueError: x"}) == "ValueError: x"
+    assert snapshot_take.no_metadata({"not_applicable": "no CUDA"}) == "no CUDA"
+    assert snapshot_take.no_metadata({"returned": [1], "raised": None}) is None  # a `call` case's result
     data = {"device": "cpu", "cases": {"c": {"returned": None, "raised": "ValueError: bad", "path": "spec"}}}
-    assert snapshots.expect_lines(data, "c", "0.33.0")[1:] == ["expect:", "  path: spec", "  returned: null", "  raised: 'ValueError: bad'"]
+    assert snapshot_take.expect_lines(data, "c", "0.33.0")[1:] == ["expect:", "  path: spec", "  returned: null", "  raised: 'ValueError: bad'"]
 
 
 def test_snapshot_command_refuses_an_unknown_case():

@@ -246,9 +246,9 @@ HOSTILE = "x\n  pr: {number: 1}\n- evil: &a [*a]\n<img src=x onerror=alert(1)> |
 
 
 def test_every_string_field_of_gh_json_stays_data(tmp_path):
-    from tests.test_import_gh import PR, PR_DIFF
+    from tests.conftest import GH_PR, GH_PR_DIFF
 
-    hostile = dict(PR)
+    hostile = dict(GH_PR)
     hostile["title"] = "[Perf] " + HOSTILE
     hostile["body"] = HOSTILE + "\n\nThis keeps the same output. " + HOSTILE
     hostile["url"] = "https://github.com/vllm-project/vllm/pull/55404"
@@ -258,7 +258,7 @@ def test_every_string_field_of_gh_json_stays_data(tmp_path):
     path = tmp_path / "pr.json"
     path.write_text(json.dumps(hostile), encoding="utf-8")
     out = tmp_path / "kb"
-    result = CliRunner().invoke(main, ["import", str(path), "--diff", str(PR_DIFF), "--out", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(main, ["import", str(path), "--diff", str(GH_PR_DIFF), "--out", str(out)], catch_exceptions=False)
     assert result.exit_code in (0, 2), result.output
     if result.exit_code == 2:  # a refusal is fine when it says why
         assert "pr.json" in result.output and not out.exists()
@@ -274,11 +274,11 @@ def test_every_string_field_of_gh_json_stays_data(tmp_path):
 
 
 def test_a_gh_diff_with_a_climbing_name_is_refused_on_import(tmp_path):
-    from tests.test_import_gh import PR_JSON
+    from tests.conftest import GH_PR_JSON
 
     diff = tmp_path / "pr.diff"
     diff.write_text(hunk_diff("a/vllm/../../x.py", "b/vllm/../../x.py", "a\n", "b\n"), encoding="utf-8")
-    result = CliRunner().invoke(main, ["import", str(PR_JSON), "--diff", str(diff), "--out", str(tmp_path / "kb")], catch_exceptions=False)
+    result = CliRunner().invoke(main, ["import", str(GH_PR_JSON), "--diff", str(diff), "--out", str(tmp_path / "kb")], catch_exceptions=False)
     assert result.exit_code == 2 and "a '..' part" in result.output
     assert not list((tmp_path / "kb").glob("*.yaml")) if (tmp_path / "kb").exists() else True
 

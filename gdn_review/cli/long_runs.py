@@ -110,7 +110,7 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     if list_only:
         click.echo("\n".join(mutation.listing_lines(catalogues)))
         return
-    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.number in {c.record for c in catalogues}}, out_dir, write, say)
+    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}, out_dir, write, say)
     say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
     progress = MutationProgress(say)
     try:
@@ -202,7 +202,7 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
     from gdn_review.run import bench
 
     records = load_records(kb_dir, numbers)
-    bench.bench_command(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=say, show=click.echo,
+    bench.bench_records(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=say, show=click.echo,
                         apply_diff=diff_side.release_with_diff)
     say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")
 
@@ -256,7 +256,7 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
     if history_path is not None and not every:
         raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
     chosen = fail_on
-    reports, written, history_data = matrix.matrix_command(
+    reports, written, history_data = matrix.run_records(
         kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
         diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(path, record, release, evidence_path, kb_dir, out_dir, say=say),
         history_path=(history_path or Path("reports/history.md")) if every else None,
@@ -363,7 +363,7 @@ def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, d
     if dry_run and python != here:
         raise click.UsageError(f"--dry-run runs the bundle with this Python ({here}): leave out --python or give {here}")
     records = load_records(kb_dir, numbers)
-    ran = bundle.bundle_command(records, out_dir, list(versions), python, max_mib, force, dry_run, work_dir, source_python, say=say)
+    ran = bundle.make_bundle(records, out_dir, list(versions), python, max_mib, force, dry_run, work_dir, source_python, say=say)
     if ran is None:
         click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
         return

@@ -262,12 +262,12 @@ def import_command(report_path: Path, out_path: Path | None, force: bool, diff_p
 
 @main.command(name="export")
 @kb_option
-@click.option("--record", "number", default=None, type=RECORD_KEY, help="The record to export: a PR's number or a contract's id.")
+@click.option("--record", "key", default=None, type=RECORD_KEY, help="The record to export: a PR's number or a contract's id.")
 @click.option("--all", "every", is_flag=True, help="Export every complete record, one module each (contract records included).")
 @click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder the module is written to.")
 @click.option("--vllm-release", "release", default=None, metavar="X.Y.Z", help="Release whose known deviations become strict xfails.  [default: the installed vLLM]")
 @exit_codes
-def export_command(kb_dir: Path, number, every: bool, out_dir: Path, release: str | None) -> None:
+def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str | None) -> None:
     """Export a record's checks as one standalone test module for vLLM's tests/.
 
     The module (test_gdn_pr_N.py, test_gdn_contract_<id>.py) imports only the
@@ -283,26 +283,26 @@ def export_command(kb_dir: Path, number, every: bool, out_dir: Path, release: st
     """
     from gdn_review.export.export import export, export_all
 
-    if (number is None) == (not every):
+    if (key is None) == (not every):
         raise click.UsageError("give --record N (one record) or --all (every complete record)")
     if every:
         for path, skipped in export_all(kb_dir, out_dir, release):
             click.echo(f"wrote {path}" if skipped is None else f"skipped {path}: {skipped}")
         return
-    path = export(kb_dir, number, out_dir, release)
+    path = export(kb_dir, key, out_dir, release)
     click.echo(f"wrote {path} (run: python -m pytest {path})")
 
 
 @main.command(name="snapshot")
 @kb_option
-@click.option("--record", "number", required=True, type=RECORD_KEY, help="PR number of the record.")
+@click.option("--record", "key", required=True, type=RECORD_KEY, help="The record: a PR's number or a contract's id.")
 @click.option("--release", "versions", multiple=True, metavar="X.Y.Z", help="Release to snapshot (repeatable; from the release cache unless installed).  [default: the installed vLLM]")
 @click.option("--case", "case_id", default=None, metavar="ID", help="With --as-expect: the case to print; with --fill-expects: fill only this case.")
 @click.option("--as-expect", is_flag=True, help="Print the case's `expect` block (YAML) instead of storing the snapshot.")
 @click.option("--fill-expects", is_flag=True, help="Measure every case once and write each missing `expect` block into the record (comments kept).")
 @click.option("--print", "print_only", is_flag=True, help="With --fill-expects: print all the blocks instead of writing them.")
 @exit_codes
-def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, as_expect: bool, fill_expects: bool, print_only: bool) -> None:
+def snapshot_command(kb_dir: Path, key: int | str, versions, case_id: str | None, as_expect: bool, fill_expects: bool, print_only: bool) -> None:
     """Store the full metadata build() returns for every case of a record, per release.
 
     The snapshot of release V goes to kb/snapshots/N/V.json (the release, the
@@ -327,14 +327,14 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
       gdn-review snapshot --record 52078 --fill-expects        # every case an equivalence check names that has no expect
       gdn-review snapshot --record 52078 --fill-expects --print --release 0.29.0
     """
-    from gdn_review.run import snapshot
+    from gdn_review.run import snapshot_take
 
     if fill_expects or print_only:
         if not fill_expects or as_expect or len(versions) > 1:
             raise click.UsageError("--fill-expects takes at most one --release and --case ID, and --print; not --as-expect")
         from gdn_review.run import fill_expects as filling
 
-        filled = filling.fill_expects(kb_dir, number, versions[0] if versions else None, [case_id] if case_id else None, not print_only, say)
+        filled = filling.fill_expects(kb_dir, key, versions[0] if versions else None, [case_id] if case_id else None, not print_only, say)
         for line in filling.filled_lines(filled, written=not print_only):
             click.echo(line)
         if filled.left and not filled.expects:  # every case asked for gave no metadata on that release
@@ -343,7 +343,7 @@ def snapshot_command(kb_dir: Path, number: int, versions, case_id: str | None, a
 
     if as_expect and (not case_id or len(versions) > 1):
         raise click.UsageError("--as-expect needs --case ID and at most one --release")
-    for line in snapshot.snapshot_command(kb_dir, number, list(versions), case_id, as_expect, say=say):
+    for line in snapshot_take.take_snapshots(kb_dir, key, list(versions), case_id, as_expect, say=say):
         click.echo(line)
 
 

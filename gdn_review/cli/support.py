@@ -36,11 +36,11 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review.mutation import guard
     from gdn_review.review.orchestrate import ReviewError
     from gdn_review.review.patch import PatchError
-    from gdn_review.run import bench, selection, snapshot, suite
+    from gdn_review.run import bench, selection, snapshot_take, suite
 
     return (selection.SelectionError, generator.GenerateError, verdicts.ReportError, evidence_file.EvidenceError, suite.SuiteError,
             mutation.MutationError, guard.GuardError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
-            matrix_files.MatrixError, snapshot.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
+            matrix_files.MatrixError, snapshot_take.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
 
 
 def exit_codes(command):

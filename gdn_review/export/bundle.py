@@ -257,7 +257,7 @@ def write_bundle(
             absent = [v for v in bench.values() if v not in versions]
             if absent:
                 raise BundleError(f"{path}: the latency claim's releases {', '.join(absent)} are not carried (add --vllm)")
-        plan.append({"record": record.number, "file": path.name, "releases": runs, "bench": bench})
+        plan.append({"record": record.key, "file": path.name, "releases": runs, "bench": bench})
     first_case = next(iter(module_context(ordered[0][1], ordered[0][0].name)["cases"].items()))
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -442,7 +442,7 @@ def _discard(folders: list[Path], seconds: float = 3.0) -> None:
     deleting.join(seconds)
 
 
-def bundle_command(
+def make_bundle(
     records: dict, out_dir: Path, versions: list[str], python: str, max_mib: int, force: bool,
     dry: bool, work_dir: Path | None, source_python: str | None, say: Callable[[str], None] = print,
 ) -> tuple[int, Path, bool] | None:

@@ -41,7 +41,7 @@ from gdn_review.export.export_helpers import HARNESS, ExportError
 from gdn_review.generate.literals import RUFF, LiteralError
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.subjects import key_label
-from gdn_review.run import snapshot as snapshots
+from gdn_review.run import snapshot_files
 
 TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
 MODULE_TEMPLATE = "test_module.py.j2"
@@ -128,12 +128,12 @@ def render(
     return text
 
 
-def find_record(kb_dir: Path, number: int) -> tuple[str, Record]:
-    """The record of PR ``number`` in ``kb_dir`` and its source name (kb/N.yaml)."""
+def find_record(kb_dir: Path, key: int | str) -> tuple[str, Record]:
+    """The record ``key`` (a PR's number or a contract's id) in ``kb_dir`` and its source name (kb/N.yaml)."""
     for path, record in load_kb(kb_dir).items():
-        if record.number == number:
+        if record.key == key:
             return f"{Path(kb_dir).name}/{path.name}", record
-    raise ExportError(f"no record of {key_label(number)} in {kb_dir}")
+    raise ExportError(f"no record of {key_label(key)} in {kb_dir}")
 
 
 def is_exported(path: Path) -> bool:
@@ -144,18 +144,18 @@ def is_exported(path: Path) -> bool:
     return EXPORT_MARK in head
 
 
-def export(kb_dir: Path, number: int, out_dir: Path, release: str | None = None) -> Path:
-    """Write ``out_dir/test_gdn_pr_N.py`` for the record of PR ``number``; return its path.
+def export(kb_dir: Path, key: int | str, out_dir: Path, release: str | None = None) -> Path:
+    """Write ``out_dir/test_gdn_pr_N.py`` (a contract's: ``test_gdn_contract_<id>.py``) for record ``key``; return its path.
 
     ``release``: the vLLM release whose known deviations become strict xfails
     (default: the loaded vLLM). Only a file this command wrote may be replaced.
     """
-    source, record = find_record(kb_dir, number)
+    source, record = find_record(kb_dir, key)
     if release is None:
         from gdn_review.harness.environment import vllm_release
 
         release = str(vllm_release())
-    text = render(record, source, release, snapshot_folder=snapshots.snapshot_dir(kb_dir, number))
+    text = render(record, source, release, snapshot_folder=snapshot_files.snapshot_dir(kb_dir, key))
     path = Path(out_dir) / module_name(record)
     if path.exists() and not is_exported(path):
         raise ExportError(f"refusing to overwrite {path}: it was not written by gdn-review export")
@@ -171,5 +171,5 @@ def export_all(kb_dir: Path, out_dir: Path, release: str | None = None) -> list[
         if is_draft(record):
             done.append((path, "a draft (open TODOs)"))
             continue
-        done.append((export(kb_dir, record.number, out_dir, release), None))
+        done.append((export(kb_dir, record.key, out_dir, release), None))
     return done

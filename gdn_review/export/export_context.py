@@ -22,7 +22,7 @@ from gdn_review.common import release_range
 from gdn_review.generate.literals import RUFF, Call, Code
 from gdn_review.generate.model import ClaimModel, ClaimTest, ModuleModel
 from gdn_review.kb import Record, is_draft
-from gdn_review.run import snapshot as snapshots
+from gdn_review.run import snapshot_files
 
 EXPORT_MARK = "Exported by gdn-review from "
 # Third-party modules the template itself imports at the top of the module.
@@ -92,12 +92,12 @@ PROXY_TEXT = (
 )
 
 
-def _seed(number: int | str) -> int:
+def _seed(key: int | str) -> int:
     """The seed of an invariant's random batches: a PR record's number; a contract's id
     seeds by a stable number of its own."""
-    if isinstance(number, int):
-        return number
-    return int.from_bytes(number.encode()[:4].ljust(4, b"_"), "big")
+    if isinstance(key, int):
+        return key
+    return int.from_bytes(key.encode()[:4].ljust(4, b"_"), "big")
 
 
 def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, cases: set[str]):
@@ -130,7 +130,7 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
             instead[test.id] = deviation["instead"]
     if not params:
         return None
-    seed = _seed(model.number)
+    seed = _seed(model.key)
     paragraphs = [f"Claim {claim.id} of {model.label}: {claim.text}"]
     how = KIND_TEXT[kind].format(
         budget=RUFF.flat(data.get("budget")),
@@ -213,9 +213,9 @@ def case_inputs(model: ModuleModel) -> dict[str, dict]:
     return {case_id: _plain_case(data) for case_id, data in model.cases.items()}
 
 
-def _stored_snapshot(folder: Path | None, number: int | str, release: Version):
+def _stored_snapshot(folder: Path | None, key: int | str, release: Version):
     """(the stored full-metadata snapshot of ``release``, or None; why not)."""
-    make = f"make one with `{snapshots.command_for(number, str(release))}`"
+    make = f"make one with `{snapshot_files.command_for(key, str(release))}`"
     path = Path(folder) / f"{release}.json" if folder is not None else None
     if path is None or not path.exists():
         return None, f"the full-metadata snapshot (no stored snapshot of vLLM {release}: {make})"
@@ -223,15 +223,15 @@ def _stored_snapshot(folder: Path | None, number: int | str, release: Version):
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ExportError(f"{path}: not a stored snapshot ({error}): {make}") from None
-    of_its_format = stored.get("format") == snapshots.SNAPSHOT_FORMAT
+    of_its_format = stored.get("format") == snapshot_files.SNAPSHOT_FORMAT
     if not of_its_format or not isinstance(stored.get("cases"), dict):
-        raise ExportError(f"{path}: not a {snapshots.SNAPSHOT_FORMAT} file: {make}")
+        raise ExportError(f"{path}: not a {snapshot_files.SNAPSHOT_FORMAT} file: {make}")
     return stored, ""
 
 
 def _module_doc(record: Record, source: str, release: Version, risks: list, left_out: list):
     """The exported module's docstring: what it tests, from which record, for which release."""
-    number = record.number
+    number = record.key
     if record.pr is not None:
         title = (
             f"Tests of GDNAttentionMetadataBuilder.build() from the review of vLLM PR #{number}."
@@ -303,8 +303,8 @@ def module_context(
                 f"{source}: claim ids that differ only in case give the same {attribute} name"
             )
     kinds = {c["kind"] for c in claims}
-    make = snapshots.command_for(model.number, str(release))
-    stored, why = _stored_snapshot(snapshot_folder, model.number, release)
+    make = snapshot_files.command_for(model.key, str(release))
+    stored, why = _stored_snapshot(snapshot_folder, model.key, release)
     snapshot_cases = []
     if stored is None:
         left_out.append(why)

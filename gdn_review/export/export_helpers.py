@@ -40,7 +40,7 @@ HELPERS = (
     ("inputs.py", None),
     ("steps.py", None),
     (
-        "run.py",
+        "case_build.py",
         (
             "ENTRY_METHODS",
             "BuildRun",
@@ -74,11 +74,11 @@ OPTIONAL_HELPERS = {
     ),
     # CUDA's sync count, and its CPU proxy (device-origin reads).
     "gpu_sync": (
-        ("run.py", ("count_sync_warnings", "count_device_origin_reads")),
+        ("case_build.py", ("count_sync_warnings", "count_device_origin_reads")),
         ("sync_proxy.py", None),
     ),
-    "differential": (("snapshots.py", ("NO_FIELD", "field_differences")),),
-    "snapshot": (("snapshots.py", ("NO_FIELD", "snapshot_differences")),),
+    "differential": (("snapshot_compare.py", ("NO_FIELD", "field_differences")),),
+    "snapshot": (("snapshot_compare.py", ("NO_FIELD", "snapshot_differences")),),
 }
 
 

@@ -92,7 +92,7 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         # The banner names the record; keep it to path characters (it is a comment line).
         "source": re.sub(r"[^A-Za-z0-9_./-]", "_", source),
         "record": record,
-        "number": model.number,
+        "number": model.key,
         "label": model.label,
         "title": model.title,
         "claims": claims,
@@ -100,7 +100,7 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         "expectations": model.expectations,
         "kinds": sorted({claim.kind for claim in model.claims}),
         "devices": list(DEVICES),
-        "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.number}",
+        "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.key}",
         "pending": model.pending,
     }
 
@@ -184,7 +184,7 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
         # Named relative to the kb folder's own name, so output never depends on where it lies.
         source = f"{Path(kb_dir).name}/{path.name}"
         # Stored snapshots (kb/snapshots/N), relative to the module's folder, '/'-separated.
-        snapshot_dir = Path(os.path.relpath(Path(kb_dir) / "snapshots" / str(record.number), out_dir)).as_posix()
+        snapshot_dir = Path(os.path.relpath(Path(kb_dir) / "snapshots" / str(record.key), out_dir)).as_posix()
         wanted[out_dir / module_name(record)] = render_module(record, source, templates, snapshot_dir)
     write, unchanged, foreign = {}, [], []
     for path, text in sorted(wanted.items()):

@@ -49,7 +49,7 @@ class ClaimModel:
 class ModuleModel:
     """Everything one record's module holds; no rendering reads the record for its tests."""
 
-    number: int | str  # the record's key
+    key: int | str  # the record's key: a PR's number or a contract's id
     label: str  # "PR #52078", "contract update_block_table"
     title: str
     generated_module: str  # file names: test_pr_N.py ...
@@ -64,7 +64,7 @@ class ModuleModel:
 def module_name(record: Record, exported: bool = False) -> str:
     """The record's module file: test_pr_N.py, test_contract_<id>.py (exported: test_gdn_...)."""
     subject = "pr" if record.pr is not None else "contract"
-    return f"test_{'gdn_' if exported else ''}{subject}_{record.number}.py"
+    return f"test_{'gdn_' if exported else ''}{subject}_{record.key}.py"
 
 
 def pair_id(first: str, second: str) -> str:
@@ -140,7 +140,7 @@ def module_model(record: Record) -> ModuleModel:
     """The module model of ``record`` (complete or a draft: a draft's TODO claims have
     no tests)."""
     return ModuleModel(
-        number=record.number,
+        key=record.key,
         label=record.label,
         title=record.title,
         generated_module=module_name(record),

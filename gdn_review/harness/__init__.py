@@ -36,7 +36,7 @@ from gdn_review.harness.release_ranges import (
     claim_in_range,
     release_in_range,
 )
-from gdn_review.harness.run import (
+from gdn_review.harness.case_build import (
     BuildRun,
     build_case,
     count_device_origin_reads,
@@ -45,7 +45,7 @@ from gdn_review.harness.run import (
     prepare_builders,
     snapshot_case,
 )
-from gdn_review.harness.snapshots import (
+from gdn_review.harness.snapshot_compare import (
     field_differences,
     snapshot_differences,
     stored_snapshot,
@@ -54,7 +54,7 @@ from gdn_review.harness.strategies import random_batches
 
 
 def check_property(name: str, batch: dict, run: BuildRun, cases: dict | None = None) -> str | None:
-    """Assert invariant ``name`` of one build (``_check_<name>`` of harness/properties.py).
+    """Assert invariant ``name`` of one build (``check_<name>`` of harness/properties.py).
 
     Returns why the property says nothing of this batch's entry point (None: it was
     checked). A failure names the batch: the case of ``cases`` it is, or its rows.
@@ -64,7 +64,7 @@ def check_property(name: str, batch: dict, run: BuildRun, cases: dict | None = N
     if reason is not None:
         return reason
     try:
-        getattr(_properties, "_check_" + name)(batch, run)
+        getattr(_properties, "check_" + name)(batch, run)
     except AssertionError as error:
         # Reports show a failure's first line: the batch goes there, the rest after it.
         label, shape = batch_words(batch, cases or {})
@@ -116,4 +116,5 @@ __all__ = [
     "stored_snapshot",
     "target_source",
     "vllm_release",
+    "warm_up",
 ]

@@ -91,7 +91,7 @@ def probe(cases: dict) -> dict:
         if skip:
             continue
         from gdn_review.harness.builders import make_builder
-        from gdn_review.harness.run import build_case, settings_for
+        from gdn_review.harness.case_build import build_case, settings_for
 
         if not _step(
             device_steps,

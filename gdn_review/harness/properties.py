@@ -1,4 +1,4 @@
-"""Invariant properties of ``build()``: ``_check_<property>(batch, run)`` asserts one.
+"""Invariant properties of ``build()``: ``check_<property>(batch, run)`` asserts one.
 
 The standalone modules of ``gdn-review export`` copy these functions verbatim.
 They are the same functions (the same syntax tree, ``harness.build_case`` read
@@ -8,7 +8,7 @@ the generated suite; tests/test_export.py fails when the two drift apart.
 
 from __future__ import annotations
 
-from gdn_review.harness.run import build_case
+from gdn_review.harness.case_build import build_case
 
 # Properties that read the drafts a case's rows state: a capture derives its drafts from
 # the query lengths (build_for_cudagraph_capture), so they say nothing of it.
@@ -40,7 +40,7 @@ def _real_rows(rows):
     return [row for row in (rows or []) if row != -1]
 
 
-def _check_fallback_condition(batch, run):
+def check_fallback_condition(batch, run):
     # The old condition: fall back unless a speculating row drafted at least one token.
     drafted = [
         row["drafted"] for row in batch["rows"] if row.get("drafted") is not None
@@ -56,7 +56,7 @@ def _check_fallback_condition(batch, run):
     )
 
 
-def _check_fallback_without_speculating_rows(batch, run):
+def check_fallback_without_speculating_rows(batch, run):
     # The rule since vLLM 0.32 (PR #56531): fall back only when no row speculates.
     speculating = [row for row in batch["rows"] if row.get("drafted") is not None]
     falls_back = (
@@ -70,7 +70,7 @@ def _check_fallback_without_speculating_rows(batch, run):
     )
 
 
-def _check_accepted_counts_in_range(batch, run):
+def check_accepted_counts_in_range(batch, run):
     # The kernels index a spec row's state slots with num_accepted_tokens - 1:
     # a count outside 1..k+1 reads another row's slot or past the row (PR #51508).
     if run.metadata["path"] != "spec":
@@ -84,7 +84,7 @@ def _check_accepted_counts_in_range(batch, run):
     assert not outside, f"accepted counts outside 1..{k + 1} (row, count): {outside}"
 
 
-def _check_partition(batch, run):
+def check_partition(batch, run):
     spec = _real_rows(run.metadata["spec_state_rows"])
     non_spec = _real_rows(run.metadata["non_spec_state_rows"])
     assert len(spec) == len(set(spec)) and len(non_spec) == len(set(non_spec)), (
@@ -97,7 +97,7 @@ def _check_partition(batch, run):
     assert not missing, f"rows on neither path: {sorted(missing)}"
 
 
-def _check_spec_rows_match_drafts(batch, run):
+def check_spec_rows_match_drafts(batch, run):
     if run.metadata["path"] != "spec":
         return
     speculating = [
@@ -132,7 +132,7 @@ def _check_spec_rows_match_drafts(batch, run):
         )
 
 
-def _check_counts_add_up(batch, run):
+def check_counts_add_up(batch, run):
     m = run.metadata
     tokens = sum(row["query_len"] for row in batch["rows"])
     counted = (
@@ -150,7 +150,7 @@ def _check_counts_add_up(batch, run):
     )
 
 
-def _check_indices_in_bounds(batch, run):
+def check_indices_in_bounds(batch, run):
     m = run.metadata
     total_rows = run.rows + run.padded_rows
     for key in ("spec_state_rows", "non_spec_state_rows", "prefill_state_rows"):
@@ -177,7 +177,7 @@ def _check_indices_in_bounds(batch, run):
         ), "token indices overlap or leave gaps"
 
 
-def _check_deterministic(batch, run):
+def check_deterministic(batch, run):
     again = build_case(run.device, batch, count_ops=False)
     assert again.metadata == run.metadata, "two builds of the same batch differ"
 
@@ -235,7 +235,7 @@ def _dirty_batches(batch):
     return [dict(d, cudagraph_mode=FULL_GRAPH) for d in dirty]
 
 
-def _check_full_graph_tails_neutral(batch, run):
+def check_full_graph_tails_neutral(batch, run):
     # After larger batches filled the buffers, a FULL-graph build's padded
     # tails are neutral and its real prefix is the eager build's.
     eager = build_case(run.device, _variant(batch), count_ops=False).metadata
@@ -282,7 +282,7 @@ def _check_full_graph_tails_neutral(batch, run):
     assert not differ, f"the FULL-graph build differs from the eager one on {differ}"
 
 
-def _check_capture_matches_build(batch, run):
+def check_capture_matches_build(batch, run):
     # Capture derives drafts from the query lengths: it equals a build of the
     # same batch with drafts = query length - 1 and accepted = query length.
     k = batch.get("speculative_tokens")
@@ -309,7 +309,7 @@ def _check_capture_matches_build(batch, run):
     assert not differ, f"capture differs from build (capture, build): {differ}"
 
 
-def _check_regather_matches_fresh_build(batch, run):
+def check_regather_matches_fresh_build(batch, run):
     # update_block_table with a second table equals a fresh build with that
     # table on the state indices, and leaves every other field as it was.
     # In align mode the re-gathering group reads the aligned state indices the V2

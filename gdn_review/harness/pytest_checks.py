@@ -16,7 +16,7 @@ from gdn_review.harness.release_ranges import (
     release_for_ranges,
     release_in_range,
 )
-from gdn_review.harness.run import prepare_builders
+from gdn_review.harness.case_build import prepare_builders
 
 
 def skip_outside_releases(releases: str | None, what: str) -> None:

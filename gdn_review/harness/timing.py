@@ -18,7 +18,7 @@ from gdn_review.common.interrupts import hold
 from gdn_review.harness.builders import make_builder, new_builder
 from gdn_review.harness.environment import environment, prepare_platform
 from gdn_review.harness.inputs import build_arguments
-from gdn_review.harness.run import settings_for
+from gdn_review.harness.case_build import settings_for
 from gdn_review.harness.steps import run_step
 
 

@@ -98,7 +98,7 @@ def max_num_seqs(case: Case) -> Iterator[tuple[Loc, str]]:
 
 
 def _prefilling(row: Row) -> bool:
-    # As the harness defaults it (harness/run.py).
+    # As the harness defaults it (harness/case_build.py).
     return row.prefilling if row.prefilling is not None else (row.drafted is None and row.query_len > 1)
 
 

@@ -20,7 +20,7 @@ from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from gdn_review.common import release_range
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.load import _duplicate_keys, _field_path, _locate, read_yaml
+from gdn_review.kb.load import duplicate_keys, field_path, locate, read_yaml
 from gdn_review.kb.models import Release, Strict, Text
 
 CHANGES_FILE = Path("history") / "changes.yaml"
@@ -81,24 +81,24 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
         got = "an empty file" if data is None else type(data).__name__
         raise RecordErrors([RecordError(file, 1, 1, "", f"expected a mapping with schema_version and changes; got {got}")])
     found: list = []
-    _duplicate_keys(root, (), found)
-    errors = [RecordError(file, n.start_mark.line + 1, n.start_mark.column + 1, _field_path(loc), f"duplicate key {loc[-1]!r}") for loc, n in found]
+    duplicate_keys(root, (), found)
+    errors = [RecordError(file, n.start_mark.line + 1, n.start_mark.column + 1, field_path(loc), f"duplicate key {loc[-1]!r}") for loc, n in found]
     try:
         parsed = BuilderChanges.model_validate(data)
     except ValidationError as error:
         for item in error.errors():
             loc = tuple(item["loc"])
             at_key = item["type"] == "extra_forbidden"
-            line, column = _locate(root, loc[:-1] if item["type"] == "missing" else loc, at_key=at_key)
+            line, column = locate(root, loc[:-1] if item["type"] == "missing" else loc, at_key=at_key)
             message = f"unknown key {str(loc[-1])!r}" if at_key else ("required field is missing" if item["type"] == "missing" else item["msg"])
-            errors.append(RecordError(file, line, column, _field_path(loc), message))
+            errors.append(RecordError(file, line, column, field_path(loc), message))
         raise RecordErrors(errors) from None
     seen: dict[str, int] = {}
     for index, change in enumerate(parsed.changes):
         if change.id is None:
             continue
         if change.id in seen:
-            line, column = _locate(root, ("changes", index, "id"))
+            line, column = locate(root, ("changes", index, "id"))
             errors.append(RecordError(file, line, column, f"changes[{index}].id", f"id {change.id!r} is already changes[{seen[change.id]}]'s"))
         seen.setdefault(change.id, index)
     if errors:
@@ -130,7 +130,7 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 continue
             if root is None:
                 root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-            line, column = _locate(root, place + (index,))
+            line, column = locate(root, place + (index,))
             problems.append(RecordError(str(path), line, column, f"{'.'.join(place)}[{index}]", message))
         if record.contract is None:
             continue
@@ -146,7 +146,7 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 continue
             if root is None:
                 root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-            line, column = _locate(root, ("contract", "covers", index))
+            line, column = locate(root, ("contract", "covers", index))
             problems.append(RecordError(str(path), line, column, f"contract.covers[{index}]", message))
     return problems
 

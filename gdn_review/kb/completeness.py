@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from gdn_review.kb.errors import RecordError
-from gdn_review.kb.load import _field_path, _locate
+from gdn_review.kb.load import field_path, locate
 from gdn_review.kb.models import Record
 
 
@@ -49,6 +49,6 @@ def incomplete(path: Path, record: Record) -> list[RecordError]:
     root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     errors = []
     for loc, message in items:
-        line, column = _locate(root, loc)
-        errors.append(RecordError(str(path), line, column, _field_path(loc), message))
+        line, column = locate(root, loc)
+        errors.append(RecordError(str(path), line, column, field_path(loc), message))
     return errors

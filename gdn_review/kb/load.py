@@ -25,7 +25,7 @@ from gdn_review.kb.models import ExpectField, Record, python_name
 Loc = tuple[Any, ...]
 
 
-def _field_path(loc: Loc) -> str:
+def field_path(loc: Loc) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -35,7 +35,7 @@ def _field_path(loc: Loc) -> str:
     return "".join(parts)
 
 
-def _locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int, int]:
+def locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int, int]:
     """1-based line and column of the YAML node at ``loc`` (or its nearest ancestor)."""
     if root is None:
         return 1, 1
@@ -58,17 +58,17 @@ def _aliases(text: str) -> list[yaml.Token]:
     return [token for token in yaml.scan(text, Loader=yaml.SafeLoader) if isinstance(token, yaml.AliasToken)]
 
 
-def _duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
+def duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, value in node.value:
             if key.value in seen:
                 found.append((path + (key.value,), key))
             seen.add(key.value)
-            _duplicate_keys(value, path + (key.value,), found)
+            duplicate_keys(value, path + (key.value,), found)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _duplicate_keys(item, path + (index,), found)
+            duplicate_keys(item, path + (index,), found)
 
 
 def _allowed_keys(loc: Loc) -> list[str]:
@@ -120,22 +120,22 @@ def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) 
             allowed = _allowed_keys(loc)
             hint = f" (allowed here: {', '.join(allowed)})" if allowed else ""
             message = f"unknown key {str(loc[-1])!r}{hint}"
-            line, column = _locate(root, loc, at_key=True)
+            line, column = locate(root, loc, at_key=True)
         elif kind == "missing":
             message = "required field is missing"
-            line, column = _locate(root, loc[:-1])
+            line, column = locate(root, loc[:-1])
         elif kind == "union_tag_invalid":
             context = item.get("ctx", {})
             message = f"unknown check kind {context.get('tag')!r} (expected one of: {context.get('expected_tags')})"
-            line, column = _locate(root, loc + ("kind",))
+            line, column = locate(root, loc + ("kind",))
         else:
             message = item["msg"]
             if "input" in item and not isinstance(item["input"], (dict, list)):
                 message += f" (got {item['input']!r})"
             if len(loc) == 5 and loc[0] == "cases" and loc[2] == "rows" and loc[4] in FIELD_RULES:
                 message += f" (rule {FIELD_RULES[loc[4]]})"
-            line, column = _locate(root, loc)
-        field = _field_path(tuple(x for x in loc if not _is_union_tag(x)))
+            line, column = locate(root, loc)
+        field = field_path(tuple(x for x in loc if not _is_union_tag(x)))
         errors.append(RecordError(file, line, column, field, message))
     return errors
 
@@ -149,10 +149,10 @@ def _is_union_tag(item: Any) -> bool:
 def _cross_references(record: Record, stem: str, expects_optional: bool = False) -> list[tuple[Loc, str]]:
     """What types alone cannot say: unique ids, references that resolve, batches vLLM can produce."""
     problems: list[tuple[Loc, str]] = []
-    if stem != str(record.number):
+    if stem != str(record.key):
         where = ("pr", "number") if record.pr is not None else ("contract", "id")
         what = "pr.number" if record.pr is not None else "contract.id"
-        problems.append((where, f"record file is named {stem!r} but {what} is {record.number}; name it {record.number}.yaml"))
+        problems.append((where, f"record file is named {stem!r} but {what} is {record.key}; name it {record.key}.yaml"))
     if (
         record.target.base_release
         and record.target.head_release
@@ -208,7 +208,7 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
             for c_index, case_id in enumerate(check_cases):
                 if case_id in case_ids and not record.case(case_id).expect:
                     problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
-                                     f"run gdn-review snapshot --record {record.number} --fill-expects"))
+                                     f"run gdn-review snapshot --record {record.key} --fill-expects"))
                 elif case_id in case_ids and not check.compared(record.case(case_id).expect):
                     which = "fields" if check.fields is not None else "except"
                     problems.append((base + (which,), f"case {case_id!r} expects none of the fields this claim compares: "
@@ -412,9 +412,9 @@ def parse_record(text: str, file: str, expects_optional: bool = False) -> Record
         raise RecordErrors([RecordError(file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}")])
 
     duplicates: list[tuple[Loc, yaml.Node]] = []
-    _duplicate_keys(root, (), duplicates)
+    duplicate_keys(root, (), duplicates)
     errors = [
-        RecordError(file, node.start_mark.line + 1, node.start_mark.column + 1, _field_path(loc), f"duplicate key {loc[-1]!r}")
+        RecordError(file, node.start_mark.line + 1, node.start_mark.column + 1, field_path(loc), f"duplicate key {loc[-1]!r}")
         for loc, node in duplicates
     ]
     try:
@@ -422,8 +422,8 @@ def parse_record(text: str, file: str, expects_optional: bool = False) -> Record
     except ValidationError as error:
         raise RecordErrors(errors + _pydantic_errors(file, root, error)) from None
     for loc, message in _cross_references(record, stem, expects_optional):
-        line, column = _locate(root, loc)
-        errors.append(RecordError(file, line, column, _field_path(loc), message))
+        line, column = locate(root, loc)
+        errors.append(RecordError(file, line, column, field_path(loc), message))
     if errors:
         raise RecordErrors(errors)
     return record
@@ -456,10 +456,10 @@ def load_kb(kb_dir: str | os.PathLike) -> dict[Path, Record]:
         except RecordErrors as failure:
             errors.extend(failure.errors)
             continue
-        if record.number in numbers:
+        if record.key in numbers:
             what = "pr.number" if record.pr is not None else "contract.id"
-            errors.append(RecordError(str(path), 1, 1, what, f"{record.label} is already recorded in {numbers[record.number]}"))
-        numbers[record.number] = path
+            errors.append(RecordError(str(path), 1, 1, what, f"{record.label} is already recorded in {numbers[record.key]}"))
+        numbers[record.key] = path
         records[path] = record
     if errors:
         raise RecordErrors(errors)

@@ -343,8 +343,8 @@ class Record(Strict):
         return self
 
     @property
-    def number(self) -> int | str:
-        """The record's key: its PR's number, or its contract's id."""
+    def key(self) -> int | str:
+        """The record's key: its PR's number, or its contract's id (kb/<key>.yaml)."""
         return self.pr.number if self.pr is not None else self.contract.id
 
     @property

@@ -56,9 +56,9 @@ def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, 
 def relation_problems(records: dict[Path, Record]) -> list:
     """A relation's from_release must be the head release of the named PR's own record (one release per PR in the history)."""
     from gdn_review.kb import RecordError
-    from gdn_review.kb.load import _locate, read_yaml
+    from gdn_review.kb.load import locate, read_yaml
 
-    heads = {record.number: (path, record.target.head_release) for path, record in records.items() if record.target.head_release}
+    heads = {record.key: (path, record.target.head_release) for path, record in records.items() if record.target.head_release}
     problems = []
     for path, record in records.items():
         for index, relation in enumerate(record.related):
@@ -66,7 +66,7 @@ def relation_problems(records: dict[Path, Record]) -> list:
             if known is None or relation.from_release is None or relation.from_release == known[1]:
                 continue
             root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-            line, column = _locate(root, ("related", index, "from_release"))
+            line, column = locate(root, ("related", index, "from_release"))
             problems.append(RecordError(
                 str(path), line, column, f"related[{index}].from_release",
                 f"#{relation.number} first shipped in {known[1]} by its own record {known[0]} (target.head_release), not {relation.from_release}",

@@ -45,18 +45,18 @@ class Matrices:
     missing: dict[int, str]
 
 
-def matrix_folder(work_root: Path, number: int) -> Path:
-    return Path(work_root) / matrix_folder_name(number)
+def matrix_folder(work_root: Path, key: int | str) -> Path:
+    return Path(work_root) / matrix_folder_name(key)
 
 
 def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
     """Each record's matrix report data from its last matrix run under ``work_root``."""
-    known = {r.number for r in records.values()}
+    known = {r.key for r in records.values()}
     reports, tests, missing = {}, {}, {}
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             continue
-        number = record.number
+        number = record.key
         try:
             matrix = load_matrix(matrix_folder(work_root, number))
             stale = _stale(path, matrix)
@@ -115,15 +115,15 @@ def _releases(reports: dict[int, dict], since: str | None) -> list[str]:
 
 def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
     """Per release, the PRs that first shipped in it: records by their head release, relations by from_release."""
-    numbers = {r.number for r in records}
+    numbers = {r.key for r in records}
     per: dict[str, dict[int, dict]] = {v: {} for v in releases}
     for record in records:
         head = record.target.head_release
         if record.contract is not None:  # under the first release its range names
             head = record.contract.first_release
         if head in per:
-            per[head][record.number] = {
-                "number": record.number, "title": record.title, "record": True,
+            per[head][record.key] = {
+                "number": record.key, "title": record.title, "record": True,
                 "merged_at": record.pr.merged_at if record.pr else None, "contract": record.contract is not None, "named_by": [], "summary": record.summary,
             }
     for record in records:
@@ -135,14 +135,14 @@ def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str
                 "number": relation.number, "title": relation.title, "record": relation.number in numbers,
                 "merged_at": None, "named_by": [], "summary": None,
             })
-            entry["named_by"].append(_relation_check(record, relation, reports.get(record.number)))
+            entry["named_by"].append(_relation_check(record, relation, reports.get(record.key)))
     return {v: sorted(per[v].values(), key=lambda e: key_order(e["number"])) for v in releases}
 
 
 def _relation_check(record: Record, relation, report: dict | None) -> dict:
     """What a record says a related PR changed in its cases, and whether the matrix shows that."""
     said = [f"{', '.join(c.cases)}" + (f" ({', '.join(c.fields)})" if c.fields else "") for c in relation.changes]
-    entry = {"record": record.number, "relation": relation.relation, "says": said, "note": relation.note}
+    entry = {"record": record.key, "relation": relation.relation, "says": said, "note": relation.note}
     if report is None:
         entry["checked"] = "not checked: this record has no matrix run"
         return entry
@@ -193,7 +193,7 @@ def _schema(reports: dict[int, dict], releases: list[str]) -> dict[str, dict]:
 def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) -> list[dict]:
     """Op counts per release of every op_budget claim: the most per build() over its cases."""
     from gdn_review.matrix.matrix_report import (
-        _op_values,  # one reading of measured op counts
+        op_values,  # one reading of measured op counts
     )
 
     series = []
@@ -206,7 +206,7 @@ def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) ->
                 values = {}
                 for version in releases:
                     ran = [t for t in matrices.tests[number].get(version, []) if t["claim"] == claim.id and t["outcome"] in RAN]
-                    found = _op_values(ran, key)
+                    found = op_values(ran, key)
                     values[version] = found[-1] if found else None
                 if any(v is not None for v in values.values()):
                     series.append({
@@ -283,7 +283,7 @@ def history_data(
 ) -> dict:
     """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's notes."""
     changes = changes or []
-    by_number = {r.number: r for r in records.values()}
+    by_number = {r.key: r for r in records.values()}
     reports = matrices.reports
     releases = _releases(reports, since)
     if not releases:
@@ -292,11 +292,11 @@ def history_data(
     moved = _moved(reports, releases)
     schema = _schema(reports, releases)
     earlier = sorted(
-        ({"number": r.number, "title": r.title, "head": r.target.head_release} for r in by_number.values()
-         if r.target.head_release and not _in(r.target.head_release, releases[0]) and r.number in reports),
+        ({"number": r.key, "title": r.title, "head": r.target.head_release} for r in by_number.values()
+         if r.target.head_release and not _in(r.target.head_release, releases[0]) and r.key in reports),
         key=lambda e: Version(e["head"]),
     )
-    open_prs = [{"number": r.number, "title": r.title, "base": r.target.base_release} for r in by_number.values() if r.state == "open"]
+    open_prs = [{"number": r.key, "title": r.title, "base": r.target.base_release} for r in by_number.values() if r.state == "open"]
     latency = []
     for number, result in sorted((bench or {}).items(), key=lambda item: key_order(item[0])):
         if number in by_number:

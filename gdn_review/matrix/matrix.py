@@ -8,7 +8,7 @@ its ``releases`` range (``GDN_REVIEW_CLAIMS_ON_ANY_RELEASE=1``), so that a
 claim's ``before`` (fails: an improvement, holds: a preservation) can be
 compared with what was measured: a check that fails before the PR and holds
 after it *discriminates*. The same subprocess takes the full-metadata
-snapshot of every case (``gdn_review.run.snapshot``); consecutive releases'
+snapshot of every case (``gdn_review.run.snapshot_take``); consecutive releases'
 snapshots are compared field by field, and each difference is attributed to
 the record's own PR (``target.changes``) or a related PR (``related[].changes``)
 that first shipped between them, or shown as unexplained drift.
@@ -160,7 +160,7 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(session_evidence), "-p", "gdn_review.run.snapshot"]
+    command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(session_evidence), "-p", "gdn_review.run.snapshot_take"]
     if shared:  # one module that does not collect must not take the others' tests with it
         command.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
@@ -272,7 +272,7 @@ def run_matrix(
     """Run the record's module on every planned release; write and return matrix.json's data."""
     installed = release_cache.installed()  # None in a bundle: every release comes from the release cache
     job = Job(record, record_path, module, out_dir, plan(record, installed, requested, since))
-    return run_matrices([job], installed, jobs, keyword, say)[record.number]
+    return run_matrices([job], installed, jobs, keyword, say)[record.key]
 
 
 def run_matrices(
@@ -300,7 +300,7 @@ def run_matrices(
     groups: dict[tuple, list[tuple[Job, Planned]]] = {}
     for job in work:
         for item in job.planned:
-            key = (item.version, item.role == "base") if share_sessions else (item.version, job.record.number)
+            key = (item.version, item.role == "base") if share_sessions else (item.version, job.record.key)
             groups.setdefault(key, []).append((job, item))
     ordered = sorted(groups.items(), key=lambda entry: (-len(entry[1]), Version(entry[0][0])))  # big sessions first
     jobs = jobs or default_jobs()
@@ -320,7 +320,7 @@ def run_matrices(
             members = futures[future]
             for (job, item), result in zip(members, future.result()):
                 result["role"] = item.role  # head, later or earlier: the same kind of session
-                results[(job.record.number, item.version)] = result
+                results[(job.record.key, item.version)] = result
                 done += 1
                 where = "installed" if item.installed else "unpacked"
                 forced = ", every claim checked" if result["claims_on_any_release"] else ""
@@ -338,7 +338,7 @@ def run_matrices(
     run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(time.time() - duration))}Z+{os.getpid()}"
     written = {}
     for job in work:
-        number = job.record.number
+        number = job.record.key
         data = {
             "format": MATRIX_FORMAT,
             "record": number,
@@ -383,7 +383,7 @@ def _remove_new(before: dict[Path, set[str] | None]) -> None:
                 path.unlink(missing_ok=True)
 
 
-def matrix_command(
+def run_records(
     kb_dir: Path,
     numbers: list[int],
     versions: list[str],
@@ -415,7 +415,7 @@ def matrix_command(
     from gdn_review.run.selection import current_modules, load_records
 
     every = load_records(kb_dir)
-    known = {r.number for r in every.values()}
+    known = {r.key for r in every.values()}
     records = load_records(kb_dir, tuple(numbers)) if numbers else {p: r for p, r in every.items() if not is_draft(r)}
     for record_path, record in records.items():
         if is_draft(record):
@@ -428,7 +428,7 @@ def matrix_command(
     root = work_dir if work_dir and not single else Path(".gdn-review")
     work = []
     for record_path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
-        number = record.number
+        number = record.key
         folder = work_dir if single and work_dir else root / matrix_folder_name(number)
         work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
     run_matrices(work, installed, jobs, keyword, say)

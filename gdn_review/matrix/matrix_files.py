@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from gdn_review.common.files import atomic_write
-from gdn_review.run import snapshot as snapshots
+from gdn_review.run import snapshot_files
 
 MATRIX_FORMAT = "gdn-review-matrix/1"
 
@@ -20,9 +20,9 @@ class MatrixError(Exception):
     """Bad input for the matrix (unknown release, no base release...): exit 2."""
 
 
-def matrix_folder_name(number: int) -> str:
+def matrix_folder_name(key: int | str) -> str:
     """A record's folder under the work root when several records run (``gdn-review matrix --all``)."""
-    return f"matrix-{number}"
+    return f"matrix-{key}"
 
 
 def write_matrix(folder: Path, data: dict) -> Path:
@@ -45,5 +45,5 @@ def load_matrix(folder: Path) -> dict:
         raise MatrixError(f"{path}: not a gdn-review matrix (expected format {MATRIX_FORMAT!r})")
     for entry in data["releases"]:
         entry["evidence_path"] = str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
-        entry["snapshot_data"] = snapshots.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
+        entry["snapshot_data"] = snapshot_files.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
     return data

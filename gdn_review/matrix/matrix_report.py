@@ -23,7 +23,7 @@ from gdn_review.run import evidence_file
 from gdn_review.run.evidence_file import RAN
 
 
-def _op_values(tests: list[dict], key: str) -> list[int]:
+def op_values(tests: list[dict], key: str) -> list[int]:
     return sorted(
         t["measured"][key] for t in tests if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
     )
@@ -37,7 +37,7 @@ def cell_measure(claim, tests: list[dict]) -> str:
     if claim.check.kind == "op_budget":
         parts = []
         for key in claim.check.budget:
-            values = _op_values(ran, key)
+            values = op_values(ran, key)
             if values:
                 shown = str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
                 parts.append(f"{key.split('|')[0]} {shown}")
@@ -70,7 +70,7 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
     """(label, PR number, changes) of the PRs that first shipped after ``previous``, up to ``current``."""
     found = []
     if _in_window(record.target.head_release, previous, current):
-        found.append(("this PR", record.number, record.target.changes))
+        found.append(("this PR", record.key, record.target.changes))
     for relation in record.related:
         if _in_window(relation.from_release, previous, current):
             found.append((relation.relation, relation.number, relation.changes))
@@ -99,13 +99,13 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
     (its diff, in a review): what the record states it changes explains a move
     whatever the releases, and so does a case's ``expect`` that the new value meets.
     """
-    from gdn_review.run import snapshot as snapshot_module
+    from gdn_review.run import snapshot_files
 
     rows, schema, missing = [], [], []
     present = [(v, s) for v, s in snapshots_by_release if s is not None]
     missing = [v for v, s in snapshots_by_release if s is None]
     for (previous, old), (current, new) in zip(present, present[1:]):
-        differences = snapshot_module.differences(old["cases"], new["cases"])
+        differences = snapshot_files.differences(old["cases"], new["cases"])
         added, removed = set(), set()
         by_case: dict[str, list[dict]] = {}
         calls = {c.id for c in record.cases if c.call is not None}
@@ -125,8 +125,8 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
         if added or removed:
             schema.append({"from": previous, "to": current, "added": sorted(added), "removed": sorted(removed)})
         explainers = _explainers(record, previous, current)
-        if own_change and not any(number == record.number for _, number, _ in explainers):
-            explainers.insert(0, ("this PR", record.number, record.target.changes))
+        if own_change and not any(number == record.key for _, number, _ in explainers):
+            explainers.insert(0, ("this PR", record.key, record.target.changes))
         for case_id, changed in sorted(by_case.items()):
             fields = [d["field"] for d in changed]
             explained_by = []
@@ -136,7 +136,7 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
                         explained_by.append({"number": number, "relation": label, "record": number in known_records, "note": change.note})
                         break
             if own_change and not explained_by and _meets_expect(record, case_id, changed):
-                explained_by.append({"number": record.number, "relation": "this PR (the case's expect)", "record": True,
+                explained_by.append({"number": record.key, "relation": "this PR (the case's expect)", "record": True,
                                      "note": "the record's expect states the new value"})
             rows.append(
                 {
@@ -179,7 +179,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                 continue
             data, evidence = per_release[version]
             row = next(c for c in data["claims"] if c["id"] == claim.id)
-            tests = [t for t in evidence.tests if t["record"] == record.number and t["claim"] == claim.id]
+            tests = [t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id]
             cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": cell_measure(claim, tests), "tests": tests})
         by_version = {c["version"]: c for c in cells}
         # A head release that cannot run here (0.24 to 0.27 pick no CPU platform) is
@@ -209,7 +209,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                 values = []
                 for cell in cells:
                     ran = [t for t in cell.get("tests", []) if t["outcome"] in RAN]
-                    found = _op_values(ran, key)
+                    found = op_values(ran, key)
                     values.append((cell["version"], found[-1] if found else None))
                 if any(v is not None for _, v in values):
                     trajectories.append(f"{key}, most per build(): {_trajectory(values)}")

@@ -79,7 +79,7 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
                      "and `gdn-review mutate --whole-file` scores the whole file")
     elif record.is_open:
         notes.append(f"{record.label} is {state_words(record.state)}: no release has its lines, so its automatic mutants come from its diff "
-                     f"(`gdn-review review kb/{record.number}.diff --pr {record.number}` runs them against the KB's tests)")
+                     f"(`gdn-review review kb/{record.key}.diff --pr {record.key}` runs them against the KB's tests)")
     elif base_text is None or head_text is None:
         missing = " and ".join(f"vLLM {v}" for v in (base, head) if v and sources.get(v) is None and v != release) or "both releases"
         notes.append(f"automatic mutants not derived: the sources of {missing} are needed for the PR's diff")
@@ -99,7 +99,7 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
         for ident in record.equivalent_mutants:
             if ident not in known:
                 notes.append(f"equivalent_mutants names {ident}, which the diff does not give on vLLM {release}")
-    return Catalogue(record.number, release, target, mutants, gone, notes, loaded)
+    return Catalogue(record.key, release, target, mutants, gone, notes, loaded)
 
 
 def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:

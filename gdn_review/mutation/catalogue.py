@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from gdn_review.common import release_range
 from gdn_review.kb import Record, RecordError
-from gdn_review.kb.load import _locate
+from gdn_review.kb.load import locate
 from gdn_review.mutation import operators
 
 RUNNABLE = None  # status of a mutant that still has to run
@@ -89,7 +89,7 @@ def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[R
                     continue
                 if root is None:
                     root = _yaml_root(path)
-                line, column = _locate(root, ("risks", r_index, "mutants", m_index, "find"))
+                line, column = locate(root, ("risks", r_index, "mutants", m_index, "find"))
                 where = f"vLLM {version}'s {record.target.file}"
                 expected = "exactly once" if mutant.count == 1 else f"exactly {mutant.count} times"
                 problems.append(
@@ -175,7 +175,7 @@ def own_hunk_problems(path: Path, record: Record, base: str, head: str) -> list[
         holding = [hunk for hunk in hunks if anchor.strip() in {line.strip() for line in hunk.lines}]
         if len(holding) == 1:
             continue
-        line, column = _locate(_yaml_root(path), ("target", "own_hunks", index))
+        line, column = locate(_yaml_root(path), ("target", "own_hunks", index))
         step = f"the diff {record.target.base_release} -> {record.target.head_release}"
         message = (f"{anchor.strip()!r} is not a line {step} adds or changes" if not holding
                    else f"{anchor.strip()!r} is in {len(holding)} changed blocks of {step}: name a line that only this PR's block has")

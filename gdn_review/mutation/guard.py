@@ -35,7 +35,7 @@ import yaml
 
 from gdn_review.common import interrupts
 from gdn_review.kb import RecordError, RecordErrors
-from gdn_review.kb.load import _locate
+from gdn_review.kb.load import locate
 from gdn_review.mutation import operators
 from gdn_review.mutation.catalogue import Mutant, edit_diff
 
@@ -80,7 +80,7 @@ def load_notes(path: Path) -> Notes:
     errors: list[RecordError] = []
 
     def error(loc: tuple, field: str, message: str, at_key: bool = False) -> None:
-        line, column = _locate(root, loc, at_key=at_key)
+        line, column = locate(root, loc, at_key=at_key)
         errors.append(RecordError(str(path), line, column, field, message))
 
     if not isinstance(data, dict):
@@ -115,7 +115,7 @@ def load_notes(path: Path) -> Notes:
         if not all(isinstance(entry[k], str) and entry[k].strip() for k in entry):
             error(("unreachable", index), field, "`find`, `reason` and `after` are non-empty strings")
             continue
-        line, _ = _locate(root, ("unreachable", index))
+        line, _ = locate(root, ("unreachable", index))
         after = entry["after"].strip() if "after" in entry else None
         notes.unreachable.append(Unreachable(entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}", after))
     if errors:
@@ -408,7 +408,7 @@ def score_whole_file(
     interrupts.finishing()
     order = {m.id: i for i, m in enumerate(mutants)}
     entries.sort(key=lambda e: order[e["id"]])
-    by_module_key = {reach._module_key(path): name for name, path in modules.items()}
+    by_module_key = {reach.module_key(path): name for name, path in modules.items()}
     by_module = {module: lines.get(key, set()) for module, lines in trace.by_module.items()}
     return {
         "format": GUARD_FORMAT,

@@ -109,7 +109,7 @@ class LineTrace:
         finally:
             sys.settrace(None)
             threading.settrace(None)
-            module = self.by_module.setdefault(_module_key(item.path), {})
+            module = self.by_module.setdefault(module_key(item.path), {})
             for target, lines in self._current.items():
                 module.setdefault(target, set()).update(lines)
             if self.by_test is not None:
@@ -132,7 +132,7 @@ class LineTrace:
         return set().union(*(lines.get(key, set()) for lines in self.by_module.values()))
 
 
-def _module_key(path) -> str:
+def module_key(path) -> str:
     return str(Path(path).resolve())
 
 

@@ -62,7 +62,7 @@ def score_and_write(
     source = (root / target).read_text(encoding="utf-8")
     say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")
     named = {key_short(n): path for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))}
-    configurations = {key_short(record.number): {c.id: configuration_label(c) for c in record.cases} for record in records.values()}
+    configurations = {key_short(record.key): {c.id: configuration_label(c) for c in record.cases} for record in records.values()}
     data = guard.score_whole_file(named, target, loaded, source, notes, jobs, timeout, on_start, on_result, patterns, configurations)
     stem = f"guard-{loaded}" if release else "guard"
     folder = Path(reports_dir)

@@ -26,7 +26,7 @@ def stale_parts(record: Record, evidence: Evidence, path: Path | None, tests: li
     current = record_sha256(path) if path is not None else None
     if current is None:
         return {}
-    number, key = record.number, str(record.number)
+    number, key = record.key, str(record.key)
     edited = f"an earlier version of {path} (edited since)"
     found = {}
     ran_on = {evidence.tests_record_hash(t["environment"], number) for t in tests if t["environment"] is not None}
@@ -53,14 +53,14 @@ def evidence_parts(record: Record, evidence: Evidence, tests: list[dict], diff_s
     ran = [t for t in tests if t["environment"] is not None and t["outcome"] in RAN]
     newest = max((evidence.finished_at[t["environment"]] for t in ran), default="")
     parts = [f"tests: {newest or 'none ran'}{mark('tests')}"]
-    info = evidence.mutation.get(str(record.number))
+    info = evidence.mutation.get(str(record.key))
     if info:
         parts.append(f"mutants: {info.get('finished_at') or '?'} (vLLM {info.get('release', '?')}){age(info.get('finished_at'), newest)}{mark('mutants')}")
     else:
         parts.append("mutants: not run (`gdn-review mutate`)")
     if diff_side:
         parts.append(f"the PR's diff: {diff_side['finished_at']} (onto vLLM {diff_side['release']}){age(diff_side['finished_at'], newest)}{mark('diff')}")
-    for device, result in sorted(evidence.bench.get(str(record.number), {}).items()):
+    for device, result in sorted(evidence.bench.get(str(record.key), {}).items()):
         parts.append(f"bench ({device}): {result.get('finished_at', '?')}{mark(f'bench ({device})')}")
     return parts
 

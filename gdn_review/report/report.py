@@ -37,7 +37,7 @@ def write_reports(
     if reports is None:
         reports = [report_data(record, evidence, path=path) for path, record in sorted(records.items(), key=lambda item: item[1].sort_key)]
         # A related PR with a record of its own links to that record's report.
-        numbers = {record.number for record in records.values()}
+        numbers = {record.key for record in records.values()}
         for data in reports:
             for related in data["related"]:
                 related["has_record"] = related["number"] in numbers

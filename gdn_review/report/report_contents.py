@@ -103,7 +103,7 @@ def _measured_summary(claim, ran: list[dict]) -> str:
 MECHANISM = "build() latency is the mechanism the claim names; the end-to-end throughput figure needs a serving benchmark"
 
 
-def not_measured(claim, record: Record | None, number, path: Path | None = None) -> str:
+def not_measured(claim, record: Record | None, key, path: Path | None = None) -> str:
     """Why a latency claim has no bench result, advising only a command that can run.
 
     An open PR is timed against its diff (``kb/N.diff``): where none is stored
@@ -111,23 +111,23 @@ def not_measured(claim, record: Record | None, number, path: Path | None = None)
     is measured once it is, or once the change is released.
     """
     if record is None:
-        return f"not measured: run `gdn-review bench --record {number}`"
+        return f"not measured: run `gdn-review bench --record {key}`"
     base = claim.check.base or record.target.base_release
     head = claim.check.head or record.target.head_release
     if base and not head and record.is_open:
         beside = Path(path).with_suffix(".diff") if path is not None else None
-        diff = str(beside) if beside is not None else f"kb/{number}.diff"
+        diff = str(beside) if beside is not None else f"kb/{key}.diff"
         if beside is not None and beside.is_file() and not beside.is_symlink():
-            return f"not measured: run `gdn-review bench --record {number}` (vLLM {base} against {base} with the PR's diff, {diff})"
+            return f"not measured: run `gdn-review bench --record {key}` (vLLM {base} against {base} with the PR's diff, {diff})"
         return (f"not measured: {record.label} is {state_words(record.state)}, so no release has its change; the latency claim is measured "
-                f"once the PR's diff is stored beside the record (`gh pr diff {number} > {diff}`, then `gdn-review bench --record {number}`) "
+                f"once the PR's diff is stored beside the record (`gh pr diff {key} > {diff}`, then `gdn-review bench --record {key}`) "
                 "or the change is released")
     if not base or not head:
-        return f"not measured: the record has no base and head release; `gdn-review bench --record {number} --releases BASE,HEAD` times two releases"
-    return f"not measured: run `gdn-review bench --record {number}`"
+        return f"not measured: the record has no base and head release; `gdn-review bench --record {key} --releases BASE,HEAD` times two releases"
+    return f"not measured: run `gdn-review bench --record {key}`"
 
 
-def latency_claim(claim, number: int, results: dict | None, record: Record | None = None, path: Path | None = None) -> dict:
+def latency_claim(claim, key: int | str, results: dict | None, record: Record | None = None, path: Path | None = None) -> dict:
     """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench` per device.
 
     Where the bench ran on CUDA too, CUDA's verdict is the claim's (the claim is
@@ -135,7 +135,7 @@ def latency_claim(claim, number: int, results: dict | None, record: Record | Non
     record's file, where an open PR's diff would lie beside it (None: not known).
     """
     if not results:
-        return {"verdict": "unverified", "reason": not_measured(claim, record, number, path), "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
+        return {"verdict": "unverified", "reason": not_measured(claim, record, key, path), "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
     devices = sorted(results, key=lambda device: (device != "cuda", device))
     reasons, measured, rows, by_device = [], [], [], {}
     for device in devices:
@@ -181,8 +181,8 @@ def _kill_cell(mutant: dict, claim_id: str) -> str:
 
 def mutation_data(record: Record, evidence: Evidence) -> dict | None:
     """Kill matrix per risk, survivors with their diffs, unnamed survivors as missing tests."""
-    mine = [m for m in evidence.mutants if m["record"] == record.number]
-    info = evidence.mutation.get(str(record.number))
+    mine = [m for m in evidence.mutants if m["record"] == record.key]
+    info = evidence.mutation.get(str(record.key))
     if not mine and info is None:
         return None
     claims = [c.id for c in record.claims]
@@ -246,8 +246,8 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
     and which parts of the evidence were measured on an earlier version of it.
     """
     expected = expected_tests(record) if not is_draft(record) else {}
-    mine = superseded_skips([t for t in evidence.tests if t["record"] == record.number])
-    mine += missing_tests(record.number, expected, mine)
+    mine = superseded_skips([t for t in evidence.tests if t["record"] == record.key])
+    mine += missing_tests(record.key, expected, mine)
     environments = sorted(
         {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
     )
@@ -291,7 +291,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
             }
         )
         if claim.check.kind == "latency":
-            claims[-1].update(latency_claim(claim, record.number, evidence.bench.get(str(record.number)), record, path))
+            claims[-1].update(latency_claim(claim, record.key, evidence.bench.get(str(record.key)), record, path))
     diff_side = _diff_side(record, evidence, claims) if not with_change else None
     upstream = []
     for item in record.upstream_tests:
@@ -317,7 +317,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         )
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
     mutation = mutation_data(record, evidence)
-    ran_mutants = [m for m in evidence.mutants if m["record"] == record.number] if mutation else None
+    ran_mutants = [m for m in evidence.mutants if m["record"] == record.key] if mutation else None
     risks = []
     pending = {c["id"] for c in claims if c["verdict"] == "pending"}
     for risk in record.risks:
@@ -344,7 +344,7 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         )
     stale = stale_parts(record, evidence, path, mine)
     data = {
-        "number": record.number,
+        "number": record.key,
         "title": record.title,
         "label": record.label,
         "repo": record.pr.repo if record.pr else None,
@@ -389,7 +389,7 @@ def _tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
 
 def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict | None:
     """Each claim with the open PR's diff applied (the evidence's ``diff`` part), and before → after against it."""
-    side = evidence.diff.get(str(record.number))
+    side = evidence.diff.get(str(record.key))
     if side is None:
         return None
     rows = []

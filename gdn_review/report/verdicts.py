@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import state_words
-from gdn_review.run.evidence_file import RAN, VERDICTS, Evidence
+from gdn_review.run.evidence_file import RAN
 
 FAILED = {"failed", "error", "xpassed"}
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test executes).
@@ -199,7 +199,7 @@ def protection(mutants: list[dict] | None) -> str | None:
     return f"{len(survived)} of {len(applicable)} {word} survived{how}"
 
 
-def missing_tests(number: int, expected: dict[str, list[dict]], present: list[dict]) -> list[dict]:
+def missing_tests(key: int | str, expected: dict[str, list[dict]], present: list[dict]) -> list[dict]:
     """Entries for the tests the record's module holds that the evidence never saw."""
     seen = {(t["claim"], label_of(t), t.get("device")) for t in present}
     missing = []
@@ -209,7 +209,7 @@ def missing_tests(number: int, expected: dict[str, list[dict]], present: list[di
                 missing.append(
                     {
                         "nodeid": f"(not collected) {claim_id}[{test['device']}-{test['label']}]",
-                        "record": number,
+                        "record": key,
                         "claim": claim_id,
                         "risks": test["risks"],
                         "case": test["label"],

@@ -17,7 +17,7 @@ from gdn_review.matrix.matrix_report import cell_measure, drift_data
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import label_of
 from gdn_review.run import evidence_file
-from gdn_review.run import snapshot as snapshots
+from gdn_review.run import snapshot_files
 
 HOLDING = ("holds", "known deviation")
 
@@ -28,9 +28,9 @@ def _side(side: dict | None, record, with_change: bool = False) -> tuple[dict | 
         return None, [], None
     folder = Path(side["folder"])
     evidence = evidence_file.load([folder / side["evidence"]])
-    name = side.get("snapshots", {}).get(str(record.number))
-    snapshot = snapshots.load(folder / name) if name else None
-    return report_data(record, evidence, with_change), [t for t in evidence.tests if t["record"] == record.number], snapshot
+    name = side.get("snapshots", {}).get(str(record.key))
+    snapshot = snapshot_files.load(folder / name) if name else None
+    return report_data(record, evidence, with_change), [t for t in evidence.tests if t["record"] == record.key], snapshot
 
 
 def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
@@ -103,7 +103,7 @@ def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]
     after_cases = (after_snapshot or {}).get("cases", {})
     carried = record.target.head_release is not None and _after(record.target.head_release, onto) and not _after(record.target.head_release, lands_in)
     return {
-        "number": record.number,
+        "number": record.key,
         "title": record.title,
         "claims": claims,
         "moved": drift["rows"],
@@ -130,7 +130,7 @@ def carried(records, onto: str, lands_in: str) -> list[dict]:
     for record in records:
         release = record.target.head_release
         if release and _after(release, onto) and not _after(release, lands_in):
-            found[record.number] = {"number": record.number, "title": record.title, "release": release, "record": True}
+            found[record.key] = {"number": record.key, "title": record.title, "release": release, "record": True}
         for relation in record.related:
             release = relation.from_release
             if release and _after(release, onto) and not _after(release, lands_in):

@@ -49,8 +49,8 @@ def wanted(records: dict) -> dict[Path, Path]:
 
 def run_diff_side(record, diff: Path, kb_dir: Path, release: str, generated: Path, say: Callable[[str], None] = print, timeout: float = 300.0) -> dict:
     """The record's claims with its PR's diff applied onto ``release``: the evidence's ``diff`` part for the record."""
-    data = orchestrate.review(diff, kb_dir, (record.number,), onto=release, generated=generated, timeout=timeout, max_mutants=0, say=say, own=record.number)
-    effect = next((r for r in data["records"] if r["number"] == record.number), None)
+    data = orchestrate.review(diff, kb_dir, (record.key,), onto=release, generated=generated, timeout=timeout, max_mutants=0, say=say, own=record.key)
+    effect = next((r for r in data["records"] if r["number"] == record.key), None)
     part = {
         "release": data["onto"],
         "diff": str(diff),
@@ -106,5 +106,5 @@ def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_
     say(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
     stamp = evidence_file.record_sha256(record_path)  # the record as it is when the diff side starts
     part = {**run_diff_side(record, diff, kb_dir, release, generated, say=say), "record_sha256": stamp}
-    evidence_file.add_part(evidence, "diff", record.number, part)
+    evidence_file.add_part(evidence, "diff", record.key, part)
     return True

@@ -98,7 +98,7 @@ def record_impact(record, path: Path, file: FileDiff, source: str) -> dict:
                 sites.append({"risk": risk.id, "mutant": mutant.id, "lines": f"{hit[0][0]}" if hit[0][0] == hit[0][1] else f"{hit[0][0]}-{hit[0][1]}"})
     checked = [claim.id for claim in record.claims if claim.check.kind != "TODO"]
     return {
-        "number": record.number,
+        "number": record.key,
         "record": str(path),
         "target": f"{record.target.file} ({record.target.symbol})",
         "hunks": len(file.hunks),

@@ -191,11 +191,11 @@ def review(
     text, files = patch.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
     records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
     every = load_records(kb_dir)
-    known = {r.number for r in every.values()}
+    known = {r.key for r in every.values()}
     own = own_record(own, diff_path, every)
     if own is not None and onto is None and vllm_src is None:
         # The PR's own diff goes onto the release its record checks it against.
-        onto = next(r for r in every.values() if r.number == own).target.base_release
+        onto = next(r for r in every.values() if r.key == own).target.base_release
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
@@ -227,7 +227,7 @@ def review(
         file = by_file.get(record.target.file) or next(f for f in in_tree if f.old_path == record.target.file)
         data["impact"].append(impact.record_impact(record, path, file, base.read(record.target.file) or ""))
     data["carried"] = compare.carried(affected.values(), base.version, window_end)
-    own_record_ = next((r for r in affected.values() if r.number == own), None)
+    own_record_ = next((r for r in affected.values() if r.key == own), None)
     if own_record_ is not None and not any(c["number"] == own for c in data["carried"]):
         data["carried"].insert(0, {"number": own, "title": own_record_.title, "release": "this diff", "record": True})
     for line in impact.impact_lines(data["files"], data["impact"]):
@@ -243,7 +243,7 @@ def review(
     if shard:
         index, count = shard
         chosen = chosen[index - 1 :: count]
-        say(f"shard {index}/{count}: records {', '.join(str(r.number) for _, r in chosen) or 'none'}")
+        say(f"shard {index}/{count}: records {', '.join(str(r.key) for _, r in chosen) or 'none'}")
         if not chosen:
             data["run"] = {"seconds": round(time.monotonic() - started, 1)}
             return data
@@ -269,8 +269,8 @@ def review(
         say(f"running {len(chosen_records)} record(s) before and after the change ({data['run']['mode']}), "
             f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines")
         spec = {
-            "modules": [str(modules[r.number]) for r in chosen_records.values()],
-            "records": {str(r.number): str(p) for p, r in chosen_records.items()},
+            "modules": [str(modules[r.key]) for r in chosen_records.values()],
+            "records": {str(r.key): str(p) for p, r in chosen_records.items()},
             "keyword": keyword,
             "target": target,
             # The records' target module must import with the change (it imports what it needs of the rest).
@@ -313,7 +313,7 @@ def review(
         sides = {side: {**outcome, "folder": str(workspace / name)} for name, r in results.items() for side, outcome in r["sides"].items()}
         mutant_results = [m for r in results.values() for m in r.get("mutants", [])]
         data["records"] = [
-            compare.record_effect(record, sides, base.version, window_end, known, own=record.number == own)
+            compare.record_effect(record, sides, base.version, window_end, known, own=record.key == own)
             for record in chosen_records.values()
         ]
         data["mutants"] = compare.mutant_entries(mutants, mutant_results)
@@ -334,7 +334,7 @@ def review(
 
 def own_record(own: int | None, diff_path: Path, records: dict) -> int | None:
     """The PR whose diff is reviewed: ``own`` (checked: the KB has a record of it), else one its file name gives."""
-    numbers = {r.number: r for r in records.values() if r.pr is not None}
+    numbers = {r.key: r for r in records.values() if r.pr is not None}
     if own is not None:
         if own not in numbers:
             raise ReviewError(f"--pr {own}: the KB has no record of PR #{own} (its record explains the diff's stated changes)")
@@ -442,7 +442,7 @@ def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:
     from gdn_review.review import draft
     from gdn_review.run.selection import load_records
 
-    records = {r.number: r for r in load_records(kb_dir).values()}
+    records = {r.key: r for r in load_records(kb_dir).values()}
     try:
         return draft.write_draft(data, records, number, Path(folder) / f"{number}.yaml")
     except draft.DraftError as error:

@@ -18,11 +18,11 @@ FAIL_ON = fail_conditions.REVIEW  # what a review can trip
 SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
 
 
-def _name(number) -> str:
+def _name(key) -> str:
     """A record's key as shown: ``#52078``, or a contract's id (checked: it came through a worker's JSON)."""
-    if not is_record_key(number):
-        raise ValueError(f"not a record key: {number!r}")
-    return f"#{number}" if isinstance(number, int) else key_label(number)
+    if not is_record_key(key):
+        raise ValueError(f"not a record key: {key!r}")
+    return f"#{key}" if isinstance(key, int) else key_label(key)
 
 
 def findings(data: dict) -> dict[str, list[str]]:
@@ -130,7 +130,7 @@ def _record_section(record: dict, data: dict) -> list[str]:
         lines.append(f"- This change carries the record's own PR: {_name(record['number'])} first shipped after {text(data['onto'])}, "
                      f"by {text(data['lands_in'])}; its claims below are read against the record's `before`.")
     if record.get("own"):
-        lines.append(f"- This diff is the record's own PR: its stated changes (`target.changes`, its cases' `expect`) explain what moves, "
+        lines.append("- This diff is the record's own PR: its stated changes (`target.changes`, its cases' `expect`) explain what moves, "
                      "and its claims are read with the change in (pending on the release as it is).")
     changed = [c for c in record["claims"] if c["changed"]]
     if changed:

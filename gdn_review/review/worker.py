@@ -93,7 +93,7 @@ def side_body(spec: dict, side: str):
     import pytest
 
     from gdn_review.kb import load_record
-    from gdn_review.run import snapshot
+    from gdn_review.run import snapshot_files, snapshot_take
 
     out = Path(spec["out_dir"])
 
@@ -111,7 +111,7 @@ def side_body(spec: dict, side: str):
         for number, record_path in spec["records"].items():
             record = load_record(Path(record_path))
             target = out / f"snapshot-{side}-{number}.json"
-            target.write_text(snapshot.dumps(snapshot.document(record.number, snapshot.take(snapshot.case_inputs(record)))), encoding="utf-8")
+            target.write_text(snapshot_files.dumps(snapshot_files.document(record.key, snapshot_take.take(record.case_inputs()))), encoding="utf-8")
             snapshots[number] = target.name
         return {"status": "ran", "pytest_exit": code, "evidence": evidence.name if evidence.exists() else None, "snapshots": snapshots}
 

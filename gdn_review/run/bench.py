@@ -265,7 +265,7 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
         if diff.is_symlink() or (diff.exists() and not diff.is_file()):
             raise BenchError(f"{diff}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
         if not diff.exists():
-            number = record.number
+            number = record.key
             raise DiffNeeded(
                 f"{path}: {record.label} is open, so no release has its change: bench times vLLM {base} against {base} "
                 f"with the PR's diff, which is not stored; put it beside the record as {Path(path).with_suffix('.diff')} "
@@ -277,7 +277,7 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
     return base, head, None
 
 
-def bench_command(
+def bench_records(
     records: dict,
     named: bool,
     pair: str | None,
@@ -344,18 +344,18 @@ def bench_command(
             result["diff"] = str(diff)
             result["diff_sha256"] = hashlib.sha256(Path(diff).read_bytes()).hexdigest()
         result["record_sha256"] = stamp
-        for line in result_lines(record.number, result):
+        for line in result_lines(record.key, result):
             show(line)
-        results[record.number] = result
+        results[record.key] = result
     interrupts.finishing()  # every record was timed: the evidence is written whatever comes now
     write_evidence(evidence_path, results)
     return results
 
 
-def result_lines(number: int, result: dict) -> list[str]:
+def result_lines(key: int | str, result: dict) -> list[str]:
     """One record's bench as a table: per case both medians and the ratio with its interval, then pooled."""
     base, head = result["base"], result["head"]
-    lines = [f"{key_label(number)}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval"]
+    lines = [f"{key_label(key)}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval"]
     for row in result["cases"]:
         low, high = row["ci95"]
         lines.append(f"         {row['case']:<28} {row['base_median_us']:>12.1f} {row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")

@@ -73,10 +73,10 @@ def promote(staged: Path, path: Path) -> None:
     os.replace(staged, path)
 
 
-def add_part(path: Path, kind: str, number, part: dict) -> None:
+def add_part(path: Path, kind: str, key, part: dict) -> None:
     """Put one record's part (``diff``) into the file at ``path``, replacing that record's."""
     data = read(path)
-    data.setdefault(kind, {})[str(number)] = part
+    data.setdefault(kind, {})[str(key)] = part
     write(path, data)
 
 
@@ -156,10 +156,10 @@ def tests_of(path: Path) -> list[dict]:
     return read(path)["tests"]
 
 
-def record_slice(data: dict, number) -> dict:
+def record_slice(data: dict, key) -> dict:
     """A document cut down to one record's tests (and its claim and risk index)."""
-    prefix = f"{number}:"
-    tests = [t for t in data.get("tests", []) if t.get("record") == number]
+    prefix = f"{key}:"
+    tests = [t for t in data.get("tests", []) if t.get("record") == key]
     ran_alone = 1 if any(t["outcome"] in {"failed", "error"} for t in tests) else (0 if tests else 5)
     return {
         **data,
@@ -259,10 +259,10 @@ class Evidence:
     # Per file (as environments): record -> the sha256 of its file when the tests ran ({}: unknown).
     record_hashes: list[dict] = dataclasses.field(default_factory=list)
 
-    def tests_record_hash(self, environment: int, number) -> str | None:
-        """The sha256 of record ``number``'s file when the tests of file ``environment`` ran (None: unknown)."""
+    def tests_record_hash(self, environment: int, key) -> str | None:
+        """The sha256 of record ``key``'s file when the tests of file ``environment`` ran (None: unknown)."""
         hashes = self.record_hashes[environment] if 0 <= environment < len(self.record_hashes) else {}
-        return hashes.get(str(number))
+        return hashes.get(str(key))
 
 
 def load(paths: list[Path]) -> Evidence:

@@ -37,8 +37,8 @@ import yaml
 from gdn_review.common import release_range
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
-from gdn_review.run import snapshot
-from gdn_review.run.snapshot import SnapshotError
+from gdn_review.run import snapshot_take
+from gdn_review.run.snapshot_take import SnapshotError
 
 
 @dataclasses.dataclass
@@ -68,29 +68,29 @@ def needing_expect(record, case_ids: list[str] | None = None) -> list[str]:
 
 
 def fill_expects(
-    kb_dir: Path, number: int, version: str | None = None, case_ids: list[str] | None = None,
+    kb_dir: Path, key: int | str, version: str | None = None, case_ids: list[str] | None = None,
     write: bool = True, say: Callable[[str], None] = print,
 ) -> Filled:
     """Measure the record's cases on ``version`` (default: ``default_release``) and write (or only plan) the missing expects."""
-    path, record = snapshot.record_file(kb_dir, number)
+    path, record = snapshot_take.record_file(kb_dir, key)
     wanted = needing_expect(record, case_ids)
     if not wanted:  # nothing to measure
         return Filled(path, version or "", "", {}, {}, [f"{path}: no case needs an expect (every case an equivalence check names states one); name another with --case ID"])
     chosen_note = None
     if version is None:
         version, chosen_note = default_release(record, wanted)
-    data = snapshot.take_release(path, version, say, all_fields=True)
+    data = snapshot_take.take_release(path, version, say, all_fields=True)
     release = data["release"]
     expects, left, notes = {}, {}, [chosen_note] if chosen_note else []
     for case_id in wanted:
         measured = data["cases"].get(case_id)
         if measured is None:
             left[case_id] = f"does not apply to vLLM {release} (its releases range)"
-        elif snapshot.no_metadata(measured) is not None:
-            left[case_id] = f"gives no metadata on vLLM {release}: {snapshot.no_metadata(measured)}"
+        elif snapshot_take.no_metadata(measured) is not None:
+            left[case_id] = f"gives no metadata on vLLM {release}: {snapshot_take.no_metadata(measured)}"
         else:
             # Printed: every field measured, to choose from; written: what the case needs.
-            expects[case_id] = needed_expect(record, case_id, measured) if write else snapshot.full_expect(measured)
+            expects[case_id] = needed_expect(record, case_id, measured) if write else snapshot_take.full_expect(measured)
             notes += _missing_notes(record, case_id, measured, release)
             notes += _deviation_notes(record, case_id, release)
     filled = Filled(path, release, data["device"], expects, left, notes)
@@ -135,7 +135,7 @@ def case_fields(record, case_id: str) -> dict[str, str]:
 def needed_expect(record, case_id: str, measured: dict) -> dict:
     """The expect to write for a case from its snapshot: the core fields and those ``case_fields`` names."""
     others = {field: measured[field] for field in case_fields(record, case_id) if field in measured}
-    return {**snapshot.core_expect(measured), **others}
+    return {**snapshot_take.core_expect(measured), **others}
 
 
 def _missing_notes(record, case_id: str, measured: dict, release: str) -> list[str]:
@@ -186,7 +186,7 @@ def _deviation_notes(record, case_id: str, release: str) -> list[str]:
 
 
 def _block_lines(expect: dict, indent: int) -> list[str]:
-    return [line + "\n" for line in snapshot.expect_block(expect, indent)]
+    return [line + "\n" for line in snapshot_take.expect_block(expect, indent)]
 
 
 def _last_line(node: yaml.Node, lines: list[str]) -> int:

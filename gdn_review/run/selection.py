@@ -29,10 +29,10 @@ def load_records(kb_dir: Path, numbers: tuple[int, ...] = ()) -> dict[Path, Reco
     """The records of ``kb_dir`` (only PRs ``numbers`` when given); RecordErrors when one is bad."""
     records = load_kb(kb_dir)
     if numbers:
-        missing = set(numbers) - {r.number for r in records.values()}
+        missing = set(numbers) - {r.key for r in records.values()}
         if missing:
             raise SelectionError(f"no record for {', '.join(map(key_label, sorted(missing, key=key_order)))} in {kb_dir}")
-        records = {p: r for p, r in records.items() if r.number in numbers}
+        records = {p: r for p, r in records.items() if r.key in numbers}
     if not records:
         raise SelectionError(f"no records (*.yaml) in {kb_dir}")
     return records
@@ -53,7 +53,7 @@ def current_modules(
     for path in plan.drafts:
         if path in records:
             say(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)")
-    modules = {r.number: out_dir / generate.module_name(r) for p, r in records.items() if p not in plan.drafts}
+    modules = {r.key: out_dir / generate.module_name(r) for p, r in records.items() if p not in plan.drafts}
     if not modules:
         raise SelectionError("no complete record to run (only drafts)")
     return modules

@@ -13,7 +13,7 @@ RAN_EXIT_CODES = {0, 1}
 NO_TESTS = 5
 
 
-def pytest_command(modules: list[Path], evidence: Path, keyword: str | None, extra: tuple[str, ...]) -> list[str]:
+def pytest_argv(modules: list[Path], evidence: Path, keyword: str | None, extra: tuple[str, ...]) -> list[str]:
     command = [sys.executable, "-c", fast_exit.PYTEST, *map(str, modules), "--gdn-evidence", str(evidence), "-p", "no:cacheprovider"]
     if keyword:
         command += ["-k", keyword]
@@ -34,7 +34,7 @@ def run_suite(modules: list[Path], evidence_path: Path, keyword: str | None, ext
     # Evidence left by an earlier run must never be reported as this run's; the
     # parts other commands added (mutants, the diff side) are carried over per release.
     kept = evidence_file.take_parts(Path(evidence_path))
-    command = pytest_command(modules, evidence_path, keyword, extra)
+    command = pytest_argv(modules, evidence_path, keyword, extra)
     say(f"[1/2] running {len(modules)} generated module(s) on the installed vLLM: pytest {' '.join(command[3:])}")
     code = run_pytest(command)
     if code == NO_TESTS:

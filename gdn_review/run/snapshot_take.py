@@ -1,16 +1,12 @@
-"""Full-metadata snapshots: every field ``build()`` returns, per case of a record, per release.
+"""Taking full-metadata snapshots on a release, and the ``gdn-review snapshot`` command's flow.
 
-A snapshot is the harness's plain-data snapshot (``harness.run.snapshot``) of
-every case of a record, taken on one release, stored as JSON next to the
-record: ``kb/snapshots/<number>/<release>.json``. Each file names the release,
-the device and the command that made it. Generated tests compare the loaded
-release's snapshot with the stored one field by field; the release matrix
-compares the snapshots of consecutive releases (drift) and looks for the
-related PR that explains each difference.
-
-Taking a snapshot imports vLLM (through the harness), so it runs in a
-subprocess with the release's sources first on ``PYTHONPATH``:
-``python -m gdn_review.run.snapshot RECORD.yaml OUT.json``.
+A snapshot is the harness's plain-data snapshot (``harness.case_build.snapshot_case``)
+of every case of a record, on one release; where it is stored and how is
+``snapshot_files``. Taking one imports vLLM (through the harness), so it runs in a
+child on the release's tree (``common.release_trees``):
+``python -m gdn_review.run.snapshot_take RECORD.yaml OUT.json``; the release matrix
+takes them in its own pytest session, this module being its plugin
+(``-p gdn_review.run.snapshot_take``).
 
 Some parts the harness measures only for a case that asks (``Record.case_inputs``
 sets the flags when the case's expect states such a field): the layout
@@ -26,7 +22,6 @@ builder's and the server's fields, ...), a complete block to paste and trim.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -37,29 +32,11 @@ import pytest
 
 from gdn_review.common import interrupts, release_trees
 from gdn_review.common.files import atomic_write
-
-SNAPSHOT_FORMAT = "gdn-review-snapshot/1"
-FOLDER = "snapshots"
-
-
-def snapshot_dir(kb_dir: Path, number: int) -> Path:
-    return Path(kb_dir) / FOLDER / str(number)
+from gdn_review.kb.subjects import key_label
+from gdn_review.run.snapshot_files import document, dumps, load, snapshot_path
 
 
-def snapshot_path(kb_dir: Path, number: int, release: str) -> Path:
-    return snapshot_dir(kb_dir, number) / f"{release}.json"
-
-
-def command_for(number: int, release: str) -> str:
-    return f"gdn-review snapshot --record {number} --release {release}"
-
-
-def case_inputs(record) -> dict[str, dict]:
-    """The record's cases as build() inputs (what generated modules hold as CASES)."""
-    return record.case_inputs()
-
-
-# The harness's flags for the parts it measures only when asked (harness.run.build_case).
+# The harness's flags for the parts it measures only when asked (harness.case_build.build_case).
 MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
 
 
@@ -89,76 +66,11 @@ def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) 
     return {"release": release, "device": device, "cases": taken}
 
 
-def document(number: int, taken: dict) -> dict:
-    return {
-        "format": SNAPSHOT_FORMAT,
-        "record": number,
-        "release": taken["release"],
-        "device": taken["device"],
-        "made_by": command_for(number, taken["release"]),
-        "cases": taken["cases"],
-    }
-
-
-def dumps(data: dict) -> str:
-    """Deterministic JSON: one line per case (compact), so a diff names the cases that changed."""
-    head = {k: v for k, v in sorted(data.items()) if k != "cases"}
-    lines = ["{"]
-    for key, value in head.items():
-        lines.append(f" {json.dumps(key)}: {json.dumps(value, sort_keys=True)},")
-    cases = sorted(data.get("cases", {}).items())
-    lines.append(' "cases": {')
-    for index, (case_id, metadata) in enumerate(cases):
-        comma = "," if index < len(cases) - 1 else ""
-        lines.append(f"  {json.dumps(case_id)}: {json.dumps(metadata, sort_keys=True, separators=(',', ':'))}{comma}")
-    lines.append(" }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def load(path: Path) -> dict | None:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT or not isinstance(data.get("cases"), dict):
-        return None
-    return data
-
-
-def stored(kb_dir: Path, number: int) -> dict[str, dict]:
-    """release -> stored snapshot document of record ``number``."""
-    found = {}
-    folder = snapshot_dir(kb_dir, number)
-    if folder.is_dir():
-        for path in sorted(folder.glob("*.json")):
-            data = load(path)
-            if data is not None:
-                found[str(data["release"])] = data
-    return found
-
-
-def differences(before: dict, after: dict) -> list[dict]:
-    """Field-level differences between two snapshots' cases: [{case, field, before, after}]."""
-    found = []
-    for case_id in sorted(set(before) | set(after)):
-        old, new = before.get(case_id), after.get(case_id)
-        if old is None or new is None:
-            found.append({"case": case_id, "field": "(case)", "before": "absent" if old is None else "present", "after": "absent" if new is None else "present"})
-            continue
-        for field in sorted(set(old) | set(new)):
-            if field not in old or field not in new:
-                found.append({"case": case_id, "field": field, "before": old.get(field, "(no such field)"), "after": new.get(field, "(no such field)")})
-            elif old[field] != new[field]:
-                found.append({"case": case_id, "field": field, "before": old[field], "after": new[field]})
-    return found
-
-
 def take_in_subprocess(
     record_path: Path, pythonpath: Path | None, out: Path, device: str = "cpu", all_fields: bool = False,
 ) -> subprocess.CompletedProcess:
     """Take a record's snapshots in a fresh interpreter whose vLLM is the tree at ``pythonpath`` (None: the installed)."""
-    command = [sys.executable, "-m", "gdn_review.run.snapshot", str(record_path), str(out), "--device", device]
+    command = [sys.executable, "-m", "gdn_review.run.snapshot_take", str(record_path), str(out), "--device", device]
     if all_fields:
         command.append("--every-field")
     env = release_trees.environment(pythonpath)
@@ -169,17 +81,17 @@ class SnapshotError(Exception):
     """A snapshot could not be taken or printed (bad input: exit 2)."""
 
 
-def snapshot_command(
-    kb_dir: Path, number: int, versions: list[str], case_id: str | None, as_expect: bool,
+def take_snapshots(
+    kb_dir: Path, key: int | str, versions: list[str], case_id: str | None, as_expect: bool,
     say: Callable[[str], None] = print,
 ) -> list[str]:
     """``gdn-review snapshot``: store (or, with ``as_expect``, print) the record's snapshots; lines to show."""
     from gdn_review.run.selection import load_records
 
     if as_expect:  # the case to print may state no expect yet
-        record_path, record = record_file(kb_dir, number)
+        record_path, record = record_file(kb_dir, key)
     else:
-        (record_path, record), = load_records(kb_dir, (number,)).items()
+        (record_path, record), = load_records(kb_dir, (key,)).items()
     if case_id and case_id not in {c.id for c in record.cases}:
         raise SnapshotError(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
     shown = []
@@ -188,19 +100,19 @@ def snapshot_command(
         if as_expect:
             shown += expect_lines(data, case_id, data["release"])
             continue
-        target = snapshot_path(kb_dir, number, data["release"])
+        target = snapshot_path(kb_dir, key, data["release"])
         atomic_write(target, dumps(data))
         shown.append(f"wrote {target} ({len(data['cases'])} cases, vLLM {data['release']}, {data['device']})")
     return shown
 
 
-def record_file(kb_dir: Path, number: int):
-    """(path, record) of ``kb_dir/<number>.yaml``, loaded with its cases' expects optional."""
+def record_file(kb_dir: Path, key: int | str):
+    """(path, record) of ``kb_dir/<key>.yaml`` (a PR's number or a contract's id), loaded with its cases' expects optional."""
     from gdn_review.kb import load_record
 
-    path = Path(kb_dir) / f"{number}.yaml"
+    path = Path(kb_dir) / f"{key}.yaml"
     if not path.is_file():
-        raise SnapshotError(f"no record for PR {number} in {kb_dir} (no {path})")
+        raise SnapshotError(f"no record {key_label(key)} in {kb_dir} (no {path})")
     return path, load_record(path, expects_optional=True)
 
 
@@ -301,7 +213,7 @@ def pytest_sessionfinish(session, exitstatus):
 
     for record_path, out in zip(record_paths, outs):
         record = load_record(Path(record_path))
-        atomic_write(Path(out), dumps(document(record.number, take(case_inputs(record)))))
+        atomic_write(Path(out), dumps(document(record.key, take(record.case_inputs()))))
 
 
 def _main(argv: list[str]) -> int:
@@ -309,15 +221,15 @@ def _main(argv: list[str]) -> int:
 
     from gdn_review.kb import load_record
 
-    parser = argparse.ArgumentParser(prog="python -m gdn_review.run.snapshot")
+    parser = argparse.ArgumentParser(prog="python -m gdn_review.run.snapshot_take")
     parser.add_argument("record")
     parser.add_argument("out")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--every-field", action="store_true", help="also the parts measured only when a case asks (for an expect)")
     args = parser.parse_args(argv)
     record = load_record(Path(args.record), expects_optional=True)  # a snapshot needs no expect
-    taken = take(case_inputs(record), args.device, all_fields=args.every_field)
-    atomic_write(Path(args.out), dumps(document(record.number, taken)))
+    taken = take(record.case_inputs(), args.device, all_fields=args.every_field)
+    atomic_write(Path(args.out), dumps(document(record.key, taken)))
     return 0
 
 
