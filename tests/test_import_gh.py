@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.importers.diff_target import diff_target
 from gdn_review.kb import is_draft, load_record
-from gdn_review.review.patch import read_diff
+from gdn_review.common.unified_diff import read_diff
 from tests.conftest import GH_FIXTURES, GH_PR, GH_PR_DIFF, GH_PR_JSON, ROOT
 
 # Real PR #55404 in gh's shape; tests/fixtures/gh/README.md says what the thread gave.

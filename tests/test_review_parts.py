@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gdn_review.review import impact, patch
+from gdn_review.common import unified_diff
+from gdn_review.review import impact
 
 SOURCE = """import torch
 
@@ -36,24 +37,24 @@ def _diff(old: str, new: str, path: str = "vllm/x.py") -> str:
 
 def test_a_diff_applies_and_gives_the_new_text():
     new = SOURCE.replace("rows >= 0", "rows > 0")
-    files = patch.read_diff(_diff(SOURCE, new))
+    files = unified_diff.read_diff(_diff(SOURCE, new))
     assert [f.path for f in files] == ["vllm/x.py"]
-    assert patch.apply(files, lambda p: SOURCE) == {"vllm/x.py": new}
+    assert unified_diff.apply(files, lambda p: SOURCE) == {"vllm/x.py": new}
     assert files[0].added_lines() == {9}
 
 
 def test_a_hunk_moved_by_other_edits_still_applies_at_its_nearest_place():
     new = SOURCE.replace("return ~mask", "return mask.logical_not()")
     shifted = "# a line added above\n" * 3 + SOURCE
-    (text,) = patch.apply(patch.read_diff(_diff(SOURCE, new)), lambda p: shifted).values()
+    (text,) = unified_diff.apply(unified_diff.read_diff(_diff(SOURCE, new)), lambda p: shifted).values()
     assert text == "# a line added above\n" * 3 + new
 
 
 def test_a_hunk_that_matches_nowhere_names_the_file_hunk_and_line():
-    files = patch.read_diff(_diff(SOURCE, SOURCE.replace("return ~mask", "return mask")))
+    files = unified_diff.read_diff(_diff(SOURCE, SOURCE.replace("return ~mask", "return mask")))
     other = SOURCE.replace("return ~mask", "return mask.bitwise_not()")
-    with pytest.raises(patch.PatchError) as caught:
-        patch.apply(files, lambda p: other, "change.diff")
+    with pytest.raises(unified_diff.PatchError) as caught:
+        unified_diff.apply(files, lambda p: other, "change.diff")
     message = str(caught.value)
     assert "change.diff:3: vllm/x.py: hunk 1 (@@ -10,7 +10,7 @@) does not apply" in message
     assert "'        return mask.bitwise_not()'" in message and "'        return ~mask'" in message
@@ -66,10 +67,10 @@ def test_git_headers_new_and_deleted_files_and_no_newline_at_end():
         "diff --git a/vllm/old.py b/vllm/old.py\ndeleted file mode 100644\n"
         "--- a/vllm/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone = True\n"
     )
-    files = patch.read_diff(text)
+    files = unified_diff.read_diff(text)
     assert [(f.old_path, f.new_path) for f in files] == [(None, "vllm/new.py"), ("vllm/old.py", None)]
     existing = {"vllm/old.py": "gone = True\n"}
-    assert patch.apply(files, existing.get) == {"vllm/new.py": "a = 1\nb = 2", "vllm/old.py": None}
+    assert unified_diff.apply(files, existing.get) == {"vllm/new.py": "a = 1\nb = 2", "vllm/old.py": None}
 
 
 @pytest.mark.parametrize(
@@ -81,24 +82,24 @@ def test_git_headers_new_and_deleted_files_and_no_newline_at_end():
     ],
 )
 def test_text_that_is_not_a_diff_is_said_with_its_line(text, message):
-    with pytest.raises(patch.PatchError, match=message):
-        patch.read_diff(text, "bad.diff")
+    with pytest.raises(unified_diff.PatchError, match=message):
+        unified_diff.read_diff(text, "bad.diff")
 
 
 def test_a_file_the_sources_lack_does_not_apply():
-    files = patch.read_diff(_diff(SOURCE, SOURCE + "x = 1\n", "vllm/missing.py"))
-    with pytest.raises(patch.PatchError, match="no such file in the sources"):
-        patch.apply(files, lambda p: None)
+    files = unified_diff.read_diff(_diff(SOURCE, SOURCE + "x = 1\n", "vllm/missing.py"))
+    with pytest.raises(unified_diff.PatchError, match="no such file in the sources"):
+        unified_diff.apply(files, lambda p: None)
 
 
 def test_impact_names_the_symbols_the_hunks_change_and_what_the_target_reaches():
-    lines = patch.read_diff(_diff(SOURCE, SOURCE.replace("return ~mask", "return mask")))[0].hunks[0].changed_old_lines()
+    lines = unified_diff.read_diff(_diff(SOURCE, SOURCE.replace("return ~mask", "return mask")))[0].hunks[0].changed_old_lines()
     assert impact.touched_symbols(SOURCE, lines) == ["Builder._stage"]
     assert impact.reached_from(SOURCE, "Builder.build") == {"Builder.build", "Builder._stage", "Builder.__init__"}
-    unused = patch.read_diff(_diff(SOURCE, SOURCE.replace("return 1", "return 2")))[0].hunks[0].changed_old_lines()
+    unused = unified_diff.read_diff(_diff(SOURCE, SOURCE.replace("return 1", "return 2")))[0].hunks[0].changed_old_lines()
     assert impact.touched_symbols(SOURCE, unused) == ["Builder.unused"]
     assert "Builder.unused" not in impact.reached_from(SOURCE, "Builder.build")
-    top = patch.read_diff(_diff(SOURCE, SOURCE.replace("import torch", "import torch as t")))[0].hunks[0].changed_old_lines()
+    top = unified_diff.read_diff(_diff(SOURCE, SOURCE.replace("import torch", "import torch as t")))[0].hunks[0].changed_old_lines()
     assert impact.touched_symbols(SOURCE, top) == [impact.MODULE_LEVEL]
 
 

@@ -22,7 +22,8 @@ from click.testing import CliRunner
 
 from gdn_review.cli import main
 from gdn_review.report import markdown
-from gdn_review.review import orchestrate, patch, render, tree
+from gdn_review.common import unified_diff
+from gdn_review.review import orchestrate, render, tree
 from tests.conftest import ROOT
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
@@ -166,14 +167,14 @@ def test_work_inside_the_sources_is_refused(tmp_path, vllm_src, sentinel):
 def test_the_overlay_itself_writes_nothing_outside_its_folder(tmp_path, vllm_src, sentinel):
     """Defence in depth: even called directly with a climbing name, the tree of links refuses it."""
     name = escape_to(sentinel, tmp_path / "overlay")
-    with pytest.raises(patch.PatchError, match="a '..' part"):
+    with pytest.raises(unified_diff.PatchError, match="a '..' part"):
         tree.overlay(vllm_src, {TARGET: "x = 1\n", name: "pwned = True\n"}, tmp_path / "overlay")
     assert sentinel.read_text(encoding="utf-8") == SENTINEL_TEXT
 
 
 def test_reading_the_release_through_a_climbing_name_is_refused(vllm_src, sentinel):
     onto = orchestrate.Onto("0.33.0", vllm_src.resolve(), vllm_src.resolve(), "test")
-    with pytest.raises(patch.PatchError, match="a '..' part"):
+    with pytest.raises(unified_diff.PatchError, match="a '..' part"):
         onto.read(escape_to(sentinel, vllm_src))
 
 
@@ -182,8 +183,8 @@ def test_reading_the_release_through_a_climbing_name_is_refused(vllm_src, sentin
 
 def parsed_or_refused(text: str):
     try:
-        return patch.read_diff(text, "hostile.diff")
-    except patch.PatchError as error:
+        return unified_diff.read_diff(text, "hostile.diff")
+    except unified_diff.PatchError as error:
         return str(error)
 
 
@@ -206,14 +207,14 @@ def test_hostile_headers_are_refused_naming_the_file(text, reason):
 def test_rename_and_copy_headers_apply_inside_the_tree():
     rename = "diff --git a/vllm/x.py b/vllm/y.py\nsimilarity index 100%\nrename from vllm/x.py\nrename to vllm/y.py\n"
     copy = "diff --git a/vllm/x.py b/vllm/z.py\nsimilarity index 100%\ncopy from vllm/x.py\ncopy to vllm/z.py\n"
-    assert patch.apply(patch.read_diff(rename), {"vllm/x.py": SOURCE}.get) == {"vllm/y.py": SOURCE, "vllm/x.py": None}
-    assert patch.apply(patch.read_diff(copy), {"vllm/x.py": SOURCE}.get) == {"vllm/z.py": SOURCE}
+    assert unified_diff.apply(unified_diff.read_diff(rename), {"vllm/x.py": SOURCE}.get) == {"vllm/y.py": SOURCE, "vllm/x.py": None}
+    assert unified_diff.apply(unified_diff.read_diff(copy), {"vllm/x.py": SOURCE}.get) == {"vllm/z.py": SOURCE}
 
 
 def test_a_crlf_diff_applies_as_its_lf_twin():
     lf = real_change()
     crlf = lf.replace("\n", "\r\n")
-    assert patch.apply(patch.read_diff(crlf), {TARGET: SOURCE}.get) == patch.apply(patch.read_diff(lf), {TARGET: SOURCE}.get)
+    assert unified_diff.apply(unified_diff.read_diff(crlf), {TARGET: SOURCE}.get) == unified_diff.apply(unified_diff.read_diff(lf), {TARGET: SOURCE}.get)
 
 
 def test_a_binary_patch_in_vllm_is_refused(tmp_path, vllm_src, sentinel):
@@ -235,8 +236,8 @@ def test_a_diff_of_hundreds_of_megabytes_is_refused_unread(tmp_path, vllm_src, s
 def test_a_diff_that_is_a_fifo_is_refused_without_blocking(tmp_path, vllm_src, sentinel):
     diff = tmp_path / "pipe.diff"
     os.mkfifo(diff)
-    with pytest.raises(patch.PatchError, match="not a regular file"):
-        patch.read_diff_file(diff)
+    with pytest.raises(unified_diff.PatchError, match="not a regular file"):
+        unified_diff.read_diff_file(diff)
 
 
 # ------------------------------------------------------------ gh's JSON

@@ -35,7 +35,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review.matrix import matrix_files
     from gdn_review.mutation import guard
     from gdn_review.review.orchestrate import ReviewError
-    from gdn_review.review.patch import PatchError
+    from gdn_review.common.unified_diff import PatchError
     from gdn_review.run import bench, selection, snapshot_take, suite
 
     return (selection.SelectionError, generator.GenerateError, verdicts.ReportError, evidence_file.EvidenceError, suite.SuiteError,

@@ -1,7 +1,7 @@
 """A diff's target for a draft: the file it changes and the function or method the changes are in.
 
 Read from the diff alone (what ``gh pr diff`` or ``git diff`` writes, read by
-review/patch.py), no source tree: the file is ``TARGET_FILE`` when the diff
+common/unified_diff.py), no source tree: the file is ``TARGET_FILE`` when the diff
 changes it, else the first ``.py`` file. The symbol of a changed line is the
 innermost ``def`` (or ``class``) around it that the diff shows: a ``def`` or
 ``class`` line among the hunk's lines, or the function context git writes after
@@ -17,7 +17,7 @@ import copy
 import dataclasses
 import re
 
-from gdn_review.review.patch import FileDiff
+from gdn_review.common.unified_diff import FileDiff
 
 TARGET_FILE = "vllm/v1/attention/backends/gdn_attn.py"
 _DEFINITION = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+([A-Za-z_][A-Za-z0-9_]*)")

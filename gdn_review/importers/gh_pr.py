@@ -30,7 +30,7 @@ from gdn_review.importers.diff_target import diff_target
 from gdn_review.importers.drafting import ReportImportError, checked, draft_claims, draft_yaml, sentences
 from gdn_review.importers.report_sections import parse_markdown
 from gdn_review.kb.load import ENTRY_SYMBOLS
-from gdn_review.review.patch import PatchError, read_diff_file
+from gdn_review.common.unified_diff import PatchError, read_diff_file
 
 ORIGIN = "the PR's JSON"
 _PULL = re.compile(r"^https?://[^/\s]+/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pulls?/(\d{1,12})(?:[/?#]\S*)?$")

@@ -17,15 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from gdn_review.common import unified_diff
 from gdn_review.review import orchestrate
-
-
-def diff_beside(record_path: Path) -> Path | None:
-    """``kb/N.diff`` beside ``kb/N.yaml``, or None; a link or anything but a regular file there is refused (ReviewError)."""
-    path = Path(record_path).with_suffix(".diff")
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise orchestrate.ReviewError(f"{path}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
-    return path if path.is_file() else None
 
 
 def wanted(records: dict) -> dict[Path, Path]:
@@ -34,15 +27,13 @@ def wanted(records: dict) -> dict[Path, Path]:
     Each diff is read here, before anything runs: a diff from a stranger that
     names a file outside vLLM's tree (or is no diff) stops the command (PatchError).
     """
-    from gdn_review.review import patch
-
     found = {}
     for path, record in records.items():
         if not record.is_open:
             continue
-        diff = diff_beside(path)
+        diff = unified_diff.stored_beside(path)
         if diff is not None:
-            patch.read_diff_file(diff)  # PatchError names the file and what is wrong
+            unified_diff.read_diff_file(diff)  # PatchError names the file and what is wrong
             found[path] = diff
     return found
 
@@ -84,21 +75,21 @@ def release_with_diff(diff: Path, release: str, folder: Path, say: Callable[[str
     outside vLLM's tree (``patch``); a tree of links to the release's files
     with only the changed files written, in ``folder`` (``tree.overlay``).
     """
-    from gdn_review.review import patch, tree
+    from gdn_review.review import tree
 
     onto = orchestrate.onto_release(release, None, say)
-    _, files = patch.read_diff_file(diff)  # PatchError: a file name that leaves vLLM's tree, or no diff
+    _, files = unified_diff.read_diff_file(diff)  # PatchError: a file name that leaves vLLM's tree, or no diff
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
     if not in_tree:
         raise orchestrate.ReviewError(f"{diff}: the diff changes no file of vLLM's Python package: nothing to time")
-    patch.confine(in_tree, onto.tree, str(diff))
-    patched = patch.apply(in_tree, onto.read, str(diff))  # PatchError: a hunk that does not apply
+    unified_diff.confine(in_tree, onto.tree, str(diff))
+    patched = unified_diff.apply(in_tree, onto.read, str(diff))  # PatchError: a hunk that does not apply
     return onto.tree, tree.overlay(onto.tree, patched, Path(folder) / "tree")
 
 
 def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_dir: Path, generated: Path, say: Callable[[str], None] = print) -> bool:
     """The PR's diff side on ``release``, added to the evidence of that release (`run`'s, or the matrix's base release's); False: no diff stored."""
-    diff = diff_beside(record_path)
+    diff = unified_diff.stored_beside(record_path)
     if diff is None or not record.is_open:
         return False
     from gdn_review.run import evidence_file

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from gdn_review.review.patch import FileDiff
+from gdn_review.common.unified_diff import FileDiff
 
 MODULE_LEVEL = "(module level)"
 

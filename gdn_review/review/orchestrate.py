@@ -33,7 +33,8 @@ from packaging.version import Version
 from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
-from gdn_review.review import compare, impact, patch, tree
+from gdn_review.common import unified_diff
+from gdn_review.review import compare, impact, tree
 
 REVIEW_FORMAT = "gdn-review-review/1"
 
@@ -54,7 +55,7 @@ class Onto:
     def read(self, relative: str) -> str | None:
         """The release's text of ``relative`` (None: no such file); PatchError for a name that leaves the tree."""
         try:
-            return patch.inside(self.tree, relative).read_text(encoding="utf-8")
+            return unified_diff.inside(self.tree, relative).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -90,7 +91,7 @@ def _source_version(folder: Path) -> str | None:
     return Version(match.group(1)).base_version if match else None
 
 
-def classify(files: list[patch.FileDiff], targets: set[str]) -> list[dict]:
+def classify(files: list[unified_diff.FileDiff], targets: set[str]) -> list[dict]:
     rows = []
     for file in files:
         paths = {p for p in (file.old_path, file.new_path) if p}
@@ -188,7 +189,7 @@ def review(
     from gdn_review.run.selection import current_modules, load_records
 
     started = time.monotonic()
-    text, files = patch.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
+    text, files = unified_diff.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
     records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
     every = load_records(kb_dir)
     known = {r.key for r in every.values()}
@@ -199,9 +200,9 @@ def review(
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
     in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
-    patch.confine(in_tree, base.tree, str(diff_path))  # no symlink out of the release, regular files only
+    unified_diff.confine(in_tree, base.tree, str(diff_path))  # no symlink out of the release, regular files only
     _check_work(work, base.tree)
-    patched = patch.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
+    patched = unified_diff.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
     targets = {r.target.file for r in records.values()}
     data = {
         "format": REVIEW_FORMAT,

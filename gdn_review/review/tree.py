@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gdn_review.review import patch
+from gdn_review.common import unified_diff
 
 
 def _materialise(folder: Path, original: Path) -> None:
@@ -39,16 +39,16 @@ def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
     _materialise(dest, base)
     root = dest.resolve()
     for relative, text in sorted(patched.items()):
-        problem = patch.path_problem(relative)
+        problem = unified_diff.path_problem(relative)
         if problem:
-            raise patch.PatchError(f"{patch.shown_path(relative)}: refused: {problem}")
+            raise unified_diff.PatchError(f"{unified_diff.shown_path(relative)}: refused: {problem}")
         parts = relative.split("/")
         folder, original = dest, base
         for part in parts[:-1]:
             folder, original = folder / part, original / part
             _materialise(folder, original)
             if folder.is_symlink() or folder.resolve().parent != (folder.parent.resolve()) or root not in folder.resolve().parents:
-                raise patch.PatchError(f"{patch.shown_path(relative)}: refused: {folder} is not a folder of the overlay")
+                raise unified_diff.PatchError(f"{unified_diff.shown_path(relative)}: refused: {folder} is not a folder of the overlay")
         target = folder / parts[-1]
         if target.is_symlink() or target.exists():
             target.unlink()

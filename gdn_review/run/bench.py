@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import interrupts, release_trees
+from gdn_review.common import interrupts, release_trees, unified_diff
 from gdn_review.kb.subjects import key_label, key_order
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
@@ -261,10 +261,8 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
         return base, head, None
     base, head = record.latency_releases()
     if base and not head and record.is_open:
-        diff = Path(path).with_suffix(".diff")
-        if diff.is_symlink() or (diff.exists() and not diff.is_file()):
-            raise BenchError(f"{diff}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
-        if not diff.exists():
+        diff = unified_diff.stored_beside(path)  # PatchError: a link or a folder there
+        if diff is None:
             number = record.key
             raise DiffNeeded(
                 f"{path}: {record.label} is open, so no release has its change: bench times vLLM {base} against {base} "

@@ -383,6 +383,15 @@ def apply(files: list[FileDiff], read: callable, name: str = "DIFF") -> dict[str
     return patched
 
 
+def stored_beside(record_path: Path) -> Path | None:
+    """The PR's diff stored beside its record (``kb/N.diff`` beside ``kb/N.yaml``, as ``gh pr diff N``
+    writes it), or None; a link or anything but a regular file there is refused (PatchError)."""
+    path = Path(record_path).with_suffix(".diff")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise PatchError(f"{path}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
+    return path if path.is_file() else None
+
+
 def read_diff_file(path: Path) -> tuple[str, list[FileDiff]]:
     """The diff's text and files, or PatchError (missing, unreadable, too large, not a diff)."""
     try:
