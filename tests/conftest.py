@@ -97,7 +97,12 @@ def _group_for_xdist(items) -> None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     for item in items:
-        names = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")) for mark in item.iter_markers("xdist_group")})
+        names = sorted(
+            {
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            }
+        )
         if names and item.nodeid.rfind("@") <= item.nodeid.rfind("]"):
             grouped = f"{item.nodeid}@{'_'.join(names)}"
             if hasattr(item, "_id"):  # pytest 9.2 keeps a structured id; nodeid is its text
@@ -150,7 +155,9 @@ def dev_tool(command: str, distribution: str) -> str:
 
 # A record whose C1 fails before the PR, with a second case and a related PR that changes it
 # (the matrix and history tests run it across releases).
-MATRIX_RECORD = MINIMAL.replace("    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n").replace(
+MATRIX_RECORD = MINIMAL.replace(
+    "    text: One ge per build.\n", "    text: One ge per build.\n    before: fails\n"
+).replace(
     "risks:\n",
     "  - id: plain\n    text: A decode.\n    rows:\n      - {seq_len: 5, query_len: 1}\n"
     "related:\n"
@@ -163,13 +170,38 @@ assert "before: fails" in MATRIX_RECORD and "related:" in MATRIX_RECORD
 
 def write_matrix_evidence(folder: Path, version: str, outcome: str, ge: int) -> str:
     tests = [
-        {"nodeid": "m::test_C1[cpu-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cpu",
-         "outcome": outcome, "reason": None if outcome == "passed" else "over budget", "measured": {"aten.ge": ge}, "expected": {"aten.ge": "<= 1"}},
-        {"nodeid": "m::test_C1[cuda-spec]", "record": 7, "claim": "C1", "risks": ["R1"], "case": "spec", "device": "cuda",
-         "outcome": "skipped", "reason": "needs CUDA: none here"},
+        {
+            "nodeid": "m::test_C1[cpu-spec]",
+            "record": 7,
+            "claim": "C1",
+            "risks": ["R1"],
+            "case": "spec",
+            "device": "cpu",
+            "outcome": outcome,
+            "reason": None if outcome == "passed" else "over budget",
+            "measured": {"aten.ge": ge},
+            "expected": {"aten.ge": "<= 1"},
+        },
+        {
+            "nodeid": "m::test_C1[cuda-spec]",
+            "record": 7,
+            "claim": "C1",
+            "risks": ["R1"],
+            "case": "spec",
+            "device": "cuda",
+            "outcome": "skipped",
+            "reason": "needs CUDA: none here",
+        },
     ]
-    data = {"format": "gdn-review-evidence/1", "finished_at": "2026-11-29T00:00:00+00:00", "tests": tests,
-            "environment": {"vllm_version": version, "vllm_source": "unpacked on PYTHONPATH (not the installed distribution)"}}
+    data = {
+        "format": "gdn-review-evidence/1",
+        "finished_at": "2026-11-29T00:00:00+00:00",
+        "tests": tests,
+        "environment": {
+            "vllm_version": version,
+            "vllm_source": "unpacked on PYTHONPATH (not the installed distribution)",
+        },
+    }
     name = f"evidence-{version}.json"
     (folder / name).write_text(json.dumps(data), encoding="utf-8")
     return name
@@ -177,6 +209,8 @@ def write_matrix_evidence(folder: Path, version: str, outcome: str, ge: int) -> 
 
 def write_matrix_snapshot(folder: Path, version: str, spec: dict, plain: dict) -> str:
     name = f"snapshot-{version}.json"
-    doc = snapshot_files.document(7, {"release": version, "device": "cpu", "cases": {"spec": spec, "plain": plain}})
+    doc = snapshot_files.document(
+        7, {"release": version, "device": "cpu", "cases": {"spec": spec, "plain": plain}}
+    )
     (folder / name).write_text(snapshot_files.dumps(doc), encoding="utf-8")
     return name

@@ -100,19 +100,33 @@ def run_mutants(
 ) -> dict[str, dict]:
     """mutant id -> {returncode, stdout} of pytest over ``pytest_args`` with that mutant's
     edits ([find, replace, count] each) applied to vLLM's gdn_attn.py; "(baseline)" is the
-    unmutated run (over ``baseline_args`` when given), with its seconds. ``clear`` names the cached builder factories (module, function) to empty
+    unmutated run (over ``baseline_args`` when given), with its seconds. ``clear`` names the cached
+    builder factories (module, function) to empty
     in each child, as ``gdn-review mutate`` does."""
     result = scratch / "results.json"
     settings = {
-        "mutants": mutants, "pytest_args": pytest_args, "scratch": str(scratch), "result": str(result),
-        "preload": list(preload), "clear": [list(c) for c in clear], "refuse_gdn_review": refuse_gdn_review,
+        "mutants": mutants,
+        "pytest_args": pytest_args,
+        "scratch": str(scratch),
+        "result": str(result),
+        "preload": list(preload),
+        "clear": [list(c) for c in clear],
+        "refuse_gdn_review": refuse_gdn_review,
         "baseline_args": baseline_args,
     }
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(settings)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", SCRIPT, json.dumps(settings)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if not result.exists():
-        raise RuntimeError(f"the mutant runner stopped (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+        raise RuntimeError(
+            "the mutant runner stopped (exit "
+            f"{done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        )
     results = json.loads(result.read_text(encoding="utf-8"))
     results["(baseline)"]["stdout"] = done.stdout  # the children wrote theirs to files
     return results

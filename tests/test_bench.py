@@ -47,26 +47,66 @@ def test_pooled_ratio_is_the_geometric_mean_over_cases():
 def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
     evidence = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-m", "gdn_review.cli", "bench", "--record", "52078", "--releases", "0.29.0,0.33.0",
-         "--case", "single_request", "--max-seconds", "5", "--evidence", str(evidence)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "gdn_review.cli",
+            "bench",
+            "--record",
+            "52078",
+            "--releases",
+            "0.29.0,0.33.0",
+            "--case",
+            "single_request",
+            "--max-seconds",
+            "5",
+            "--evidence",
+            str(evidence),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "single_request" in done.stdout and "head/base" in done.stdout and "verdict: " in done.stdout
+    assert (
+        "single_request" in done.stdout
+        and "head/base" in done.stdout
+        and "verdict: " in done.stdout
+    )
     data = json.loads(evidence.read_text(encoding="utf-8"))
     result = data["bench"]["52078"]
     assert (result["base"], result["head"], result["device"]) == ("0.29.0", "0.33.0", "cpu")
     row = result["cases"][0]
-    assert row["samples"][0] >= 20 and row["base_median_us"] > 0 and row["ci95"][0] <= row["ratio"] <= row["ci95"][1]
+    assert (
+        row["samples"][0] >= 20
+        and row["base_median_us"] > 0
+        and row["ci95"][0] <= row["ratio"] <= row["ci95"][1]
+    )
     assert result["verdict"] in {bench.SUPPORTED, bench.NOISE, bench.CONTRADICTED}
     sources = {release: env["vllm_source"] for release, env in result["environments"].items()}
-    assert sources["0.29.0"].startswith("unpacked on PYTHONPATH") and sources["0.33.0"] == "installed distribution"
+    assert (
+        sources["0.29.0"].startswith("unpacked on PYTHONPATH")
+        and sources["0.33.0"] == "installed distribution"
+    )
 
 
 def test_an_unknown_case_is_bad_input():
     done = subprocess.run(
-        [sys.executable, "-m", "gdn_review.cli", "bench", "--record", "52078", "--case", "no_such_case"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "gdn_review.cli",
+            "bench",
+            "--record",
+            "52078",
+            "--case",
+            "no_such_case",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 2 and "no case no_such_case" in done.stderr
 
@@ -77,4 +117,7 @@ def test_a_workers_platform_follows_its_device_unless_a_bundle_runs_cuda_on_the_
     assert platform_for("cpu", {"VLLM_TARGET_DEVICE": "cuda"}) == "cpu"
     assert platform_for("cuda", {}) == "cuda"
     assert platform_for("cuda", {"VLLM_TARGET_DEVICE": "cpu"}) == "cuda"
-    assert platform_for("cuda", {"VLLM_TARGET_DEVICE": "cpu", "GDN_REVIEW_CUDA_ON_CPU_PLATFORM": "1"}) == "cpu"
+    assert (
+        platform_for("cuda", {"VLLM_TARGET_DEVICE": "cpu", "GDN_REVIEW_CUDA_ON_CPU_PLATFORM": "1"})
+        == "cpu"
+    )

@@ -1,4 +1,5 @@
-"""`gdn-review bench` on an open PR: its base release against the same release with its diff (kb/N.diff).
+"""`gdn-review bench` on an open PR: its base release against the same release with its diff
+(kb/N.diff).
 
 Without a stored diff, a named record is bad input said in one line, and the
 reports never advise a bench that cannot run.
@@ -16,8 +17,7 @@ import pytest
 
 from gdn_review.kb import load_record
 from gdn_review.report import report
-from gdn_review.run import bench
-from gdn_review.run import evidence_file
+from gdn_review.run import bench, evidence_file
 from tests.conftest import ROOT
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
@@ -52,10 +52,13 @@ risks: []
 
 
 def _tiny_diff(text: str) -> str:
-    """A comment added below the first line of ``text`` (the target file), as `gh pr diff` writes a diff."""
+    """A comment added below the first line of ``text`` (the target file), as `gh pr diff` writes a
+    diff."""
     lines = text.splitlines(keepends=True)
     changed = lines[:1] + ["# a comment the bench's test adds\n"] + lines[1:]
-    return f"diff --git a/{TARGET} b/{TARGET}\n" + "".join(difflib.unified_diff(lines, changed, f"a/{TARGET}", f"b/{TARGET}"))
+    return f"diff --git a/{TARGET} b/{TARGET}\n" + "".join(
+        difflib.unified_diff(lines, changed, f"a/{TARGET}", f"b/{TARGET}")
+    )
 
 
 @pytest.fixture
@@ -66,11 +69,17 @@ def open_kb(write_record):
 def _bench(kb, *args):
     return subprocess.run(
         [sys.executable, "-m", "gdn_review.cli", "bench", "--kb", str(kb), "--record", "7", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
 
 
-def test_bench_of_an_open_pr_without_its_diff_says_in_one_line_where_the_diff_goes(open_kb, tmp_path):
+def test_bench_of_an_open_pr_without_its_diff_says_in_one_line_where_the_diff_goes(
+    open_kb, tmp_path
+):
     evidence = tmp_path / "bench.json"
     done = _bench(open_kb, "--evidence", str(evidence))
     assert done.returncode == 2, done.stdout + done.stderr
@@ -99,7 +108,17 @@ def test_every_record_run_skips_an_open_pr_without_its_diff_and_says_so(open_kb,
 
     said = []
     with pytest.raises(bench.BenchError, match="no record to time"):
-        bench.bench_records(load_records(open_kb), False, None, "cpu", (), 1, 0.01, tmp_path / "bench.json", say=said.append)
+        bench.bench_records(
+            load_records(open_kb),
+            False,
+            None,
+            "cpu",
+            (),
+            1,
+            0.01,
+            tmp_path / "bench.json",
+            say=said.append,
+        )
     assert len(said) == 1 and said[0].startswith("skipped: ") and "gh pr diff 7" in said[0]
 
 
@@ -111,7 +130,10 @@ def test_the_report_of_an_open_pr_without_its_diff_never_advises_a_bench_that_ca
     assert claim["verdict"] == "unverified"
     advice = [claim["reason"], *data["next_steps"]]
     assert not any("run `gdn-review bench" in line for line in advice), advice
-    assert f"gh pr diff 7 > {open_kb / '7.diff'}" in claim["reason"] and "or the change is released" in claim["reason"]
+    assert (
+        f"gh pr diff 7 > {open_kb / '7.diff'}" in claim["reason"]
+        and "or the change is released" in claim["reason"]
+    )
     # With the diff stored, the bench can run: the report says so.
     (open_kb / "7.diff").write_text(_tiny_diff("line 1\nline 2\n"), encoding="utf-8")
     data = report.report_data(record, evidence_file.Evidence([], [], [], []), path=path)
@@ -125,13 +147,19 @@ def test_bench_times_an_open_pr_with_its_stored_diff(open_kb, tmp_path):
 
     release, root = release_cache.loaded()
     (open_kb / "7.yaml").write_text(OPEN_RECORD.format(base=release), encoding="utf-8")
-    (open_kb / "7.diff").write_text(_tiny_diff((root / TARGET).read_text(encoding="utf-8")), encoding="utf-8")
+    (open_kb / "7.diff").write_text(
+        _tiny_diff((root / TARGET).read_text(encoding="utf-8")), encoding="utf-8"
+    )
     evidence = tmp_path / "bench.json"
     done = _bench(open_kb, "--max-seconds", "1", "--evidence", str(evidence))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert f"vLLM {release} (base) vs {release}+diff (head)" in done.stderr
     result = json.loads(evidence.read_text(encoding="utf-8"))["bench"]["7"]
-    assert (result["base"], result["head"], result["diff"]) == (release, f"{release}+diff", str(open_kb / "7.diff"))
+    assert (result["base"], result["head"], result["diff"]) == (
+        release,
+        f"{release}+diff",
+        str(open_kb / "7.diff"),
+    )
     assert result["cases"][0]["case"] == "spec" and result["cases"][0]["base_median_us"] > 0
     # Both sides load the same copy of the release's files, the head side with the diff applied.
     assert {env["vllm_version"] for env in result["environments"].values()} == {release}
@@ -143,7 +171,9 @@ def test_a_hostile_diff_beside_an_open_record_is_refused_before_anything_runs(op
     escape = tmp_path / "escaped.py"
     name = f"vllm/../../../../../../..{escape}"
     (open_kb / "7.diff").write_text(
-        f"diff --git a/{name} b/{name}\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+print('owned')\n", encoding="utf-8"
+        f"diff --git a/{name} b/{name}\n--- /dev/null\n+++ b/{name}\n@@ "
+        "-0,0 +1 @@\n+print('owned')\n",
+        encoding="utf-8",
     )
     evidence = tmp_path / "bench.json"
     done = _bench(open_kb, "--evidence", str(evidence))

@@ -1,4 +1,5 @@
-"""The offline bundle: what it carries, its limit, its script, and (slow) a dry run with no network."""
+"""The offline bundle: what it carries, its limit, its script, and (slow) a dry run with no
+network."""
 
 from __future__ import annotations
 
@@ -43,17 +44,29 @@ def test_carried_pins_are_what_vllm_needs_beyond_the_baseline_at_installed_versi
 def test_platform_arguments_name_the_python_and_every_manylinux():
     arguments = bundling._platform_arguments("3.12")
     assert arguments[arguments.index("--python-version") + 1] == "3.12"
-    assert {"cp312", "abi3", "none"} <= {arguments[i + 1] for i, a in enumerate(arguments) if a == "--abi"}
+    assert {"cp312", "abi3", "none"} <= {
+        arguments[i + 1] for i, a in enumerate(arguments) if a == "--abi"
+    }
     platforms = {arguments[i + 1] for i, a in enumerate(arguments) if a == "--platform"}
-    assert {"manylinux2014_x86_64", "manylinux_2_31_x86_64"} <= platforms  # llguidance's wheel is 2_31
+    assert {
+        "manylinux2014_x86_64",
+        "manylinux_2_31_x86_64",
+    } <= platforms  # llguidance's wheel is 2_31
 
 
 def _manifest(**changes) -> dict:
     manifest = {
-        "created_at": "2026-11-29T00:00:00Z", "python": "3.12", "baseline": list(bundling.BASELINE),
+        "created_at": "2026-11-29T00:00:00Z",
+        "python": "3.12",
+        "baseline": list(bundling.BASELINE),
         "releases": ["0.28.0", "0.29.0", "0.33.0"],
         "records": [
-            {"record": 52078, "file": "52078.yaml", "releases": ["0.28.0", "0.29.0", "0.33.0"], "bench": {"base": "0.28.0", "head": "0.29.0"}},
+            {
+                "record": 52078,
+                "file": "52078.yaml",
+                "releases": ["0.28.0", "0.29.0", "0.33.0"],
+                "bench": {"base": "0.28.0", "head": "0.29.0"},
+            },
             {"record": 56531, "file": "56531.yaml", "releases": ["0.33.0"], "bench": None},
         ],
         "wheels": [{"name": "pydantic", "version": "2", "file": "p.whl", "sha256": "0"}],
@@ -65,9 +78,16 @@ def _manifest(**changes) -> dict:
 def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
     script = environment().get_template("bundle/run.sh.j2").render(manifest=_manifest(), max_mib=60)
     (tmp_path / "run.sh").write_text(script)
-    assert subprocess.run(["bash", "-n", str(tmp_path / "run.sh")], capture_output=True).returncode == 0
+    assert (
+        subprocess.run(["bash", "-n", str(tmp_path / "run.sh")], capture_output=True).returncode
+        == 0
+    )
     assert "gdn-review: generated" in script.splitlines()[1]
-    assert "--no-index" in script and "--require-hashes" in script and "sys.version_info[:2] != (3, 12)" in script
+    assert (
+        "--no-index" in script
+        and "--require-hashes" in script
+        and "sys.version_info[:2] != (3, 12)" in script
+    )
     assert "matrix --record 52078 --vllm 0.28.0 --vllm 0.29.0 --vllm 0.33.0" in script
     assert "matrix --record 56531 --vllm 0.33.0 " in script
     assert "bench --record 52078 --device" in script and "--record 56531 --device" not in script
@@ -75,24 +95,39 @@ def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
 
 
 def test_run_script_without_a_latency_claim_has_no_bench(tmp_path):
-    manifest = _manifest(records=[{"record": 56531, "file": "56531.yaml", "releases": ["0.33.0"], "bench": None}])
+    manifest = _manifest(
+        records=[{"record": 56531, "file": "56531.yaml", "releases": ["0.33.0"], "bench": None}]
+    )
     script = environment().get_template("bundle/run.sh.j2").render(manifest=manifest, max_mib=60)
     assert "gdn_review.cli bench" not in script and "bench.json" not in script
 
 
 def test_run_script_refuses_another_python(tmp_path):
-    script = environment().get_template("bundle/run.sh.j2").render(manifest=_manifest(python="2.7"), max_mib=60)
+    script = (
+        environment()
+        .get_template("bundle/run.sh.j2")
+        .render(manifest=_manifest(python="2.7"), max_mib=60)
+    )
     (tmp_path / "run.sh").write_text(script)
-    done = subprocess.run(["bash", str(tmp_path / "run.sh"), str(tmp_path / "out")], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    done = subprocess.run(
+        ["bash", str(tmp_path / "run.sh"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
     assert done.returncode == 2
     assert "wheels are for Python 2.7" in done.stderr
-    assert (tmp_path / "out" / "steps.jsonl").read_text() == ""  # it stopped before installing anything
+    assert (
+        tmp_path / "out" / "steps.jsonl"
+    ).read_text() == ""  # it stopped before installing anything
 
 
 def test_out_must_be_empty_unless_forced(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    result = CliRunner().invoke(main, ["bundle", "--out", str(tmp_path / "out"), "--vllm", "0.33.0"])
+    result = CliRunner().invoke(
+        main, ["bundle", "--out", str(tmp_path / "out"), "--vllm", "0.33.0"]
+    )
     assert result.exit_code == 2
     assert "exists and is not empty (--force replaces it)" in result.output
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
@@ -112,61 +147,120 @@ def test_dry_run_needs_this_python():
 
 
 def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
-    # The wheels and releases are stood in by small files: this checks the limit and the staging, not pip.
+    # The wheels and releases are stood in by small files: this checks the limit and the staging,
+    # not pip.
     wheel = tmp_path / "cache" / "w-1-py3-none-any.whl"
     wheel.parent.mkdir()
     wheel.write_bytes(b"x" * 4096)
     monkeypatch.setattr(bundling, "carried_pins", lambda: [bundling.Pin("w", "1")])
     monkeypatch.setattr(bundling, "fetch_wheels", lambda pins, python, say: [wheel])
     monkeypatch.setattr(bundling.release_trees, "entry", lambda version, say=None: version)
-    monkeypatch.setattr(bundling, "pack_release", lambda release, destination, say: destination.write_bytes(b"y" * 100_000))
+    monkeypatch.setattr(
+        bundling,
+        "pack_release",
+        lambda release, destination, say: destination.write_bytes(b"y" * 100_000),
+    )
     from gdn_review.kb import load_kb
 
     records = load_kb(ROOT / "kb")
     with pytest.raises(bundling.BundleError, match=r"over the limit of 0\.1 MiB \(project"):
-        bundling.write_bundle(tmp_path / "out", records, ["0.28.0", "0.29.0", "0.33.0"], max_bytes=100_000, project_root=ROOT, say=lambda line: None)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no bundle, no staging folder left
-    manifest = bundling.write_bundle(tmp_path / "out", records, ["0.28.0", "0.29.0", "0.33.0"], max_bytes=10 << 20, project_root=ROOT, say=lambda line: None)
+        bundling.write_bundle(
+            tmp_path / "out",
+            records,
+            ["0.28.0", "0.29.0", "0.33.0"],
+            max_bytes=100_000,
+            project_root=ROOT,
+            say=lambda line: None,
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "cache"
+    ]  # no bundle, no staging folder left
+    manifest = bundling.write_bundle(
+        tmp_path / "out",
+        records,
+        ["0.28.0", "0.29.0", "0.33.0"],
+        max_bytes=10 << 20,
+        project_root=ROOT,
+        say=lambda line: None,
+    )
     assert manifest["bytes"] <= 10 << 20
-    carried = {r["record"]: r for r in json.loads((tmp_path / "out" / "bundle.json").read_text())["records"]}
+    carried = {
+        r["record"]: r
+        for r in json.loads((tmp_path / "out" / "bundle.json").read_text())["records"]
+    }
     assert carried[52078]["bench"] == {"base": "0.28.0", "head": "0.29.0"}
     assert (tmp_path / "out" / "project" / "generated_tests" / "test_pr_52078.py").is_file()
     import hashlib
 
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    assert (tmp_path / "out" / "wheels" / "requirements.txt").read_text() == f"w==1 --hash=sha256:{digest}\n"
+    assert (
+        tmp_path / "out" / "wheels" / "requirements.txt"
+    ).read_text() == f"w==1 --hash=sha256:{digest}\n"
 
 
 def test_a_latency_claim_needs_its_releases_carried(tmp_path):
     from gdn_review.kb import load_kb
 
     records = load_kb(ROOT / "kb")
-    with pytest.raises(bundling.BundleError, match="latency claim's releases 0.28.0 are not carried"):
-        bundling.write_bundle(tmp_path / "out", records, ["0.29.0", "0.33.0"], project_root=ROOT, say=lambda line: None)
+    with pytest.raises(
+        bundling.BundleError, match="latency claim's releases 0.28.0 are not carried"
+    ):
+        bundling.write_bundle(
+            tmp_path / "out",
+            records,
+            ["0.29.0", "0.33.0"],
+            project_root=ROOT,
+            say=lambda line: None,
+        )
 
 
 def test_probe_lines_say_what_ran_and_the_first_error():
     attempt = {
         "mode": "cuda",
-        "result": {"steps": [{"step": "import torch", "ok": True}, {"step": "vLLM platform (cuda)", "ok": False, "error": "ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'"}], "devices": {}},
+        "result": {
+            "steps": [
+                {"step": "import torch", "ok": True},
+                {
+                    "step": "vLLM platform (cuda)",
+                    "ok": False,
+                    "error": "ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'",
+                },
+            ],
+            "devices": {},
+        },
     }
-    assert bundle_run.probe_lines("0.33.0", attempt) == ["vLLM 0.33.0 [cuda]: vLLM platform (cuda) failed: ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'"]
+    assert bundle_run.probe_lines("0.33.0", attempt) == [
+        "vLLM 0.33.0 [cuda]: vLLM platform (cuda) failed: "
+        "ModuleNotFoundError: No module named 'vllm._C_stable_libtorch'"
+    ]
     attempt = {
         "mode": "cuda tensors on the cpu platform",
-        "result": {"steps": [{"step": "import vllm", "ok": True}], "devices": {
-            "cpu": {"skipped": None, "steps": [{"step": "build()", "ok": True}]},
-            "cuda": {"skipped": None, "steps": [{"step": "VllmConfig and builder", "ok": True}, {"step": "build()", "ok": False, "error": "RuntimeError: x"}]},
-        }},
+        "result": {
+            "steps": [{"step": "import vllm", "ok": True}],
+            "devices": {
+                "cpu": {"skipped": None, "steps": [{"step": "build()", "ok": True}]},
+                "cuda": {
+                    "skipped": None,
+                    "steps": [
+                        {"step": "VllmConfig and builder", "ok": True},
+                        {"step": "build()", "ok": False, "error": "RuntimeError: x"},
+                    ],
+                },
+            },
+        },
     }
     assert bundle_run.probe_lines("0.33.0", attempt) == [
         "vLLM 0.33.0 [cuda tensors on the cpu platform] cpu: ran build()",
-        "vLLM 0.33.0 [cuda tensors on the cpu platform] cuda: ran VllmConfig and builder; build() failed: RuntimeError: x",
+        "vLLM 0.33.0 [cuda tensors on the cpu platform] cuda: ran "
+        "VllmConfig and builder; build() failed: RuntimeError: x",
     ]
 
 
 @pytest.mark.slow
 def test_default_bundle_for_the_gpu_machine_is_within_60_mib(tmp_path):
-    result = CliRunner().invoke(main, ["bundle", "--out", str(tmp_path / "gpu")], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["bundle", "--out", str(tmp_path / "gpu")], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "gpu" / "bundle.json").read_text())
     size = sum(p.stat().st_size for p in (tmp_path / "gpu").rglob("*") if p.is_file())
@@ -179,12 +273,24 @@ def test_default_bundle_for_the_gpu_machine_is_within_60_mib(tmp_path):
 @pytest.mark.slow
 def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
     if not bundling.no_network_prefix():
-        pytest.skip("unshare -rn is not permitted here, so the network cannot be cut for the dry run")
+        pytest.skip(
+            "unshare -rn is not permitted here, so the network cannot be cut for the dry run"
+        )
     # A small selection keeps CI short: one record on the two releases of its latency claim
     # (probes, matrix, bench and report all run; the default bundle's size is checked above).
     selection = ["--record", "52078", "--vllm", "0.28.0", "--vllm", "0.29.0"]
     result = CliRunner().invoke(
-        main, ["bundle", "--out", str(tmp_path / "bundle"), *selection, "--dry-run", "--work", str(tmp_path / "work")], catch_exceptions=False
+        main,
+        [
+            "bundle",
+            "--out",
+            str(tmp_path / "bundle"),
+            *selection,
+            "--dry-run",
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        catch_exceptions=False,
     )
     out = tmp_path / "work" / "evidence"
     log = (out / "run.log").read_text() if (out / "run.log").exists() else result.output
@@ -196,7 +302,10 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
     for version, probe in summary["probes"].items():
         (attempt,) = probe["attempts"]
         assert all(step["ok"] for step in attempt["result"]["steps"]), (version, attempt)
-        assert all(step["ok"] for step in attempt["result"]["devices"]["cpu"]["steps"]), (version, attempt)
+        assert all(step["ok"] for step in attempt["result"]["devices"]["cpu"]["steps"]), (
+            version,
+            attempt,
+        )
         assert attempt["result"]["devices"]["cuda"]["skipped"].startswith("needs CUDA")
     for number, runs in summary["matrices"].items():
         assert runs, number
@@ -207,10 +316,16 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
             assert outcomes.count("passed") > 0, (number, run)
             # vLLM came from the bundle's own release cache, not from this machine's install.
             assert str(tmp_path / "work") in evidence["environment"]["vllm_path"]
-            if run["role"] != "base":  # the base release runs every claim: those of an improvement fail there
+            if (
+                run["role"] != "base"
+            ):  # the base release runs every claim: those of an improvement fail there
                 assert run["pytest_exit"] == 0, (number, run)
     bench = summary["bench"]["52078"]
-    assert bench["device"] == "cpu" and bench["verdict"] in {"supported", "not distinguishable from noise", "contradicted"}
+    assert bench["device"] == "cpu" and bench["verdict"] in {
+        "supported",
+        "not distinguishable from noise",
+        "contradicted",
+    }
     report = (out / "reports" / "52078.md").read_text()
     assert "C4" in report
 
@@ -218,7 +333,9 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
 def test_cuda_on_the_cpu_platform_needs_both_settings(monkeypatch):
     import importlib
 
-    env = importlib.import_module("gdn_review.harness.environment")  # the package exports a function of that name
+    env = importlib.import_module(
+        "gdn_review.harness.environment"
+    )  # the package exports a function of that name
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
     monkeypatch.delenv(env.CUDA_ON_CPU_PLATFORM, raising=False)
     assert not env.cuda_on_cpu_platform()
@@ -234,6 +351,10 @@ def test_matrix_plans_from_the_cache_where_no_vllm_is_installed():
 
     record = next(r for r in load_kb(ROOT / "kb").values() if r.key == 52078)
     planned = matrix.plan(record, None, ["0.33.0", "0.28.0", "0.29.0"])
-    assert [(p.version, p.role, p.installed) for p in planned] == [("0.28.0", "base", False), ("0.29.0", "head", False), ("0.33.0", "later", False)]
+    assert [(p.version, p.role, p.installed) for p in planned] == [
+        ("0.28.0", "base", False),
+        ("0.29.0", "head", False),
+        ("0.33.0", "later", False),
+    ]
     with pytest.raises(matrix_files.MatrixError, match="no vLLM is importable here"):
         matrix.plan(record, None)

@@ -55,7 +55,9 @@ def test_generate_then_check_then_edit(tmp_path, write_record):
     (kb / "8.yaml").write_text(MINIMAL.replace("number: 7", "number: 8"))
     result = run("generate", "--check", "--kb", str(kb), "--out", str(out))
     assert result.exit_code == 1
-    assert "missing" in result.output and "orphan" in result.output and "test_pr_7.py" in result.output
+    assert (
+        "missing" in result.output and "orphan" in result.output and "test_pr_7.py" in result.output
+    )
 
 
 def test_generate_bad_record_exits_2(write_record, tmp_path):
@@ -76,7 +78,9 @@ def test_schema_is_json_schema_of_a_record():
     schema = json.loads(result.output)
     assert schema["title"] == "gdn-review record"
     assert {"target", "claims"} <= set(schema["required"])
-    assert {"pr", "contract"} <= set(schema["properties"])  # one or the other (the loader says which is missing)
+    assert {"pr", "contract"} <= set(
+        schema["properties"]
+    )  # one or the other (the loader says which is missing)
 
 
 def test_help_shows_examples():

@@ -18,10 +18,9 @@ import pytest
 from gdn_review import harness
 from gdn_review.common import release_cache, release_trees
 from gdn_review.kb import RecordErrors, load_record
-from gdn_review.run import evidence_file
 from gdn_review.report.report_contents import report_data
-
 from gdn_review.review import tree
+from gdn_review.run import evidence_file
 from tests.conftest import ROOT
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
@@ -37,35 +36,59 @@ def test_a_step_builds_each_group_on_its_own_builder_and_table_and_counts_per_st
     one = harness.build_case("cpu", MIXED)
     step = harness.build_case("cpu", dict(MIXED, step={"groups": 3}))
     assert step.metadata["group_state_tables"] == [[0], [1], [2]]  # each group's own block table
-    assert step.metadata["group_differences"] == [[], []]  # otherwise what the first group's build() returns
-    first = {k: v for k, v in step.metadata.items() if k not in ("group_state_tables", "group_differences")}
+    assert step.metadata["group_differences"] == [
+        [],
+        [],
+    ]  # otherwise what the first group's build() returns
+    first = {
+        k: v
+        for k, v in step.metadata.items()
+        if k not in ("group_state_tables", "group_differences")
+    }
     assert first == one.metadata  # the first group: today's single build()
-    # Three calls, each what the others executed (a single build's count also holds making its inputs).
+    # Three calls, each what the others executed (a single build's count also holds making its
+    # inputs).
     assert len(step.call_ops) == 3 and step.call_ops[0] == step.call_ops[1] == step.call_ops[2]
     budget = {"aten.ge": 1, "aten.repeat_interleave": 1}
-    assert harness.op_counts(step, budget, "step") == {"aten.ge": 3, "aten.repeat_interleave": 3}  # once per build, three per step
+    assert harness.op_counts(step, budget, "step") == {
+        "aten.ge": 3,
+        "aten.repeat_interleave": 3,
+    }  # once per build, three per step
     assert harness.op_counts(step, budget, "call") == {"aten.ge": 1, "aten.repeat_interleave": 1}
-    assert harness.op_counts(one, budget, "step") == harness.op_counts(one, budget, "call")  # one call: the same count
+    assert harness.op_counts(one, budget, "step") == harness.op_counts(
+        one, budget, "call"
+    )  # one call: the same count
 
 
 def test_a_method_the_release_lacks_is_not_applicable_naming_it():
     case = dict(MIXED, step={"groups": 2, "before_builds": [{"method": "compute_spec_metadata"}]})
-    with pytest.raises(pytest.skip.Exception, match=r"not applicable: vLLM \S+ has no GDNAttentionMetadataBuilder.compute_spec_metadata"):
+    with pytest.raises(
+        pytest.skip.Exception,
+        match=r"not applicable: vLLM \S+ has no GDNAttentionMetadataBuilder.compute_spec_metadata",
+    ):
         harness.build_case("cpu", case)
 
 
 # A change of this test's own (not any PR's): the builder gains a per-step method that
 # computes the spec masks, and build() takes them instead of computing them again.
 PATCHES = [
-    ("    def build(  # type: ignore[override]\n",
-     "    def compute_step_masks(self, num_decode_draft_tokens_cpu):\n"
-     "        self.step_calls = getattr(self, 'step_calls', 0) + 1\n"
-     "        return num_decode_draft_tokens_cpu >= 0\n\n"
-     "    def build(  # type: ignore[override]\n"),
-    ("        fast_build: bool = False,\n    ) -> GDNAttentionMetadata:\n",
-     "        fast_build: bool = False,\n        step_masks=None,\n    ) -> GDNAttentionMetadata:\n"),
-    ("            spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0\n",
-     "            spec_sequence_masks_cpu = step_masks if step_masks is not None else num_decode_draft_tokens_cpu >= 0\n"),
+    (
+        "    def build(  # type: ignore[override]\n",
+        "    def compute_step_masks(self, num_decode_draft_tokens_cpu):\n"
+        "        self.step_calls = getattr(self, 'step_calls', 0) + 1\n"
+        "        return num_decode_draft_tokens_cpu >= 0\n\n"
+        "    def build(  # type: ignore[override]\n",
+    ),
+    (
+        "        fast_build: bool = False,\n    ) -> GDNAttentionMetadata:\n",
+        "        fast_build: bool = False,\n        step_masks=None,\n   "
+        " ) -> GDNAttentionMetadata:\n",
+    ),
+    (
+        "            spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0\n",
+        "            spec_sequence_masks_cpu = step_masks if step_masks "
+        "is not None else num_decode_draft_tokens_cpu >= 0\n",
+    ),
 ]
 STEP_SCRIPT = """
 import json, sys
@@ -78,7 +101,9 @@ print(json.dumps({"ge": harness.op_counts(run, {"aten.ge": 1}, "step")["aten.ge"
 
 
 @pytest.mark.slow
-def test_with_a_change_that_adds_the_method_it_runs_once_per_step_and_its_result_reaches_each_build(tmp_path):
+def test_with_a_change_that_adds_the_method_it_runs_once_per_step_and_its_result_reaches_each_build(
+    tmp_path,
+):
     version, root = release_cache.loaded()
     source = (root / TARGET).read_text(encoding="utf-8")
     changed = source
@@ -86,16 +111,37 @@ def test_with_a_change_that_adds_the_method_it_runs_once_per_step_and_its_result
         assert changed.count(find) == 1, f"vLLM {version}: {find!r} is not in {TARGET} once"
         changed = changed.replace(find, replace)
     patched = tree.overlay(root, {TARGET: changed}, tmp_path / "tree")
-    case = dict(MIXED, step={"groups": 2, "before_builds": [{"method": "compute_step_masks", "result_as": "step_masks"}]})
-    done = subprocess.run([sys.executable, "-c", STEP_SCRIPT, json.dumps(case)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=release_trees.environment(patched))
+    case = dict(
+        MIXED,
+        step={
+            "groups": 2,
+            "before_builds": [{"method": "compute_step_masks", "result_as": "step_masks"}],
+        },
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", STEP_SCRIPT, json.dumps(case)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=release_trees.environment(patched),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     # Once per step: the method's >= 0, none in the two builds; three calls counted apart.
     assert measured == {"ge": 1, "calls": 3, "tables": [[0], [1]], "differ": [[]], "path": "spec"}
     # The same step on the release as it is: the method is absent.
-    done = subprocess.run([sys.executable, "-c", STEP_SCRIPT, json.dumps(case)], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode != 0 and "has no GDNAttentionMetadataBuilder.compute_step_masks" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-c", STEP_SCRIPT, json.dumps(case)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        done.returncode != 0
+        and "has no GDNAttentionMetadataBuilder.compute_step_masks" in done.stderr
+    )
 
 
 STEP_RECORD = textwrap.dedent(
@@ -138,25 +184,57 @@ STEP_RECORD = textwrap.dedent(
 
 def _run_generated(kb: Path, tmp_path: Path) -> Path:
     out = tmp_path / "generated"
-    subprocess.run([sys.executable, "-m", "gdn_review.cli", "generate", "--kb", str(kb), "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "gdn_review.cli", "generate", "--kb", str(kb), "--out", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     evidence = tmp_path / "evidence.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", str(out), "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--gdn-evidence", str(evidence)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(out),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--gdn-evidence",
+            str(evidence),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-2000:]
     return evidence
 
 
 @pytest.mark.slow
-def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_names_its_case(write_record, tmp_path):
+def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_names_its_case(
+    write_record, tmp_path
+):
     kb = write_record(STEP_RECORD)
-    data = report_data(load_record(kb / "7.yaml"), evidence_file.load([_run_generated(kb, tmp_path)]))
+    data = report_data(
+        load_record(kb / "7.yaml"), evidence_file.load([_run_generated(kb, tmp_path)])
+    )
     claim = data["claims"][0]
     # Before, the needs case skipped the whole invariant: "pending" for a claim of no change.
     assert claim["verdict"] == "holds", claim
-    # An invariant that fails on a named case names it and its rows (report and review show the first line).
-    failing = STEP_RECORD.replace("properties: [partition, counts_add_up]", "properties: [fallback_condition]").replace(
+    # An invariant that fails on a named case names it and its rows (report and review show the
+    # first line).
+    failing = STEP_RECORD.replace(
+        "properties: [partition, counts_add_up]", "properties: [fallback_condition]"
+    ).replace(
         "      - {seq_len: 20, query_len: 3, drafted: 2}\n      - {seq_len: 40, query_len: 8}\n",
-        "      - {seq_len: 20, query_len: 1, drafted: 0}\n      - {seq_len: 9, query_len: 1, drafted: 0}\n", 1)
+        "      - {seq_len: 20, query_len: 1, drafted: 0}\n      - "
+        "{seq_len: 9, query_len: 1, drafted: 0}\n",
+        1,
+    )
     kb = write_record(failing)
     evidence = _run_generated(kb, tmp_path / "failing")
     tests = json.loads(evidence.read_text(encoding="utf-8"))["tests"]
@@ -164,42 +242,74 @@ def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_na
     assert "fallback_condition fails on case plain: path 'spec'" in reason, reason
     assert "rows (seq_len, query_len, drafted) [(20, 1, 0), (9, 1, 0)], k = 2" in reason
     shown = report_data(load_record(kb / "7.yaml"), evidence_file.load([evidence]))["claims"][0]
-    assert shown["verdict"] == "fails" and "fallback_condition fails on case plain" in shown["reason"], shown
+    assert (
+        shown["verdict"] == "fails" and "fallback_condition fails on case plain" in shown["reason"]
+    ), shown
 
 
 def test_a_property_says_where_it_does_not_apply():
-    capture = {"speculative_tokens": 2, "entry": "capture", "rows": [{"seq_len": 9, "query_len": 3}]}
+    capture = {
+        "speculative_tokens": 2,
+        "entry": "capture",
+        "rows": [{"seq_len": 9, "query_len": 3}],
+    }
     run = harness.build_case("cpu", capture)
-    assert "a capture derives them from the query lengths" in harness.check_property("spec_rows_match_drafts", capture, run)
+    assert "a capture derives them from the query lengths" in harness.check_property(
+        "spec_rows_match_drafts", capture, run
+    )
     assert harness.check_property("partition", capture, run) is None  # checked, and holds
-    call = {"call": {"function": "plan_flashinfer_checkpoints", "arguments": {"checkpoint_offsets": [0], "query_lens": [1]}}}
+    call = {
+        "call": {
+            "function": "plan_flashinfer_checkpoints",
+            "arguments": {"checkpoint_offsets": [0], "query_lens": [1]},
+        }
+    }
     assert "calls a host function on its own" in harness.check_property("partition", call, None)
 
 
 def test_a_step_the_harness_cannot_run_as_a_runner_would_is_a_record_error(write_record):
-    record = STEP_RECORD.replace("    needs: [spec_decode_src_indices]\n", "    entry: capture\n    step:\n      groups: 1\n"
-                                 "      before_builds:\n        - {method: compute, arguments: [block_table]}\n    expect: {group_differences: []}\n")
+    record = STEP_RECORD.replace(
+        "    needs: [spec_decode_src_indices]\n",
+        "    entry: capture\n    step:\n      groups: 1\n"
+        "      before_builds:\n        - {method: compute, arguments: [block_table]}\n    expect: {group_differences: []}\n",
+    )
     with pytest.raises(RecordErrors) as caught:
-        load_record(write_record(record.replace("drafted: 2}\n    entry", "}\n    entry")) / "7.yaml")
+        load_record(
+            write_record(record.replace("drafted: 2}\n    entry", "}\n    entry")) / "7.yaml"
+        )
     text = str(caught.value)
     assert "cases[1].entry: a step calls each group's build() as the runner does" in text
-    assert "cases[1].step.before_builds[0].arguments[0]: 'block_table' is not one of build()'s arguments" in text
+    assert (
+        "cases[1].step.before_builds[0].arguments[0]: 'block_table' is "
+        "not one of build()'s arguments" in text
+    )
     assert "cases[1].step.groups: group_differences compare groups: give groups: 2 or more" in text
 
 
 def test_an_invariant_lists_its_cases_and_they_must_exist(write_record):
-    record = STEP_RECORD.replace("      examples: 3\n", "      examples: 3\n      cases: [plain, nowhere]\n")
-    with pytest.raises(RecordErrors, match=r"claims\[0\]\.check\.cases\[1\]: no case with id 'nowhere'"):
+    record = STEP_RECORD.replace(
+        "      examples: 3\n", "      examples: 3\n      cases: [plain, nowhere]\n"
+    )
+    with pytest.raises(
+        RecordErrors, match=r"claims\[0\]\.check\.cases\[1\]: no case with id 'nowhere'"
+    ):
         load_record(write_record(record) / "7.yaml")
 
 
 def test_the_generated_invariant_runs_only_on_the_cases_it_lists(write_record):
     from gdn_review.generate import render_module
 
-    record = load_record(write_record(STEP_RECORD.replace("      examples: 3\n", "      examples: 3\n      cases: [plain]\n")) / "7.yaml")
+    record = load_record(
+        write_record(
+            STEP_RECORD.replace("      examples: 3\n", "      examples: 3\n      cases: [plain]\n")
+        )
+        / "7.yaml"
+    )
     text = render_module(record, "kb/7.yaml")
-    assert "@example(batch=CASES['plain'])" in text and "@example(batch=CASES['needs_the_pr'])" not in text
-
+    assert (
+        "@example(batch=CASES['plain'])" in text
+        and "@example(batch=CASES['needs_the_pr'])" not in text
+    )
 
 
 def test_bench_times_a_step_case_as_its_whole_step():
@@ -215,6 +325,7 @@ def test_reports_and_the_guards_line_map_name_a_step():
     record = load_record(ROOT / "kb" / "52297.yaml")
     assert configuration_label(record.case("mixed_step")) == "step of 2 groups"
     assert record.case("mixed_step_spec_metadata").configuration() == (
-        "one engine step: compute_spec_metadata() once, then build() of each of 2 KV-cache groups (own builders and block tables)"
+        "one engine step: compute_spec_metadata() once, then build() of "
+        "each of 2 KV-cache groups (own builders and block tables)"
     )
     assert record.case("mixed_batch").configuration() is None

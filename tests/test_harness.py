@@ -76,7 +76,10 @@ def test_environment_names_versions():
     env = harness.environment()
     assert env["vllm_version"] == str(harness.vllm_release())
     assert env["torch_version"] and env["python"]
-    assert env["vllm_source"] in {"installed distribution", "unpacked on PYTHONPATH (not the installed distribution)"}
+    assert env["vllm_source"] in {
+        "installed distribution",
+        "unpacked on PYTHONPATH (not the installed distribution)",
+    }
 
 
 def test_cuda_skip_reason_on_this_machine():
@@ -107,7 +110,8 @@ def test_mutants_of_the_bundled_record_apply_to_the_loaded_release():
 
 
 def test_on_vllms_cpu_platform_a_cuda_builder_gets_a_cpu_device_config(monkeypatch):
-    """A bundle's fallback on a GPU machine: the CPU platform asserts a cpu device config, the builder's tensors go to CUDA."""
+    """A bundle's fallback on a GPU machine: the CPU platform asserts a cpu device config, the
+    builder's tensors go to CUDA."""
     import os
 
     from gdn_review.harness.builders import _vllm_config
@@ -120,7 +124,8 @@ def test_on_vllms_cpu_platform_a_cuda_builder_gets_a_cpu_device_config(monkeypat
 
 @pytest.mark.slow
 def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_background_process():
-    """Both are about a process's first vLLM import, so one fresh process checks both (one import, not two).
+    """Both are about a process's first vLLM import, so one fresh process checks both (one import,
+    not two).
 
     vLLM picks its platform at first import. A test reaching vLLM through a helper
     that does not prepare it (a bare VllmConfig) once left a pytest worker on the
@@ -144,7 +149,13 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
         "kids = [p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == me]\n"
         "print('children', len(kids))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in {"VLLM_TARGET_DEVICE", "HUMMING_DISABLE_PARALLEL_BUILD"}}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"VLLM_TARGET_DEVICE", "HUMMING_DISABLE_PARALLEL_BUILD"}
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert "platform CpuPlatform" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "children 0" in done.stdout, done.stdout + done.stderr[-2000:]

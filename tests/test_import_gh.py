@@ -1,4 +1,5 @@
-"""`gdn-review import` of gh's JSON of a PR (and `--diff`): a draft record, or exit 2 with the reason."""
+"""`gdn-review import` of gh's JSON of a PR (and `--diff`): a draft record, or exit 2 with the
+reason."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 
 from gdn_review.cli import main
+from gdn_review.common.unified_diff import read_diff
 from gdn_review.importers.diff_target import diff_target
 from gdn_review.kb import is_draft, load_record
-from gdn_review.common.unified_diff import read_diff
 from tests.conftest import GH_FIXTURES, GH_PR, GH_PR_DIFF, GH_PR_JSON, ROOT
 
 # Real PR #55404 in gh's shape; tests/fixtures/gh/README.md says what the thread gave.
@@ -67,22 +68,33 @@ def test_pr_fields_claims_risks_and_notes(tmp_path):
     assert claims[0] == ("Build cudagraph-capture metadata without a device sync", "PR title")
     assert {source for _, source in claims} == {"PR title", "PR body"}
     assert all(c.check.kind == "TODO" and c.check.hint for c in record.claims)
-    assert any(text.startswith("`build_for_cudagraph_capture` derived the host-side draft counts") for text, _ in claims)
+    assert any(
+        text.startswith("`build_for_cudagraph_capture` derived the host-side draft counts")
+        for text, _ in claims
+    )
     assert "gpu_sync" in record.claims[0].check.hint
-    assert [r.text for r in record.risks] == ["_🗄️ Data Integrity & Integration_ | _🟠 Major_ | _🏗️ Heavy lift_ (review by coderabbitai[bot])"]
+    assert [r.text for r in record.risks] == [
+        "_🗄️ Data Integrity & Integration_ | _🟠 Major_ | _🏗️ Heavy lift_ "
+        "(review by coderabbitai[bot])"
+    ]
     assert record.related == []  # the thread references no other PR
     notes = record.report
     assert notes.motivation.startswith("`build_for_cudagraph_capture` derived")
     assert [k.path for k in notes.key_files] == [f["path"] for f in PR["files"]]
     assert notes.discussion.startswith("- review by coderabbitai[bot]: ")
     assert notes.code_snippets[-1].file == "vllm/v1/attention/backends/gdn_attn.py"
-    assert "+        assert num_decode_draft_tokens_cpu.shape == num_accepted_tokens.shape" in notes.code_snippets[-1].code
+    assert (
+        "+        assert num_decode_draft_tokens_cpu.shape == num_accepted_tokens.shape"
+        in notes.code_snippets[-1].code
+    )
 
 
 def test_target_file_and_symbol_from_the_diff(tmp_path):
     out, record = imported(tmp_path, PR_JSON, "--diff", PR_DIFF)
     assert record.target.file == "vllm/v1/attention/backends/gdn_attn.py"
-    assert record.target.symbol == "build_for_cudagraph_capture"  # the hunk header's context; no class in the diff
+    assert (
+        record.target.symbol == "build_for_cudagraph_capture"
+    )  # the hunk header's context; no class in the diff
     assert record.report.key_symbols == ["build_for_cudagraph_capture"]
     header = (out / "55404.yaml").read_text(encoding="utf-8").split("schema_version:")[0]
     assert "qualify a method: Class.build_for_cudagraph_capture" in header
@@ -97,16 +109,23 @@ def test_without_a_diff_the_file_comes_from_files_and_the_symbol_is_todo(tmp_pat
 
 def test_the_class_qualifies_a_method_when_the_diff_shows_it():
     # A test input: the class line of vLLM 0.29.0's gdn_attn.py in a hunk before the method's.
-    text = PR_DIFF.read_text(encoding="utf-8").replace(
-        "@@ -542,6 +542,7 @@",
-        "@@ -82,2 +82,2 @@\n"
-        " class GDNAttentionMetadataBuilder(AttentionMetadataBuilder[GDNAttentionMetadata]):\n"
-        "-    reorder_batch_threshold: int = 1\n"
-        "+    reorder_batch_threshold: int = 2\n"
-        "@@ -542,6 +542,7 @@",
-    ).replace("@@ -82,2 +82,2 @@", "@@ -82,2 +82,2 @@ class GDNAttentionMetadata:")
+    text = (
+        PR_DIFF.read_text(encoding="utf-8")
+        .replace(
+            "@@ -542,6 +542,7 @@",
+            "@@ -82,2 +82,2 @@\n"
+            " class GDNAttentionMetadataBuilder(AttentionMetadataBuilder[GDNAttentionMetadata]):\n"
+            "-    reorder_batch_threshold: int = 1\n"
+            "+    reorder_batch_threshold: int = 2\n"
+            "@@ -542,6 +542,7 @@",
+        )
+        .replace("@@ -82,2 +82,2 @@", "@@ -82,2 +82,2 @@ class GDNAttentionMetadata:")
+    )
     target = diff_target(read_diff(text, "t.diff"))
-    assert target.symbols == ["GDNAttentionMetadataBuilder", "GDNAttentionMetadataBuilder.build_for_cudagraph_capture"]
+    assert target.symbols == [
+        "GDNAttentionMetadataBuilder",
+        "GDNAttentionMetadataBuilder.build_for_cudagraph_capture",
+    ]
 
 
 def test_a_def_line_in_the_hunk_names_the_symbol():
@@ -140,13 +159,25 @@ def test_references_become_related_prs(tmp_path):
     # A test input comment (not in the thread) that references another PR and the PR itself.
     comment = {"author": {"login": "reviewer"}, "body": "Same area as #52078; see also #55404."}
     _, record = imported(tmp_path, variant(tmp_path, comments=[comment]))
-    assert [(r.number, r.relation, r.note) for r in record.related] == [(52078, "same-area", "referenced in the comment by reviewer: Same area as #52078; see also #55404.")]
+    assert [(r.number, r.relation, r.note) for r in record.related] == [
+        (
+            52078,
+            "same-area",
+            "referenced in the comment by reviewer: Same area as #52078; see also #55404.",
+        )
+    ]
 
 
 def test_a_review_that_requests_changes_is_a_risk(tmp_path):
-    review = {"author": {"login": "reviewer"}, "body": "Please add a test.", "state": "CHANGES_REQUESTED"}
+    review = {
+        "author": {"login": "reviewer"},
+        "body": "Please add a test.",
+        "state": "CHANGES_REQUESTED",
+    }
     _, record = imported(tmp_path, variant(tmp_path, reviews=[review]))
-    assert [r.text for r in record.risks] == ["Please add a test. (review by reviewer, CHANGES_REQUESTED)"]
+    assert [r.text for r in record.risks] == [
+        "Please add a test. (review by reviewer, CHANGES_REQUESTED)"
+    ]
 
 
 # ------------------------------------------------------------------ refusals
@@ -155,14 +186,19 @@ def test_a_review_that_requests_changes_is_a_risk(tmp_path):
 def test_bad_json_exits_2_naming_file_line_col_and_writes_nothing(tmp_path):
     text = PR_JSON.read_text(encoding="utf-8")
     bad = tmp_path / "pr.json"
-    bad.write_text(text.replace('"number": 55404,', '"number": 55404'), encoding="utf-8")  # a missing comma
+    bad.write_text(
+        text.replace('"number": 55404,', '"number": 55404'), encoding="utf-8"
+    )  # a missing comma
     with pytest.raises(json.JSONDecodeError) as error:
         json.loads(bad.read_text(encoding="utf-8"))
     out = tmp_path / "kb"
     out.mkdir()
     result = run("import", bad, "--out", out)
     assert result.exit_code == 2
-    assert f"{bad}:{error.value.lineno}:{error.value.colno}: not valid JSON: Expecting ',' delimiter" in result.output
+    assert (
+        f"{bad}:{error.value.lineno}:{error.value.colno}: not valid JSON: Expecting ',' delimiter"
+        in result.output
+    )
     assert list(out.iterdir()) == []
 
 
@@ -171,9 +207,15 @@ def test_bad_json_exits_2_naming_file_line_col_and_writes_nothing(tmp_path):
     [
         ({"number": "55404"}, "pr.json: number: expected an integer"),
         ({"title": None}, "pr.json: title: expected a string"),
-        ({"reviews": [{"author": {"login": 7}, "body": "x"}]}, "pr.json: reviews[0].author.login: expected a string"),
+        (
+            {"reviews": [{"author": {"login": 7}, "body": "x"}]},
+            "pr.json: reviews[0].author.login: expected a string",
+        ),
         ({"files": {"path": "a.py"}}, "pr.json: files: expected a list"),
-        ({"url": "https://github.com/vllm-project/vllm/pull/1"}, "pr.json: url: names PR #1, but number is 55404"),
+        (
+            {"url": "https://github.com/vllm-project/vllm/pull/1"},
+            "pr.json: url: names PR #1, but number is 55404",
+        ),
         ({"url": None}, "pr.json: url: missing"),
         ({"mergedAt": "yesterday"}, "pr.json: mergedAt: 'yesterday' is not an ISO 8601 time"),
     ],
@@ -196,7 +238,9 @@ def test_a_json_list_is_refused(tmp_path):
 
 def test_bad_diff_exits_2_naming_file_and_line_and_writes_nothing(tmp_path):
     bad = tmp_path / "pr.diff"
-    bad.write_text("\n".join(PR_DIFF.read_text(encoding="utf-8").splitlines()[:-3]) + "\n", encoding="utf-8")  # cut short
+    bad.write_text(
+        "\n".join(PR_DIFF.read_text(encoding="utf-8").splitlines()[:-3]) + "\n", encoding="utf-8"
+    )  # cut short
     out = tmp_path / "kb"
     out.mkdir()
     result = run("import", PR_JSON, "--diff", bad, "--out", out)
@@ -220,13 +264,19 @@ def test_existing_output_needs_force(tmp_path):
     assert result.exit_code == 2 and "exists; use --force" in result.output
     assert target.read_text(encoding="utf-8") == "# kept\n"
     assert run("import", PR_JSON, "--diff", PR_DIFF, "--out", out, "--force").exit_code == 0
-    assert yaml.safe_load(target.read_text(encoding="utf-8"))["target"]["symbol"] == "build_for_cudagraph_capture"
+    assert (
+        yaml.safe_load(target.read_text(encoding="utf-8"))["target"]["symbol"]
+        == "build_for_cudagraph_capture"
+    )
 
 
 def test_import_help_shows_gh_examples():
     result = run("import", "--help")
     assert result.exit_code == 0
-    assert "gh pr view 55404 --json number,title,body,mergedAt,url,files,reviews,comments" in result.output
+    assert (
+        "gh pr view 55404 --json number,title,body,mergedAt,url,files,reviews,comments"
+        in result.output
+    )
     assert "gdn-review import pr.json --diff pr.diff" in result.output and "--diff" in result.output
 
 
@@ -259,8 +309,15 @@ def test_53542s_draft_claims_its_own_change_not_what_its_description_says_of_oth
     assert result.exit_code == 0, result.output
     record = load_record(out / "53542.yaml")
     texts = [claim.text for claim in record.claims]
-    assert any(text.startswith("This change derives the active speculative width from the CPU query lengths") for text in texts)
-    assert not any("#53426" in text or "#52559" in text for text in texts)  # sentences about other PRs are not its claims
+    assert any(
+        text.startswith(
+            "This change derives the active speculative width from the CPU query lengths"
+        )
+        for text in texts
+    )
+    assert not any(
+        "#53426" in text or "#52559" in text for text in texts
+    )  # sentences about other PRs are not its claims
     notes = {r.number: r.note for r in record.related}
     assert set(notes) == {52559, 53426} and "only skips the draft sync forward" in notes[53426]
     assert record.state == "open"
@@ -268,7 +325,9 @@ def test_53542s_draft_claims_its_own_change_not_what_its_description_says_of_oth
     count = int(result.output.split("draft: ")[1].split(" open")[0])
     assert len(_header_todos((out / "53542.yaml").read_text(encoding="utf-8"))) == count
     done = run("validate", "--kb", out)
-    assert done.output.count("incomplete: ") == count and f"{count} open TODO(s)" in done.output, done.output
+    assert done.output.count("incomplete: ") == count and f"{count} open TODO(s)" in done.output, (
+        done.output
+    )
 
 
 def test_a_comment_that_carries_a_failure_is_the_first_risk(tmp_path):
@@ -276,25 +335,48 @@ def test_a_comment_that_carries_a_failure_is_the_first_risk(tmp_path):
     out = tmp_path / "kb"
     assert run("import", FIXTURES / "pr-48475.json", "--out", out).exit_code == 0
     record = load_record(out / "48475.yaml")
-    assert "reproducible IMA" in record.risks[0].text and record.risks[0].text.endswith("(comment by brasrox)")
-    assert any("For `num_accepted_tokens >= 1` the computation is unchanged" in claim.text for claim in record.claims)
+    assert "reproducible IMA" in record.risks[0].text and record.risks[0].text.endswith(
+        "(comment by brasrox)"
+    )
+    assert any(
+        "For `num_accepted_tokens >= 1` the computation is unchanged" in claim.text
+        for claim in record.claims
+    )
     assert 41190 in {r.number for r in record.related}
 
 
 def test_a_traceback_in_a_review_is_a_risk_before_plain_concerns(tmp_path):
-    # Test input (not PR data): a plain concern first, then a review whose code block holds an error.
+    # Test input (not PR data): a plain concern first, then a review whose code block holds an
+    # error.
     reviews = [
-        {"author": {"login": "a"}, "state": "COMMENTED", "body": "I am a bit worried this could regress the eager path."},
-        {"author": {"login": "b"}, "state": "COMMENTED", "body": "With FULL graphs and K3 it dies at capture:\n\n```\nTraceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: spec_state_indices_tensor must be contiguous\n```\n"},
+        {
+            "author": {"login": "a"},
+            "state": "COMMENTED",
+            "body": "I am a bit worried this could regress the eager path.",
+        },
+        {
+            "author": {"login": "b"},
+            "state": "COMMENTED",
+            "body": "With FULL graphs and K3 it dies at capture:\n\n```\nTraceback "
+            '(most recent call last):\n  File "x.py", line 1\nRuntimeError: '
+            "spec_state_indices_tensor must be contiguous\n```\n",
+        },
     ]
     _, record = imported(tmp_path, variant(tmp_path, reviews=reviews))
     texts = [risk.text for risk in record.risks]
-    assert texts[0].startswith("With FULL graphs and K3 it dies at capture") or "RuntimeError: spec_state_indices_tensor must be contiguous" in texts[0]
-    assert any(text.startswith("`RuntimeError: spec_state_indices_tensor must be contiguous`") for text in texts[:2])
+    assert (
+        texts[0].startswith("With FULL graphs and K3 it dies at capture")
+        or "RuntimeError: spec_state_indices_tensor must be contiguous" in texts[0]
+    )
+    assert any(
+        text.startswith("`RuntimeError: spec_state_indices_tensor must be contiguous`")
+        for text in texts[:2]
+    )
     assert texts[-1].startswith("I am a bit worried")
 
 
-# --- PR #52297: a timing becomes a latency claim; what moves and what stays are claims of their own ---
+# --- PR #52297: a timing becomes a latency claim; what moves and what stays are claims of their own
+# ---
 
 PR_52297 = FIXTURES / "pr-52297.json"
 _STAYS_SENTENCE = "Only the block_table dependent state index gathers stay per-group in build()."
@@ -302,7 +384,10 @@ _ONCE_PER_STEP = (
     "Compute the batch level GDN spec decode metadata once per step in `compute_spec_metadata` and store it on "
     "model_specific_attn_metadata, instead of recomputing it inside each GDN group's build()."
 )
-_PROFILING = "Main: GDNAttentionMetadataBuilder.build() takes ~900µs PR: GDNAttentionMetadataBuilder.build() takes ~300µs"
+_PROFILING = (
+    "Main: GDNAttentionMetadataBuilder.build() takes ~900µs PR: "
+    "GDNAttentionMetadataBuilder.build() takes ~300µs"
+)
 
 
 def _imported_52297(tmp_path):
@@ -313,15 +398,20 @@ def _imported_52297(tmp_path):
 
 
 def test_52297s_profiling_figures_are_a_latency_claim(tmp_path):
-    """pr-52297.json: the ~900µs -> ~300µs of its Profiling section is drafted as a latency claim, not left as prose."""
+    """pr-52297.json: the ~900µs -> ~300µs of its Profiling section is drafted as a latency claim,
+    not left as prose."""
     _, _, record = _imported_52297(tmp_path)
     claim = next(c for c in record.claims if "~300µs" in (c.source or ""))
     assert claim.text == _PROFILING
     assert claim.source == f"PR body: '{_PROFILING}'"
     assert claim.check.kind == "TODO"
-    assert claim.check.hint.startswith("latency: a latency claim, measured by `gdn-review bench` (build() timed A/B")
+    assert claim.check.hint.startswith(
+        "latency: a latency claim, measured by `gdn-review bench` (build() timed A/B"
+    )
     assert "an end-to-end throughput figure needs a serving benchmark" in claim.check.hint
-    e2e = next(c for c in record.claims if "improves 61%" in c.text)  # a percentage of throughput: latency too
+    e2e = next(
+        c for c in record.claims if "improves 61%" in c.text
+    )  # a percentage of throughput: latency too
     assert e2e.check.hint.startswith("latency: ") and "serving benchmark" in e2e.check.hint
     assert e2e.source == f"PR body: '{e2e.text}'"
 
@@ -331,32 +421,51 @@ def test_52297s_what_moves_and_what_stays_are_claims_of_their_own(tmp_path):
     by_text = {c.text: c for c in record.claims}
     stays = by_text[_STAYS_SENTENCE]
     assert stays.source == f"PR body: '{_STAYS_SENTENCE}'"
-    assert stays.check.hint == "equivalence: what stays: each group's metadata equals today's build() (equivalence on named cases)"
+    assert (
+        stays.check.hint == "equivalence: what stays: each group's metadata equals today's "
+        "build() (equivalence on named cases)"
+    )
     once = by_text[_ONCE_PER_STEP]
     assert once.source == f"PR body: '{_ONCE_PER_STEP}'"
-    assert once.check.hint.startswith("op_budget: what moves: the computation it names is counted once per step (an op budget per step)")
+    assert once.check.hint.startswith(
+        "op_budget: what moves: the computation it names is counted once "
+        "per step (an op budget per step)"
+    )
     moved = by_text["This compute can be moved one level up out of each group build()."]
     assert moved.check.hint == once.check.hint
-    assert by_text["Move GDN common metadata compute out of per-group build"].source == "PR title: 'Move GDN common metadata compute out of per-group build'"
+    assert (
+        by_text["Move GDN common metadata compute out of per-group build"].source
+        == "PR title: 'Move GDN common metadata compute out of per-group build'"
+    )
 
 
 def test_52297s_sentences_are_drafted_once_each(tmp_path):
     _, _, record = _imported_52297(tmp_path)
     texts = [c.text for c in record.claims]
     assert len(texts) == len(set(texts))
-    for sentence in (_STAYS_SENTENCE, _ONCE_PER_STEP, _PROFILING):  # the bullet holds two sentences: two claims, one each
+    for sentence in (
+        _STAYS_SENTENCE,
+        _ONCE_PER_STEP,
+        _PROFILING,
+    ):  # the bullet holds two sentences: two claims, one each
         assert sum(sentence in text for text in texts) == 1
     assert [c.id for c in record.claims] == [f"C{i}" for i in range(1, len(texts) + 1)]
-    assert len(texts) == 7  # title, two Purpose sentences, the bullet's two, the e2e bullet, Profiling
+    assert (
+        len(texts) == 7
+    )  # title, two Purpose sentences, the bullet's two, the e2e bullet, Profiling
     assert not any(text.startswith(("pytest -s -v", "Unit test passed")) for text in texts)
 
 
 def test_52297s_draft_validates_as_a_draft(tmp_path):
     out, result, record = _imported_52297(tmp_path)
     path = out / "52297.yaml"
-    # target.file, target.symbol (no files, no diff), target.base_release (open), one check per claim
+    # target.file, target.symbol (no files, no diff), target.base_release (open), one check per
+    # claim
     assert result.output.strip() == f"wrote {path} (draft: 10 open TODOs; run gdn-review validate)"
-    assert record.pr.state == "open" and record.pr.title == json.loads(PR_52297.read_text(encoding="utf-8"))["title"]
+    assert (
+        record.pr.state == "open"
+        and record.pr.title == json.loads(PR_52297.read_text(encoding="utf-8"))["title"]
+    )
     done = run("validate", "--kb", out)
     assert done.exit_code == 1, done.output  # open TODOs, not a bad record
     assert f"draft  {path}  PR #52297: 7 claims, 0 cases, 0 risks" in done.output

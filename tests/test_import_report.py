@@ -96,13 +96,18 @@ def test_seed_claims_are_todo_checks_from_motivation_and_impact():
     assert any("无行为变化" in t and "吞吐量" in t for t in texts)
     sources = {c.source for c in record.claims}
     impact = "在并发场景下吞吐量约有 1% 的提升，且无行为变化，对用户是正向优化。"
-    # The ~1% throughput sentence is a latency claim: its source quotes it (the claim a reviewer writes is narrower).
+    # The ~1% throughput sentence is a latency claim: its source quotes it (the claim a reviewer
+    # writes is narrower).
     assert sources == {"功能与动机", "风险与影响 (影响)", f"风险与影响 (影响): '{impact}'"}
     equivalence = next(c for c in record.claims if "无行为变化" in c.text)
     assert equivalence.text == impact
-    assert equivalence.check.hint.startswith("latency: a latency claim, measured by `gdn-review bench`")
+    assert equivalence.check.hint.startswith(
+        "latency: a latency claim, measured by `gdn-review bench`"
+    )
     assert "equivalence" in equivalence.check.hint and "serving benchmark" in equivalence.check.hint
-    assert "latency or gpu_sync" not in equivalence.check.hint  # the general speed hint gives way to the latency one
+    assert (
+        "latency or gpu_sync" not in equivalence.check.hint
+    )  # the general speed hint gives way to the latency one
 
 
 def test_seed_risks_related_and_report_notes():
@@ -111,13 +116,17 @@ def test_seed_risks_related_and_report_notes():
     assert record.risks[0].text.startswith("核心风险在于重构后的条件判断逻辑")
     assert record.risks[1].text.startswith("影响范围局限于 vLLM v1 的 GDN attention 后端")
     assert all(r.cases == [] and r.claims == [] for r in record.risks)
-    assert [(r.number, r.title, r.relation) for r in record.related] == [(52839, "[refactor] consolidate cp attn ops", "same-area")]
+    assert [(r.number, r.title, r.relation) for r in record.related] == [
+        (52839, "[refactor] consolidate cp attn ops", "same-area")
+    ]
     assert record.related[0].note.startswith("同为 attention 相关改动")
     notes = record.report
     assert notes.summary == "优化 GDN 元数据构建重复 mask 计算"
     assert notes.recommendation.startswith("该 PR 是一个小范围性能优化")
     assert notes.motivation.startswith("在 GDNAttentionMetadataBuilder.build() 中")
-    assert len(notes.implementation) == 2 and notes.implementation[0].startswith("**重构 condition 分支**")
+    assert len(notes.implementation) == 2 and notes.implementation[0].startswith(
+        "**重构 condition 分支**"
+    )
     assert [k.path for k in notes.key_files] == ["vllm/v1/attention/backends/gdn_attn.py"]
     assert "核心修改文件" in notes.key_files[0].note and "core-logic" in notes.key_files[0].note
     assert notes.key_symbols == ["build"]
@@ -155,7 +164,9 @@ def test_cli_import_then_validate_lists_exactly_the_todos(tmp_path):
     incomplete = [line for line in result.output.splitlines() if line.startswith("  incomplete: ")]
     fields = [line.split(": ")[2] for line in incomplete]
     record = parse_record(path.read_text(encoding="utf-8"), "52078.yaml")
-    expected = ["target.base_release", "target.head_release"] + [f"claims[{i}].check" for i in range(len(record.claims))]
+    expected = ["target.base_release", "target.head_release"] + [
+        f"claims[{i}].check" for i in range(len(record.claims))
+    ]
     assert fields == expected
     assert all(str(path) in line for line in incomplete)
     assert len(open_items(record)) == len(expected)
@@ -241,9 +252,18 @@ def test_english_headings_reordered_and_missing_sections():
     assert record.pr.title == "[Core] Compute the mask once"
     assert record.pr.merged_at == "2026-01-02 03:04:05"
     assert record.pr.url == "https://github.com/vllm-project/vllm/pull/12345"
-    assert (record.target.file, record.target.symbol) == ("vllm/v1/attention/backends/gdn_attn.py", "GDNAttentionMetadataBuilder.build")
-    assert [c.text for c in record.claims] == ["The mask is computed once instead of twice.", "No behavior change."]
-    assert [r.text for r in record.risks] == ["the fallback could change.", "The mask is computed once instead of twice. No behavior change."]
+    assert (record.target.file, record.target.symbol) == (
+        "vllm/v1/attention/backends/gdn_attn.py",
+        "GDNAttentionMetadataBuilder.build",
+    )
+    assert [c.text for c in record.claims] == [
+        "The mask is computed once instead of twice.",
+        "No behavior change.",
+    ]
+    assert [r.text for r in record.risks] == [
+        "the fallback could change.",
+        "The mask is computed once instead of twice. No behavior change.",
+    ]
     assert [(r.number, r.title, r.note) for r in record.related] == [
         (111, "[Misc] older cleanup", "same code, cosmetic"),
         (222, "Another one", None),
@@ -255,7 +275,10 @@ def test_english_headings_reordered_and_missing_sections():
 
 
 def test_repo_from_the_link_and_odd_dates():
-    report = "# PR #9 x\n- 标题：T\n- 合并时间：2026年8月20日 11:52\n- 原文链接：https://github.com/acme/widgets/pull/9\n"
+    report = (
+        "# PR #9 x\n- 标题：T\n- 合并时间：2026年8月20日 11:52\n- "
+        "原文链接：https://github.com/acme/widgets/pull/9\n"
+    )
     _, record = draft_of(report)
     assert (record.pr.repo, record.pr.merged_at) == ("acme/widgets", "2026-08-20 11:52")
     assert record.target.file == "TODO" and record.claims[0].text.startswith("TODO:")
@@ -272,12 +295,30 @@ def test_merge_time_and_link_may_be_missing():
     [
         ("", "no PR number found"),
         ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n", "r.md: PR #9: no repository"),
-        ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：ftp://x/y\n", "not an http(s) address"),
-        ("# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n", "no repository"),
-        ("# PR #9 x\n- 仓库：a b\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n", "r.md:2: repository 'a b'"),
-        ("# PR #9 x\n- 仓库：a/b\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n", "no title"),
-        ("# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 合并时间：yesterday\n- 原文链接：https://example.com/9\n", "r.md:4: merge time 'yesterday' is not a date"),
-        ("# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 合并时间：2026-13-40\n- 原文链接：https://example.com/9\n", "is not a date"),
+        (
+            "# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：ftp://x/y\n",
+            "not an http(s) address",
+        ),
+        (
+            "# PR #9 x\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n",
+            "no repository",
+        ),
+        (
+            "# PR #9 x\n- 仓库：a b\n- 标题：T\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n",
+            "r.md:2: repository 'a b'",
+        ),
+        (
+            "# PR #9 x\n- 仓库：a/b\n- 合并时间：2026-08-20\n- 原文链接：https://example.com/9\n",
+            "no title",
+        ),
+        (
+            "# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 合并时间：yesterday\n- 原文链接：https://example.com/9\n",
+            "r.md:4: merge time 'yesterday' is not a date",
+        ),
+        (
+            "# PR #9 x\n- 仓库：a/b\n- 标题：T\n- 合并时间：2026-13-40\n- 原文链接：https://example.com/9\n",
+            "is not a date",
+        ),
     ],
 )
 def test_reports_that_cannot_give_a_draft(report, message):
@@ -287,7 +328,9 @@ def test_reports_that_cannot_give_a_draft(report, message):
 
 def test_a_100k_character_line():
     long = "计算两次。" * 20_000  # 100k characters, 20k sentences
-    report = SEED.replace("PR 目的在于消除这些冗余计算，提升性能。", "PR 目的在于消除冗余计算" + "x" * 100_000 + "。")
+    report = SEED.replace(
+        "PR 目的在于消除这些冗余计算，提升性能。", "PR 目的在于消除冗余计算" + "x" * 100_000 + "。"
+    )
     report = report.replace("- 暂无高价值评论线程", "- " + long)
     _, record = draft_of(report)
     assert any(len(c.text) > 100_000 for c in record.claims)
@@ -295,10 +338,17 @@ def test_a_100k_character_line():
 
 
 def test_code_in_the_report_is_only_a_string():
-    evil = SEED.replace("```python\n", "```python\n__import__('os').system('echo pwned')\n!!python/object/apply:os.system ['echo pwned']\n")
+    evil = SEED.replace(
+        "```python\n",
+        "```python\n__import__('os').system('echo "
+        "pwned')\n!!python/object/apply:os.system ['echo pwned']\n",
+    )
     _, record = draft_of(evil)  # parse_record loads with the safe loader only
     code = record.report.code_snippets[0].code
-    assert "__import__('os').system('echo pwned')\n!!python/object/apply:os.system ['echo pwned']" in code
+    assert (
+        "__import__('os').system('echo pwned')\n!!python/object/apply:os.system ['echo pwned']"
+        in code
+    )
 
 
 # ------------------------------------------------------------------ Hypothesis
@@ -321,7 +371,15 @@ def test_arbitrary_text_gives_a_draft_or_a_clear_refusal(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("#-*`:：。.!?()（）[]/ \n\t\r1234567890PRabc风险影响标题仓库合并时间原文链接\ufeff\x85\u2028"))))
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            list(
+                "#-*`:：。.!?()（）[]/ \n\t\r1234567890PRabc风险影响标题仓库合并时间原文链接\ufeff\x85\u2028"
+            )
+        )
+    )
+)
 def test_markdown_shaped_noise(text):
     _import_or_refuse(text)
 

@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM stop each long run within 10 s: no process left, nothing written, exit 130 or 143.
+"""SIGINT and SIGTERM stop each long run within 10 s: no process left, nothing written, exit 130 or
+143.
 
 Each command runs for real (``python -m gdn_review.cli``, a small selection).
 It is signalled at a known moment, not after a sleep: ``GDN_REVIEW_HOLD`` names the hold point
@@ -34,7 +35,8 @@ from gdn_review.common import interrupts, release_cache
 from tests.conftest import ROOT, vllm_files_digest
 
 BOUND_S = 10.0  # signal to exit
-READY_S = 900.0  # safety cap on reaching the hold point (vLLM imports under load); not a timing assumption
+# safety cap on reaching the hold point (vLLM imports under load); not a timing assumption
+READY_S = 900.0
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 
 
@@ -43,35 +45,117 @@ def _review_diff(folder: Path) -> Path:
     _, root = release_cache.loaded()
     before = (root / TARGET).read_text(encoding="utf-8").splitlines(True)
     diff = folder / "comment.diff"
-    diff.write_text("".join(difflib.unified_diff(before, [*before, "# a line to review\n"], f"a/{TARGET}", f"b/{TARGET}")), encoding="utf-8")
+    diff.write_text(
+        "".join(
+            difflib.unified_diff(
+                before, [*before, "# a line to review\n"], f"a/{TARGET}", f"b/{TARGET}"
+            )
+        ),
+        encoding="utf-8",
+    )
     return diff
 
 
-# command -> (its hold point, its arguments given the test's folder; everything it writes goes under OUT)
+# command -> (its hold point, its arguments given the test's folder; everything it writes goes under
+# OUT)
 COMMANDS = {
-    "mutate": ("mutant", lambda t: [
-        "mutate", "--record", "52078", "--mutant", "ge_to_gt", "-k", "C1 and pure_spec_decode", "--jobs", "1", "--offline",
-        "--evidence", str(t / "out" / "evidence.json"), "--reports", str(t / "out" / "reports")]),
-    "matrix": ("matrix-pytest", lambda t: [
-        "matrix", "--record", "52078", "--vllm", release_cache.installed(), "--jobs", "1", "-k", "C1",
-        "--work", str(t / "out" / "work"), "--reports", str(t / "out" / "reports")]),
-    "review": ("review-side", lambda t: [
-        "review", str(_review_diff(t)), "--record", "52078", "-k", "C1", "--max-mutants", "0",
-        "--out", str(t / "out" / "review"), "--work", str(t / "out" / "work")]),
-    "bench": ("bench-worker", lambda t: [
-        "bench", "--record", "52078", "--releases", f"{release_cache.installed()},{release_cache.installed()}",
-        "--case", "single_request", "--max-seconds", "5", "--evidence", str(t / "out" / "bench.json")]),
-    "bundle --dry-run": ("bundle-step", lambda t: [
-        "bundle", "--out", str(t / "out" / "bundle"), "--record", "56531", "--vllm", release_cache.installed(),
-        "--dry-run", "--work", str(t / "out" / "work")]),
+    "mutate": (
+        "mutant",
+        lambda t: [
+            "mutate",
+            "--record",
+            "52078",
+            "--mutant",
+            "ge_to_gt",
+            "-k",
+            "C1 and pure_spec_decode",
+            "--jobs",
+            "1",
+            "--offline",
+            "--evidence",
+            str(t / "out" / "evidence.json"),
+            "--reports",
+            str(t / "out" / "reports"),
+        ],
+    ),
+    "matrix": (
+        "matrix-pytest",
+        lambda t: [
+            "matrix",
+            "--record",
+            "52078",
+            "--vllm",
+            release_cache.installed(),
+            "--jobs",
+            "1",
+            "-k",
+            "C1",
+            "--work",
+            str(t / "out" / "work"),
+            "--reports",
+            str(t / "out" / "reports"),
+        ],
+    ),
+    "review": (
+        "review-side",
+        lambda t: [
+            "review",
+            str(_review_diff(t)),
+            "--record",
+            "52078",
+            "-k",
+            "C1",
+            "--max-mutants",
+            "0",
+            "--out",
+            str(t / "out" / "review"),
+            "--work",
+            str(t / "out" / "work"),
+        ],
+    ),
+    "bench": (
+        "bench-worker",
+        lambda t: [
+            "bench",
+            "--record",
+            "52078",
+            "--releases",
+            f"{release_cache.installed()},{release_cache.installed()}",
+            "--case",
+            "single_request",
+            "--max-seconds",
+            "5",
+            "--evidence",
+            str(t / "out" / "bench.json"),
+        ],
+    ),
+    "bundle --dry-run": (
+        "bundle-step",
+        lambda t: [
+            "bundle",
+            "--out",
+            str(t / "out" / "bundle"),
+            "--record",
+            "56531",
+            "--vllm",
+            release_cache.installed(),
+            "--dry-run",
+            "--work",
+            str(t / "out" / "work"),
+        ],
+    ),
 }
 
 
 @contextlib.contextmanager
 def cpu_load():
-    """One busy process per CPU, each one spinning already when the block starts (it says so first)."""
+    """One busy process per CPU, each one spinning already when the block starts (it says so
+    first)."""
     spin = "import sys\nsys.stdout.write('spinning\\n')\nsys.stdout.flush()\nwhile True: pass\n"
-    busy = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE) for _ in range(os.cpu_count() or 1)]
+    busy = [
+        subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+        for _ in range(os.cpu_count() or 1)
+    ]
     try:
         for process in busy:
             assert process.stdout.readline() == b"spinning\n"
@@ -91,10 +175,14 @@ def _processes(session: int, mark: str) -> dict[int, str]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            state, _, _, sid = stat[stat.rindex(")") + 2:].split()[:4]
-            if state == "Z" or (int(sid) != session and mark.encode() not in (entry / "environ").read_bytes()):
+            state, _, _, sid = stat[stat.rindex(")") + 2 :].split()[:4]
+            if state == "Z" or (
+                int(sid) != session and mark.encode() not in (entry / "environ").read_bytes()
+            ):
                 continue
-            found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+            found[int(entry.name)] = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+            )
         except (OSError, ValueError):
             continue
     return found
@@ -112,24 +200,51 @@ def _running(pid: int) -> bool:
 @pytest.mark.xdist_group("interrupts")
 # SIGINT for every command; SIGTERM (the same handler, common.interrupts) for the two whose children
 # are forked (mutate) and run in worker sessions (review): each case costs a vLLM import under load.
-@pytest.mark.parametrize("command, signum", [(command, signal.SIGINT) for command in COMMANDS]
-                         + [("mutate", signal.SIGTERM), ("review", signal.SIGTERM)],
-                         ids=[f"{command}-SIGINT" for command in COMMANDS] + ["mutate-SIGTERM", "review-SIGTERM"])
-def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(command, signum, tmp_path):
+@pytest.mark.parametrize(
+    "command, signum",
+    [(command, signal.SIGINT) for command in COMMANDS]
+    + [("mutate", signal.SIGTERM), ("review", signal.SIGTERM)],
+    ids=[f"{command}-SIGINT" for command in COMMANDS] + ["mutate-SIGTERM", "review-SIGTERM"],
+)
+def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(
+    command, signum, tmp_path
+):
     point, arguments = COMMANDS[command]
     vllm_before = vllm_files_digest()
     ready = tmp_path / "hold-ready"
     (tmp_path / "tmp").mkdir()
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), **{interrupts.HOLD: point, interrupts.HOLD_READY: str(ready)})
-    # SIGINT ignored from the start, as a non-interactive shell starts `cmd &`: the command must not rely on it.
-    argv = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', sys.executable, "-m", "gdn_review.cli", *arguments(tmp_path)]
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp_path / "tmp"),
+        **{interrupts.HOLD: point, interrupts.HOLD_READY: str(ready)},
+    )
+    # SIGINT ignored from the start, as a non-interactive shell starts `cmd &`: the command must not
+    # rely on it.
+    argv = [
+        "sh",
+        "-c",
+        'trap "" INT; exec "$0" "$@"',
+        sys.executable,
+        "-m",
+        "gdn_review.cli",
+        *arguments(tmp_path),
+    ]
     with open(tmp_path / "stderr.txt", "w") as err:
-        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
     try:
         started = time.monotonic()
-        while not ready.exists():  # the hold point says when; polled, with a cap for a run that never gets there
-            assert process.poll() is None, f"{command} ended ({process.returncode}) before its hold point: {(tmp_path / 'stderr.txt').read_text()[-3000:]}"
-            assert time.monotonic() - started < READY_S, f"{command} did not reach its hold point in {READY_S:.0f} s"
+        while (
+            not ready.exists()
+        ):  # the hold point says when; polled, with a cap for a run that never gets there
+            assert process.poll() is None, (
+                f"{command} ended ({process.returncode}) before its hold point: "
+                f"{(tmp_path / 'stderr.txt').read_text()[-3000:]}"
+            )
+            assert time.monotonic() - started < READY_S, (
+                f"{command} did not reach its hold point in {READY_S:.0f} s"
+            )
             time.sleep(0.05)
         held = int(ready.read_text())
         with cpu_load():  # the bound is signal to exit: that is when the CPUs are kept busy
@@ -138,36 +253,55 @@ def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing
             try:
                 code = process.wait(timeout=BOUND_S)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"{command} still running {BOUND_S:.0f} s after {signum.name}: {_processes(process.pid, str(tmp_path))}")
+                pytest.fail(
+                    f"{command} still running {BOUND_S:.0f} s after {signum.name}: "
+                    f"{_processes(process.pid, str(tmp_path))}"
+                )
             took = time.monotonic() - sent
             left = _processes(process.pid, str(tmp_path))
     finally:
-        for pid in _processes(process.pid, str(tmp_path)):  # a failed run leaves nothing running either
+        for pid in _processes(
+            process.pid, str(tmp_path)
+        ):  # a failed run leaves nothing running either
             os.kill(pid, signal.SIGKILL)
         if process.poll() is None:
             process.kill()
             process.wait()
-    print(f"{command} {signum.name}: hold point after {sent - started:.1f} s, exit {code} {took:.2f} s after the signal")
+    print(
+        f"{command} {signum.name}: hold point after {sent - started:.1f} "
+        f"s, exit {code} {took:.2f} s after the signal"
+    )
     stderr = (tmp_path / "stderr.txt").read_text()
     assert code == 128 + signum, f"exit {code} after {signum.name}: {stderr[-3000:]}"
     assert took <= BOUND_S
     assert not left, f"processes left running: {left}"
     assert not _running(held), f"the process at the hold point ({held}) is still running"
     said = [line for line in stderr.splitlines() if "interrupted" in line]
-    assert said == [f"interrupted by {signum.name}: its processes are stopped; nothing was written"], stderr[-3000:]
-    assert not (tmp_path / "out").exists(), sorted(str(p) for p in (tmp_path / "out").rglob("*"))[:20]
-    assert not [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith(("gdn-review-review-", "gdn-bundle"))]
+    assert said == [
+        f"interrupted by {signum.name}: its processes are stopped; nothing was written"
+    ], stderr[-3000:]
+    assert not (tmp_path / "out").exists(), sorted(str(p) for p in (tmp_path / "out").rglob("*"))[
+        :20
+    ]
+    assert not [
+        p.name
+        for p in (tmp_path / "tmp").iterdir()
+        if p.name.startswith(("gdn-review-review-", "gdn-bundle"))
+    ]
     assert vllm_files_digest() == vllm_before
 
 
 def test_stop_ends_a_tree_that_left_its_session_and_group(tmp_path):
-    """A child's session, a grandchild in a group of its own (`timeout`), one in a new session (`setsid`), an orphan."""
+    """A child's session, a grandchild in a group of its own (`timeout`), one in a new session
+    (`setsid`), an orphan."""
     mark = str(tmp_path)
     env = dict(os.environ, TMPDIR=mark)
     script = "timeout 300 sleep 300 & setsid sleep 300 & (sleep 300 &); sleep 300"
     process = interrupts.popen(["bash", "-c", script], env=env)
     deadline = time.monotonic() + 120
-    while sum(line.startswith("sleep") for line in _processes(-1, mark).values()) < 4:  # every sleep has started
+    while (
+        sum(line.startswith("sleep") for line in _processes(-1, mark).values()) < 4
+    ):  # every sleep has started
         assert time.monotonic() < deadline, _processes(-1, mark)
         time.sleep(0.05)
     assert any(line.startswith("timeout") for line in _processes(-1, mark).values())
@@ -177,7 +311,8 @@ def test_stop_ends_a_tree_that_left_its_session_and_group(tmp_path):
 
 
 def test_stop_leaves_alone_a_child_someone_else_already_reaped(monkeypatch):
-    """Its pid may be another process's by now: nothing is signalled, for a Popen or a forked pid."""
+    """Its pid may be another process's by now: nothing is signalled, for a Popen or a forked
+    pid."""
     killed = []
     monkeypatch.setattr(interrupts, "_kill_tree", killed.append)
     process = interrupts.popen(["true"])

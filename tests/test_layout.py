@@ -13,7 +13,20 @@ MAX_LINES = 500
 MAX_CLI_LINES = 400
 MAX_TOP_ENTRIES = 12  # besides __init__.py
 # The pipeline, in the order data flows (docs/layout.md draws it); "common" is shared by all.
-STAGES = ["common", "kb", "importers", "generate", "harness", "run", "report", "matrix", "mutation", "review", "export", "cli"]
+STAGES = [
+    "common",
+    "kb",
+    "importers",
+    "generate",
+    "harness",
+    "run",
+    "report",
+    "matrix",
+    "mutation",
+    "review",
+    "export",
+    "cli",
+]
 
 
 def _modules() -> dict[str, Path]:
@@ -38,7 +51,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             # ``from package import submodule`` imports the submodule; any other name, the package.
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -50,10 +65,16 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
 
 
 def test_no_module_is_too_long():
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
     cli = len((PACKAGE / "cli" / "main.py").read_text().splitlines())
-    assert cli < MAX_CLI_LINES, f"cli/main.py has {cli} lines; its commands should call their stage's function"
+    assert cli < MAX_CLI_LINES, (
+        f"cli/main.py has {cli} lines; its commands should call their stage's function"
+    )
 
 
 def test_no_two_modules_share_a_file_name():
@@ -74,7 +95,7 @@ def test_no_import_circle():
     def visit(node, trail):
         for nxt in sorted(graph[node]):
             if nxt in trail:
-                cycle = trail[trail.index(nxt):] + [nxt]
+                cycle = trail[trail.index(nxt) :] + [nxt]
                 if not all(b.startswith(a + ".") for a, b in zip(cycle, cycle[1:])):
                     circles.append(" -> ".join(cycle))
             elif nxt not in done:
@@ -89,10 +110,22 @@ def test_no_import_circle():
 
 
 def test_the_top_level_is_a_handful_of_stages():
-    entries = sorted(p.name.removesuffix(".py") for p in PACKAGE.iterdir() if p.name not in ("__init__.py", "__pycache__"))
-    assert len(entries) <= MAX_TOP_ENTRIES, f"{len(entries)} entries at gdn_review/'s top: {entries}"
-    assert entries == sorted(STAGES), f"the top of gdn_review/ is {entries}; docs/layout.md and STAGES name {sorted(STAGES)}"
-    loose = [p.name for p in PACKAGE.iterdir() if p.suffix == ".py" and p.name not in ("__init__.py", "generate.py")]
+    entries = sorted(
+        p.name.removesuffix(".py")
+        for p in PACKAGE.iterdir()
+        if p.name not in ("__init__.py", "__pycache__")
+    )
+    assert len(entries) <= MAX_TOP_ENTRIES, (
+        f"{len(entries)} entries at gdn_review/'s top: {entries}"
+    )
+    assert entries == sorted(STAGES), (
+        f"the top of gdn_review/ is {entries}; docs/layout.md and STAGES name {sorted(STAGES)}"
+    )
+    loose = [
+        p.name
+        for p in PACKAGE.iterdir()
+        if p.suffix == ".py" and p.name not in ("__init__.py", "generate.py")
+    ]
     assert not loose, f"loose modules at the top (put each in its stage's package): {loose}"
 
 
@@ -108,7 +141,9 @@ def test_every_import_points_leftward_in_the_pipeline():
             other = target.split(".")[1] if target.count(".") else None
             if stage and other and STAGES.index(other) > STAGES.index(stage):
                 rightward.append(f"{name} ({stage}) imports {target} ({other})")
-    assert not rightward, "imports that point rightward in the pipeline:\n" + "\n".join(sorted(rightward))
+    assert not rightward, "imports that point rightward in the pipeline:\n" + "\n".join(
+        sorted(rightward)
+    )
 
 
 def test_only_the_harness_imports_vllm():
@@ -117,17 +152,35 @@ def test_only_the_harness_imports_vllm():
         if name.startswith("gdn_review.harness"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            targets = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{name}: {t}" for t in targets if t == "vllm" or t.startswith("vllm.")]
     assert not offenders, offenders
 
 
-# Calls that read, write or replace a file: only the evidence file's module may aim them at evidence.
-FILE_CALLS = {"loads", "load", "read_text", "write_text", "read_bytes", "atomic_write", "replace", "open", "unlink"}
+# Calls that read, write or replace a file: only the evidence file's module may aim them at
+# evidence.
+FILE_CALLS = {
+    "loads",
+    "load",
+    "read_text",
+    "write_text",
+    "read_bytes",
+    "atomic_write",
+    "replace",
+    "open",
+    "unlink",
+}
 
 
 def test_only_the_evidence_module_reads_or_writes_evidence():
-    """A call that opens, writes or replaces a file named after evidence lives in run/evidence_file.py only."""
+    """A call that opens, writes or replaces a file named after evidence lives in
+    run/evidence_file.py only."""
     offenders = []
     for name, path in _modules().items():
         if name == "gdn_review.run.evidence_file":
@@ -135,19 +188,38 @@ def test_only_the_evidence_module_reads_or_writes_evidence():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):
                 continue
-            function = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            function = (
+                node.func.attr
+                if isinstance(node.func, ast.Attribute)
+                else getattr(node.func, "id", "")
+            )
             if function not in FILE_CALLS:
                 continue
             aimed = [node.func.value] if isinstance(node.func, ast.Attribute) else []
-            names = {n.id for part in aimed + node.args for n in ast.walk(part) if isinstance(n, ast.Name)}
-            names |= {n.attr for part in aimed + node.args for n in ast.walk(part) if isinstance(n, ast.Attribute)}
-            if any("evidence" in n.lower() for n in names) and not any("evidence_file" == n for n in names):
+            names = {
+                n.id
+                for part in aimed + node.args
+                for n in ast.walk(part)
+                if isinstance(n, ast.Name)
+            }
+            names |= {
+                n.attr
+                for part in aimed + node.args
+                for n in ast.walk(part)
+                if isinstance(n, ast.Attribute)
+            }
+            if any("evidence" in n.lower() for n in names) and not any(
+                "evidence_file" == n for n in names
+            ):
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {function}()")
-    assert not offenders, "evidence read or written outside run/evidence_file.py:\n" + "\n".join(offenders)
+    assert not offenders, "evidence read or written outside run/evidence_file.py:\n" + "\n".join(
+        offenders
+    )
 
 
 def _calls(tree: ast.AST):
-    """(owner name, function name, node) of every call ``owner.function(...)`` or ``function(...)``."""
+    """(owner name, function name, node) of every call ``owner.function(...)`` or
+    ``function(...)``."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute):
@@ -158,13 +230,21 @@ def _calls(tree: ast.AST):
 
 
 def test_child_processes_are_one_mechanism():
-    """Children start through common/interrupts only; one module forks workers and waits on their pipes;
-    one module sets PYTHONPATH (a release tree's environment); one module fetches releases into the cache."""
+    """Children start through common/interrupts only; one module forks workers and waits on their
+    pipes;
+    one module sets PYTHONPATH (a release tree's environment); one module fetches releases into the
+    cache."""
     found: dict[str, set[str]] = defaultdict(set)
     for name, path in _modules().items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for owner, function, node in _calls(tree):
-            if owner == "subprocess" and function in {"run", "Popen", "call", "check_call", "check_output"}:
+            if owner == "subprocess" and function in {
+                "run",
+                "Popen",
+                "call",
+                "check_call",
+                "check_output",
+            }:
                 found["starts a child without common/interrupts"].add(name)
             if (owner, function) in {("os", "fork"), ("interrupts", "fork"), ("select", "select")}:
                 found["forks workers"].add(name)
@@ -175,28 +255,43 @@ def test_child_processes_are_one_mechanism():
             if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
                 key = node.slice
             elif isinstance(node, ast.Dict):
-                key = next((k for k in node.keys if isinstance(k, ast.Constant) and k.value == "PYTHONPATH"), None)
+                key = next(
+                    (
+                        k
+                        for k in node.keys
+                        if isinstance(k, ast.Constant) and k.value == "PYTHONPATH"
+                    ),
+                    None,
+                )
             elif isinstance(node, ast.keyword) and node.arg == "PYTHONPATH":
                 found["sets PYTHONPATH"].add(name)
             if isinstance(key, ast.Constant) and key.value == "PYTHONPATH":
                 found["sets PYTHONPATH"].add(name)
-    assert found["starts a child without common/interrupts"] <= {"gdn_review.common.interrupts"}, found
-    assert found["forks workers"] <= {"gdn_review.common.forked", "gdn_review.common.interrupts"}, found
+    assert found["starts a child without common/interrupts"] <= {"gdn_review.common.interrupts"}, (
+        found
+    )
+    assert found["forks workers"] <= {"gdn_review.common.forked", "gdn_review.common.interrupts"}, (
+        found
+    )
     assert found["sets PYTHONPATH"] <= {"gdn_review.common.release_trees"}, found
     assert found["fetches a release"] <= {"gdn_review.common.release_trees"}, found
 
 
 def test_release_ranges_are_tested_in_one_place():
-    """Only common/release_range.py reads a range with packaging's SpecifierSet; every stage asks it."""
+    """Only common/release_range.py reads a range with packaging's SpecifierSet; every stage asks
+    it."""
     offenders = [
-        name for name, path in _modules().items()
-        if name != "gdn_review.common.release_range" and "SpecifierSet" in path.read_text(encoding="utf-8")
+        name
+        for name, path in _modules().items()
+        if name != "gdn_review.common.release_range"
+        and "SpecifierSet" in path.read_text(encoding="utf-8")
     ]
     assert not offenders, f"release ranges evaluated outside common/release_range.py: {offenders}"
 
 
 def test_no_underscore_name_is_used_across_modules():
-    """A name that starts with ``_`` is its module's own: no other module imports it or reaches it."""
+    """A name that starts with ``_`` is its module's own: no other module imports it or reaches
+    it."""
     modules = _modules()
     known = set(modules)
     offenders = []
@@ -208,7 +303,10 @@ def test_no_underscore_name_is_used_across_modules():
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1]
+                        + ([base] if base else [])
+                    )
                 if not base.startswith("gdn_review"):
                     continue
                 for alias in node.names:
@@ -217,9 +315,18 @@ def test_no_underscore_name_is_used_across_modules():
                     if f"{base}.{alias.name}" in known:
                         bound.add(alias.asname or alias.name)
             elif isinstance(node, ast.Import):
-                bound |= {alias.asname for alias in node.names if alias.name in known and alias.asname}
+                bound |= {
+                    alias.asname for alias in node.names if alias.name in known and alias.asname
+                }
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 offenders.append(f"{name}: uses {node.value.id}.{node.attr}")
-    assert not offenders, "underscore names used across modules:\n" + "\n".join(sorted(set(offenders)))
+    assert not offenders, "underscore names used across modules:\n" + "\n".join(
+        sorted(set(offenders))
+    )

@@ -17,22 +17,35 @@ TABLE = [
     (
         "syntax error",
         broken("  title: A small PR\n", "  title: [unclosed\n"),
-        ["7.yaml:6:12: YAML syntax error: while parsing a flow sequence (started at line 5, column 10): expected ',' or ']', but got ':'"],
+        [
+            "7.yaml:6:12: YAML syntax error: while parsing a flow sequence "
+            "(started at line 5, column 10): expected ',' or ']', but got ':'"
+        ],
     ),
     (
         "unknown top-level key",
         broken("schema_version: 1\n", "schema_version: 1\nreviewer: me\n"),
-        ["7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: cases, claims, contract, equivalent_mutants, pr, related, report, risks, schema_version, summary, target, upstream_tests)"],
+        [
+            "7.yaml:2:1: reviewer: unknown key 'reviewer' (allowed here: "
+            "cases, claims, contract, equivalent_mutants, pr, related, "
+            "report, risks, schema_version, summary, target, upstream_tests)"
+        ],
     ),
     (
         "unknown key in a check",
         broken("      budget: {aten.ge: 1}\n", "      budget: {aten.ge: 1}\n      max: 3\n"),
-        ["7.yaml:19:7: claims[0].check.max: unknown key 'max' (allowed here: budget, cases, kind, per)"],
+        [
+            "7.yaml:19:7: claims[0].check.max: unknown key 'max' (allowed "
+            "here: budget, cases, kind, per)"
+        ],
     ),
     (
         "wrong type",
         broken("  number: 7\n", "  number: seven\n"),
-        ["7.yaml:3:11: pr.number: Input should be a valid integer, unable to parse string as an integer (got 'seven')"],
+        [
+            "7.yaml:3:11: pr.number: Input should be a valid integer, unable "
+            "to parse string as an integer (got 'seven')"
+        ],
     ),
     (
         "missing field",
@@ -46,7 +59,10 @@ TABLE = [
     ),
     (
         "duplicate claim id",
-        broken("cases:\n", "  - id: C1\n    text: Again.\n    check: {kind: equivalence, cases: [spec]}\ncases:\n"),
+        broken(
+            "cases:\n",
+            "  - id: C1\n    text: Again.\n    check: {kind: equivalence, cases: [spec]}\ncases:\n",
+        ),
         [
             "7.yaml:20:9: claims[1].id: duplicate id 'C1'",
             "7.yaml:22:40: claims[1].check.cases[0]: case 'spec' states no expect: an equivalence check needs expected fields; "
@@ -55,7 +71,10 @@ TABLE = [
     ),
     (
         "dangling case of a risk",
-        broken("    cases: [spec]\n    claims: [C1]\n", "    cases: [spec, nowhere]\n    claims: [C1]\n"),
+        broken(
+            "    cases: [spec]\n    claims: [C1]\n",
+            "    cases: [spec, nowhere]\n    claims: [C1]\n",
+        ),
         ["7.yaml:30:19: risks[0].cases[1]: no case with id 'nowhere' (known: spec)"],
     ),
     (
@@ -66,45 +85,84 @@ TABLE = [
     (
         "bad release range",
         broken("  - id: C1\n", "  - id: C1\n    releases: newer than 0.29\n"),
-        ["7.yaml:15:15: claims[0].releases: Value error, 'newer than 0.29' is not a release range (for example '>=0.29,<0.32') (got 'newer than 0.29')"],
+        [
+            "7.yaml:15:15: claims[0].releases: Value error, 'newer than "
+            "0.29' is not a release range (for example '>=0.29,<0.32') (got "
+            "'newer than 0.29')"
+        ],
     ),
     (
         "id that cannot become a name",
-        broken("  - id: C1\n", "  - id: \"C1; import os\"\n").replace("claims: [C1]", "claims: [\"C1; import os\"]"),
+        broken("  - id: C1\n", '  - id: "C1; import os"\n').replace(
+            "claims: [C1]", 'claims: ["C1; import os"]'
+        ),
         [
-            "7.yaml:14:9: claims[0].id: String should match pattern '^[A-Za-z0-9_.-]+$' (got 'C1; import os')",
-            "7.yaml:31:14: risks[0].claims[0]: String should match pattern '^[A-Za-z0-9_.-]+$' (got 'C1; import os')",
+            "7.yaml:14:9: claims[0].id: String should match pattern "
+            "'^[A-Za-z0-9_.-]+$' (got 'C1; import os')",
+            "7.yaml:31:14: risks[0].claims[0]: String should match pattern "
+            "'^[A-Za-z0-9_.-]+$' (got 'C1; import os')",
         ],
     ),
     (
         "unknown check kind",
         broken("      kind: op_budget\n", "      kind: vibes\n"),
-        ["7.yaml:17:13: claims[0].check: unknown check kind 'vibes' (expected one of: 'op_budget', 'equivalence', 'invariant', 'gpu_sync', 'differential', 'latency', 'TODO')"],
+        [
+            "7.yaml:17:13: claims[0].check: unknown check kind 'vibes' "
+            "(expected one of: 'op_budget', 'equivalence', 'invariant', "
+            "'gpu_sync', 'differential', 'latency', 'TODO')"
+        ],
     ),
     (
         "alias (and so no alias bomb)",
         broken("  title: A small PR\n", "  title: &t A small PR\n  url2: *t\n"),
-        ["7.yaml:6:9: YAML aliases (*name) are not allowed in the knowledge base: write the value out"],
+        [
+            "7.yaml:6:9: YAML aliases (*name) are not allowed in the "
+            "knowledge base: write the value out"
+        ],
     ),
     (
         "integer too long to read",
         broken("  number: 7\n", "  number: " + "9" * 5000 + "\n"),
-        ["7.yaml:1:1: YAML value cannot be read: Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit"],
+        [
+            "7.yaml:1:1: YAML value cannot be read: Exceeds the limit (4300 "
+            "digits) for integer string conversion: value has 5000 digits; "
+            "use sys.set_int_max_str_digits() to increase the limit"
+        ],
     ),
     (
         "expected value that is not plain data",
-        broken("    speculative_tokens: 2\n", "    speculative_tokens: 2\n    expect: {path: .nan}\n"),
-        ["7.yaml:24:20: cases[0].expect.path: Value error, expected values are null, true/false, integers, strings or lists of them; got float nan (got nan)"],
+        broken(
+            "    speculative_tokens: 2\n", "    speculative_tokens: 2\n    expect: {path: .nan}\n"
+        ),
+        [
+            "7.yaml:24:20: cases[0].expect.path: Value error, expected "
+            "values are null, true/false, integers, strings or lists of "
+            "them; got float nan (got nan)"
+        ],
     ),
     (
         "deviation expecting an op outside the budget",
-        broken("      cases: [spec]\n", "      cases: [spec]\n    known_deviations:\n      - reason: r\n        expect: {aten.gt: 2}\n", ),
-        ["7.yaml:22:27: claims[0].known_deviations[0].expect.aten.gt: 'aten.gt' is not in the budget (choose from aten.ge)"],
+        broken(
+            "      cases: [spec]\n",
+            "      cases: [spec]\n    known_deviations:\n      - reason: r\n "
+            "       expect: {aten.gt: 2}\n",
+        ),
+        [
+            "7.yaml:22:27: claims[0].known_deviations[0].expect.aten.gt: "
+            "'aten.gt' is not in the budget (choose from aten.ge)"
+        ],
     ),
     (
         "instead on a check that is not an invariant",
-        broken("      cases: [spec]\n", "      cases: [spec]\n    known_deviations:\n      - reason: r\n        instead: partition\n"),
-        ["7.yaml:22:18: claims[0].known_deviations[0].instead: instead is for invariant checks, not op_budget"],
+        broken(
+            "      cases: [spec]\n",
+            "      cases: [spec]\n    known_deviations:\n      - reason: r\n "
+            "       instead: partition\n",
+        ),
+        [
+            "7.yaml:22:18: claims[0].known_deviations[0].instead: instead is "
+            "for invariant checks, not op_budget"
+        ],
     ),
     (
         "empty file",
@@ -129,12 +187,19 @@ def test_minimal_record_is_valid():
 def test_file_name_must_match_pr_number():
     with pytest.raises(RecordErrors) as failure:
         parse_record(MINIMAL, "8.yaml")
-    assert str(failure.value.errors[0]) == "8.yaml:3:11: pr.number: record file is named '8' but pr.number is 7; name it 7.yaml"
+    assert (
+        str(failure.value.errors[0])
+        == "8.yaml:3:11: pr.number: record file is named '8' but pr.number is 7; name it 7.yaml"
+    )
 
 
 def test_every_error_of_every_file_is_collected(write_record):
-    write_record(broken("  number: 7\n", "  number: seven\n").replace("kind: op_budget", "kind: vibes"))
-    kb = write_record(MINIMAL.replace("number: 7", "number: 9").replace("reviewer", ""), name="9.yaml")
+    write_record(
+        broken("  number: 7\n", "  number: seven\n").replace("kind: op_budget", "kind: vibes")
+    )
+    kb = write_record(
+        MINIMAL.replace("number: 7", "number: 9").replace("reviewer", ""), name="9.yaml"
+    )
     (kb / "10.yaml").write_text("pr: [\n", encoding="utf-8")
     with pytest.raises(RecordErrors) as failure:
         load_kb(kb)
@@ -153,19 +218,27 @@ def test_safe_load_only():
     # A Python object tag is a YAML error, never constructed.
     with pytest.raises(RecordErrors) as failure:
         parse_record("!!python/object/apply:os.system ['echo hi']\n", "7.yaml")
-    assert str(failure.value).startswith("7.yaml:1:1: unsupported YAML tag: could not determine a constructor")
+    assert str(failure.value).startswith(
+        "7.yaml:1:1: unsupported YAML tag: could not determine a constructor"
+    )
 
 
 def test_open_items_of_a_draft(write_record):
     from gdn_review.kb import load_record, open_items
 
-    draft = MINIMAL.replace("  base_release: 0.28.0\n", "").replace("  file: vllm/v1/attention/backends/gdn_attn.py", "  file: TODO")
-    draft = draft.replace("      kind: op_budget\n      budget: {aten.ge: 1}\n      cases: [spec]\n", "      kind: TODO\n      hint: count ge\n")
+    draft = MINIMAL.replace("  base_release: 0.28.0\n", "").replace(
+        "  file: vllm/v1/attention/backends/gdn_attn.py", "  file: TODO"
+    )
+    draft = draft.replace(
+        "      kind: op_budget\n      budget: {aten.ge: 1}\n      cases: [spec]\n",
+        "      kind: TODO\n      hint: count ge\n",
+    )
     kb = write_record(draft)
     record = load_record(kb / "7.yaml")
     assert [message for _, message in open_items(record)] == [
         "TODO: target.file is not known yet",
-        'TODO: base_release is not set (which vLLM release lacks the PR? `gdn-review find-release "<a line the PR added>"` prints both)',
+        "TODO: base_release is not set (which vLLM release lacks the PR? "
+        '`gdn-review find-release "<a line the PR added>"` prints both)',
         "TODO: claim C1 has no check yet (count ge)",
     ]
 
@@ -190,7 +263,23 @@ def mangled_records(draw):
         elif action == "replace":
             lines[where] = draw(st.text(max_size=40)) + "\n"
         elif action == "insert":
-            lines.insert(where, draw(st.sampled_from(["  - x\n", "a: &a 1\n", "b: *a\n", "{\n", "- [\n", "k: .nan\n", "  id: 9\n", "\t\n"])))
+            lines.insert(
+                where,
+                draw(
+                    st.sampled_from(
+                        [
+                            "  - x\n",
+                            "a: &a 1\n",
+                            "b: *a\n",
+                            "{\n",
+                            "- [\n",
+                            "k: .nan\n",
+                            "  id: 9\n",
+                            "\t\n",
+                        ]
+                    )
+                ),
+            )
         else:
             lines[where] = "  " + lines[where]
     return "".join(lines)
@@ -206,11 +295,15 @@ def test_any_text_gives_a_record_or_record_errors(text):
 
 
 def test_a_change_naming_an_unknown_case_is_an_error():
-    """related[].changes attribute drift to cases: a typo would silently become 'unexplained drift'."""
+    """related[].changes attribute drift to cases: a typo would silently become 'unexplained
+    drift'."""
     from gdn_review.kb import RecordErrors, parse_record
     from tests.conftest import MINIMAL
 
-    text = MINIMAL + "related:\n  - number: 9\n    title: Later PR\n    relation: changes-claim\n    changes:\n      - cases: [spce]\n"
+    text = (
+        MINIMAL + "related:\n  - number: 9\n    title: Later PR\n    relation: "
+        "changes-claim\n    changes:\n      - cases: [spce]\n"
+    )
     with pytest.raises(RecordErrors) as caught:
         parse_record(text, "kb/7.yaml")
     assert "related[0].changes[0].cases[0]: no case with id 'spce'" in str(caught.value)

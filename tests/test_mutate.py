@@ -24,7 +24,15 @@ TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 
 
 def mutate(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    command = [*GDN, "mutate", "--evidence", str(tmp_path / "evidence.json"), "--reports", str(tmp_path / "reports"), *args]
+    command = [
+        *GDN,
+        "mutate",
+        "--evidence",
+        str(tmp_path / "evidence.json"),
+        "--reports",
+        str(tmp_path / "reports"),
+        *args,
+    ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -40,9 +48,15 @@ def test_every_mutant_of_52078_is_killed_or_explained_and_vllm_is_untouched(tmp_
     assert vllm_files_digest() == before
     found = mutants_of(tmp_path)
     assert {m["origin"] for m in found.values()} == {"record", "diff"}
-    unexplained = {i: m["status"] for i, m in found.items() if m["status"] not in {"killed", "not applicable", "equivalent"}}
+    unexplained = {
+        i: m["status"]
+        for i, m in found.items()
+        if m["status"] not in {"killed", "not applicable", "equivalent"}
+    }
     assert not unexplained
-    assert all(m["reason"] for m in found.values() if m["status"] in {"not applicable", "equivalent"})
+    assert all(
+        m["reason"] for m in found.values() if m["status"] in {"not applicable", "equivalent"}
+    )
     report = (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8")
     for risk in ("R1", "R2", "R3"):
         assert f"| {risk} |" in report and f"### {risk}: kill matrix" in report
@@ -56,7 +70,7 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
     hang = (
         "      - id: hang\n"
         '        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0"\n'
-        '        replace: "spec_sequence_masks_cpu = [__import__(\'time\').sleep(3600) for _ in iter(int, 1)]"\n'
+        "        replace: \"spec_sequence_masks_cpu = [__import__('time').sleep(3600) for _ in iter(int, 1)]\"\n"
     )
     anchor = "      - id: ge_to_gt\n"
     (kb / "52078.yaml").write_text(text.replace(anchor, hang + anchor), encoding="utf-8")
@@ -64,8 +78,26 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
     before = vllm_files_digest()
     # The timeout is far above what the other mutant's few tests take (about a second), so a
     # loaded machine cannot turn its kill into a timeout; only the hang reaches it.
-    done = mutate("--kb", str(kb), "--generated", str(generated), "--write", "--mutant", "hang", "--mutant", "ge_to_gt",
-                  "-k", "C3", "--jobs", "1", "--timeout", "20", "--fail-on", "fails", tmp_path=tmp_path)
+    done = mutate(
+        "--kb",
+        str(kb),
+        "--generated",
+        str(generated),
+        "--write",
+        "--mutant",
+        "hang",
+        "--mutant",
+        "ge_to_gt",
+        "-k",
+        "C3",
+        "--jobs",
+        "1",
+        "--timeout",
+        "20",
+        "--fail-on",
+        "fails",
+        tmp_path=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     found = mutants_of(tmp_path)
     assert found["hang"]["status"] == "timeout" and "killed" in found["hang"]["reason"]
@@ -74,10 +106,22 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
 
 
 def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
-    """Parity on a sample: a killed record mutant and a surviving automatic one under one selection, both ways."""
+    """Parity on a sample: a killed record mutant and a surviving automatic one under one selection,
+    both ways."""
     selection = "C1 or (C3 and pure_spec_decode)"
-    done = mutate("--record", "52078", "--mutant", "drop_non_spec_invert",
-                  "--mutant", "auto.invert_mask.non_spec_sequence_masks_cpu.26053e", "-k", selection, "--fail-on", "fails", tmp_path=tmp_path)
+    done = mutate(
+        "--record",
+        "52078",
+        "--mutant",
+        "drop_non_spec_invert",
+        "--mutant",
+        "auto.invert_mask.non_spec_sequence_masks_cpu.26053e",
+        "-k",
+        selection,
+        "--fail-on",
+        "fails",
+        tmp_path=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     in_process = mutants_of(tmp_path)
     statuses = {m["status"] for m in in_process.values()}
@@ -86,14 +130,24 @@ def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
     from gdn_review.mutation import catalogue_for
 
     record = load_record(ROOT / "kb" / "52078.yaml")
-    found = {m.id: m for m in catalogue_for(ROOT / "kb" / "52078.yaml", record, fetch=True, say=lambda _: None).mutants}
+    found = {
+        m.id: m
+        for m in catalogue_for(
+            ROOT / "kb" / "52078.yaml", record, fetch=True, say=lambda _: None
+        ).mutants
+    }
     args = runner.test_args([ROOT / "generated_tests" / "test_pr_52078.py"], selection)
     for ident, entry in in_process.items():
         fresh = runner.run_fresh_process(TARGET, found[ident].source, args, cwd=ROOT)
-        assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (entry["status"], sorted(entry["killed_by"])), ident
+        assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (
+            entry["status"],
+            sorted(entry["killed_by"]),
+        ), ident
 
 
-def test_a_mutant_no_test_executes_reads_not_reached_and_a_survivor_that_ran_survived_and_fails_the_run(tmp_path):
+def test_a_mutant_no_test_executes_reads_not_reached_and_a_survivor_that_ran_survived_and_fails_the_run(
+    tmp_path,
+):
     # One run for both: a weakened selection (C1's op counts on one case) and --fail-on survived.
     # plan_flashinfer_checkpoints runs only for prefill checkpoints, which never exist
     # on CPU (no checkpoint alignment): no case's entry point executes it.
@@ -108,9 +162,24 @@ def test_a_mutant_no_test_executes_reads_not_reached_and_a_survivor_that_ran_sur
     )
     anchor = "      - id: ge_to_gt\n"
     (kb / "52078.yaml").write_text(text.replace(anchor, unreached + anchor), encoding="utf-8")
-    done = mutate("--kb", str(kb), "--generated", str(tmp_path / "generated"), "--write",
-                  "--mutant", "checkpoint_stride_off_by_one", "--mutant", "ge_to_gt", "-k", "C1 and pure_spec_decode",
-                  "--jobs", "1", "--fail-on", "survived", tmp_path=tmp_path)
+    done = mutate(
+        "--kb",
+        str(kb),
+        "--generated",
+        str(tmp_path / "generated"),
+        "--write",
+        "--mutant",
+        "checkpoint_stride_off_by_one",
+        "--mutant",
+        "ge_to_gt",
+        "-k",
+        "C1 and pure_spec_decode",
+        "--jobs",
+        "1",
+        "--fail-on",
+        "survived",
+        tmp_path=tmp_path,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "fail-on: PR 52078 mutant ge_to_gt survived" in done.stderr
     found = mutants_of(tmp_path)
@@ -118,10 +187,16 @@ def test_a_mutant_no_test_executes_reads_not_reached_and_a_survivor_that_ran_sur
     assert (found["ge_to_gt"]["status"], found["ge_to_gt"]["reason"]) == ("survived", "")
     entry = found["checkpoint_stride_off_by_one"]
     assert entry["status"] == "not reached", entry
-    assert re.fullmatch(r"no test executes line \d+ of plan_flashinfer_checkpoints: add a case that reaches it", entry["reason"])
+    assert re.fullmatch(
+        r"no test executes line \d+ of plan_flashinfer_checkpoints: add a case that reaches it",
+        entry["reason"],
+    )
     assert "1 not reached, 1 survived" in done.stderr
     assert "not reached checkpoint_stride_off_by_one" in " ".join(done.stderr.split())
     report = (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8")
-    assert "| `checkpoint_stride_off_by_one` | record | **not reached**: no test executes line" in report
+    assert (
+        "| `checkpoint_stride_off_by_one` | record | **not reached**: no test executes line"
+        in report
+    )
     assert "| `ge_to_gt` | record | **survived** |" in report
     assert "<code>checkpoint_stride_off_by_one</code> not reached: no test executes line" in report

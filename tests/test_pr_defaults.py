@@ -1,4 +1,5 @@
-"""Derived fields of pr: url defaults to the repository's pull-request page; merged_at is optional."""
+"""Derived fields of pr: url defaults to the repository's pull-request page; merged_at is
+optional."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from gdn_review.run import evidence_file
 from tests.conftest import MINIMAL, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
-WITHOUT = MINIMAL.replace('  merged_at: "2026-01-02 03:04"\n', "").replace("  url: https://example.invalid/pr/7\n", "")
+WITHOUT = MINIMAL.replace('  merged_at: "2026-01-02 03:04"\n', "").replace(
+    "  url: https://example.invalid/pr/7\n", ""
+)
 
 
 def run(*args):
@@ -48,7 +51,9 @@ def test_validate_and_generate_without_url_and_merged_at(write_record, tmp_path)
 
 def golden_report_without_url_and_merged_at(tmp_path) -> str:
     text = (GOLDEN / "kb" / "1.yaml").read_text(encoding="utf-8")
-    text = text.replace('  merged_at: "2026-01-01"\n', "").replace("  url: https://example.invalid/pull/1\n", "")
+    text = text.replace('  merged_at: "2026-01-01"\n', "").replace(
+        "  url: https://example.invalid/pull/1\n", ""
+    )
     kb = tmp_path / "kb"
     kb.mkdir()
     (kb / "1.yaml").write_text(text, encoding="utf-8")
@@ -58,7 +63,9 @@ def golden_report_without_url_and_merged_at(tmp_path) -> str:
 
 
 def test_report_without_url_and_merged_at(tmp_path):
-    assert "(https://github.com/example/repo/pull/1)" in golden_report_without_url_and_merged_at(tmp_path)
+    assert "(https://github.com/example/repo/pull/1)" in golden_report_without_url_and_merged_at(
+        tmp_path
+    )
 
 
 def test_report_says_merged_unknown(tmp_path):

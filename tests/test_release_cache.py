@@ -56,7 +56,11 @@ def fake_index(monkeypatch, tmp_path):
         if state["damage"] == "truncate-unhashed":
             return None  # an index that publishes no hash: the wheel's own RECORD still guards it
         good = make_wheel(tmp_path / "index" / version, version, body=f"version = {version!r}\n")
-        return hashlib.sha256(good.read_bytes()).hexdigest() if state["damage"] != "wrong-hash" else "0" * 64
+        return (
+            hashlib.sha256(good.read_bytes()).hexdigest()
+            if state["damage"] != "wrong-hash"
+            else "0" * 64
+        )
 
     monkeypatch.setattr(release_cache, "download_wheel", download)
     monkeypatch.setattr(release_cache, "index_sha256", index_hash)
@@ -69,7 +73,9 @@ def test_fetched_once_then_read_from_the_cache(fake_index, tmp_path):
     release = release_cache.ensure("0.29.0", root, messages.append)
     assert release.source(TARGET) == "version = '0.29.0'\n"
     assert not (release.path / "vllm" / "_C.abi3.so").exists()  # compiled parts stay out
-    assert release_cache.source("0.29.0", TARGET, root, say=messages.append) == "version = '0.29.0'\n"
+    assert (
+        release_cache.source("0.29.0", TARGET, root, say=messages.append) == "version = '0.29.0'\n"
+    )
     assert fake_index["downloads"] == 1 and release_cache.cached_versions(root) == ["0.29.0"]
     assert any("fetching vLLM 0.29.0" in m for m in messages)
     assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]  # no scratch left behind
@@ -77,17 +83,26 @@ def test_fetched_once_then_read_from_the_cache(fake_index, tmp_path):
 
 @pytest.mark.parametrize(
     "damage, message",
-    [("truncate", "the index says"), ("truncate-unhashed", "not a readable wheel|cannot be read"), ("wrong-hash", "the index says")],
+    [
+        ("truncate", "the index says"),
+        ("truncate-unhashed", "not a readable wheel|cannot be read"),
+        ("wrong-hash", "the index says"),
+    ],
 )
 def test_a_bad_download_leaves_no_entry_and_is_fetched_again(fake_index, tmp_path, damage, message):
     root = tmp_path / "cache"
     fake_index["damage"] = damage
     with pytest.raises(release_cache.ReleaseError, match=message):
         release_cache.ensure("0.30.0", root, lambda _: None)
-    assert release_cache.cached("0.30.0", root) is None and release_cache.cached_versions(root) == []
+    assert (
+        release_cache.cached("0.30.0", root) is None and release_cache.cached_versions(root) == []
+    )
     assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]
     fake_index["damage"] = None
-    assert release_cache.ensure("0.30.0", root, lambda _: None).source(TARGET) == "version = '0.30.0'\n"
+    assert (
+        release_cache.ensure("0.30.0", root, lambda _: None).source(TARGET)
+        == "version = '0.30.0'\n"
+    )
     assert fake_index["downloads"] == 2
 
 
@@ -96,7 +111,9 @@ def test_a_damaged_cached_file_drops_the_entry_and_refetches(fake_index, tmp_pat
     release = release_cache.ensure("0.31.0", root, lambda _: None)
     (release.path / TARGET).write_text("version = '0.31.X'\n")  # same size, other bytes
     assert release_cache.source("0.31.0", TARGET, root, fetch=False) is None
-    assert release_cache.source("0.31.0", TARGET, root, say=lambda _: None) == "version = '0.31.0'\n"
+    assert (
+        release_cache.source("0.31.0", TARGET, root, say=lambda _: None) == "version = '0.31.0'\n"
+    )
     (root / "0.31.0" / TARGET).write_text("trunc")  # other size: not even listed as cached
     assert release_cache.cached("0.31.0", root) is None
     assert fake_index["downloads"] == 2
@@ -108,7 +125,10 @@ def test_a_half_unpacked_entry_without_manifest_is_not_used(fake_index, tmp_path
     (root / "0.32.0" / TARGET).parent.mkdir(parents=True)
     (root / "0.32.0" / TARGET).write_text("partial")
     assert release_cache.cached("0.32.0", root) is None
-    assert release_cache.ensure("0.32.0", root, lambda _: None).source(TARGET) == "version = '0.32.0'\n"
+    assert (
+        release_cache.ensure("0.32.0", root, lambda _: None).source(TARGET)
+        == "version = '0.32.0'\n"
+    )
 
 
 @pytest.mark.parametrize("version", ["latest", "0.29.0+cu130", "0.29.0; rm -rf /"])
@@ -126,4 +146,6 @@ def test_the_installed_release_is_adopted_as_a_verified_entry_without_compiled_f
     assert entry.wheel.startswith("installed distribution at ")
     # The same source text as the installed file, read through the entry.
     installed = release_cache.loaded()[1] / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py"
-    assert entry.source("vllm/v1/attention/backends/gdn_attn.py") == installed.read_text(encoding="utf-8")
+    assert entry.source("vllm/v1/attention/backends/gdn_attn.py") == installed.read_text(
+        encoding="utf-8"
+    )

@@ -31,7 +31,13 @@ def test_a_line_matches_whole_and_stripped_a_fixed_string_anywhere():
 
 
 def test_the_default_range_is_every_minor_release_plus_the_cached_ones_in_it():
-    assert releases_between("0.28.0", "0.31.0", ["0.17.0", "0.29.1", "0.33.0"]) == ["0.28.0", "0.29.0", "0.29.1", "0.30.0", "0.31.0"]
+    assert releases_between("0.28.0", "0.31.0", ["0.17.0", "0.29.1", "0.33.0"]) == [
+        "0.28.0",
+        "0.29.0",
+        "0.29.1",
+        "0.30.0",
+        "0.31.0",
+    ]
     assert releases_between("0.29.1", "0.29.1", []) == ["0.29.1"]
     with pytest.raises(FinderError, match="later than"):
         releases_between("0.33.0", "0.28.0", [])
@@ -40,14 +46,22 @@ def test_the_default_range_is_every_minor_release_plus_the_cached_ones_in_it():
 
 
 def test_the_summary_names_first_last_a_gap_and_the_target_lines():
-    seen = [Seen("0.28.0"), Seen("0.29.0", (10,)), Seen("0.30.0"), Seen("0.31.0", (12, 40)), Seen("0.32.0")]
+    seen = [
+        Seen("0.28.0"),
+        Seen("0.29.0", (10,)),
+        Seen("0.30.0"),
+        Seen("0.31.0", (12, 40)),
+        Seen("0.32.0"),
+    ]
     lines = finding_lines(Finding("x = 1", "f.py", False, seen, {}))
     assert "first: 0.29.0, last: 0.31.0 (gone from 0.32.0)" in lines
     assert "it disappears and reappears: present in 0.29.0, 0.31.0" in lines
     assert lines[-3:] == ["target:", "  base_release: 0.28.0", "  head_release: 0.29.0"]
     assert "  0.31.0     present (lines 12, 40)" in lines
     # Present in the oldest release checked: no base to suggest.
-    lines = finding_lines(Finding("x = 1", "f.py", False, [Seen("0.28.0", (3,))], {"0.29.0": "offline"}))
+    lines = finding_lines(
+        Finding("x = 1", "f.py", False, [Seen("0.28.0", (3,))], {"0.29.0": "offline"})
+    )
     assert lines[-1].startswith("it is already in 0.28.0, the oldest release checked")
     assert "  0.29.0     not checked: offline" in lines
 
@@ -61,19 +75,31 @@ def test_bad_input_is_said():
 
 def test_the_command_exits_1_when_no_release_has_it_and_2_on_bad_input():
     runner = CliRunner()
-    missing = runner.invoke(main, ["find-release", "this line is in no release of vLLM", "--offline", "--from", "0.33.0"])
+    missing = runner.invoke(
+        main,
+        ["find-release", "this line is in no release of vLLM", "--offline", "--from", "0.33.0"],
+    )
     assert missing.exit_code == 1, missing.output
     assert "not found in any of the 1 releases checked" in missing.output
-    upside_down = runner.invoke(main, ["find-release", "x", "--from", "0.33.0", "--to", "0.28.0", "--offline"])
+    upside_down = runner.invoke(
+        main, ["find-release", "x", "--from", "0.33.0", "--to", "0.28.0", "--offline"]
+    )
     assert upside_down.exit_code == 2 and "later than" in upside_down.output
-    no_file = runner.invoke(main, ["find-release", "x", "--file", "vllm/no_such_file.py", "--offline", "--from", "0.33.0"])
+    no_file = runner.invoke(
+        main,
+        ["find-release", "x", "--file", "vllm/no_such_file.py", "--offline", "--from", "0.33.0"],
+    )
     assert no_file.exit_code == 2 and "no release checked has this file" in no_file.output
 
 
 def test_lines_from_stdin_are_found_in_the_installed_release():
     installed = release_cache.installed()
-    lines = "if num_spec_decodes == 0:\n    num_spec_decodes = 0\n"  # two consecutive lines of 0.33.0
-    result = CliRunner().invoke(main, ["find-release", "-", "--offline", "--from", installed], input=lines)
+    lines = (
+        "if num_spec_decodes == 0:\n    num_spec_decodes = 0\n"  # two consecutive lines of 0.33.0
+    )
+    result = CliRunner().invoke(
+        main, ["find-release", "-", "--offline", "--from", installed], input=lines
+    )
     assert result.exit_code == 0, result.output
     assert f"first: {installed}, last: {installed} (still present)" in result.output
     assert f"it is already in {installed}, the oldest release checked" in result.output
@@ -84,7 +110,8 @@ def test_a_line_of_52078_first_ships_in_0_29_0_and_is_still_in_the_installed_rel
     for version in ("0.28.0", "0.29.0"):
         release_trees.entry(version)
     installed = release_cache.installed()
-    line = "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"  # kb/52078.yaml, R2 mutant drop_non_spec_invert; added by the PR
+    # kb/52078.yaml, R2 mutant drop_non_spec_invert; added by the PR
+    line = "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"
     finding = find_release(line, offline=True, say=lambda _: None)
     assert finding.first == "0.29.0" and finding.base == "0.28.0"
     assert finding.last == installed and finding.still_present

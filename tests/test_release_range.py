@@ -1,4 +1,5 @@
-"""Release ranges: one type, parsed once, asked with contains(); and a record's latency sides, resolved once."""
+"""Release ranges: one type, parsed once, asked with contains(); and a record's latency sides,
+resolved once."""
 
 from __future__ import annotations
 
@@ -40,11 +41,27 @@ def test_the_first_release_a_range_names():
 
 
 def test_a_records_latency_sides_come_from_its_check_else_its_target():
-    latency = "  - id: C2\n    text: Faster.\n    check:\n      kind: latency\n      cases: [spec]\n"
-    record = parse_record(MINIMAL.replace("cases:\n  - id: spec", latency.replace("C2", "C2") + "cases:\n  - id: spec", 1), "7.yaml")
+    latency = (
+        "  - id: C2\n    text: Faster.\n    check:\n      kind: latency\n      cases: [spec]\n"
+    )
+    record = parse_record(
+        MINIMAL.replace(
+            "cases:\n  - id: spec", latency.replace("C2", "C2") + "cases:\n  - id: spec", 1
+        ),
+        "7.yaml",
+    )
     assert record.latency_check is not None and record.latency_releases() == ("0.28.0", "0.29.0")
-    own = parse_record(MINIMAL.replace("cases:\n  - id: spec", latency.replace("cases: [spec]", "cases: [spec]\n      base: 0.27.0\n      head: 0.33.0")
-                                       + "cases:\n  - id: spec", 1), "7.yaml")
+    own = parse_record(
+        MINIMAL.replace(
+            "cases:\n  - id: spec",
+            latency.replace(
+                "cases: [spec]", "cases: [spec]\n      base: 0.27.0\n      head: 0.33.0"
+            )
+            + "cases:\n  - id: spec",
+            1,
+        ),
+        "7.yaml",
+    )
     assert own.latency_releases() == ("0.27.0", "0.33.0")
     plain = parse_record(MINIMAL, "7.yaml")
     assert plain.latency_check is None and plain.latency_releases() == ("0.28.0", "0.29.0")

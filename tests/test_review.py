@@ -1,4 +1,5 @@
-"""gdn-review review: a change checked against the KB before it merges (slow: vLLM runs in subprocesses).
+"""gdn-review review: a change checked against the KB before it merges (slow: vLLM runs in
+subprocesses).
 
 The changes are real: the diffs between consecutive releases' copies of the
 builder's file, made here from the release cache, each reviewed onto its older
@@ -38,7 +39,14 @@ STEP_RECORDS = (52078, 56531)
 
 
 def gdn(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gdn_review.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gdn_review.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def release_diff(old: str, new: str, files: list[str]) -> str:
@@ -48,7 +56,9 @@ def release_diff(old: str, new: str, files: list[str]) -> str:
         after = release_trees.entry(new).path / path
         a = before.read_text(encoding="utf-8").splitlines(True) if before.exists() else []
         b = after.read_text(encoding="utf-8").splitlines(True) if after.exists() else []
-        text.append("".join(difflib.unified_diff(a, b, f"a/{path}" if a else "/dev/null", f"b/{path}")))
+        text.append(
+            "".join(difflib.unified_diff(a, b, f"a/{path}" if a else "/dev/null", f"b/{path}"))
+        )
     return "".join(text)
 
 
@@ -61,25 +71,50 @@ def kb_of(records: tuple[int, ...], root: Path) -> Path:
     (root / "generated_tests").mkdir()
     for number in records:
         shutil.copy(ROOT / "kb" / f"{number}.yaml", root / "kb")
-        shutil.copytree(ROOT / "kb" / "snapshots" / str(number), root / "kb" / "snapshots" / str(number))
+        shutil.copytree(
+            ROOT / "kb" / "snapshots" / str(number), root / "kb" / "snapshots" / str(number)
+        )
         shutil.copy(ROOT / "generated_tests" / f"test_pr_{number}.py", root / "generated_tests")
     return root
 
 
-def review_step(old: str, new: str, folder: Path, kb: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """The builder's file alone where it imports on ``old``, else with the files the import says it needs."""
+def review_step(
+    old: str, new: str, folder: Path, kb: Path
+) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """The builder's file alone where it imports on ``old``, else with the files the import says it
+    needs."""
     files = [TARGET]
     for attempt in range(6):
         diff = folder / f"step-{old}.diff"
         diff.write_text(release_diff(old, new, files), encoding="utf-8")
         work = folder / f"work-{old}-{attempt}"
-        done = gdn("review", str(diff), "--onto", old, "--max-mutants", STEP_MUTANTS.get(old, "0"), "-k", STEP_TESTS.get(old, "snapshot"), "--out", str(folder), "--work", str(work),
-                   "--kb", str(kb / "kb"), "--generated", str(kb / "generated_tests"))
+        done = gdn(
+            "review",
+            str(diff),
+            "--onto",
+            old,
+            "--max-mutants",
+            STEP_MUTANTS.get(old, "0"),
+            "-k",
+            STEP_TESTS.get(old, "snapshot"),
+            "--out",
+            str(folder),
+            "--work",
+            str(work),
+            "--kb",
+            str(kb / "kb"),
+            "--generated",
+            str(kb / "generated_tests"),
+        )
         missing = MISSING.search(done.stderr) if done.returncode == 2 else None
         if not missing:
             break
         module = (missing.group(1) or missing.group(2)).replace(".", "/")
-        files.append(f"{module}.py" if (release_trees.entry(new).path / f"{module}.py").exists() else f"{module}/__init__.py")
+        files.append(
+            f"{module}.py"
+            if (release_trees.entry(new).path / f"{module}.py").exists()
+            else f"{module}/__init__.py"
+        )
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-3000:]
     return done, json.loads((folder / f"step-{old}.json").read_text(encoding="utf-8")), work
 
@@ -91,7 +126,8 @@ def step_kb(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def step_reviews(tmp_path_factory, step_kb):
-    """Each consecutive-release step reviewed onto its older release (kept: each side's snapshots)."""
+    """Each consecutive-release step reviewed onto its older release (kept: each side's
+    snapshots)."""
     found = {}
     for old, new in STEPS:
         folder = tmp_path_factory.mktemp(f"step-{old}")
@@ -106,7 +142,8 @@ def _unpatched_snapshot(work: Path, number: int) -> dict:
 
 @pytest.fixture(scope="module")
 def release_drift(step_reviews, step_kb):
-    """What the release matrix shows between consecutive releases, per record: {(record, from): rows}.
+    """What the release matrix shows between consecutive releases, per record: {(record, from):
+    rows}.
 
     The matrix compares each release's snapshots (taken by ``snapshot_take.take`` on that
     release) with ``matrix_report.drift_data``. Each release's own snapshots are here
@@ -127,7 +164,10 @@ def release_drift(step_reviews, step_kb):
 
 
 def _rows(rows: list[dict]) -> set:
-    return {(row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"])) for row in rows}
+    return {
+        (row["case"], tuple(row["fields"]), tuple(e["number"] for e in row["explained_by"]))
+        for row in rows
+    }
 
 
 @pytest.mark.slow
@@ -150,24 +190,38 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
         assert claims["C2"]["measured_before"] != claims["C2"]["measured_after"]
         assert "#52078" in markdown and "kb/52078.yaml" in markdown
     if not carried:  # no recorded PR shipped in this step: the change is reported as unexplained
-        assert "**Unexplained change**" in markdown and "no recorded PR explains the change" in done.stdout
-    if any(record["moved"] for record in data["records"]):  # --draft: the moved cases, measured with the change
+        assert (
+            "**Unexplained change**" in markdown
+            and "no recorded PR explains the change" in done.stdout
+        )
+    if any(
+        record["moved"] for record in data["records"]
+    ):  # --draft: the moved cases, measured with the change
         from gdn_review.kb import is_draft, load_record
         from gdn_review.review import orchestrate
 
         draft = load_record(orchestrate.write_draft(data, ROOT / "kb", 99999, folder))
         assert is_draft(draft) and draft.target.base_release == old
         moved = [(r["number"], row["case"]) for r in data["records"] for row in r["moved"]]
-        assert len({c for change in draft.target.changes for c in change.cases}) == len(moved) == len(draft.cases)
+        assert (
+            len({c for change in draft.target.changes for c in change.cases})
+            == len(moved)
+            == len(draft.cases)
+        )
         first = next(r for r in data["records"] if r["moved"])
         case_id = first["moved"][0]["case"]
-        assert next(c for c in draft.cases if c.id == case_id).expect == first["expect_after"][case_id]
+        assert (
+            next(c for c in draft.cases if c.id == case_id).expect == first["expect_after"][case_id]
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("review_steps")
-def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_reviews, release_drift, step_kb, tmp_path):
-    """The step where fields move (0.31.0 -> 0.32.0, #56531): `gdn-review matrix` itself, both records."""
+def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(
+    step_reviews, release_drift, step_kb, tmp_path
+):
+    """The step where fields move (0.31.0 -> 0.32.0, #56531): `gdn-review matrix` itself, both
+    records."""
     from gdn_review.matrix import matrix_files, matrix_report
 
     records = {r.key: r for r in load_kb(step_kb / "kb").values()}
@@ -175,15 +229,38 @@ def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(step_re
     assert any(record["moved"] for record in data["records"])
     # Both records in one matrix run: records that run a release share one pytest session.
     chosen = [arg for number in records for arg in ("--record", str(number))]
-    done = gdn("matrix", *chosen, "--vllm", "0.31.0", "--vllm", "0.32.0", "-k", "snapshot",
-               "--kb", str(step_kb / "kb"), "--generated", str(step_kb / "generated_tests"),
-               "--work", str(tmp_path / "work"), "--reports", str(tmp_path / "reports"), "--fail-on", "")
+    done = gdn(
+        "matrix",
+        *chosen,
+        "--vllm",
+        "0.31.0",
+        "--vllm",
+        "0.32.0",
+        "-k",
+        "snapshot",
+        "--kb",
+        str(step_kb / "kb"),
+        "--generated",
+        str(step_kb / "generated_tests"),
+        "--work",
+        str(tmp_path / "work"),
+        "--reports",
+        str(tmp_path / "reports"),
+        "--fail-on",
+        "",
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for number, record in records.items():
         work = tmp_path / "work" / matrix_files.matrix_folder_name(number)
-        rows = matrix_report.matrix_report(record, matrix_files.load_matrix(work), set(records))["matrix"]["drift"]["rows"]
+        rows = matrix_report.matrix_report(record, matrix_files.load_matrix(work), set(records))[
+            "matrix"
+        ]["drift"]["rows"]
         (reviewed,) = [r for r in data["records"] if r["number"] == number]
-        assert _rows(rows) == _rows(reviewed["moved"]) == _rows(release_drift.get((number, "0.31.0"), []))
+        assert (
+            _rows(rows)
+            == _rows(reviewed["moved"])
+            == _rows(release_drift.get((number, "0.31.0"), []))
+        )
 
 
 def test_a_diff_that_does_not_apply_names_the_hunk_and_runs_nothing(tmp_path):
@@ -191,7 +268,11 @@ def test_a_diff_that_does_not_apply_names_the_hunk_and_runs_nothing(tmp_path):
     diff.write_text(release_diff("0.28.0", "0.29.0", [TARGET]), encoding="utf-8")
     done = gdn("review", str(diff), "--onto", "0.33.0", "--out", str(tmp_path / "out"))
     assert done.returncode == 2, done.stderr
-    assert f"{diff}:" in done.stderr and f"{TARGET}: hunk 1 (@@ -" in done.stderr and "does not apply" in done.stderr
+    assert (
+        f"{diff}:" in done.stderr
+        and f"{TARGET}: hunk 1 (@@ -" in done.stderr
+        and "does not apply" in done.stderr
+    )
     assert "running" not in done.stderr and not (tmp_path / "out").exists()
 
 
@@ -199,7 +280,16 @@ def test_a_diff_that_does_not_apply_names_the_hunk_and_runs_nothing(tmp_path):
 def test_a_change_that_needs_code_outside_the_diff_names_what_is_missing(tmp_path):
     diff = tmp_path / "jump.diff"  # 0.33.0's builder file alone, onto 0.28.0
     diff.write_text(release_diff("0.28.0", "0.33.0", [TARGET]), encoding="utf-8")
-    done = gdn("review", str(diff), "--onto", "0.28.0", "--max-mutants", "0", "--out", str(tmp_path / "out"))
+    done = gdn(
+        "review",
+        str(diff),
+        "--onto",
+        "0.28.0",
+        "--max-mutants",
+        "0",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "does not import on vLLM 0.28.0" in done.stderr
     assert "No module named 'vllm.model_executor.layers.mamba.checkpoint'" in done.stderr
@@ -208,15 +298,20 @@ def test_a_change_that_needs_code_outside_the_diff_names_what_is_missing(tmp_pat
 
 def test_a_diff_outside_the_kb_affects_no_claim(tmp_path):
     diff = tmp_path / "docs.diff"
-    diff.write_text(release_diff("0.32.0", "0.33.0", ["vllm/v1/kv_cache_interface.py"]) or "", encoding="utf-8")
-    assert diff.read_text(), "the two releases' kv_cache_interface.py are the same: pick another file"
+    diff.write_text(
+        release_diff("0.32.0", "0.33.0", ["vllm/v1/kv_cache_interface.py"]) or "", encoding="utf-8"
+    )
+    assert diff.read_text(), (
+        "the two releases' kv_cache_interface.py are the same: pick another file"
+    )
     done = gdn("review", str(diff), "--onto", "0.32.0", "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "no recorded claim affected" in done.stderr.lower() + done.stdout.lower()
     assert "outside the KB" in (tmp_path / "out" / "docs.md").read_text(encoding="utf-8")
 
 
-# --- The installed vLLM is never written: after a run, an interrupt, and a change that never returns.
+# --- The installed vLLM is never written: after a run, an interrupt, and a change that never
+# returns.
 
 
 def _installed_digest() -> str:
@@ -233,14 +328,29 @@ def _never_returning_build() -> str:
     version, root = release_cache.loaded()
     source = (root / TARGET).read_text(encoding="utf-8")
     tree = ast.parse(source)
-    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GDNAttentionMetadataBuilder"]
+    (cls,) = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.ClassDef) and n.name == "GDNAttentionMetadataBuilder"
+    ]
     (build,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "build"]
-    first = build.body[1] if isinstance(build.body[0], ast.Expr) and isinstance(build.body[0].value, ast.Constant) else build.body[0]
+    first = (
+        build.body[1]
+        if isinstance(build.body[0], ast.Expr) and isinstance(build.body[0].value, ast.Constant)
+        else build.body[0]
+    )
     lines = source.splitlines(True)
     indent = " " * first.col_offset
     # Asleep, not spinning: a hang that burns a CPU only slows the tests beside it.
-    lines.insert(first.lineno - 1, f"{indent}while True:  # never returns\n{indent}    __import__('time').sleep(3600)\n")
-    return "".join(difflib.unified_diff(source.splitlines(True), "".join(lines).splitlines(True), f"a/{TARGET}", f"b/{TARGET}"))
+    lines.insert(
+        first.lineno - 1,
+        f"{indent}while True:  # never returns\n{indent}    __import__('time').sleep(3600)\n",
+    )
+    return "".join(
+        difflib.unified_diff(
+            source.splitlines(True), "".join(lines).splitlines(True), f"a/{TARGET}", f"b/{TARGET}"
+        )
+    )
 
 
 @pytest.mark.slow
@@ -250,7 +360,19 @@ def test_a_change_whose_build_never_returns_is_stopped_and_leaves_vllm_as_it_was
     diff.write_text(_never_returning_build(), encoding="utf-8")
     # C1's tests take the unpatched side about a second; the timeout is far above that,
     # so a loaded machine cannot make the side that returns miss it.
-    done = gdn("review", str(diff), "--record", "52078", "--timeout", "20", "-k", "C1", "--out", str(tmp_path / "out"), timeout=900)
+    done = gdn(
+        "review",
+        str(diff),
+        "--record",
+        "52078",
+        "--timeout",
+        "20",
+        "-k",
+        "C1",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=900,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     text = (tmp_path / "out" / "hang.md").read_text(encoding="utf-8")
     assert "**patched side did not finish**: no result within 20 s: killed" in text
@@ -261,18 +383,39 @@ def test_a_change_whose_build_never_returns_is_stopped_and_leaves_vllm_as_it_was
 @pytest.mark.slow
 @pytest.mark.xdist_group("review_steps")
 def test_shards_merged_give_the_report_of_one_run(tmp_path, step_kb, step_reviews):
-    """The step 0.32.0 -> 0.33.0, whose two records' cases move: one record per shard, each shard a whole review.
+    """The step 0.32.0 -> 0.33.0, whose two records' cases move: one record per shard, each shard a
+    whole review.
 
     The one run to compare with is the step's own review (same diff, selection and mutants).
     """
     before = _installed_digest()
     folder, _, _, _ = step_reviews["0.32.0"]
     diff = folder / "step-0.32.0.diff"
-    common = ["--onto", "0.32.0", "-k", STEP_TESTS["0.32.0"], "--max-mutants", STEP_MUTANTS["0.32.0"], "--fail-on", "",
-              "--kb", str(step_kb / "kb"), "--generated", str(step_kb / "generated_tests")]
+    common = [
+        "--onto",
+        "0.32.0",
+        "-k",
+        STEP_TESTS["0.32.0"],
+        "--max-mutants",
+        STEP_MUTANTS["0.32.0"],
+        "--fail-on",
+        "",
+        "--kb",
+        str(step_kb / "kb"),
+        "--generated",
+        str(step_kb / "generated_tests"),
+    ]
     shards = []
     for index in (1, 2):
-        done = gdn("review", str(diff), *common, "--shard", f"{index}/2", "--out", str(tmp_path / f"shard{index}"))
+        done = gdn(
+            "review",
+            str(diff),
+            *common,
+            "--shard",
+            f"{index}/2",
+            "--out",
+            str(tmp_path / f"shard{index}"),
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         shards.append(str(tmp_path / f"shard{index}" / "step-0.32.0.json"))
     merged = gdn("review-merge", *shards, "--out", str(tmp_path / "merged"), "--fail-on", "")
@@ -286,7 +429,10 @@ def test_shards_merged_give_the_report_of_one_run(tmp_path, step_kb, step_review
 def test_a_change_that_deletes_the_target_file_is_bad_input(tmp_path):
     source = (release_trees.entry("0.33.0").path / TARGET).read_text(encoding="utf-8")
     diff = tmp_path / "delete.diff"
-    diff.write_text("".join(difflib.unified_diff(source.splitlines(True), [], f"a/{TARGET}", "/dev/null")), encoding="utf-8")
+    diff.write_text(
+        "".join(difflib.unified_diff(source.splitlines(True), [], f"a/{TARGET}", "/dev/null")),
+        encoding="utf-8",
+    )
     done = gdn("review", str(diff), "--onto", "0.33.0", "--out", str(tmp_path / "out"))
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"the change deletes {TARGET}, which records target" in done.stderr
@@ -303,10 +449,30 @@ def test_a_change_that_breaks_a_contract_is_a_break(tmp_path):
     assert source.count(line) == 1, f"vLLM {version} has no such line"
     changed = source.replace(line, "")
     diff = tmp_path / "no-fill.diff"
-    diff.write_text("".join(difflib.unified_diff(source.splitlines(True), changed.splitlines(True), f"a/{TARGET}", f"b/{TARGET}")), encoding="utf-8")
-    done = gdn("review", str(diff), "--record", "update_block_table", "--max-mutants", "0", "-k", "C4 or C2",
-               "--out", str(tmp_path / "out"), timeout=900)
+    diff.write_text(
+        "".join(
+            difflib.unified_diff(
+                source.splitlines(True), changed.splitlines(True), f"a/{TARGET}", f"b/{TARGET}"
+            )
+        ),
+        encoding="utf-8",
+    )
+    done = gdn(
+        "review",
+        str(diff),
+        "--record",
+        "update_block_table",
+        "--max-mutants",
+        "0",
+        "-k",
+        "C4 or C2",
+        "--out",
+        str(tmp_path / "out"),
+        timeout=900,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "fail-on: breaks: contract update_block_table C4: holds → fails" in done.stderr, done.stderr[-2000:]
+    assert "fail-on: breaks: contract update_block_table C4: holds → fails" in done.stderr, (
+        done.stderr[-2000:]
+    )
     text = (tmp_path / "out" / "no-fill.md").read_text(encoding="utf-8")
     assert "### contract update_block_table" in text and "claim(s) break" in text

@@ -55,11 +55,16 @@ def test_max_num_seqs_and_capture_size_limit_staging():
     # decode_cudagraph_max_bs = max_num_seqs * (k + 1), capped by the capture size:
     # 6 spec tokens fit 4 * 3 = 12 but not a cap of 4, nor max_num_seqs 1 (3).
     staged = build(SPEC_PADDED, cudagraph_mode=FULL_GRAPH, max_num_seqs=4).metadata
-    capped = build(SPEC_PADDED, cudagraph_mode=FULL_GRAPH, max_num_seqs=4, max_cudagraph_capture_size=4).metadata
+    capped = build(
+        SPEC_PADDED, cudagraph_mode=FULL_GRAPH, max_num_seqs=4, max_cudagraph_capture_size=4
+    ).metadata
     assert len(staged["num_accepted_tokens"]) == 4
     assert len(capped["num_accepted_tokens"]) == 2
     one = dict(SPEC_PADDED, rows=SPEC_PADDED["rows"][:1], padded_rows=0)
-    assert len(build(one, cudagraph_mode=FULL_GRAPH, max_num_seqs=1).metadata["num_accepted_tokens"]) == 1
+    assert (
+        len(build(one, cudagraph_mode=FULL_GRAPH, max_num_seqs=1).metadata["num_accepted_tokens"])
+        == 1
+    )
 
 
 def test_prefill_backend_reaches_vllms_resolution():
@@ -76,7 +81,12 @@ def test_padded_tokens_count_in_num_actual_tokens():
 def test_host_sequence_lengths_reach_the_first_chunk_rule():
     # A one-token first chunk is a prefill (no prior state) unless the host
     # believes the sequence is longer (0.31+: seq_lens_cpu_upper_bound).
-    first_chunk = {"rows": [{"seq_len": 5, "query_len": 1, "prefilling": False}, {"seq_len": 1, "query_len": 1, "prefilling": True}]}
+    first_chunk = {
+        "rows": [
+            {"seq_len": 5, "query_len": 1, "prefilling": False},
+            {"seq_len": 1, "query_len": 1, "prefilling": True},
+        ]
+    }
     assert build(first_chunk).metadata["num_prefills"] == 1
     assert build(first_chunk, host_seq_len_offset=3).metadata["num_prefills"] == 0
     rows = [dict(first_chunk["rows"][0]), dict(first_chunk["rows"][1], host_seq_len=2)]
@@ -105,20 +115,33 @@ def test_capture_derives_drafts_and_accepted_counts_from_query_lengths():
 def test_update_block_table_regathers_from_the_second_table():
     run = build(SPEC_PADDED, entry="update_block_table", mamba_cache_mode="none")
     assert run.built["spec_state_indices_tensor"] == [[1, 2, 3], [17, 18, 19]]
-    assert run.metadata["spec_state_indices_tensor"] == [[10001, 10002, 10003], [10017, 10018, 10019]]
+    assert run.metadata["spec_state_indices_tensor"] == [
+        [10001, 10002, 10003],
+        [10017, 10018, 10019],
+    ]
     assert run.metadata["spec_state_rows"] == [0, 1]
 
 
 def test_update_block_table_in_align_mode_needs_the_v2_runners_aligned_indices():
-    with pytest.raises(pytest.skip.Exception, match="aligned state indices, and the case gives none"):
+    with pytest.raises(
+        pytest.skip.Exception, match="aligned state indices, and the case gives none"
+    ):
         build(SPEC_PADDED, entry="update_block_table", mamba_cache_mode="align")
 
 
 def test_after_builds_first_on_the_same_builder(monkeypatch):
     # The builder's persistent buffers outlive a build: the rows a smaller batch
     # does not touch keep what the earlier batch staged there.
-    larger = dict(SPEC_PADDED, padded_rows=0, cudagraph_mode=FULL_GRAPH, block_table_offset=30000, rows=SPEC_PADDED["rows"] * 2)
-    smaller = dict(SPEC_PADDED, padded_rows=0, cudagraph_mode=FULL_GRAPH, rows=SPEC_PADDED["rows"][:1])
+    larger = dict(
+        SPEC_PADDED,
+        padded_rows=0,
+        cudagraph_mode=FULL_GRAPH,
+        block_table_offset=30000,
+        rows=SPEC_PADDED["rows"] * 2,
+    )
+    smaller = dict(
+        SPEC_PADDED, padded_rows=0, cudagraph_mode=FULL_GRAPH, rows=SPEC_PADDED["rows"][:1]
+    )
     seen = []
     original = harness.case_build._run_entry
 
@@ -136,18 +159,32 @@ def test_after_builds_first_on_the_same_builder(monkeypatch):
 
 
 def test_needs_reads_not_applicable_for_what_the_release_lacks():
-    with pytest.raises(pytest.skip.Exception, match="not applicable: vLLM .* has no spec_decode_src_indices"):
+    with pytest.raises(
+        pytest.skip.Exception, match="not applicable: vLLM .* has no spec_decode_src_indices"
+    ):
         build(SPEC_PADDED, needs=["spec_decode_src_indices"])
     build(SPEC_PADDED, needs=["spec_state_indices_tensor", "update_block_table"])
 
 
-@pytest.mark.parametrize("prop", ["full_graph_tails_neutral", "capture_matches_build", "regather_matches_fresh_build"])
+@pytest.mark.parametrize(
+    "prop", ["full_graph_tails_neutral", "capture_matches_build", "regather_matches_fresh_build"]
+)
 @pytest.mark.parametrize(
     "batch",
     [
         SPEC_PADDED,
-        {"rows": [{"seq_len": 9, "query_len": 1, "prefilling": False}, {"seq_len": 20, "query_len": 6}], "padded_rows": 1},
-        {"speculative_tokens": 1, "rows": [{"seq_len": 9, "query_len": 1, "prefilling": False}], "padded_rows": 3},
+        {
+            "rows": [
+                {"seq_len": 9, "query_len": 1, "prefilling": False},
+                {"seq_len": 20, "query_len": 6},
+            ],
+            "padded_rows": 1,
+        },
+        {
+            "speculative_tokens": 1,
+            "rows": [{"seq_len": 9, "query_len": 1, "prefilling": False}],
+            "padded_rows": 3,
+        },
     ],
     ids=["spec", "mixed", "plain_decode"],
 )
@@ -165,8 +202,14 @@ def test_field_differences_compare_prefixes():
 
 def test_a_crash_is_stored_as_what_the_release_raised():
     # vLLM refuses sycl on CPU in the builder's constructor: the snapshot says so.
-    stored = harness.snapshot_case("cpu", {"rows": [{"seq_len": 5, "query_len": 5}], "prefill_backend": "sycl"})
-    assert list(stored) == ["raised"] and stored["raised"].startswith("ValueError:") and "sycl" in stored["raised"]
+    stored = harness.snapshot_case(
+        "cpu", {"rows": [{"seq_len": 5, "query_len": 5}], "prefill_backend": "sycl"}
+    )
+    assert (
+        list(stored) == ["raised"]
+        and stored["raised"].startswith("ValueError:")
+        and "sycl" in stored["raised"]
+    )
 
 
 PROXY_ON_CAPTURE = """
@@ -189,6 +232,12 @@ def test_the_cpu_proxy_tells_capture_before_and_after_pr_55404(release, reads):
     from gdn_review.common import release_trees
 
     env = release_trees.environment(release_trees.tree(release))
-    done = subprocess.run([sys.executable, "-c", PROXY_ON_CAPTURE], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROXY_ON_CAPTURE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == reads

@@ -1,4 +1,5 @@
-"""Full-metadata snapshots: storage format, differences, and (slow) a one-field change caught on the installed vLLM."""
+"""Full-metadata snapshots: storage format, differences, and (slow) a one-field change caught on the
+installed vLLM."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from tests.conftest import ROOT
 
 
 def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
-    data = snapshot_files.document(7, {"release": "0.33.0", "device": "cpu", "cases": {"b": {"x": [1, 2], "a": None}, "a": {"n": 1}}})
+    data = snapshot_files.document(
+        7,
+        {
+            "release": "0.33.0",
+            "device": "cpu",
+            "cases": {"b": {"x": [1, 2], "a": None}, "a": {"n": 1}},
+        },
+    )
     text = snapshot_files.dumps(data)
     assert json.loads(text) == data
     assert text == snapshot_files.dumps(json.loads(text))
@@ -28,7 +36,10 @@ def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
 def test_differences_name_every_changed_added_and_removed_field():
     before = {"c": {"num_prefills": 3, "gone": 1, "same": [1]}, "old": {}}
     after = {"c": {"num_prefills": 1, "new": None, "same": [1]}, "fresh": {}}
-    found = {(d["case"], d["field"]): (d["before"], d["after"]) for d in snapshot_files.differences(before, after)}
+    found = {
+        (d["case"], d["field"]): (d["before"], d["after"])
+        for d in snapshot_files.differences(before, after)
+    }
     assert found == {
         ("c", "num_prefills"): (3, 1),
         ("c", "gone"): (1, "(no such field)"),
@@ -52,17 +63,43 @@ def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_
 def test_every_field_asks_the_harness_for_every_optional_part_and_a_call_case_has_metadata():
     cases = {"a": {"rows": [{"seq_len": 4, "query_len": 4}]}, "b": {"rows": [], "layout": True}}
     flagged = snapshot_take.every_field(cases)
-    assert all(flagged[c][flag] is True for c in cases for flag in ("layout", "builder_fields", "server_fields"))
+    assert all(
+        flagged[c][flag] is True
+        for c in cases
+        for flag in ("layout", "builder_fields", "server_fields")
+    )
     assert "layout" not in cases["a"]  # the record's inputs are not changed
     assert snapshot_take.no_metadata({"raised": "ValueError: x"}) == "ValueError: x"
     assert snapshot_take.no_metadata({"not_applicable": "no CUDA"}) == "no CUDA"
-    assert snapshot_take.no_metadata({"returned": [1], "raised": None}) is None  # a `call` case's result
-    data = {"device": "cpu", "cases": {"c": {"returned": None, "raised": "ValueError: bad", "path": "spec"}}}
-    assert snapshot_take.expect_lines(data, "c", "0.33.0")[1:] == ["expect:", "  path: spec", "  returned: null", "  raised: 'ValueError: bad'"]
+    assert (
+        snapshot_take.no_metadata({"returned": [1], "raised": None}) is None
+    )  # a `call` case's result
+    data = {
+        "device": "cpu",
+        "cases": {"c": {"returned": None, "raised": "ValueError: bad", "path": "spec"}},
+    }
+    assert snapshot_take.expect_lines(data, "c", "0.33.0")[1:] == [
+        "expect:",
+        "  path: spec",
+        "  returned: null",
+        "  raised: 'ValueError: bad'",
+    ]
 
 
 def test_snapshot_command_refuses_an_unknown_case():
-    result = CliRunner().invoke(main, ["snapshot", "--kb", str(ROOT / "kb"), "--record", "52078", "--case", "nope", "--as-expect"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "snapshot",
+            "--kb",
+            str(ROOT / "kb"),
+            "--record",
+            "52078",
+            "--case",
+            "nope",
+            "--as-expect",
+        ],
+    )
     assert result.exit_code == 2 and "no case 'nope'" in result.output
 
 
@@ -85,14 +122,25 @@ sys.exit(pytest.main(["generated_tests/test_pr_52078.py", "-q", "-p", "no:cachep
 
 @pytest.mark.slow
 def test_a_change_of_one_prefill_field_fails_only_the_snapshot_tests():
-    """No case's `expect` names prefill_has_initial_state: only the full snapshots can see it change."""
+    """No case's `expect` names prefill_has_initial_state: only the full snapshots can see it
+    change."""
     from gdn_review import harness
 
     if str(harness.vllm_release()) != "0.33.0":
         pytest.skip("the edit is written for vLLM 0.33.0")
     done = subprocess.run(
-        [sys.executable, "-c", RUN_MUTATED, "prefill_has_initial_state=prefill_has_initial_state,", "prefill_has_initial_state=None,"],
-        check=False, cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            RUN_MUTATED,
+            "prefill_has_initial_state=prefill_has_initial_state,",
+            "prefill_has_initial_state=None,",
+        ],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     failed = re.findall(r"^FAILED (\S+)", done.stdout, re.MULTILINE)

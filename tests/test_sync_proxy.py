@@ -1,4 +1,5 @@
-"""The CPU proxy for host-device syncs: what it counts, what it does not, and how far marks spread."""
+"""The CPU proxy for host-device syncs: what it counts, what it does not, and how far marks
+spread."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def _tracker(*device_tensors):
 
 def _query_start_loc():
     # A marked device-side query_start_loc and its unmarked host twin.
-    return torch.tensor([0, 3, 6, 9], dtype=torch.int32), torch.tensor([0, 3, 6, 9], dtype=torch.int32)
+    return torch.tensor([0, 3, 6, 9], dtype=torch.int32), torch.tensor(
+        [0, 3, 6, 9], dtype=torch.int32
+    )
 
 
 # vLLM 0.29.0 build_for_cudagraph_capture: the draft counts come from the device tensor.
@@ -60,7 +63,13 @@ def test_scalar_reads_count_on_derived_tensors_only():
         bool(host_lens.any())
         int(host_lens[0])
     assert tracker.reads == Counter(
-        {"Tensor.item": 1, "Tensor.tolist": 1, "Tensor.__bool__": 1, "Tensor.__int__": 1, "Tensor.__float__": 1}
+        {
+            "Tensor.item": 1,
+            "Tensor.tolist": 1,
+            "Tensor.__bool__": 1,
+            "Tensor.__int__": 1,
+            "Tensor.__float__": 1,
+        }
     )
     assert tracker.total == 5
 
@@ -78,7 +87,12 @@ def test_mask_indexing_counts_a_device_mask_only():
         device.nonzero()
         torch.where(device > 3)
     assert tracker.reads == Counter(
-        {"Tensor.__getitem__[bool mask]": 2, "torch.nonzero": 1, "Tensor.nonzero": 1, "torch.where": 1}
+        {
+            "Tensor.__getitem__[bool mask]": 2,
+            "torch.nonzero": 1,
+            "Tensor.nonzero": 1,
+            "torch.where": 1,
+        }
     )
 
 
@@ -106,14 +120,18 @@ def test_setitem_reads_only_what_a_device_would_read():
     tracker = _tracker(device, persistent)
     with tracker:
         persistent[device > 3] = 0  # a scalar through a mask is masked_fill_: no read
-        persistent[device > 3] = torch.tensor([7, 8], dtype=torch.int32)  # values need the mask's nonzero
+        persistent[device > 3] = torch.tensor(
+            [7, 8], dtype=torch.int32
+        )  # values need the mask's nonzero
         persistent[:3] = device[1:]  # device to device
         host_buffer[:3] = device[1:]  # device to host
         host_buffer[:3] = host[1:]  # host to host
         written[host > 3] = 0  # host mask, host tensor: stays host
         assert not tracker.is_device_origin(written)
         written[device > 3] = 0  # written through a device mask: device data now
-    assert tracker.reads == Counter({"Tensor.__setitem__[bool mask]": 1, "Tensor.__setitem__[to host]": 1})
+    assert tracker.reads == Counter(
+        {"Tensor.__setitem__[bool mask]": 1, "Tensor.__setitem__[to host]": 1}
+    )
     assert not tracker.is_device_origin(host_buffer)
     assert tracker.is_device_origin(written)
 
@@ -168,7 +186,11 @@ def test_data_dependent_sizes_and_scalar_arguments():
         host[: device[1]]  # a device scalar as a slice bound
         torch.arange(int(host[-1]))
     assert tracker.reads == Counter(
-        {"torch.repeat_interleave": 1, "torch.arange[tensor arg]": 1, "Tensor.__getitem__[tensor slice bound]": 1}
+        {
+            "torch.repeat_interleave": 1,
+            "torch.arange[tensor arg]": 1,
+            "Tensor.__getitem__[tensor slice bound]": 1,
+        }
     )
 
 

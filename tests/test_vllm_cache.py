@@ -8,7 +8,9 @@ from gdn_review.common import vllm_cache
 def _package(folder, version: str):
     """A vLLM package folder with the version file a wheel carries (setuptools-scm's layout)."""
     folder.mkdir(parents=True)
-    (folder / "_version.py").write_text(f"__version__ = version = '{version}'\n__commit_id__ = commit_id = 'g0'\n", encoding="utf-8")
+    (folder / "_version.py").write_text(
+        f"__version__ = version = '{version}'\n__commit_id__ = commit_id = 'g0'\n", encoding="utf-8"
+    )
     return folder
 
 
@@ -19,23 +21,30 @@ def test_a_release_unpacked_elsewhere_shares_its_root_and_releases_do_not(tmp_pa
     other = _package(tmp_path / "releases" / "0.30.0" / "vllm", "0.30.0")
     assert vllm_cache.cache_root(str(unpacked)) == vllm_cache.cache_root(str(entry))
     assert vllm_cache.cache_root(str(other)) != vllm_cache.cache_root(str(entry))
-    assert vllm_cache.cache_root(str(entry)).startswith(str(tmp_path / "cache" / "vllm-cache") + "/")
+    assert vllm_cache.cache_root(str(entry)).startswith(
+        str(tmp_path / "cache" / "vllm-cache") + "/"
+    )
 
 
 def test_a_tree_without_a_version_file_is_keyed_by_its_path(tmp_path, monkeypatch):
     monkeypatch.setenv("GDN_REVIEW_CACHE", str(tmp_path / "cache"))
     (tmp_path / "a" / "vllm").mkdir(parents=True)
     (tmp_path / "b" / "vllm").mkdir(parents=True)
-    assert vllm_cache.cache_root(str(tmp_path / "a" / "vllm")) != vllm_cache.cache_root(str(tmp_path / "b" / "vllm"))
+    assert vllm_cache.cache_root(str(tmp_path / "a" / "vllm")) != vllm_cache.cache_root(
+        str(tmp_path / "b" / "vllm")
+    )
 
 
 def test_a_root_inherited_from_our_parent_is_replaced_and_a_users_is_kept(monkeypatch):
-    """A child on another release must not write into its parent's root; a user's root is the user's."""
+    """A child on another release must not write into its parent's root; a user's root is the
+    user's."""
     import importlib
     import importlib.util
     import os
 
-    environment = importlib.import_module("gdn_review.harness.environment")  # the package exports a function of that name
+    environment = importlib.import_module(
+        "gdn_review.harness.environment"
+    )  # the package exports a function of that name
 
     loaded = vllm_cache.cache_root(os.path.dirname(importlib.util.find_spec("vllm").origin))
     parents = "/parent/on/another/release"

@@ -18,14 +18,41 @@ from gdn_review.matrix.release_finder import (
 
 @click.command(name="find-release")
 @click.argument("wanted", metavar="LINE")
-@click.option("--file", "file", default=DEFAULT_FILE, show_default=True, help="The file in vLLM to look in.")
-@click.option("--from", "start", default=None, metavar="X.Y.Z", help="The oldest release to check.  [default: 0.28.0]")
-@click.option("--to", "end", default=None, metavar="X.Y.Z", help="The newest release to check.  [default: the installed vLLM]")
-@click.option("--fixed-string", is_flag=True, help="Find LINE as a string anywhere in the file (as given, not stripped) instead of as a whole line.")
-@click.option("--offline", is_flag=True, help="Only the installed vLLM and the release cache; releases not there are named, not fetched.")
+@click.option(
+    "--file", "file", default=DEFAULT_FILE, show_default=True, help="The file in vLLM to look in."
+)
+@click.option(
+    "--from",
+    "start",
+    default=None,
+    metavar="X.Y.Z",
+    help="The oldest release to check.  [default: 0.28.0]",
+)
+@click.option(
+    "--to",
+    "end",
+    default=None,
+    metavar="X.Y.Z",
+    help="The newest release to check.  [default: the installed vLLM]",
+)
+@click.option(
+    "--fixed-string",
+    is_flag=True,
+    help="Find LINE as a string anywhere in the file (as given, not "
+    "stripped) instead of as a whole line.",
+)
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Only the installed vLLM and the release cache; releases not "
+    "there are named, not fetched.",
+)
 @exit_codes
-def find_release_command(wanted: str, file: str, start: str | None, end: str | None, fixed_string: bool, offline: bool) -> None:
-    """Say which releases contain LINE of a vLLM file: the first, the last, the target lines to paste.
+def find_release_command(
+    wanted: str, file: str, start: str | None, end: str | None, fixed_string: bool, offline: bool
+) -> None:
+    """Say which releases contain LINE of a vLLM file: the first, the last, the target lines to
+    paste.
 
     Checks every X.Y.0 release from --from to --to, and every release of the
     release cache in that range; a release missing from the cache is fetched
@@ -49,7 +76,9 @@ def find_release_command(wanted: str, file: str, start: str | None, end: str | N
     if wanted == "-":
         wanted = sys.stdin.read()
     try:
-        finding = release_finder.find_release(wanted, file, start, end, fixed_string, offline, say=say)
+        finding = release_finder.find_release(
+            wanted, file, start, end, fixed_string, offline, say=say
+        )
     except release_finder.FinderError as error:
         raise BadInput(str(error)) from None
     for line in release_finder.finding_lines(finding):

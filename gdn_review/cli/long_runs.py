@@ -33,7 +33,8 @@ from gdn_review.run.selection import current_modules, load_records
 
 
 def interruptible(command):
-    """SIGINT or SIGTERM stops the run (``common.interrupts``): its processes stopped, one line said, exit 130 or 143."""
+    """SIGINT or SIGTERM stops the run (``common.interrupts``): its processes stopped, one line
+    said, exit 130 or 143."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -51,25 +52,116 @@ def interruptible(command):
 
 @click.command()
 @kb_option
-@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id (repeatable).",
+)
 @click.option("--risk", "risk", default=None, metavar="ID", help="Only the mutants of this risk.")
-@click.option("--mutant", "patterns", multiple=True, metavar="ID", help="Only this mutant (repeatable; shell patterns such as 'auto.*').")
-@click.option("--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing.")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Mutants run at once.  [default: CPU count]")
-@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True, help="Seconds a mutant may run before its process is killed (status: timeout).")
-@click.option("-k", "keyword", default=None, help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).")
-@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option(
+    "--mutant",
+    "patterns",
+    multiple=True,
+    metavar="ID",
+    help="Only this mutant (repeatable; shell patterns such as 'auto.*').",
+)
+@click.option(
+    "--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing."
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Mutants run at once.  [default: CPU count]",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a mutant may run before its process is killed (status: timeout).",
+)
+@click.option(
+    "-k",
+    "keyword",
+    default=None,
+    help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).",
+)
+@click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
-@click.option("--offline", is_flag=True, help="Use only releases already in the cache (automatic mutants need the base and head releases).")
-@click.option("--evidence", "evidence_path", default=str(evidence_file.DEFAULT_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON (tests and mutants) goes.")
-@click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Use only releases already in the cache (automatic mutants need "
+    "the base and head releases).",
+)
+@click.option(
+    "--evidence",
+    "evidence_path",
+    default=str(evidence_file.DEFAULT_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where the evidence JSON (tests and mutants) goes.",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where reports go.",
+)
 @fail_on_option(fail_conditions.REPORT, "fails,survived")
-@click.option("--whole-file", is_flag=True, help="Score the whole target file against every record's tests (reports/guard.md + .json), not a record's PR hunks.")
-@click.option("--release", default=None, metavar="X.Y.Z", help="With --whole-file: score this release from the release cache (fetched once) instead of the installed one.")
-@click.option("--min-score", type=click.FloatRange(0, 100), default=95.0, show_default=True, help="With --whole-file: exit 1 below this percentage of detected mutants.")
+@click.option(
+    "--whole-file",
+    is_flag=True,
+    help="Score the whole target file against every record's tests "
+    "(reports/guard.md + .json), not a record's PR hunks.",
+)
+@click.option(
+    "--release",
+    default=None,
+    metavar="X.Y.Z",
+    help="With --whole-file: score this release from the release cache "
+    "(fetched once) instead of the installed one.",
+)
+@click.option(
+    "--min-score",
+    type=click.FloatRange(0, 100),
+    default=95.0,
+    show_default=True,
+    help="With --whole-file: exit 1 below this percentage of detected mutants.",
+)
 @exit_codes
 @interruptible
-def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, out_dir, write, offline, evidence_path, reports_dir, fail_on, whole_file, release, min_score) -> None:
+def mutate(
+    kb_dir,
+    numbers,
+    risk,
+    patterns,
+    list_only,
+    jobs,
+    timeout,
+    keyword,
+    out_dir,
+    write,
+    offline,
+    evidence_path,
+    reports_dir,
+    fail_on,
+    whole_file,
+    release,
+    min_score,
+) -> None:
     """Plant each risk's bug in vLLM's real builder and check a generated test fails.
 
     Mutants come from the record (exact find/replace edits under each risk) and
@@ -96,10 +188,30 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
 
     if whole_file:
         if risk or keyword or list_only:
-            raise click.UsageError("--whole-file runs every record's tests against every mutant: --risk, -k and --list do not apply")
-        sys.exit(_whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offline, reports_dir, release, min_score))
+            raise click.UsageError(
+                "--whole-file runs every record's tests against every mutant: "
+                "--risk, -k and --list do not apply"
+            )
+        sys.exit(
+            _whole_file(
+                kb_dir,
+                numbers,
+                patterns,
+                jobs,
+                timeout,
+                out_dir,
+                write,
+                offline,
+                reports_dir,
+                release,
+                min_score,
+            )
+        )
     if release:
-        raise click.UsageError("--release applies to --whole-file (a record's mutants run on the installed release; see `gdn-review matrix`)")
+        raise click.UsageError(
+            "--release applies to --whole-file (a record's mutants run on "
+            "the installed release; see `gdn-review matrix`)"
+        )
 
     from gdn_review import mutation
     from gdn_review.report import report as reporting
@@ -110,11 +222,26 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
     if list_only:
         click.echo("\n".join(mutation.listing_lines(catalogues)))
         return
-    modules = current_modules(kb_dir, {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}, out_dir, write, say)
+    modules = current_modules(
+        kb_dir,
+        {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}},
+        out_dir,
+        write,
+        say,
+    )
     say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
     progress = MutationProgress(say)
     try:
-        entries = mutation.mutate(catalogues, modules, keyword, jobs or os.cpu_count() or 1, timeout, evidence_path, progress.start, progress.advance)
+        entries = mutation.mutate(
+            catalogues,
+            modules,
+            keyword,
+            jobs or os.cpu_count() or 1,
+            timeout,
+            evidence_path,
+            progress.start,
+            progress.advance,
+        )
     except mutation.MutationError as error:  # the baseline failed: a check, not the input
         progress.stop()
         say(str(error))
@@ -124,28 +251,74 @@ def mutate(kb_dir, numbers, risk, patterns, list_only, jobs, timeout, keyword, o
         raise
     progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
-    say("[3/3] " + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run") + f"; evidence {evidence_path}")
+    say(
+        "[3/3] "
+        + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run")
+        + f"; evidence {evidence_path}"
+    )
     paths = evidence_file.with_bench(evidence_path, say)
-    written, reports = reporting.write_reports(records, evidence_file.load(list(paths)), reports_dir)
+    written, reports = reporting.write_reports(
+        records, evidence_file.load(list(paths)), reports_dir
+    )
     show_reports(reports, written)
     sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
 
 
-def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offline, reports_dir, release, min_score) -> int:
-    """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the exit code."""
+def _whole_file(
+    kb_dir,
+    numbers,
+    patterns,
+    jobs,
+    timeout,
+    out_dir,
+    write,
+    offline,
+    reports_dir,
+    release,
+    min_score,
+) -> int:
+    """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the
+    exit code."""
     from gdn_review.cli.progress import MutationProgress
     from gdn_review.mutation import guard, whole_file
 
     records = load_records(kb_dir, numbers)
     modules = current_modules(kb_dir, records, out_dir, write, say)
-    options = ["--kb", str(kb_dir), "--generated", str(out_dir), "--reports", str(reports_dir), "--timeout", str(timeout),
-               "--min-score", str(min_score), *(f"--record={n}" for n in numbers), *(f"--mutant={p}" for p in patterns),
-               *([f"--jobs={jobs}"] if jobs else [])]
+    options = [
+        "--kb",
+        str(kb_dir),
+        "--generated",
+        str(out_dir),
+        "--reports",
+        str(reports_dir),
+        "--timeout",
+        str(timeout),
+        "--min-score",
+        str(min_score),
+        *(f"--record={n}" for n in numbers),
+        *(f"--mutant={p}" for p in patterns),
+        *([f"--jobs={jobs}"] if jobs else []),
+    ]
     progress = MutationProgress(say)
     try:
-        scored = whole_file.score_and_write(kb_dir, records, modules, reports_dir, release, options, not offline, patterns,
-                                            jobs or os.cpu_count() or 1, timeout, progress.start, progress.advance, say)
-    except guard.GuardError as error:  # the baseline failed, or another tracer is active: a check, not the input
+        scored = whole_file.score_and_write(
+            kb_dir,
+            records,
+            modules,
+            reports_dir,
+            release,
+            options,
+            not offline,
+            patterns,
+            jobs or os.cpu_count() or 1,
+            timeout,
+            progress.start,
+            progress.advance,
+            say,
+        )
+    except (
+        guard.GuardError
+    ) as error:  # the baseline failed, or another tracer is active: a check, not the input
         progress.stop()
         say(str(error))
         return EXIT_FAILED
@@ -154,8 +327,11 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
     if scored.child_exit is not None:
         return scored.child_exit
     data, score = scored.data, scored.data["score"]
-    say(f"[3/3] score {score['percent']}% ({score['detected']} of {score['scored']}); "
-        + ", ".join(f"{n} {s}" for s, n in score["counts"].items()) + f"; {data['duration_s']} s")
+    say(
+        f"[3/3] score {score['percent']}% ({score['detected']} of {score['scored']}); "
+        + ", ".join(f"{n} {s}" for s, n in score["counts"].items())
+        + f"; {data['duration_s']} s"
+    )
     say(f"wrote {scored.written[0]} and {scored.written[1]}")
     for note in data["notes"]:
         say(f"note: {note}")
@@ -164,16 +340,58 @@ def _whole_file(kb_dir, numbers, patterns, jobs, timeout, out_dir, write, offlin
 
 @click.command(name="bench")
 @kb_option
-@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).  [default: every record with a latency claim]")
-@click.option("--releases", "pair", default=None, metavar="BASE,HEAD", help="The two releases to compare.  [default: the latency check's, else the record's base and head; an open PR: its base release and BASE+diff, kb/N.diff applied]")
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id "
+    "(repeatable).  [default: every record with a latency claim]",
+)
+@click.option(
+    "--releases",
+    "pair",
+    default=None,
+    metavar="BASE,HEAD",
+    help="The two releases to compare.  [default: the latency check's, "
+    "else the record's base and head; an open PR: its base release "
+    "and BASE+diff, kb/N.diff applied]",
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--case", "case_ids", multiple=True, metavar="ID", help="Only these cases (repeatable; one record).  [default: the latency check's cases]")
-@click.option("--max-seconds", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Per record: stop adding rounds after this long, tight or not.")
-@click.option("--tolerance", type=click.FloatRange(min=0.0001), default=0.01, show_default=True, help="Stop once every case's 95%% half-interval of the ratio is this narrow.")
-@click.option("--evidence", "evidence_path", default=str(evidence_file.BENCH_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the bench evidence JSON goes (run, mutate and report merge it).")
+@click.option(
+    "--case",
+    "case_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only these cases (repeatable; one record).  [default: the latency check's cases]",
+)
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Per record: stop adding rounds after this long, tight or not.",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0.0001),
+    default=0.01,
+    show_default=True,
+    help="Stop once every case's 95%% half-interval of the ratio is this narrow.",
+)
+@click.option(
+    "--evidence",
+    "evidence_path",
+    default=str(evidence_file.BENCH_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where the bench evidence JSON goes (run, mutate and report merge it).",
+)
 @exit_codes
 @interruptible
-def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path) -> None:
+def bench_command(
+    kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path
+) -> None:
     """A/B latency of build() between a record's base and head releases, with 95% intervals.
 
     Each release runs in its own process (its sources from the release cache,
@@ -202,29 +420,113 @@ def bench_command(kb_dir, numbers, pair, device, case_ids, max_seconds, toleranc
     from gdn_review.run import bench
 
     records = load_records(kb_dir, numbers)
-    bench.bench_records(records, bool(numbers), pair, device, case_ids, max_seconds, tolerance, evidence_path, say=say, show=click.echo,
-                        apply_diff=diff_side.release_with_diff)
+    bench.bench_records(
+        records,
+        bool(numbers),
+        pair,
+        device,
+        case_ids,
+        max_seconds,
+        tolerance,
+        evidence_path,
+        say=say,
+        show=click.echo,
+        apply_diff=diff_side.release_with_diff,
+    )
     say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")
 
 
 @click.command(name="matrix")
 @kb_option
-@click.option("--record", "numbers", multiple=True, type=RECORD_KEY, help="PR number of a record (repeatable).")
-@click.option("--all", "every", is_flag=True, help="Every record that is not a draft, in one pool of release runs; also writes the history page.")
-@click.option("--since", default=None, metavar="X.Y.Z", help="Leave out releases older than this (the history's window, e.g. 0.28.0).")
-@click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to run (repeatable).  [default: the record's base and head release and every release after it up to the installed one]")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]")
-@click.option("-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run').")
-@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option(
+    "--record",
+    "numbers",
+    multiple=True,
+    type=RECORD_KEY,
+    help="PR number of a record (repeatable).",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every record that is not a draft, in one pool of release runs; "
+    "also writes the history page.",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="X.Y.Z",
+    help="Leave out releases older than this (the history's window, e.g. 0.28.0).",
+)
+@click.option(
+    "--vllm",
+    "versions",
+    multiple=True,
+    metavar="X.Y.Z",
+    help="A release to run (repeatable).  [default: the record's base and "
+    "head release and every release after it up to the installed one]",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]",
+)
+@click.option(
+    "-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run')."
+)
+@click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
-@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where evidence, snapshots and logs per release go.  [default: .gdn-review/matrix-N; with several records WORK/matrix-N]")
-@click.option("--reports", "reports_dir", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the reports go.")
-@click.option("--history", "history_path", default=None, type=click.Path(path_type=Path, dir_okay=False), help="With --all: where the history page goes.  [default: reports/history.md]")
+@click.option(
+    "--work",
+    "work_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where evidence, snapshots and logs per release go.  [default: "
+    ".gdn-review/matrix-N; with several records WORK/matrix-N]",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    default="reports/matrix",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where the reports go.",
+)
+@click.option(
+    "--history",
+    "history_path",
+    default=None,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --all: where the history page goes.  [default: reports/history.md]",
+)
 @fail_on_option(("fails", "unverified", "uncovered", "drift"), "drift")
 @exit_codes
 @interruptible
-def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_dir, write, work_dir, reports_dir, history_path, fail_on) -> None:
-    """Run records' generated tests on the release without the PR, the release with it, and every later one.
+def matrix_command(
+    kb_dir,
+    numbers,
+    every,
+    since,
+    versions,
+    jobs,
+    keyword,
+    out_dir,
+    write,
+    work_dir,
+    reports_dir,
+    history_path,
+    fail_on,
+) -> None:
+    """Run records' generated tests on the release without the PR, the release with it, and every
+    later one.
 
     Each release runs in its own subprocess with that release's Python sources
     (from the release cache, fetched once) first on PYTHONPATH over the
@@ -257,14 +559,31 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
         raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
     chosen = fail_on
     reports, written, history_data = matrix.run_records(
-        kb_dir, list(numbers), list(versions), jobs, keyword, out_dir, write, work_dir, reports_dir, say=click.echo, since=since,
-        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(path, record, release, evidence_path, kb_dir, out_dir, say=say),
+        kb_dir,
+        list(numbers),
+        list(versions),
+        jobs,
+        keyword,
+        out_dir,
+        write,
+        work_dir,
+        reports_dir,
+        say=click.echo,
+        since=since,
+        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(
+            path, record, release, evidence_path, kb_dir, out_dir, say=say
+        ),
         history_path=(history_path or Path("reports/history.md")) if every else None,
     )
     for report_data in reports:
         if len(reports) > 1:
             click.echo(f"{key_label(report_data['number'])}:")
-        click.echo("\n".join(("  " if len(reports) > 1 else "") + line for line in matrix_report.summary_lines(report_data)))
+        click.echo(
+            "\n".join(
+                ("  " if len(reports) > 1 else "") + line
+                for line in matrix_report.summary_lines(report_data)
+            )
+        )
     if history_data is not None:
         for number, why in history_data["missing"].items():
             say(f"history: left out {key_short(number)}: {why}")
@@ -276,16 +595,53 @@ def matrix_command(kb_dir, numbers, every, since, versions, jobs, keyword, out_d
 def _history_line(data: dict) -> str:
     releases = data["releases"]
     prs = sum(len(r["prs"]) for r in data["per_release"])
-    return f"history: {len(releases)} releases ({releases[0]} .. {releases[-1]}), {prs} PRs, {len(data['unexplained'])} unexplained change(s)"
+    return (
+        f"history: {len(releases)} releases ({releases[0]} .. "
+        f"{releases[-1]}), {prs} PRs, {len(data['unexplained'])} "
+        "unexplained change(s)"
+    )
 
 
 @click.command(name="history")
 @kb_option
-@click.option("--since", default=None, metavar="X.Y.Z", help="Leave out releases older than this.  [default: every release the matrix runs have]")
-@click.option("--work", "work_dir", default=".gdn-review", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where the matrix runs are (WORK/matrix-N).")
-@click.option("--bench", "bench_path", default=str(evidence_file.BENCH_PATH), show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="`gdn-review bench`'s results (latency per record), if any.")
-@click.option("--out", "out_path", default="reports/history.md", show_default=True, type=click.Path(path_type=Path, dir_okay=False), help="Where the page goes.")
-@click.option("--matrix-reports", "matrix_reports", default="reports/matrix", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="The records' matrix reports, which the page links.")
+@click.option(
+    "--since",
+    default=None,
+    metavar="X.Y.Z",
+    help="Leave out releases older than this.  [default: every release the matrix runs have]",
+)
+@click.option(
+    "--work",
+    "work_dir",
+    default=".gdn-review",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where the matrix runs are (WORK/matrix-N).",
+)
+@click.option(
+    "--bench",
+    "bench_path",
+    default=str(evidence_file.BENCH_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="`gdn-review bench`'s results (latency per record), if any.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    default="reports/history.md",
+    show_default=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Where the page goes.",
+)
+@click.option(
+    "--matrix-reports",
+    "matrix_reports",
+    default="reports/matrix",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The records' matrix reports, which the page links.",
+)
 @fail_on_option(("drift",), "drift")
 @exit_codes
 def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_reports, fail_on) -> None:
@@ -320,18 +676,72 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
 
 @click.command(name="bundle")
 @kb_option
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write (must not exist or be empty, unless --force).")
-@click.option("--record", "numbers", multiple=True, type=RECORD_KEY, help="A record to carry (repeatable).  [default: every record that is not a draft]")
-@click.option("--vllm", "versions", multiple=True, metavar="X.Y.Z", help="A release to carry (repeatable).  [default: the installed one and the base and head of every latency claim]")
-@click.option("--python", "python", default=None, metavar="X.Y", help="Python of the machine that runs it (picks the wheels).  [default: 3.12, the GPU machine's; this Python's with --dry-run]")
-@click.option("--max-mib", default=60, show_default=True, type=click.IntRange(min=1), help="Refuse to write a bundle bigger than this.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder to write (must not exist or be empty, unless --force).",
+)
+@click.option(
+    "--record",
+    "numbers",
+    multiple=True,
+    type=RECORD_KEY,
+    help="A record to carry (repeatable).  [default: every record that is not a draft]",
+)
+@click.option(
+    "--vllm",
+    "versions",
+    multiple=True,
+    metavar="X.Y.Z",
+    help="A release to carry (repeatable).  [default: the installed one "
+    "and the base and head of every latency claim]",
+)
+@click.option(
+    "--python",
+    "python",
+    default=None,
+    metavar="X.Y",
+    help="Python of the machine that runs it (picks the wheels).  "
+    "[default: 3.12, the GPU machine's; this Python's with --dry-run]",
+)
+@click.option(
+    "--max-mib",
+    default=60,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Refuse to write a bundle bigger than this.",
+)
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-@click.option("--dry-run", is_flag=True, help="Then run it here on CPU, in a venv that has only PyTorch and the packages a GPU machine has, with no network: proves the bundle complete.")
-@click.option("--work", "work_dir", default=None, type=click.Path(file_okay=False, path_type=Path), help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]")
-@click.option("--dry-run-python", "source_python", default=None, metavar="PYTHON", help="The dry run's venv links this interpreter's PyTorch and packages (e.g. a venv with the GPU machine's torch 2.11).  [default: this one]")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Then run it here on CPU, in a venv that has only PyTorch and "
+    "the packages a GPU machine has, with no network: proves the "
+    "bundle complete.",
+)
+@click.option(
+    "--work",
+    "work_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]",
+)
+@click.option(
+    "--dry-run-python",
+    "source_python",
+    default=None,
+    metavar="PYTHON",
+    help="The dry run's venv links this interpreter's PyTorch and "
+    "packages (e.g. a venv with the GPU machine's torch 2.11).  "
+    "[default: this one]",
+)
 @exit_codes
 @interruptible
-def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python) -> None:
+def bundle_command(
+    kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python
+) -> None:
     """Write an offline bundle that runs the generated checks and the bench on a GPU machine.
 
     The folder (at most --max-mib) holds the project and its generated tests,
@@ -361,12 +771,30 @@ def bundle_command(kb_dir, out_dir, numbers, versions, python, max_mib, force, d
         raise click.UsageError("--dry-run-python goes with --dry-run")
     python = python or (here if dry_run else bundle.DEFAULT_PYTHON)
     if dry_run and python != here:
-        raise click.UsageError(f"--dry-run runs the bundle with this Python ({here}): leave out --python or give {here}")
+        raise click.UsageError(
+            f"--dry-run runs the bundle with this Python ({here}): leave out "
+            f"--python or give {here}"
+        )
     records = load_records(kb_dir, numbers)
-    ran = bundle.make_bundle(records, out_dir, list(versions), python, max_mib, force, dry_run, work_dir, source_python, say=say)
+    ran = bundle.make_bundle(
+        records,
+        out_dir,
+        list(versions),
+        python,
+        max_mib,
+        force,
+        dry_run,
+        work_dir,
+        source_python,
+        say=say,
+    )
     if ran is None:
         click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
         return
     code, out, offline = ran
-    click.echo(f"dry run: run.sh exit {code}, {'no network' if offline else 'network not cut'}; evidence in {out}")
+    click.echo(
+        f"dry run: run.sh exit {code}, "
+        f"{'no network' if offline else 'network not cut'}; evidence in "
+        f"{out}"
+    )
     sys.exit(EXIT_OK if code == 0 else EXIT_FAILED)

@@ -28,8 +28,7 @@ from gdn_review.cli.support import (
     say,
     show_reports,
 )
-from gdn_review.common import fail_conditions
-from gdn_review.common import fast_exit
+from gdn_review.common import fail_conditions, fast_exit
 from gdn_review.kb import record_schema
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
@@ -83,7 +82,11 @@ def validate(kb_dir: Path) -> None:
         say(f"note: {note}")
     for path, record in checked.records.items():
         todos = checked.todos[path]
-        click.echo(f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: {len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks")
+        click.echo(
+            f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: "
+            f"{len(record.claims)} claims, {len(record.cases)} cases, "
+            f"{len(record.risks)} risks"
+        )
         for todo in todos:
             say(f"  incomplete: {todo}")
     if checked.open_items:
@@ -93,9 +96,26 @@ def validate(kb_dir: Path) -> None:
 
 @main.command(name="generate")
 @kb_option
-@click.option("--out", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
-@click.option("--templates", "templates", default=None, type=click.Path(path_type=Path, exists=True, file_okay=False), help="Template folder (default: the project's templates/).")
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 naming every stale, missing or orphaned module.")
+@click.option(
+    "--out",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
+@click.option(
+    "--templates",
+    "templates",
+    default=None,
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    help="Template folder (default: the project's templates/).",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Write nothing; exit 1 naming every stale, missing or orphaned module.",
+)
 @exit_codes
 def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check: bool) -> None:
     """Render the records into pytest modules (one per record).
@@ -111,7 +131,10 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
     """
     result = generator.plan(kb_dir, out_dir, templates or generator.DEFAULT_TEMPLATES)
     for path in result.foreign:
-        say(f"foreign  {path}: exists without the gdn-review banner; move it away, it will not be overwritten")
+        say(
+            f"foreign  {path}: exists without the gdn-review banner; move it "
+            "away, it will not be overwritten"
+        )
     if result.foreign:
         sys.exit(EXIT_BAD_INPUT)
     for path in result.drafts:
@@ -130,15 +153,43 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
         click.echo(f"wrote    {path}")
     for path in result.remove:
         click.echo(f"removed  {path}")
-    click.echo(f"{len(result.write)} written, {len(result.remove)} removed, {len(result.unchanged)} unchanged")
+    click.echo(
+        f"{len(result.write)} written, {len(result.remove)} removed, "
+        f"{len(result.unchanged)} unchanged"
+    )
 
 
 @main.command()
 @kb_option
-@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
-@click.option("--evidence", "evidence_paths", type=click.Path(path_type=Path), multiple=True, help=f"Evidence JSON (repeatable; default {evidence_file.DEFAULT_PATH}).")
-@click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id (repeatable).",
+)
+@click.option(
+    "--evidence",
+    "evidence_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help=f"Evidence JSON (repeatable; default {evidence_file.DEFAULT_PATH}).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where reports go.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "json"]),
+    default="markdown",
+    show_default=True,
+)
 @fail_on_option(fail_conditions.REPORT, "fails")
 @exit_codes
 def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_on: str) -> None:
@@ -160,24 +211,74 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 
     records = load_records(kb_dir, numbers)
     paths = evidence_paths or evidence_file.with_bench(evidence_file.DEFAULT_PATH, say)
-    written, reports = reporting.write_reports(records, evidence_file.load(list(paths)), out_dir, fmt)
+    written, reports = reporting.write_reports(
+        records, evidence_file.load(list(paths)), out_dir, fmt
+    )
     show_reports(reports, written, fmt)
     sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @kb_option
-@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).")
-@click.option("--generated", "out_dir", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id (repeatable).",
+)
+@click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
 @click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
-@click.option("-k", "keyword", default=None, help="pytest -k expression: run only matching tests (others are reported 'not run').")
-@click.option("--evidence", "evidence_path", default=str(evidence_file.DEFAULT_PATH), show_default=True, type=click.Path(path_type=Path), help="Where the evidence JSON goes.")
-@click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=Path, file_okay=False), help="Where reports go.")
-@click.option("--no-diff", is_flag=True, help="Skip the diff side: an open PR's diff stored beside its record (kb/N.diff) is not applied.")
+@click.option(
+    "-k",
+    "keyword",
+    default=None,
+    help="pytest -k expression: run only matching tests (others are reported 'not run').",
+)
+@click.option(
+    "--evidence",
+    "evidence_path",
+    default=str(evidence_file.DEFAULT_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where the evidence JSON goes.",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where reports go.",
+)
+@click.option(
+    "--no-diff",
+    is_flag=True,
+    help="Skip the diff side: an open PR's diff stored beside its record "
+    "(kb/N.diff) is not applied.",
+)
 @fail_on_option(fail_conditions.REPORT, "fails")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 @exit_codes
-def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no_diff, fail_on, pytest_args) -> None:
+def run(
+    kb_dir,
+    numbers,
+    out_dir,
+    write,
+    keyword,
+    evidence_path,
+    reports_dir,
+    no_diff,
+    fail_on,
+    pytest_args,
+) -> None:
     """Check the generated tests are current, run them on the installed vLLM, write reports.
 
     Exit 0 when every claim that was checked holds or is a known deviation;
@@ -205,8 +306,18 @@ def run(kb_dir, numbers, out_dir, write, keyword, evidence_path, reports_dir, no
 
     records = load_records(kb_dir, numbers)
     modules = current_modules(kb_dir, records, out_dir, write, say)
-    done = kb_run.check_kb(kb_dir, records, modules, evidence_path, reports_dir, keyword, pytest_args,
-                           diff_sides=None if no_diff else diff_side, generated=out_dir, say=click.echo)
+    done = kb_run.check_kb(
+        kb_dir,
+        records,
+        modules,
+        evidence_path,
+        reports_dir,
+        keyword,
+        pytest_args,
+        diff_sides=None if no_diff else diff_side,
+        generated=out_dir,
+        say=click.echo,
+    )
     show_reports(done.reports, done.written)
     code = exit_for(verdicts.tripped(done.reports, fail_on))
     sys.exit(EXIT_FAILED if done.collected_nothing else code)
@@ -226,12 +337,30 @@ def schema() -> None:
 
 
 @main.command(name="import")
-@click.argument("report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", "out_path", default=None, type=click.Path(path_type=Path), help="Where the draft goes: a file named <number>.yaml, or a folder (made if needed).  [default: kb/<number>.yaml]")
+@click.argument(
+    "report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--out",
+    "out_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Where the draft goes: a file named <number>.yaml, or a folder "
+    "(made if needed).  [default: kb/<number>.yaml]",
+)
 @click.option("--force", is_flag=True, help="Replace the file if it exists.")
-@click.option("--diff", "diff_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="What `gh pr diff N` wrote: the target file and symbol come from its hunks (with gh's JSON only).")
+@click.option(
+    "--diff",
+    "diff_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="What `gh pr diff N` wrote: the target file and symbol come from "
+    "its hunks (with gh's JSON only).",
+)
 @exit_codes
-def import_command(report_path: Path, out_path: Path | None, force: bool, diff_path: Path | None) -> None:
+def import_command(
+    report_path: Path, out_path: Path | None, force: bool, diff_path: Path | None
+) -> None:
     """Turn a review report (markdown) or gh's JSON of a PR into a draft record.
 
     From a report: the PR's metadata, summary, motivation, implementation, key
@@ -257,15 +386,42 @@ def import_command(report_path: Path, out_path: Path | None, force: bool, diff_p
     from gdn_review.kb import load_record, open_items
 
     path = write_draft(report_path, out_path, force, diff_path)
-    click.echo(f"wrote {path} (draft: {len(open_items(load_record(path)))} open TODOs; run gdn-review validate)")
+    click.echo(
+        f"wrote {path} (draft: {len(open_items(load_record(path)))} open "
+        "TODOs; run gdn-review validate)"
+    )
 
 
 @main.command(name="export")
 @kb_option
-@click.option("--record", "key", default=None, type=RECORD_KEY, help="The record to export: a PR's number or a contract's id.")
-@click.option("--all", "every", is_flag=True, help="Export every complete record, one module each (contract records included).")
-@click.option("--out", "out_dir", default=".", show_default=True, type=click.Path(file_okay=False, path_type=Path), help="Folder the module is written to.")
-@click.option("--vllm-release", "release", default=None, metavar="X.Y.Z", help="Release whose known deviations become strict xfails.  [default: the installed vLLM]")
+@click.option(
+    "--record",
+    "key",
+    default=None,
+    type=RECORD_KEY,
+    help="The record to export: a PR's number or a contract's id.",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Export every complete record, one module each (contract records included).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder the module is written to.",
+)
+@click.option(
+    "--vllm-release",
+    "release",
+    default=None,
+    metavar="X.Y.Z",
+    help="Release whose known deviations become strict xfails.  [default: the installed vLLM]",
+)
 @exit_codes
 def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str | None) -> None:
     """Export a record's checks as one standalone test module for vLLM's tests/.
@@ -295,14 +451,55 @@ def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str |
 
 @main.command(name="snapshot")
 @kb_option
-@click.option("--record", "key", required=True, type=RECORD_KEY, help="The record: a PR's number or a contract's id.")
-@click.option("--release", "versions", multiple=True, metavar="X.Y.Z", help="Release to snapshot (repeatable; from the release cache unless installed).  [default: the installed vLLM]")
-@click.option("--case", "case_id", default=None, metavar="ID", help="With --as-expect: the case to print; with --fill-expects: fill only this case.")
-@click.option("--as-expect", is_flag=True, help="Print the case's `expect` block (YAML) instead of storing the snapshot.")
-@click.option("--fill-expects", is_flag=True, help="Measure every case once and write each missing `expect` block into the record (comments kept).")
-@click.option("--print", "print_only", is_flag=True, help="With --fill-expects: print all the blocks instead of writing them.")
+@click.option(
+    "--record",
+    "key",
+    required=True,
+    type=RECORD_KEY,
+    help="The record: a PR's number or a contract's id.",
+)
+@click.option(
+    "--release",
+    "versions",
+    multiple=True,
+    metavar="X.Y.Z",
+    help="Release to snapshot (repeatable; from the release cache unless "
+    "installed).  [default: the installed vLLM]",
+)
+@click.option(
+    "--case",
+    "case_id",
+    default=None,
+    metavar="ID",
+    help="With --as-expect: the case to print; with --fill-expects: fill only this case.",
+)
+@click.option(
+    "--as-expect",
+    is_flag=True,
+    help="Print the case's `expect` block (YAML) instead of storing the snapshot.",
+)
+@click.option(
+    "--fill-expects",
+    is_flag=True,
+    help="Measure every case once and write each missing `expect` block "
+    "into the record (comments kept).",
+)
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    help="With --fill-expects: print all the blocks instead of writing them.",
+)
 @exit_codes
-def snapshot_command(kb_dir: Path, key: int | str, versions, case_id: str | None, as_expect: bool, fill_expects: bool, print_only: bool) -> None:
+def snapshot_command(
+    kb_dir: Path,
+    key: int | str,
+    versions,
+    case_id: str | None,
+    as_expect: bool,
+    fill_expects: bool,
+    print_only: bool,
+) -> None:
     """Store the full metadata build() returns for every case of a record, per release.
 
     The snapshot of release V goes to kb/snapshots/N/V.json (the release, the
@@ -331,29 +528,52 @@ def snapshot_command(kb_dir: Path, key: int | str, versions, case_id: str | None
 
     if fill_expects or print_only:
         if not fill_expects or as_expect or len(versions) > 1:
-            raise click.UsageError("--fill-expects takes at most one --release and --case ID, and --print; not --as-expect")
+            raise click.UsageError(
+                "--fill-expects takes at most one --release and --case ID, and "
+                "--print; not --as-expect"
+            )
         from gdn_review.run import fill_expects as filling
 
-        filled = filling.fill_expects(kb_dir, key, versions[0] if versions else None, [case_id] if case_id else None, not print_only, say)
+        filled = filling.fill_expects(
+            kb_dir,
+            key,
+            versions[0] if versions else None,
+            [case_id] if case_id else None,
+            not print_only,
+            say,
+        )
         for line in filling.filled_lines(filled, written=not print_only):
             click.echo(line)
-        if filled.left and not filled.expects:  # every case asked for gave no metadata on that release
+        if (
+            filled.left and not filled.expects
+        ):  # every case asked for gave no metadata on that release
             sys.exit(EXIT_FAILED)
         return
 
     if as_expect and (not case_id or len(versions) > 1):
         raise click.UsageError("--as-expect needs --case ID and at most one --release")
-    for line in snapshot_take.take_snapshots(kb_dir, key, list(versions), case_id, as_expect, say=say):
+    for line in snapshot_take.take_snapshots(
+        kb_dir, key, list(versions), case_id, as_expect, say=say
+    ):
         click.echo(line)
 
 
-for _command in (cli_long_runs.mutate, cli_long_runs.bench_command, cli_long_runs.matrix_command, cli_long_runs.history_command, cli_long_runs.bundle_command,
-                 cli_review.review_command, cli_review.review_merge_command, cli_authoring.find_release_command):
+for _command in (
+    cli_long_runs.mutate,
+    cli_long_runs.bench_command,
+    cli_long_runs.matrix_command,
+    cli_long_runs.history_command,
+    cli_long_runs.bundle_command,
+    cli_review.review_command,
+    cli_review.review_merge_command,
+    cli_authoring.find_release_command,
+):
     main.add_command(_command)
 
 
 def entry() -> None:
-    """The ``gdn-review`` console script: ``main``, without the interpreter's teardown once vLLM is loaded."""
+    """The ``gdn-review`` console script: ``main``, without the interpreter's teardown once vLLM is
+    loaded."""
     fast_exit.run_click(main)
 
 

@@ -7,7 +7,8 @@ from typing import Callable
 
 
 class MutationProgress:
-    """``gdn-review mutate``'s bar: mutants done of all, counts per status, a line per finished mutant."""
+    """``gdn-review mutate``'s bar: mutants done of all, counts per status, a line per finished
+    mutant."""
 
     def __init__(self, say: Callable[[str], None]):
         self.say = say
@@ -27,7 +28,15 @@ class MutationProgress:
 
         self.say(f"[2/3] {total} mutant(s) to run")
         console = Console(stderr=True)
-        self.bar = Progress(TextColumn("mutants"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), console=console, transient=False)
+        self.bar = Progress(
+            TextColumn("mutants"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self.task = self.bar.add_task("mutants", total=total, counts="")
         self.bar.start()
 
@@ -35,9 +44,13 @@ class MutationProgress:
         self.done += 1
         self.counts[entry["status"]] += 1
         counts = " ".join(f"{s} {n}" for s, n in sorted(self.counts.items()))
-        where = ", ".join(sorted(entry["killed_by"])) if entry["killed_by"] else entry["reason"][:80]
+        where = (
+            ", ".join(sorted(entry["killed_by"])) if entry["killed_by"] else entry["reason"][:80]
+        )
         if self.bar is not None:
-            self.bar.console.print(f"  {entry['status']:<9} {entry['id']}  ({entry['duration_s']:.1f} s) {where}")
+            self.bar.console.print(
+                f"  {entry['status']:<9} {entry['id']}  ({entry['duration_s']:.1f} s) {where}"
+            )
             self.bar.update(self.task, advance=1, counts=counts)
 
     def stop(self) -> None:

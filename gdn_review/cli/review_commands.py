@@ -29,7 +29,9 @@ def _shard(value: str | None) -> tuple[int, int] | None:
     try:
         index, count = (int(part) for part in value.split("/"))
     except ValueError:
-        raise click.BadParameter(f"{value!r}: expected I/N, e.g. 2/3", param_hint="--shard") from None
+        raise click.BadParameter(
+            f"{value!r}: expected I/N, e.g. 2/3", param_hint="--shard"
+        ) from None
     if not 1 <= index <= count:
         raise click.BadParameter(f"{value!r}: I must be between 1 and N", param_hint="--shard")
     return index, count
@@ -48,25 +50,138 @@ def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
 @click.command(name="review")
 @kb_option
 @click.argument("diff", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--onto", default=None, metavar="X.Y.Z", help="Release the diff is applied to (its Python files from the release cache).  [default: the installed one; with the PR's own record (--pr), its base release]")
-@click.option("--vllm-src", default=None, type=click.Path(path_type=Path, file_okay=False), help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.")
-@click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help="Only this record: a PR's number or a contract's id (repeatable).  [default: every record whose target file the diff changes]")
-@click.option("--lands-in", default=None, metavar="X.Y.Z", help="The release the change would first ship in: PRs recorded as first shipping after --onto and up to it explain moved fields.  [default: the next minor release]")
-@click.option("-k", "keyword", default=None, help="pytest -k expression: only these generated tests (snapshots are taken whole).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, help="Seconds a side (or a mutant) may run before it is killed.")
-@click.option("--max-mutants", type=click.IntRange(min=0), default=30, show_default=True, help="Mutants of the added lines to run, in line order (0: none).")
-@click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Mutants run at once.")
-@click.option("--shard", default=None, metavar="I/N", help="Only every N-th affected record from the I-th (merge the shards' JSON with review-merge).")
-@click.option("--generated", default="generated_tests", show_default=True, type=click.Path(path_type=Path), help="Folder of generated modules.")
-@click.option("--out", "out_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where NAME.md and NAME.json go.  [default: reports/review]")
-@click.option("--name", default=None, help="Report name.  [default: the diff's file name without extension]")
-@click.option("--work", "work_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Keep the run's files in this new or empty folder: each side's evidence and snapshots, the mutants' sources.  [default: a temp folder, removed]")
-@click.option("--draft", "draft_number", type=click.IntRange(min=1), default=None, metavar="PR", help="Also write a draft record of the change as OUT/PR.yaml: target from the hunks, the moved cases with expect blocks measured with the change (target.changes), surviving mutants as risk candidates.")
-@click.option("--pr", "own", type=click.IntRange(min=1), default=None, metavar="N", help="The diff is PR N's own (its record explains what it states it changes; its claims are read with the change in).  [default: N from a file named N.diff or pr-N.diff, where the KB holds an open record of PR N]")
+@click.option(
+    "--onto",
+    default=None,
+    metavar="X.Y.Z",
+    help="Release the diff is applied to (its Python files from the "
+    "release cache).  [default: the installed one; with the PR's own "
+    "record (--pr), its base release]",
+)
+@click.option(
+    "--vllm-src",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.",
+)
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id "
+    "(repeatable).  [default: every record whose target file the "
+    "diff changes]",
+)
+@click.option(
+    "--lands-in",
+    default=None,
+    metavar="X.Y.Z",
+    help="The release the change would first ship in: PRs recorded as "
+    "first shipping after --onto and up to it explain moved fields.  "
+    "[default: the next minor release]",
+)
+@click.option(
+    "-k",
+    "keyword",
+    default=None,
+    help="pytest -k expression: only these generated tests (snapshots are taken whole).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds a side (or a mutant) may run before it is killed.",
+)
+@click.option(
+    "--max-mutants",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="Mutants of the added lines to run, in line order (0: none).",
+)
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Mutants run at once."
+)
+@click.option(
+    "--shard",
+    default=None,
+    metavar="I/N",
+    help="Only every N-th affected record from the I-th (merge the "
+    "shards' JSON with review-merge).",
+)
+@click.option(
+    "--generated",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where NAME.md and NAME.json go.  [default: reports/review]",
+)
+@click.option(
+    "--name", default=None, help="Report name.  [default: the diff's file name without extension]"
+)
+@click.option(
+    "--work",
+    "work_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Keep the run's files in this new or empty folder: each side's "
+    "evidence and snapshots, the mutants' sources.  [default: a temp "
+    "folder, removed]",
+)
+@click.option(
+    "--draft",
+    "draft_number",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="PR",
+    help="Also write a draft record of the change as OUT/PR.yaml: target "
+    "from the hunks, the moved cases with expect blocks measured "
+    "with the change (target.changes), surviving mutants as risk "
+    "candidates.",
+)
+@click.option(
+    "--pr",
+    "own",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="The diff is PR N's own (its record explains what it states it "
+    "changes; its claims are read with the change in).  [default: N "
+    "from a file named N.diff or pr-N.diff, where the KB holds an "
+    "open record of PR N]",
+)
 @fail_on_option(fail_conditions.REVIEW, "breaks,drift")
 @exit_codes
 @interruptible
-def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, timeout, max_mutants, jobs, shard, generated, out_dir, name, work_dir, draft_number, own, fail_on) -> None:
+def review_command(
+    kb_dir,
+    diff,
+    onto,
+    vllm_src,
+    numbers,
+    lands_in,
+    keyword,
+    timeout,
+    max_mutants,
+    jobs,
+    shard,
+    generated,
+    out_dir,
+    name,
+    work_dir,
+    draft_number,
+    own,
+    fail_on,
+) -> None:
     """Check a change to vLLM against the whole KB before it merges.
 
     DIFF is a unified diff as `git diff` or `gh pr diff` writes it. It is
@@ -78,7 +193,8 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
     automatic mutants of the lines the diff adds run against those tests.
     The report (markdown for a PR comment, and JSON) says which claims'
     verdicts changed (for the PR's own record first: "the PR's own claims:
-    k hold, m pending, n fail", and the cases that fail), every field that moved with the PR that explains it,
+    k hold, m pending, n fail", and the cases that fail), every field that moved with the PR that
+    explains it,
     and the survivors among the mutants; it is appended to
     GITHUB_STEP_SUMMARY when that is set.
 
@@ -101,19 +217,45 @@ def review_command(kb_dir, diff, onto, vllm_src, numbers, lands_in, keyword, tim
 
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
-    data = orchestrate.review(diff, kb_dir, numbers, onto, vllm_src, lands_in, generated, keyword, timeout, max_mutants, jobs, _shard(shard), work_dir, say=say, own=own)
+    data = orchestrate.review(
+        diff,
+        kb_dir,
+        numbers,
+        onto,
+        vllm_src,
+        lands_in,
+        generated,
+        keyword,
+        timeout,
+        max_mutants,
+        jobs,
+        _shard(shard),
+        work_dir,
+        say=say,
+        own=own,
+    )
     interrupts.finishing()  # the review ran: its report is written whatever comes now
     if name:
         data["name"] = name
     out_dir = out_dir or Path("reports") / "review"
     if draft_number:
-        click.echo(f"draft    {orchestrate.write_draft(data, kb_dir, draft_number, out_dir)} (fill its TODOs, then move it into kb/)")
+        click.echo(
+            "draft    "
+            f"{orchestrate.write_draft(data, kb_dir, draft_number, out_dir)} "
+            "(fill its TODOs, then move it into kb/)"
+        )
     _finish(data, out_dir, fail_on)
 
 
 @click.command(name="review-merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--out", "out_dir", default=None, type=click.Path(path_type=Path, file_okay=False), help="Where NAME.md and NAME.json go.  [default: reports/review]")
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where NAME.md and NAME.json go.  [default: reports/review]",
+)
 @click.option("--name", default=None, help="Report name.  [default: the first shard's]")
 @fail_on_option(fail_conditions.REVIEW, "breaks,drift")
 @exit_codes

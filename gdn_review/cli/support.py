@@ -1,4 +1,5 @@
-"""What every command shares: exit codes, turning a stage's errors into them, --fail-on, printing reports."""
+"""What every command shares: exit codes, turning a stage's errors into them, --fail-on, printing
+reports."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import click
 
 from gdn_review import generate as generator
-from gdn_review.kb import RecordErrors
 from gdn_review.common import fail_conditions
+from gdn_review.kb import RecordErrors
 from gdn_review.kb.subjects import is_record_key
 from gdn_review.report import report as reporting
 from gdn_review.report import verdicts
@@ -29,22 +30,38 @@ def _input_errors() -> tuple[type[Exception], ...]:
     """Every stage's "bad input" error (exit 2); imported late so --help stays fast."""
     from gdn_review import mutation
     from gdn_review.common import release_cache
+    from gdn_review.common.unified_diff import PatchError
     from gdn_review.export import bundle
     from gdn_review.export.export import ExportError
     from gdn_review.importers.review_report import ReportImportError
     from gdn_review.matrix import matrix_files
     from gdn_review.mutation import guard
     from gdn_review.review.orchestrate import ReviewError
-    from gdn_review.common.unified_diff import PatchError
     from gdn_review.run import bench, selection, snapshot_take, suite
 
-    return (selection.SelectionError, generator.GenerateError, verdicts.ReportError, evidence_file.EvidenceError, suite.SuiteError,
-            mutation.MutationError, guard.GuardError, release_cache.ReleaseError, bench.BenchError, bundle.BundleError,
-            matrix_files.MatrixError, snapshot_take.SnapshotError, ExportError, ReportImportError, PatchError, ReviewError)
+    return (
+        selection.SelectionError,
+        generator.GenerateError,
+        verdicts.ReportError,
+        evidence_file.EvidenceError,
+        suite.SuiteError,
+        mutation.MutationError,
+        guard.GuardError,
+        release_cache.ReleaseError,
+        bench.BenchError,
+        bundle.BundleError,
+        matrix_files.MatrixError,
+        snapshot_take.SnapshotError,
+        ExportError,
+        ReportImportError,
+        PatchError,
+        ReviewError,
+    )
 
 
 def exit_codes(command):
-    """Record errors are listed (all of them), stale modules named, other bad input said; exit 2 or 1."""
+    """Record errors are listed (all of them), stale modules named, other bad input said; exit 2 or
+    1."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -53,7 +70,11 @@ def exit_codes(command):
         except RecordErrors as failure:
             for error in failure.errors:
                 click.echo(str(error), err=True)
-            click.echo(f"{len(failure.errors)} error(s) in {len({e.file for e in failure.errors})} file(s)", err=True)
+            click.echo(
+                f"{len(failure.errors)} error(s) in "
+                f"{len({e.file for e in failure.errors})} file(s)",
+                err=True,
+            )
             sys.exit(EXIT_BAD_INPUT)
         except StaleModules as stale:
             for path in stale.paths:
@@ -81,7 +102,11 @@ class RecordKey(click.ParamType):
             return int(text)
         if is_record_key(text):
             return text
-        self.fail(f"{value!r} is neither a PR number nor a contract id (lower case, digits and _)", param, ctx)
+        self.fail(
+            f"{value!r} is neither a PR number nor a contract id (lower case, digits and _)",
+            param,
+            ctx,
+        )
 
 
 RECORD_KEY = RecordKey()
@@ -93,12 +118,18 @@ def say(line: str) -> None:
 
 
 kb_option = click.option(
-    "--kb", "kb_dir", default="kb", show_default=True, type=click.Path(path_type=Path), help="Folder of YAML records."
+    "--kb",
+    "kb_dir",
+    default="kb",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of YAML records.",
 )
 
 
 def fail_on_option(allowed: tuple[str, ...], default: str):
-    """``--fail-on`` for a command whose stage can trip ``allowed`` (common.fail_on): the command gets the chosen set."""
+    """``--fail-on`` for a command whose stage can trip ``allowed`` (common.fail_on): the command
+    gets the chosen set."""
 
     def chosen(ctx, param, value: str) -> set[str]:
         try:
@@ -106,7 +137,14 @@ def fail_on_option(allowed: tuple[str, ...], default: str):
         except ValueError as error:
             raise click.BadParameter(str(error), ctx=ctx, param=param) from None
 
-    return click.option("--fail-on", "fail_on", default=default, show_default=True, callback=chosen, help=fail_conditions.help_text(allowed))
+    return click.option(
+        "--fail-on",
+        "fail_on",
+        default=default,
+        show_default=True,
+        callback=chosen,
+        help=fail_conditions.help_text(allowed),
+    )
 
 
 def exit_for(tripped: list[str]) -> int:

@@ -22,17 +22,25 @@ NONE = "none"  # the option's value for "nothing fails the run"
 
 # What each stage's result can trip (its FAIL_ON), in the order --help lists them.
 REPORT = ("fails", "unverified", "uncovered", "survived", "pending")  # run, report, mutate
-MATRIX = ("fails", "unverified", "uncovered", "drift")  # matrix (drift of records and of the history page)
+MATRIX = (
+    "fails",
+    "unverified",
+    "uncovered",
+    "drift",
+)  # matrix (drift of records and of the history page)
 HISTORY = ("drift",)  # the history page alone
 REVIEW = ("breaks", "drift", "survived")  # review, review-merge
 
 
 def parse(value: str, allowed: tuple[str, ...]) -> set[str]:
-    """The conditions a comma list names ("" or "none": none); ValueError names any not in ``allowed``."""
+    """The conditions a comma list names ("" or "none": none); ValueError names any not in
+    ``allowed``."""
     chosen = {item.strip() for item in value.split(",") if item.strip()} - {NONE}
     unknown = chosen - set(allowed)
     if unknown:
-        raise ValueError(f"unknown {', '.join(sorted(unknown))}; choose from {', '.join(allowed)} (or {NONE})")
+        raise ValueError(
+            f"unknown {', '.join(sorted(unknown))}; choose from {', '.join(allowed)} (or {NONE})"
+        )
     return chosen
 
 

@@ -1,4 +1,5 @@
-"""Work run in forked children: a copy of this process each, ``jobs`` at a time, each with a timeout.
+"""Work run in forked children: a copy of this process each, ``jobs`` at a time, each with a
+timeout.
 
 ``mutate`` and ``review`` import vLLM once and then run each mutant (or each
 side of a change) in a child forked from that process: the parent is never
@@ -8,7 +9,8 @@ streams sent to /dev/null and writes the body's result to a pipe; the parent
 reads the pipes and gives every piece of work one result:
 
 - the body's own dict;
-- ``{"status": "error", "reason": ...}``: the body raised (a bug of ours, not of the code under test);
+- ``{"status": "error", "reason": ...}``: the body raised (a bug of ours, not of the code under
+test);
 - ``{"status": "crashed", "reason": "the test process died (signal SIGSEGV)"}``: the child
   ended without a result;
 - ``{"status": "timeout", "reason": "no result within 60 s: killed"}``: past ``timeout``,
@@ -79,7 +81,10 @@ def run(
                     _stop(child)
                     running.pop(fd)
                     reason = f"no result within {timeout:g} s: killed"
-                    on_result(child.key, {"status": TIMEOUT, "reason": reason, "duration_s": _seconds(child)})
+                    on_result(
+                        child.key,
+                        {"status": TIMEOUT, "reason": reason, "duration_s": _seconds(child)},
+                    )
     except BaseException:
         for child in running.values():
             _stop(child)

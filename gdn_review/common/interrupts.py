@@ -1,4 +1,5 @@
-"""Interrupts of a long run: SIGINT and SIGTERM become one exception, and the run's processes die with it.
+"""Interrupts of a long run: SIGINT and SIGTERM become one exception, and the run's processes die
+with it.
 
 ``handled()`` wraps a long run (``mutate``, ``matrix``, ``review``, ``bench``,
 ``bundle --dry-run``): in the main thread either signal raises
@@ -67,7 +68,8 @@ def _on_signal(signum, frame) -> None:
 
 @contextlib.contextmanager
 def handled():
-    """For the run inside: SIGINT/SIGTERM raise ``Interrupted`` in the main thread; registered children are stopped on the way out."""
+    """For the run inside: SIGINT/SIGTERM raise ``Interrupted`` in the main thread; registered
+    children are stopped on the way out."""
     global _received, _active, _finishing
     if _active or threading.current_thread() is not threading.main_thread():
         yield
@@ -86,7 +88,8 @@ def handled():
 
 
 def check() -> None:
-    """Raise ``Interrupted`` if the run got a signal (threads call it before they start anything)."""
+    """Raise ``Interrupted`` if the run got a signal (threads call it before they start
+    anything)."""
     if _received is not None and not _finishing:
         raise Interrupted(_received)
 
@@ -95,7 +98,8 @@ _check = check  # run_child() has an argument of the same name
 
 
 def finishing() -> None:
-    """The run's work is done and its output is being written: from now on a signal does not stop it."""
+    """The run's work is done and its output is being written: from now on a signal does not stop
+    it."""
     global _finishing
     if _active:
         _finishing = True
@@ -128,8 +132,17 @@ def popen(args, **kwargs) -> subprocess.Popen:
     return process
 
 
-def run_child(args, *, input=None, capture_output: bool = False, timeout: float | None = None, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run`` in a session of its own: on a timeout or an interrupt the session is stopped."""
+def run_child(
+    args,
+    *,
+    input=None,
+    capture_output: bool = False,
+    timeout: float | None = None,
+    check: bool = False,
+    **kwargs,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run`` in a session of its own: on a timeout or an interrupt the session is
+    stopped."""
     if capture_output:
         kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
     if input is not None:
@@ -148,7 +161,8 @@ def run_child(args, *, input=None, capture_output: bool = False, timeout: float 
 
 
 def fork() -> int:
-    """``os.fork()``: the child in a process group of its own, ignoring SIGINT (its parent decides), killed by SIGTERM."""
+    """``os.fork()``: the child in a process group of its own, ignoring SIGINT (its parent decides),
+    killed by SIGTERM."""
     global _received, _active, _finishing
     check()
     with _starting():
@@ -175,7 +189,8 @@ def wait(pid: int) -> int:
 
 
 def stop(child: int | subprocess.Popen) -> int | None:
-    """Kill a registered child and every process under it, reap it; its wait status (None: not ours to reap).
+    """Kill a registered child and every process under it, reap it; its wait status (None: not ours
+    to reap).
 
     A child someone already reaped is only forgotten: its pid may be another process's by now.
     """
@@ -221,7 +236,7 @@ def _process_table() -> dict[int, tuple[int, int, int, str]]:
             text = Path(entry.path, "stat").read_text()
         except OSError:
             continue
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), fields[0])
     return table
 
@@ -245,7 +260,8 @@ def _tree(root: int) -> set[int]:
 
 
 def _kill_tree(root: int) -> None:
-    """Stop the tree (a stopped process starts nothing), look again until it holds still, then kill it."""
+    """Stop the tree (a stopped process starts nothing), look again until it holds still, then kill
+    it."""
     stopped: set[int] = set()
     for _ in range(20):
         found = _tree(root) - stopped
@@ -256,7 +272,9 @@ def _kill_tree(root: int) -> None:
         stopped |= found
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
-    deadline = time.monotonic() + REAP_S  # a killed process dies when it is next scheduled: wait for that
+    deadline = (
+        time.monotonic() + REAP_S
+    )  # a killed process dies when it is next scheduled: wait for that
     while any(_running(pid) for pid in stopped) and time.monotonic() < deadline:
         time.sleep(0.01)
 
@@ -275,7 +293,8 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def hold(point: str) -> None:
-    """Test hook: if ``GDN_REVIEW_HOLD`` is ``point``, write this pid to ``GDN_REVIEW_HOLD_READY`` and never return."""
+    """Test hook: if ``GDN_REVIEW_HOLD`` is ``point``, write this pid to ``GDN_REVIEW_HOLD_READY``
+    and never return."""
     if os.environ.get(HOLD) != point:
         return
     ready = os.environ.get(HOLD_READY)

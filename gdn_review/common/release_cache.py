@@ -78,7 +78,9 @@ def _checked_version(version: str) -> str:
     except InvalidVersion:
         raise ReleaseError(f"{version!r} is not a release number (for example 0.29.0)") from None
     if parsed.local or str(parsed) != version.strip():
-        raise ReleaseError(f"{version!r}: give a plain release number, for example {parsed.base_version}")
+        raise ReleaseError(
+            f"{version!r}: give a plain release number, for example {parsed.base_version}"
+        )
     return str(parsed)
 
 
@@ -126,7 +128,8 @@ def cached_versions(root: Path | None = None) -> list[str]:
 
 
 def compile_bytecode(release: Release) -> None:
-    """Write the entry's bytecode once, so a process that imports the release does not compile it again.
+    """Write the entry's bytecode once, so a process that imports the release does not compile it
+    again.
 
     Every matrix, review and snapshot process puts an entry first on PYTHONPATH;
     where PYTHONDONTWRITEBYTECODE is set (as on CI machines) each one compiled
@@ -141,14 +144,19 @@ def compile_bytecode(release: Release) -> None:
     import compileall
 
     try:
-        compileall.compile_dir(release.path / "vllm", quiet=2)  # serially: the caller may hold threads (torch), no fork
+        compileall.compile_dir(
+            release.path / "vllm", quiet=2
+        )  # serially: the caller may hold threads (torch), no fork
         marker.touch()
     except OSError:  # a read-only cache: each process compiles in memory, as before
         pass
 
 
-def ensure(version: str, root: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
-    """The cache entry of ``version``, fetched and unpacked first if needed; its bytecode written once."""
+def ensure(
+    version: str, root: Path | None = None, say: Callable[[str], None] | None = None
+) -> Release:
+    """The cache entry of ``version``, fetched and unpacked first if needed; its bytecode written
+    once."""
     release = _ensure(version, root, say)
     compile_bytecode(release)
     return release
@@ -169,28 +177,43 @@ def _ensure(version: str, root: Path | None, say: Callable[[str], None] | None) 
         wheel = download_wheel(version, scratch / "download")
         actual = file_sha256(wheel)
         if expected and actual != expected:
-            raise ReleaseError(f"vLLM {version}: {wheel.name} has sha256 {actual}, the index says {expected}: not used")
+            raise ReleaseError(
+                f"vLLM {version}: {wheel.name} has sha256 {actual}, the index "
+                f"says {expected}: not used"
+            )
         staged = scratch / "unpacked"
         files = unpack_python(wheel, staged)
-        manifest = {"version": version, "wheel": wheel.name, "sha256": actual, "index_sha256": expected, "files": files}
+        manifest = {
+            "version": version,
+            "wheel": wheel.name,
+            "sha256": actual,
+            "index_sha256": expected,
+            "files": files,
+        }
         target = _move_into_place(staged, manifest, root)
     say(f"release cache: vLLM {version} ready in {target}")
     release = cached(version, root)
     if release is None:
-        raise ReleaseError(f"vLLM {version}: the cache entry at {target} did not verify after unpacking")
+        raise ReleaseError(
+            f"vLLM {version}: the cache entry at {target} did not verify after unpacking"
+        )
     return release
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:
     from gdn_review.common import interrupts
 
-    return interrupts.run_child([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    return interrupts.run_child(
+        [sys.executable, "-m", "pip", *args], capture_output=True, text=True
+    )
 
 
 def _pip_failure(version: str, done: subprocess.CompletedProcess) -> ReleaseError:
     text = (done.stderr or done.stdout or "").strip()
     if "No matching distribution" in text or "Could not find a version" in text:
-        return ReleaseError(f"vLLM {version} is not a release on the package index (pip: no matching distribution)")
+        return ReleaseError(
+            f"vLLM {version} is not a release on the package index (pip: no matching distribution)"
+        )
     last = text.splitlines()[-1] if text else f"exit code {done.returncode}"
     return ReleaseError(f"vLLM {version}: pip could not fetch it: {last}")
 
@@ -199,7 +222,16 @@ def index_sha256(version: str) -> str | None:
     """The sha256 the package index publishes for this platform's wheel of ``version``."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
-        done = _pip("install", "--quiet", "--dry-run", "--no-deps", "--ignore-installed", "--report", str(report), f"vllm=={version}")
+        done = _pip(
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--no-deps",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            f"vllm=={version}",
+        )
         if done.returncode != 0:
             raise _pip_failure(version, done)
         try:
@@ -212,12 +244,23 @@ def index_sha256(version: str) -> str | None:
 
 def download_wheel(version: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    done = _pip("download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(folder), f"vllm=={version}")
+    done = _pip(
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(folder),
+        f"vllm=={version}",
+    )
     if done.returncode != 0:
         raise _pip_failure(version, done)
     wheels = sorted(folder.glob(f"vllm-{version}-*.whl"))
     if len(wheels) != 1:
-        raise ReleaseError(f"vLLM {version}: expected one wheel from pip download, got {[w.name for w in folder.iterdir()]}")
+        raise ReleaseError(
+            f"vLLM {version}: expected one wheel from pip download, got "
+            f"{[w.name for w in folder.iterdir()]}"
+        )
     return wheels[0]
 
 
@@ -247,8 +290,11 @@ def _place(target: Path, name: str, data: bytes, files: dict[str, list]) -> None
 
 
 def _move_into_place(staged: Path, manifest: dict, root: Path) -> Path:
-    """Write the manifest (last: it is what makes an entry complete) and rename the entry into the cache."""
-    (staged / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    """Write the manifest (last: it is what makes an entry complete) and rename the entry into the
+    cache."""
+    (staged / MANIFEST).write_text(
+        json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
     target = root / manifest["version"]
     if target.exists():  # an incomplete or damaged entry: replaced whole
         shutil.rmtree(target)
@@ -270,7 +316,11 @@ def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
         record_name = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
         if record_name is None:
             raise ReleaseError(f"{wheel.name}: no RECORD in the wheel")
-        record = {row[0]: row[1] for row in csv.reader(io.StringIO(archive.read(record_name).decode())) if len(row) >= 2}
+        record = {
+            row[0]: row[1]
+            for row in csv.reader(io.StringIO(archive.read(record_name).decode()))
+            if len(row) >= 2
+        }
         files: dict[str, list] = {}
         for name in names:
             if not _kept(name):
@@ -306,7 +356,9 @@ def verified_source(release: Release, relative_path: str) -> str:
     return data.decode("utf-8")
 
 
-def source(version: str, relative_path: str, root: Path | None = None, fetch: bool = True, say=None) -> str | None:
+def source(
+    version: str, relative_path: str, root: Path | None = None, fetch: bool = True, say=None
+) -> str | None:
     """Text of one file of release ``version`` from the cache; fetched if allowed, else None.
 
     A damaged entry is dropped and, when fetching is allowed, fetched again.
@@ -324,7 +376,8 @@ def source(version: str, relative_path: str, root: Path | None = None, fetch: bo
 
 
 def loaded() -> tuple[str, Path]:
-    """(release, folder holding vllm/) of the vLLM this interpreter would import, without importing it.
+    """(release, folder holding vllm/) of the vLLM this interpreter would import, without importing
+    it.
 
     An unpacked wheel first on PYTHONPATH wins over the installed distribution,
     as it does for an import; its version comes from its own dist-info.
@@ -343,12 +396,15 @@ def loaded() -> tuple[str, Path]:
         except InvalidVersion:
             continue
     if len(versions) != 1:
-        raise ReleaseError(f"cannot tell which vLLM release is in {root} ({len(versions)} vllm dist-info folders)")
+        raise ReleaseError(
+            f"cannot tell which vLLM release is in {root} ({len(versions)} vllm dist-info folders)"
+        )
     return versions[0].base_version, root
 
 
 def installed() -> str | None:
-    """The release an import of vLLM would load, or None where none is importable (a bundle's GPU machine)."""
+    """The release an import of vLLM would load, or None where none is importable (a bundle's GPU
+    machine)."""
     try:
         return loaded()[0]
     except ReleaseError:
@@ -356,7 +412,8 @@ def installed() -> str | None:
 
 
 def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
-    """The installed vLLM's Python files as a cache entry (a bundle carries entries; no wheel download).
+    """The installed vLLM's Python files as a cache entry (a bundle carries entries; no wheel
+    download).
 
     Files are taken from the distribution's own RECORD and checked against it,
     as ``unpack_python`` does for a wheel; the entry's ``wheel`` names where
@@ -384,12 +441,24 @@ def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None 
                 data = Path(distribution.locate_file(entry)).read_bytes()
             except OSError:
                 continue  # RECORD lists files pip may not have written (__pycache__)
-            if entry.hash is not None and entry.hash.mode == "sha256" and _record_digest(data) != f"sha256={entry.hash.value}":
-                raise ReleaseError(f"installed vLLM {version}: {name} does not match its RECORD (edited?): not used")
+            if (
+                entry.hash is not None
+                and entry.hash.mode == "sha256"
+                and _record_digest(data) != f"sha256={entry.hash.value}"
+            ):
+                raise ReleaseError(
+                    f"installed vLLM {version}: {name} does not match its RECORD "
+                    "(edited?): not used"
+                )
             _place(staged, name, data, files)
         if not (staged / "vllm" / "__init__.py").is_file():
             raise ReleaseError(f"installed vLLM {version}: no vllm/__init__.py in its RECORD")
-        manifest = {"version": version, "wheel": f"installed distribution at {package_root}", "sha256": "", "files": files}
+        manifest = {
+            "version": version,
+            "wheel": f"installed distribution at {package_root}",
+            "sha256": "",
+            "files": files,
+        }
         _move_into_place(staged, manifest, root)
     release = cached(version, root)
     if release is None:

@@ -33,7 +33,9 @@ class ReleaseRange:
         try:
             return SpecifierSet(self.text)
         except InvalidSpecifier:
-            raise ValueError(f"{self.text!r} is not a release range (for example '>=0.29,<0.32')") from None
+            raise ValueError(
+                f"{self.text!r} is not a release range (for example '>=0.29,<0.32')"
+            ) from None
 
     def contains(self, release: str | Version) -> bool:
         """Whether ``release`` (``0.31.0``, a ``Version``) is in the range."""
@@ -42,12 +44,17 @@ class ReleaseRange:
         try:
             version = release if isinstance(release, Version) else Version(str(release))
         except InvalidVersion:
-            raise ValueError(f"{release!r} is not a release number (for example '0.29.0')") from None
+            raise ValueError(
+                f"{release!r} is not a release number (for example '0.29.0')"
+            ) from None
         return self._specifiers().contains(version, prereleases=True)
 
     def first(self) -> Version | None:
-        """The lowest release the range names as a lower bound (``>=X``, ``==X``); None where it names none."""
-        bounds = [Version(spec.version) for spec in self._specifiers() if spec.operator in (">=", "==")]
+        """The lowest release the range names as a lower bound (``>=X``, ``==X``); None where it
+        names none."""
+        bounds = [
+            Version(spec.version) for spec in self._specifiers() if spec.operator in (">=", "==")
+        ]
         return min(bounds, default=None)
 
     def __bool__(self) -> bool:

@@ -21,15 +21,21 @@ from gdn_review.common.release_cache import ReleaseError
 
 __all__ = ["ReleaseError", "entry", "environment", "tree"]
 
-# The VLLM_CACHE_ROOT a parent set for a child (harness.environment leaves it to the child as its own).
+# The VLLM_CACHE_ROOT a parent set for a child (harness.environment leaves it to the child as its
+# own).
 OUR_VLLM_CACHE_ROOT = "GDN_REVIEW_VLLM_CACHE_ROOT"
 
 
 def entry(
-    version: str, fetch: bool = True, say: Callable[[str], None] | None = None, root: Path | None = None
+    version: str,
+    fetch: bool = True,
+    say: Callable[[str], None] | None = None,
+    root: Path | None = None,
 ) -> release_cache.Release:
-    """The release cache's entry of ``version``: the installed release's files copied in (once), another
-    release's fetched (once; with ``fetch`` off, ReleaseError where it is not cached). ``root``: another
+    """The release cache's entry of ``version``: the installed release's files copied in (once),
+    another
+    release's fetched (once; with ``fetch`` off, ReleaseError where it is not cached). ``root``:
+    another
     release cache than the default one."""
     version = release_cache.checked_version(version)
     if version == release_cache.installed():
@@ -38,12 +44,15 @@ def entry(
     if hit is not None:
         return hit
     if not fetch:
-        raise ReleaseError(f"vLLM {version} is not in the release cache and --offline forbids fetching it")
+        raise ReleaseError(
+            f"vLLM {version} is not in the release cache and --offline forbids fetching it"
+        )
     return release_cache.ensure(version, root, say)
 
 
 def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = None) -> Path | None:
-    """The folder holding ``version``'s vllm/ for a child to import; None: the installed release, as it is."""
+    """The folder holding ``version``'s vllm/ for a child to import; None: the installed release, as
+    it is."""
     version = release_cache.checked_version(version)
     if version == release_cache.installed():
         return None
@@ -51,7 +60,8 @@ def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = N
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment (``base``, default this process's) of a child whose vLLM is the tree at ``folder``.
+    """The environment (``base``, default this process's) of a child whose vLLM is the tree at
+    ``folder``.
 
     ``folder`` goes first on ``PYTHONPATH`` and the child gets that release's
     ``VLLM_CACHE_ROOT``; None leaves the installed vLLM to the child, with its own.
@@ -61,6 +71,9 @@ def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> d
         return env
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
     package = Path(folder) / "vllm"
-    if env.get("VLLM_CACHE_ROOT") in (None, env.get(OUR_VLLM_CACHE_ROOT)):  # a user's own root stays
+    if env.get("VLLM_CACHE_ROOT") in (
+        None,
+        env.get(OUR_VLLM_CACHE_ROOT),
+    ):  # a user's own root stays
         env["VLLM_CACHE_ROOT"] = env[OUR_VLLM_CACHE_ROOT] = vllm_cache.cache_root(str(package))
     return env

@@ -27,7 +27,9 @@ from pathlib import Path
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 
 
-MAX_DIFF_BYTES = 32 * 1024 * 1024  # a PR's diff of the builder is kilobytes; hundreds of MB is an attack or a mistake
+MAX_DIFF_BYTES = (
+    32 * 1024 * 1024
+)  # a PR's diff of the builder is kilobytes; hundreds of MB is an attack or a mistake
 MAX_PATH_CHARS = 1024
 
 
@@ -59,7 +61,8 @@ class Hunk:
         return self.old_start, self.old_start + max(self.old_count, 1) - 1
 
     def changed_old_lines(self) -> set[int]:
-        """Lines of the old file this hunk removes; for a block that only inserts, the line it follows."""
+        """Lines of the old file this hunk removes; for a block that only inserts, the line it
+        follows."""
         lines, number, block_removes, pending = set(), self.old_start, False, False
         for line in self.lines + [" "]:  # a sentinel closes the last block
             if line[0] == "-":
@@ -127,9 +130,15 @@ def _strip(path: str, prefixed: bool = True) -> str | None:
 
 
 def _unquote(text: str) -> str:
-    """git's C-style quoting of unusual names ("a/x\\ty"), read back so the name is checked as git means it."""
+    """git's C-style quoting of unusual names ("a/x\\ty"), read back so the name is checked as git
+    means it."""
     try:
-        return text.encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
+        return (
+            text.encode("latin-1", "backslashreplace")
+            .decode("unicode_escape")
+            .encode("latin-1")
+            .decode("utf-8", "replace")
+        )
     except (UnicodeDecodeError, UnicodeEncodeError):
         return text
 
@@ -155,18 +164,24 @@ def path_problem(path: str) -> str | None:
 
 
 def check_paths(files: list[FileDiff], name: str = "DIFF") -> None:
-    """PatchError for the first file whose name is not a plain relative path (see ``path_problem``)."""
+    """PatchError for the first file whose name is not a plain relative path (see
+    ``path_problem``)."""
     for file in files:
         if file.old_path is None and file.new_path is None:
-            raise PatchError(f"{name}:{file.line}: {file.where()}: names no file on either side (both /dev/null)")
+            raise PatchError(
+                f"{name}:{file.line}: {file.where()}: names no file on either side (both /dev/null)"
+            )
         for path in (file.old_path, file.new_path):
             problem = path_problem(path) if path is not None else None
             if problem:
-                raise PatchError(f"{name}:{file.line}: {shown_path(path)} ({file.where()}): refused: {problem}")
+                raise PatchError(
+                    f"{name}:{file.line}: {shown_path(path)} ({file.where()}): refused: {problem}"
+                )
 
 
 def confine(files: list[FileDiff], root: Path, name: str = "DIFF") -> None:
-    """PatchError unless every file the diff names stays inside ``root`` and is a regular file there (or absent).
+    """PatchError unless every file the diff names stays inside ``root`` and is a regular file there
+    (or absent).
 
     The names are already plain relative paths (``check_paths``); this follows
     the tree as it is on disk: a folder or file that is a symbolic link out of
@@ -178,7 +193,9 @@ def confine(files: list[FileDiff], root: Path, name: str = "DIFF") -> None:
         for path in {p for p in (file.old_path, file.new_path) if p is not None}:
             problem = _outside(root, path)
             if problem:
-                raise PatchError(f"{name}:{file.line}: {shown_path(path)} ({file.where()}): refused: {problem}")
+                raise PatchError(
+                    f"{name}:{file.line}: {shown_path(path)} ({file.where()}): refused: {problem}"
+                )
 
 
 def _outside(root: Path, relative: str) -> str | None:
@@ -195,7 +212,10 @@ def _outside(root: Path, relative: str) -> str | None:
         if stat.S_ISLNK(info.st_mode):
             target = here.resolve()
             if target != root and root not in target.parents:
-                return f"{'/'.join(parts[: index + 1])} is a symbolic link out of the tree (to {target})"
+                return (
+                    f"{'/'.join(parts[: index + 1])} is a symbolic link out of the "
+                    f"tree (to {target})"
+                )
             info = os.stat(here)
         last = index == len(parts) - 1
         if not last and not stat.S_ISDIR(info.st_mode):
@@ -226,7 +246,8 @@ def _git_paths(rest: str) -> tuple[str | None, str | None] | None:
 
 
 def read_diff(text: str, name: str = "DIFF") -> list[FileDiff]:
-    """The files of a unified diff, with their hunks; PatchError at the first line that makes no sense."""
+    """The files of a unified diff, with their hunks; PatchError at the first line that makes no
+    sense."""
     files: list[FileDiff] = []
     lines = text.splitlines()
     current: FileDiff | None = None
@@ -235,22 +256,33 @@ def read_diff(text: str, name: str = "DIFF") -> list[FileDiff]:
     while index < len(lines):
         line = lines[index]
         if line.startswith("diff --git "):
-            git_paths = _git_paths(line[len("diff --git "):])
-            current = FileDiff(git_paths[0] if git_paths else None, git_paths[1] if git_paths else None, [], index + 1)
+            git_paths = _git_paths(line[len("diff --git ") :])
+            current = FileDiff(
+                git_paths[0] if git_paths else None,
+                git_paths[1] if git_paths else None,
+                [],
+                index + 1,
+            )
             files.append(current)
             git_paths = git_paths or (None, None)
         elif line.startswith("new file mode") and current is not None:
             current.old_path = None
         elif line.startswith("deleted file mode") and current is not None:
             current.new_path = None
-        elif (line.startswith("Binary files ") or line.startswith("GIT binary patch")) and current is not None:
+        elif (
+            line.startswith("Binary files ") or line.startswith("GIT binary patch")
+        ) and current is not None:
             current.binary = True
         elif current is not None and line.startswith(("rename from ", "copy from ")):
             current.old_path = _strip(line.split(" from ", 1)[1], prefixed=False)
             current.copy = line.startswith("copy")
         elif current is not None and line.startswith(("rename to ", "copy to ")):
             current.new_path = _strip(line.split(" to ", 1)[1], prefixed=False)
-        elif line.startswith("--- ") and index + 1 < len(lines) and lines[index + 1].startswith("+++ "):
+        elif (
+            line.startswith("--- ")
+            and index + 1 < len(lines)
+            and lines[index + 1].startswith("+++ ")
+        ):
             old, new = _strip(line[4:]), _strip(lines[index + 1][4:])
             if current is None or current.hunks or git_paths is None:
                 current = FileDiff(old, new, [], index + 1)
@@ -266,7 +298,9 @@ def read_diff(text: str, name: str = "DIFF") -> list[FileDiff]:
             continue
         index += 1
     if not files:
-        raise PatchError(f"{name}: no file in it: expected a unified diff (as git diff or gh pr diff write it)")
+        raise PatchError(
+            f"{name}: no file in it: expected a unified diff (as git diff or gh pr diff write it)"
+        )
     check_paths(files, name)
     return files
 
@@ -276,9 +310,14 @@ def _read_hunk(lines: list[str], index: int, file: FileDiff, name: str) -> int:
     if not match:
         raise PatchError(f"{name}:{index + 1}: not a hunk header: {lines[index][:80]!r}")
     old_start, old_count, new_start, new_count = (
-        int(match.group(1)), int(match.group(2) or 1), int(match.group(3)), int(match.group(4) or 1),
+        int(match.group(1)),
+        int(match.group(2) or 1),
+        int(match.group(3)),
+        int(match.group(4) or 1),
     )
-    hunk = Hunk(len(file.hunks) + 1, lines[index], old_start, old_count, new_start, new_count, [], index + 1)
+    hunk = Hunk(
+        len(file.hunks) + 1, lines[index], old_start, old_count, new_start, new_count, [], index + 1
+    )
     old_seen = new_seen = 0
     index += 1
     while index < len(lines) and (old_seen < old_count or new_seen < new_count):
@@ -297,7 +336,9 @@ def _read_hunk(lines: list[str], index: int, file: FileDiff, name: str) -> int:
         new_seen += kind in " +"
         index += 1
     if old_seen != old_count or new_seen != new_count:
-        raise PatchError(f"{name}:{index}: {file.path} hunk {hunk.number} ({hunk.header}) is cut short")
+        raise PatchError(
+            f"{name}:{index}: {file.path} hunk {hunk.number} ({hunk.header}) is cut short"
+        )
     while index < len(lines) and lines[index].startswith("\\"):  # "\ No newline at end of file"
         last = hunk.lines[-1][0] if hunk.lines else " "
         if last in " -":
@@ -316,7 +357,7 @@ def _find(lines: list[str], wanted: list[str], near: int) -> int | None:
     limit = len(lines) - len(wanted)
     for distance in range(0, max(limit, near) + 1):
         for start in (near - distance, near + distance) if distance else (near,):
-            if 0 <= start <= limit and lines[start:start + len(wanted)] == wanted:
+            if 0 <= start <= limit and lines[start : start + len(wanted)] == wanted:
                 return start
     return None
 
@@ -327,10 +368,14 @@ def apply_file(file: FileDiff, original: str | None, name: str = "DIFF") -> str 
         raise PatchError(f"{name}:{file.line}: {file.path}: a binary change cannot be applied")
     if file.old_path is None:
         if original is not None:
-            raise PatchError(f"{name}:{file.line}: {file.path}: the diff creates it, but it already exists")
+            raise PatchError(
+                f"{name}:{file.line}: {file.path}: the diff creates it, but it already exists"
+            )
         original = ""
     elif original is None:
-        raise PatchError(f"{name}:{file.line}: {file.path}: no such file in the sources the diff is applied to")
+        raise PatchError(
+            f"{name}:{file.line}: {file.path}: no such file in the sources the diff is applied to"
+        )
     if file.new_path is None:
         return None
     lines = original.splitlines()
@@ -342,7 +387,7 @@ def apply_file(file: FileDiff, original: str | None, name: str = "DIFF") -> str 
         at = _find(lines, wanted, stated)
         if at is None:
             raise PatchError(_mismatch(file, hunk, lines, stated, wanted, name))
-        lines[at:at + len(wanted)] = hunk.new_lines()
+        lines[at : at + len(wanted)] = hunk.new_lines()
         offset += len(hunk.new_lines()) - len(wanted)
         if hunk.no_newline_new:
             ends_with_newline = False
@@ -352,13 +397,19 @@ def apply_file(file: FileDiff, original: str | None, name: str = "DIFF") -> str 
     return text + "\n" if lines and ends_with_newline else text
 
 
-def _mismatch(file: FileDiff, hunk: Hunk, lines: list[str], stated: int, wanted: list[str], name: str) -> str:
+def _mismatch(
+    file: FileDiff, hunk: Hunk, lines: list[str], stated: int, wanted: list[str], name: str
+) -> str:
     """Which line of the hunk differs at the place it names."""
     detail = "its lines are beyond the end of the file"
     for i, want in enumerate(wanted):
         have = lines[stated + i] if 0 <= stated + i < len(lines) else None
         if have != want:
-            detail = f"line {stated + i + 1} is {have!r}, the hunk expects {want!r}" if have is not None else detail
+            detail = (
+                f"line {stated + i + 1} is {have!r}, the hunk expects {want!r}"
+                if have is not None
+                else detail
+            )
             break
     return (
         f"{name}:{hunk.line}: {file.path}: hunk {hunk.number} ({hunk.header.strip()}) does not apply: {detail}; "
@@ -384,11 +435,15 @@ def apply(files: list[FileDiff], read: callable, name: str = "DIFF") -> dict[str
 
 
 def stored_beside(record_path: Path) -> Path | None:
-    """The PR's diff stored beside its record (``kb/N.diff`` beside ``kb/N.yaml``, as ``gh pr diff N``
+    """The PR's diff stored beside its record (``kb/N.diff`` beside ``kb/N.yaml``, as ``gh pr diff
+    N``
     writes it), or None; a link or anything but a regular file there is refused (PatchError)."""
     path = Path(record_path).with_suffix(".diff")
     if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise PatchError(f"{path}: refused: the PR's diff beside its record must be a regular file, not a link or a folder")
+        raise PatchError(
+            f"{path}: refused: the PR's diff beside its record must be a "
+            "regular file, not a link or a folder"
+        )
     return path if path.is_file() else None
 
 
@@ -397,7 +452,10 @@ def read_diff_file(path: Path) -> tuple[str, list[FileDiff]]:
     try:
         size = Path(path).stat().st_size
         if size > MAX_DIFF_BYTES:
-            raise PatchError(f"{path}: {size / 2**20:.0f} MiB, larger than a diff gdn-review reads ({MAX_DIFF_BYTES // 2**20} MiB)")
+            raise PatchError(
+                f"{path}: {size / 2**20:.0f} MiB, larger than a diff gdn-review "
+                f"reads ({MAX_DIFF_BYTES // 2**20} MiB)"
+            )
         if not Path(path).is_file():
             raise PatchError(f"{path}: not a regular file")
         text = Path(path).read_text(encoding="utf-8")

@@ -1,1 +1,2 @@
-"""The KB's checks carried elsewhere: standalone test modules for vLLM's own CI, and the offline bundle for a GPU machine."""
+"""The KB's checks carried elsewhere: standalone test modules for vLLM's own CI, and the offline
+bundle for a GPU machine."""

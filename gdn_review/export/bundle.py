@@ -1,4 +1,5 @@
-"""An offline bundle: everything a GPU machine with only PyTorch needs to run the generated checks and the bench.
+"""An offline bundle: everything a GPU machine with only PyTorch needs to run the generated checks
+and the bench.
 
 ``gdn-review bundle --out DIR`` writes::
 
@@ -46,8 +47,18 @@ DEFAULT_PYTHON = "3.12"  # the GPU machine's (DESIGN.md, device KINDS.md)
 # What a machine with only PyTorch is known to have (the GPU machine's image);
 # their own requirements come with them.
 BASELINE = (
-    "torch", "numpy", "transformers", "tokenizers", "safetensors", "jinja2",
-    "pyyaml", "pytest", "hypothesis", "click", "rich", "tqdm",
+    "torch",
+    "numpy",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "jinja2",
+    "pyyaml",
+    "pytest",
+    "hypothesis",
+    "click",
+    "rich",
+    "tqdm",
 )
 # What importing vLLM's builder path (0.28.0 to 0.33.0) and gdn-review needs beyond
 # BASELINE: found by running the generated suite with BASELINE alone and adding
@@ -55,10 +66,28 @@ BASELINE = (
 # requirements are carried too, except those BASELINE already brings.
 # `gdn-review bundle --dry-run` (and the slow test) proves the list again.
 CARRIED = (
-    "pydantic", "psutil", "requests", "pyzmq", "cbor2", "aiohttp", "oss-harmony",
-    "openai", "pillow", "pybase64", "cachetools", "msgspec", "cloudpickle", "uvloop",
-    "py-cpuinfo", "prometheus-client", "xgrammar", "fastapi", "partial-json-parser",
-    "llguidance", "einops", "compressed-tensors",
+    "pydantic",
+    "psutil",
+    "requests",
+    "pyzmq",
+    "cbor2",
+    "aiohttp",
+    "oss-harmony",
+    "openai",
+    "pillow",
+    "pybase64",
+    "cachetools",
+    "msgspec",
+    "cloudpickle",
+    "uvloop",
+    "py-cpuinfo",
+    "prometheus-client",
+    "xgrammar",
+    "fastapi",
+    "partial-json-parser",
+    "llguidance",
+    "einops",
+    "compressed-tensors",
 )
 PROJECT_PARTS = ("gdn_review", "templates", "kb", "generated_tests", "pyproject.toml")
 
@@ -74,7 +103,8 @@ class Pin:
 
 
 def requirement_closure(names, stop=()) -> dict[str, importlib.metadata.Distribution]:
-    """Installed distributions ``names`` need, with extras, following no requirement named in ``stop``."""
+    """Installed distributions ``names`` need, with extras, following no requirement named in
+    ``stop``."""
     stopped = {canonicalize_name(name) for name in stop}
     found: dict[tuple[str, tuple], importlib.metadata.Distribution] = {}
     pending = [(name, ()) for name in names]
@@ -86,20 +116,26 @@ def requirement_closure(names, stop=()) -> dict[str, importlib.metadata.Distribu
         try:
             distribution = importlib.metadata.distribution(key[0])
         except importlib.metadata.PackageNotFoundError:
-            raise BundleError(f"{name} is not installed here, so its wheel cannot be pinned (run scripts/bootstrap)") from None
+            raise BundleError(
+                f"{name} is not installed here, so its wheel cannot be pinned "
+                "(run scripts/bootstrap)"
+            ) from None
         found[key] = distribution
         for line in distribution.requires or []:
             requirement = Requirement(line)
             if canonicalize_name(requirement.name) in stopped:
                 continue
-            if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            if requirement.marker and not any(
+                requirement.marker.evaluate({"extra": e}) for e in ("", *extras)
+            ):
                 continue
             pending.append((requirement.name, tuple(requirement.extras)))
     return {key[0]: distribution for key, distribution in found.items()}
 
 
 def baseline_distributions() -> dict[str, importlib.metadata.Distribution]:
-    """What the GPU machine is assumed to have: BASELINE and its requirements, up to what is carried."""
+    """What the GPU machine is assumed to have: BASELINE and its requirements, up to what is
+    carried."""
     return requirement_closure(BASELINE, stop=CARRIED)
 
 
@@ -108,7 +144,11 @@ def carried_pins() -> list[Pin]:
     baseline = baseline_distributions()
     carried = requirement_closure(CARRIED)
     return sorted(
-        (Pin(distribution.metadata["Name"], distribution.version) for name, distribution in carried.items() if name not in baseline),
+        (
+            Pin(distribution.metadata["Name"], distribution.version)
+            for name, distribution in carried.items()
+            if name not in baseline
+        ),
         key=lambda pin: canonicalize_name(pin.name),
     )
 
@@ -119,7 +159,12 @@ def _platform_arguments(python: str) -> list[str]:
     arguments = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
     for abi in (f"cp{digits}", "abi3", "none"):
         arguments += ["--abi", abi]
-    platforms = ["linux_x86_64", "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"]
+    platforms = [
+        "linux_x86_64",
+        "manylinux1_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux2014_x86_64",
+    ]
     platforms += [f"manylinux_2_{minor}_x86_64" for minor in range(5, 40)]
     for platform in platforms:
         arguments += ["--platform", platform]
@@ -134,7 +179,9 @@ def _wheel_for(pin: Pin, folder: Path) -> Path | None:
     name = canonicalize_name(pin.name).replace("-", "_")
     for path in sorted(folder.glob("*.whl")):
         parts = path.name.split("-")
-        if canonicalize_name(parts[0]).replace("-", "_") == name and Version(parts[1]) == Version(pin.version):
+        if canonicalize_name(parts[0]).replace("-", "_") == name and Version(parts[1]) == Version(
+            pin.version
+        ):
             return path
     return None
 
@@ -150,26 +197,46 @@ def fetch_wheels(pins: list[Pin], python: str, say: Callable[[str], None]) -> li
             listing.write("".join(f"{pin.name}=={pin.version}\n" for pin in missing))
         try:
             done = interrupts.run_child(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-                 *_platform_arguments(python), "-r", listing.name, "-d", str(folder)],
-                capture_output=True, text=True, check=False,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "-q",
+                    *_platform_arguments(python),
+                    "-r",
+                    listing.name,
+                    "-d",
+                    str(folder),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
         finally:
             os.unlink(listing.name)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
-            raise BundleError(f"pip download for Python {python} failed: {' '.join(errors) or done.stderr.strip()[-500:]}")
+            raise BundleError(
+                f"pip download for Python {python} failed: "
+                f"{' '.join(errors) or done.stderr.strip()[-500:]}"
+            )
     wheels = []
     for pin in pins:
         wheel = _wheel_for(pin, folder)
         if wheel is None:
-            raise BundleError(f"no wheel of {pin.name}=={pin.version} for CPython {python} on x86_64 Linux")
+            raise BundleError(
+                f"no wheel of {pin.name}=={pin.version} for CPython {python} on x86_64 Linux"
+            )
         wheels.append(wheel)
     return wheels
 
 
 def default_versions(records) -> list[str]:
-    """The installed release (the generated suite's target) and the base and head of every latency claim (the bench)."""
+    """The installed release (the generated suite's target) and the base and head of every latency
+    claim (the bench)."""
     wanted = set()
     installed = release_cache.installed()
     if installed:
@@ -187,8 +254,11 @@ def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return info
 
 
-def pack_release(release: release_cache.Release, destination: Path, say: Callable[[str], None]) -> None:
-    """``<version>/...`` (the cache entry, manifest included) as tar.xz, packed once per entry and reused."""
+def pack_release(
+    release: release_cache.Release, destination: Path, say: Callable[[str], None]
+) -> None:
+    """``<version>/...`` (the cache entry, manifest included) as tar.xz, packed once per entry and
+    reused."""
     manifest = (release.path / release_cache.MANIFEST).read_bytes()
     key = hashlib.sha256(manifest).hexdigest()[:16]
     packed = release_cache.cache_root().parent / "packed" / f"{release.version}-{key}.tar.xz"
@@ -201,7 +271,11 @@ def pack_release(release: release_cache.Release, destination: Path, say: Callabl
             with tarfile.open(partial, "w:xz", preset=9) as archive:
                 for path in sorted(release.path.rglob("*")):
                     if path.is_file():
-                        archive.add(path, arcname=f"{release.version}/{path.relative_to(release.path)}", filter=_tar_filter)
+                        archive.add(
+                            path,
+                            arcname=f"{release.version}/{path.relative_to(release.path)}",
+                            filter=_tar_filter,
+                        )
             os.replace(partial, packed)
         finally:
             if os.path.exists(partial):
@@ -218,7 +292,9 @@ def _copy_project(root: Path, destination: Path) -> None:
         elif source.is_file():
             shutil.copyfile(source, destination / part)
         else:
-            raise BundleError(f"{source} is missing: run `gdn-review bundle` from the project's root")
+            raise BundleError(
+                f"{source} is missing: run `gdn-review bundle` from the project's root"
+            )
 
 
 def _size(folder: Path) -> int:
@@ -235,7 +311,8 @@ def write_bundle(
     force: bool = False,
     say: Callable[[str], None] = print,
 ) -> dict:
-    """Write the bundle for ``records`` ({path: record}) and ``versions``; return bundle.json's data."""
+    """Write the bundle for ``records`` ({path: record}) and ``versions``; return bundle.json's
+    data."""
     from gdn_review.generate import environment, module_context
 
     out = Path(out)
@@ -251,12 +328,16 @@ def write_bundle(
         runs = [v for v in versions if not base or Version(v) >= Version(base)]
         bench = None
         latency_base, latency_head = record.latency_releases()
-        # An open PR's latency claim has no head release (its side is the PR's diff): not benched here.
+        # An open PR's latency claim has no head release (its side is the PR's diff): not benched
+        # here.
         if record.latency_check is not None and latency_head:
             bench = {"base": latency_base, "head": latency_head}
             absent = [v for v in bench.values() if v not in versions]
             if absent:
-                raise BundleError(f"{path}: the latency claim's releases {', '.join(absent)} are not carried (add --vllm)")
+                raise BundleError(
+                    f"{path}: the latency claim's releases {', '.join(absent)} are "
+                    "not carried (add --vllm)"
+                )
         plan.append({"record": record.key, "file": path.name, "releases": runs, "bench": bench})
     first_case = next(iter(module_context(ordered[0][1], ordered[0][0].name)["cases"].items()))
 
@@ -269,21 +350,37 @@ def write_bundle(
         pins = carried_pins()
         wheels = fetch_wheels(pins, python, say)
         carried = [
-            {"name": pin.name, "version": pin.version, "file": wheel.name, "sha256": release_cache.file_sha256(wheel)}
+            {
+                "name": pin.name,
+                "version": pin.version,
+                "file": wheel.name,
+                "sha256": release_cache.file_sha256(wheel),
+            }
             for pin, wheel in zip(pins, wheels)
         ]
         for wheel in wheels:
             shutil.copyfile(wheel, staging / "wheels" / wheel.name)
-        # pip checks each wheel against its hash before installing: a file damaged on the way is refused.
+        # pip checks each wheel against its hash before installing: a file damaged on the way is
+        # refused.
         (staging / "wheels" / "requirements.txt").write_text(
-            "".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in carried), encoding="utf-8"
+            "".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in carried),
+            encoding="utf-8",
         )
         say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
         (staging / "releases").mkdir()
         for version in versions:
-            pack_release(release_trees.entry(version, say=say), staging / "releases" / f"{version}.tar.xz", say)
-            say(f"vLLM {version}: {_mib((staging / 'releases' / f'{version}.tar.xz').stat().st_size)}")
-        (staging / "probe-cases.json").write_text(json.dumps(dict([first_case]), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            pack_release(
+                release_trees.entry(version, say=say),
+                staging / "releases" / f"{version}.tar.xz",
+                say,
+            )
+            say(
+                f"vLLM {version}: "
+                f"{_mib((staging / 'releases' / f'{version}.tar.xz').stat().st_size)}"
+            )
+        (staging / "probe-cases.json").write_text(
+            json.dumps(dict([first_case]), indent=1, sort_keys=True) + "\n", encoding="utf-8"
+        )
         manifest = {
             "format": BUNDLE_FORMAT,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -295,16 +392,27 @@ def write_bundle(
         }
         templates = environment()
         for name in ("run.sh", "README.md"):
-            text = templates.get_template(f"bundle/{name}.j2").render(manifest=manifest, max_mib=max_bytes / (1 << 20))
+            text = templates.get_template(f"bundle/{name}.j2").render(
+                manifest=manifest, max_mib=max_bytes / (1 << 20)
+            )
             (staging / name).write_text(text, encoding="utf-8")
         os.chmod(staging / "run.sh", 0o755)
         size = _size(staging) + 4096  # bundle.json itself
         manifest["bytes"] = size
-        (staging / "bundle.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        (staging / "bundle.json").write_text(
+            json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+        )
         if size > max_bytes:
-            parts = {p.name: _size(p) if p.is_dir() else p.stat().st_size for p in staging.iterdir()}
-            biggest = ", ".join(f"{name} {_mib(n)}" for name, n in sorted(parts.items(), key=lambda i: -i[1])[:3])
-            raise BundleError(f"the bundle would be {_mib(size)}, over the limit of {_mib(max_bytes)} ({biggest}): carry fewer releases with --vllm")
+            parts = {
+                p.name: _size(p) if p.is_dir() else p.stat().st_size for p in staging.iterdir()
+            }
+            biggest = ", ".join(
+                f"{name} {_mib(n)}" for name, n in sorted(parts.items(), key=lambda i: -i[1])[:3]
+            )
+            raise BundleError(
+                f"the bundle would be {_mib(size)}, over the limit of "
+                f"{_mib(max_bytes)} ({biggest}): carry fewer releases with --vllm"
+            )
         if out.exists():
             shutil.rmtree(out)
         os.rename(staging, out)
@@ -320,7 +428,8 @@ def _mib(size: int) -> str:
 
 
 def bare_environment(destination: Path, say: Callable[[str], None] = print) -> Path:
-    """A venv that has BASELINE (and its requirements) from this environment, and nothing else; its python.
+    """A venv that has BASELINE (and its requirements) from this environment, and nothing else; its
+    python.
 
     The packages are linked file by file from their installed copies (no
     download, seconds): the stand-in for a machine with only PyTorch.
@@ -341,39 +450,69 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
             if not link.exists():
                 link.symlink_to(source)
                 count += 1
-    interrupts.run_child([sys.executable, "-m", "venv", "--clear", str(destination / "venv")], check=True, env=_plain_environment())
+    interrupts.run_child(
+        [sys.executable, "-m", "venv", "--clear", str(destination / "venv")],
+        check=True,
+        env=_plain_environment(),
+    )
     python = destination / "venv" / "bin" / "python"
-    purelib = interrupts.run_child([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, capture_output=True, text=True).stdout.strip()
+    purelib = interrupts.run_child(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(purelib, "bare-baseline.pth").write_text(f"{shared}\n", encoding="utf-8")
-    say(f"bare environment {destination}: {len(baseline_distributions())} distributions ({count} files linked)")
+    say(
+        f"bare environment {destination}: {len(baseline_distributions())} "
+        f"distributions ({count} files linked)"
+    )
     return python
 
 
 def _plain_environment() -> dict[str, str]:
-    """PATH and HOME only: nothing of this environment's PYTHONPATH, pip settings or caches leaks in."""
+    """PATH and HOME only: nothing of this environment's PYTHONPATH, pip settings or caches leaks
+    in."""
     return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
 
 
 def no_network_prefix() -> list[str]:
-    """``unshare -rn`` where it works (a new network namespace with no interfaces up), else nothing."""
+    """``unshare -rn`` where it works (a new network namespace with no interfaces up), else
+    nothing."""
     unshare = shutil.which("unshare")
-    if unshare and interrupts.run_child([unshare, "-rn", "true"], capture_output=True, check=False).returncode == 0:
+    if (
+        unshare
+        and interrupts.run_child(
+            [unshare, "-rn", "true"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
         return [unshare, "-rn"]
     return []
 
 
-def _bare_environment_from(source_python: str, destination: Path, say: Callable[[str], None]) -> Path:
-    """``bare_environment`` made from another interpreter's packages (another torch), in that interpreter."""
+def _bare_environment_from(
+    source_python: str, destination: Path, say: Callable[[str], None]
+) -> Path:
+    """``bare_environment`` made from another interpreter's packages (another torch), in that
+    interpreter."""
     # This project's gdn_review goes first on that interpreter's path (it has none of its own).
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
-            "from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from gdn_review.export.bundle import bare_environment; print(bare_environment(Path(sys.argv[1])))"
+    )
     project = str(Path(__file__).resolve().parents[2])
     done = interrupts.run_child(
-        [source_python, "-c", code, str(destination), project], capture_output=True, text=True, check=False,
+        [source_python, "-c", code, str(destination), project],
+        capture_output=True,
+        text=True,
+        check=False,
         env=_plain_environment(),
     )
     if done.returncode != 0:
-        raise BundleError(f"{source_python} could not make the bare environment: {done.stderr.strip()[-500:]}")
+        raise BundleError(
+            f"{source_python} could not make the bare environment: {done.stderr.strip()[-500:]}"
+        )
     lines = done.stdout.strip().splitlines()
     for line in lines[:-1]:
         say(line)
@@ -381,9 +520,14 @@ def _bare_environment_from(source_python: str, destination: Path, say: Callable[
 
 
 def dry_run(
-    bundle_dir: Path, work: Path, bench_seconds: int = 5, source_python: str | None = None, say: Callable[[str], None] = print
+    bundle_dir: Path,
+    work: Path,
+    bench_seconds: int = 5,
+    source_python: str | None = None,
+    say: Callable[[str], None] = print,
 ) -> tuple[int, Path, bool]:
-    """Run ``bundle_dir/run.sh`` on this machine's CPU in a bare environment, with no network if possible.
+    """Run ``bundle_dir/run.sh`` on this machine's CPU in a bare environment, with no network if
+    possible.
 
     The bare environment links the packages of ``source_python`` (default: this
     interpreter), e.g. a venv with the GPU machine's torch. Returns (run.sh's
@@ -392,25 +536,44 @@ def dry_run(
     manifest = json.loads((Path(bundle_dir) / "bundle.json").read_text(encoding="utf-8"))
     source_python = source_python or sys.executable
     version = interrupts.run_child(
-        [source_python, "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"],
-        capture_output=True, text=True, check=False,
+        [
+            source_python,
+            "-c",
+            "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.strip()
     if manifest["python"] != version:
-        raise BundleError(f"the bundle's wheels are for Python {manifest['python']}, {source_python} is {version or 'not runnable'}: make it with --python {version}")
+        raise BundleError(
+            f"the bundle's wheels are for Python {manifest['python']}, "
+            f"{source_python} is {version or 'not runnable'}: make it with "
+            f"--python {version}"
+        )
     if source_python == sys.executable:
         python = bare_environment(Path(work) / "bare", say=say)
     else:
         python = _bare_environment_from(source_python, Path(work) / "bare", say)
     out = Path(work) / "evidence"
-    environment = _plain_environment() | {
-        "PYTHON": str(python),
-        "GDN_BUNDLE_BENCH_SECONDS": str(bench_seconds),
-        "PIP_CONFIG_FILE": os.devnull,  # no index or find-links of this machine's pip
-        "TMPDIR": str(work),
-    } | interrupts.hold_environment()
+    environment = (
+        _plain_environment()
+        | {
+            "PYTHON": str(python),
+            "GDN_BUNDLE_BENCH_SECONDS": str(bench_seconds),
+            "PIP_CONFIG_FILE": os.devnull,  # no index or find-links of this machine's pip
+            "TMPDIR": str(work),
+        }
+        | interrupts.hold_environment()
+    )
     prefix = no_network_prefix()
-    say(f"dry run: {bundle_dir}/run.sh on CPU, {'no network (unshare -rn)' if prefix else 'network not cut (no unshare here)'}")
-    code = interrupts.run_child([*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False).returncode
+    say(
+        f"dry run: {bundle_dir}/run.sh on CPU, "
+        f"{'no network (unshare -rn)' if prefix else 'network not cut (no unshare here)'}"
+    )
+    code = interrupts.run_child(
+        [*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False
+    ).returncode
     return code, out, bool(prefix)
 
 
@@ -426,8 +589,10 @@ def trash() -> Path:
 
 
 def _discard(folders: list[Path], seconds: float = 3.0) -> None:
-    """Take folders away at once: each moved into the trash (a rename), then deleted there for at most
-    ``seconds``; what a slow disk leaves, the next bundle command deletes. On another file system: deleted in place."""
+    """Take folders away at once: each moved into the trash (a rename), then deleted there for at
+    most
+    ``seconds``; what a slow disk leaves, the next bundle command deletes. On another file system:
+    deleted in place."""
     moved = []
     for folder in filter(Path.exists, folders):
         target = trash() / f"{folder.name}.{os.getpid()}.{time.monotonic_ns()}"
@@ -435,18 +600,31 @@ def _discard(folders: list[Path], seconds: float = 3.0) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.rename(folder, target)
             moved.append(target)
-        except OSError:  # another file system (or another bundle command emptied the trash meanwhile)
+        except (
+            OSError
+        ):  # another file system (or another bundle command emptied the trash meanwhile)
             shutil.rmtree(folder, ignore_errors=True)
-    deleting = threading.Thread(target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in moved], daemon=True)
+    deleting = threading.Thread(
+        target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in moved], daemon=True
+    )
     deleting.start()
     deleting.join(seconds)
 
 
 def make_bundle(
-    records: dict, out_dir: Path, versions: list[str], python: str, max_mib: int, force: bool,
-    dry: bool, work_dir: Path | None, source_python: str | None, say: Callable[[str], None] = print,
+    records: dict,
+    out_dir: Path,
+    versions: list[str],
+    python: str,
+    max_mib: int,
+    force: bool,
+    dry: bool,
+    work_dir: Path | None,
+    source_python: str | None,
+    say: Callable[[str], None] = print,
 ) -> tuple[int, Path, bool] | None:
-    """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``, run it
+    """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``, run
+    it
     here and return (run.sh's exit code, its OUT folder, whether the network was cut).
 
     Interrupted, it leaves no folder it made (the bundle, the dry run's work folder): they are
@@ -461,8 +639,15 @@ def make_bundle(
     wanted = [out_dir] + ([work_dir, work_dir / "bare", work_dir / "evidence"] if work_dir else [])
     made = list(dict.fromkeys(m for m in map(_first_missing, wanted) if m is not None))
     try:
-        write_bundle(out_dir, records, versions or default_versions(records.values()), python=python,
-                     max_bytes=max_mib << 20, force=force, say=say)
+        write_bundle(
+            out_dir,
+            records,
+            versions or default_versions(records.values()),
+            python=python,
+            max_bytes=max_mib << 20,
+            force=force,
+            say=say,
+        )
         if not dry:
             return None
         work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))

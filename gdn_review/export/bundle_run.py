@@ -31,24 +31,40 @@ RUN_FORMAT = "gdn-review-bundle-run/1"
 PROBE_SECONDS = 300
 MODES = {
     "cuda": {"VLLM_TARGET_DEVICE": "cuda"},
-    "cuda tensors on the cpu platform": {"VLLM_TARGET_DEVICE": "cpu", "GDN_REVIEW_CUDA_ON_CPU_PLATFORM": "1"},
+    "cuda tensors on the cpu platform": {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "GDN_REVIEW_CUDA_ON_CPU_PLATFORM": "1",
+    },
     "cpu": {"VLLM_TARGET_DEVICE": "cpu"},
 }
 
 
 def _probe_once(bundle: Path, out: Path, version: str, mode: str) -> dict:
-    env = release_trees.environment(release_trees.tree(version, fetch=False))  # run.sh unpacked every release
+    env = release_trees.environment(
+        release_trees.tree(version, fetch=False)
+    )  # run.sh unpacked every release
     env.pop("GDN_REVIEW_CUDA_ON_CPU_PLATFORM", None)
     env.update(MODES[mode])
     scratch = out / f".probe-{version}.json"
-    command = [sys.executable, "-m", "gdn_review.harness.probe", str(bundle / "probe-cases.json"), str(scratch)]
+    command = [
+        sys.executable,
+        "-m",
+        "gdn_review.harness.probe",
+        str(bundle / "probe-cases.json"),
+        str(scratch),
+    ]
     try:
-        done = interrupts.run_child(command, env=env, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+        done = interrupts.run_child(
+            command, env=env, capture_output=True, text=True, timeout=PROBE_SECONDS, check=False
+        )
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
         code = done.returncode
     except subprocess.TimeoutExpired:
         tail, code = [f"no answer in {PROBE_SECONDS} s"], None
-    result = _read(scratch) or {"steps": [{"step": "probe", "ok": False, "error": " / ".join(tail) or f"exit {code}"}], "devices": {}}
+    result = _read(scratch) or {
+        "steps": [{"step": "probe", "ok": False, "error": " / ".join(tail) or f"exit {code}"}],
+        "devices": {},
+    }
     scratch.unlink(missing_ok=True)
     return {"mode": mode, "environment_variables": MODES[mode], "exit": code, "result": result}
 
@@ -62,12 +78,13 @@ def _worked(attempt: dict, device: str) -> bool:
 
 
 def probe_releases(bundle: Path, out: Path, cuda: bool, say=print) -> str:
-    """Probe every release; write probe-V.json and platform.env; return the mode the later steps use."""
+    """Probe every release; write probe-V.json and platform.env; return the mode the later steps
+    use."""
     manifest = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
     works: dict[str, set[str]] = {mode: set() for mode in MODES}
     for version in manifest["releases"]:
         attempts = []
-        for mode in (["cuda", "cuda tensors on the cpu platform"] if cuda else ["cpu"]):
+        for mode in ["cuda", "cuda tensors on the cpu platform"] if cuda else ["cpu"]:
             attempt = _probe_once(bundle, out, version, mode)
             attempts.append(attempt)
             for line in probe_lines(version, attempt):
@@ -76,7 +93,10 @@ def probe_releases(bundle: Path, out: Path, cuda: bool, say=print) -> str:
                 works[mode].add(version)
                 if mode == "cuda":
                     break  # vLLM's own CUDA platform works: nothing to fall back to
-        (out / f"probe-{version}.json").write_text(json.dumps({"version": version, "attempts": attempts}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        (out / f"probe-{version}.json").write_text(
+            json.dumps({"version": version, "attempts": attempts}, indent=1, sort_keys=True) + "\n",
+            encoding="utf-8",
+        )
     everyone = set(manifest["releases"])
     if cuda and works["cuda"] == everyone:
         mode = "cuda"
@@ -100,7 +120,8 @@ def _read(path: Path):
 
 
 def probe_lines(version: str, attempt: dict) -> list[str]:
-    """One line per device of one attempt: the steps that ran, and the first that did not with its error."""
+    """One line per device of one attempt: the steps that ran, and the first that did not with its
+    error."""
     probe, mode = attempt["result"], attempt["mode"]
     failed = next((s for s in probe.get("steps", []) if not s["ok"]), None)
     if failed:
@@ -120,20 +141,53 @@ def probe_lines(version: str, attempt: dict) -> list[str]:
 
 
 def summarise(bundle: dict, out: Path) -> dict:
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()] if (out / "steps.jsonl").exists() else []
+    steps = (
+        [
+            json.loads(line)
+            for line in (out / "steps.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
+        if (out / "steps.jsonl").exists()
+        else []
+    )
     probes = {version: _read(out / f"probe-{version}.json") for version in bundle["releases"]}
     matrices = {}
     for entry in bundle["records"]:
         matrix = _read(out / f"matrix-{entry['record']}" / "matrix.json")
-        matrices[str(entry["record"])] = None if matrix is None else [
-            {"version": r["version"], "role": r["role"], "pytest_exit": r["pytest_exit"], "summary": r["summary"], "evidence": f"matrix-{entry['record']}/{r['evidence']}" if r.get("evidence") else None}
-            for r in matrix["releases"]
-        ]
+        matrices[str(entry["record"])] = (
+            None
+            if matrix is None
+            else [
+                {
+                    "version": r["version"],
+                    "role": r["role"],
+                    "pytest_exit": r["pytest_exit"],
+                    "summary": r["summary"],
+                    "evidence": f"matrix-{entry['record']}/{r['evidence']}"
+                    if r.get("evidence")
+                    else None,
+                }
+                for r in matrix["releases"]
+            ]
+        )
     bench = evidence_file.read_if_any(out / "bench.json")
     attempts = [a for p in probes.values() if p for a in p["attempts"]]
-    environment = next((a["result"]["environment"] for a in attempts if a["result"].get("environment")), {})
-    platform = (out / "platform.env").read_text(encoding="utf-8") if (out / "platform.env").exists() else ""
-    mode = next((line.split("=", 1)[1].strip("'") for line in platform.splitlines() if line.startswith("MODE=")), None)
+    environment = next(
+        (a["result"]["environment"] for a in attempts if a["result"].get("environment")), {}
+    )
+    platform = (
+        (out / "platform.env").read_text(encoding="utf-8")
+        if (out / "platform.env").exists()
+        else ""
+    )
+    mode = next(
+        (
+            line.split("=", 1)[1].strip("'")
+            for line in platform.splitlines()
+            if line.startswith("MODE=")
+        ),
+        None,
+    )
     return {
         "format": RUN_FORMAT,
         "bundle": {key: bundle.get(key) for key in ("created_at", "python", "releases", "bytes")},
@@ -145,8 +199,13 @@ def summarise(bundle: dict, out: Path) -> dict:
         "failed_steps": [s["step"] for s in steps if s["exit"] != 0],
         "probes": probes,
         "matrices": matrices,
-        "bench": None if bench is None else {
-            number: {key: result.get(key) for key in ("base", "head", "device", "verdict", "pooled", "cases", "seconds")}
+        "bench": None
+        if bench is None
+        else {
+            number: {
+                key: result.get(key)
+                for key in ("base", "head", "device", "verdict", "pooled", "cases", "seconds")
+            }
             for number, result in bench.get("bench", {}).items()
         },
     }
@@ -161,8 +220,13 @@ def main(argv: list[str]) -> int:
         return 0
     bundle = json.loads((bundle_dir / "bundle.json").read_text(encoding="utf-8"))
     summary = summarise(bundle, out)
-    (out / "bundle-run.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    lines = [f"device: {summary['device']}, torch {summary['torch']}, Python {summary['python']}; checks ran as: {summary['mode']}"]
+    (out / "bundle-run.json").write_text(
+        json.dumps(summary, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    lines = [
+        f"device: {summary['device']}, torch {summary['torch']}, Python "
+        f"{summary['python']}; checks ran as: {summary['mode']}"
+    ]
     for version in bundle["releases"]:
         for attempt in (summary["probes"][version] or {"attempts": []})["attempts"]:
             lines += probe_lines(version, attempt)
@@ -171,7 +235,11 @@ def main(argv: list[str]) -> int:
             lines.append(f"{key_label(number)} on vLLM {run['version']}: {run['summary']}")
     for number, result in (summary["bench"] or {}).items():
         low, high = result["pooled"]["ci95"]
-        lines.append(f"{key_label(number)} bench on {result['device']}: head/base {result['pooled']['ratio']:.3f} [{low:.3f}, {high:.3f}]: {result['verdict']}")
+        lines.append(
+            f"{key_label(number)} bench on {result['device']}: head/base "
+            f"{result['pooled']['ratio']:.3f} [{low:.3f}, {high:.3f}]: "
+            f"{result['verdict']}"
+        )
     if summary["failed_steps"]:
         lines.append(f"failed steps: {'; '.join(summary['failed_steps'])}")
     (out / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

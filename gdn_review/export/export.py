@@ -69,7 +69,11 @@ def _undefined_names(tree: ast.Module) -> list[str]:
             bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    read = {
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
     return sorted(read - bound)
 
 
@@ -77,7 +81,9 @@ def _check_module(text: str, name: str) -> None:
     try:
         tree = ast.parse(text, filename=name)
     except SyntaxError as error:
-        raise ExportError(f"exported module {name} is not valid Python: line {error.lineno}: {error.msg}") from None
+        raise ExportError(
+            f"exported module {name} is not valid Python: line {error.lineno}: {error.msg}"
+        ) from None
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
@@ -88,7 +94,10 @@ def _check_module(text: str, name: str) -> None:
         for module in modules:
             top = module.split(".")[0]
             if top not in ALLOWED_IMPORTS and top not in sys.stdlib_module_names:
-                raise ExportError(f"exported module {name} imports {module} (line {node.lineno}): only the standard library, pytest, torch and vllm are allowed")
+                raise ExportError(
+                    f"exported module {name} imports {module} (line {node.lineno}): "
+                    "only the standard library, pytest, torch and vllm are allowed"
+                )
     undefined = _undefined_names(tree)
     if undefined:
         raise ExportError(f"exported module {name} uses undefined names: {', '.join(undefined)}")
@@ -102,7 +111,8 @@ def render(
     harness: Path = HARNESS,
     snapshot_folder: Path | None = None,
 ) -> str:
-    """The exported module for ``record`` and target vLLM ``release``; checked before it is returned.
+    """The exported module for ``record`` and target vLLM ``release``; checked before it is
+    returned.
 
     ``snapshot_folder``: the record's stored snapshots (``kb/snapshots/N``); the one
     of ``release`` goes into the module as data, with a test per case. Without one
@@ -129,7 +139,8 @@ def render(
 
 
 def find_record(kb_dir: Path, key: int | str) -> tuple[str, Record]:
-    """The record ``key`` (a PR's number or a contract's id) in ``kb_dir`` and its source name (kb/N.yaml)."""
+    """The record ``key`` (a PR's number or a contract's id) in ``kb_dir`` and its source name
+    (kb/N.yaml)."""
     for path, record in load_kb(kb_dir).items():
         if record.key == key:
             return f"{Path(kb_dir).name}/{path.name}", record
@@ -145,7 +156,8 @@ def is_exported(path: Path) -> bool:
 
 
 def export(kb_dir: Path, key: int | str, out_dir: Path, release: str | None = None) -> Path:
-    """Write ``out_dir/test_gdn_pr_N.py`` (a contract's: ``test_gdn_contract_<id>.py``) for record ``key``; return its path.
+    """Write ``out_dir/test_gdn_pr_N.py`` (a contract's: ``test_gdn_contract_<id>.py``) for record
+    ``key``; return its path.
 
     ``release``: the vLLM release whose known deviations become strict xfails
     (default: the loaded vLLM). Only a file this command wrote may be replaced.
@@ -164,8 +176,11 @@ def export(kb_dir: Path, key: int | str, out_dir: Path, release: str | None = No
     return path
 
 
-def export_all(kb_dir: Path, out_dir: Path, release: str | None = None) -> list[tuple[Path, str | None]]:
-    """``export --all``: one module per complete record (drafts are skipped and named); (path, why skipped)."""
+def export_all(
+    kb_dir: Path, out_dir: Path, release: str | None = None
+) -> list[tuple[Path, str | None]]:
+    """``export --all``: one module per complete record (drafts are skipped and named); (path, why
+    skipped)."""
     done: list[tuple[Path, str | None]] = []
     for path, record in sorted(load_kb(kb_dir).items(), key=lambda item: item[1].sort_key):
         if is_draft(record):

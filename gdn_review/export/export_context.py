@@ -17,8 +17,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review import generate
-from gdn_review.export.export_helpers import HARNESS, ExportError, harness_helpers, import_sections
 from gdn_review.common import release_range
+from gdn_review.export.export_helpers import HARNESS, ExportError, harness_helpers, import_sections
 from gdn_review.generate.literals import RUFF, Call, Code
 from gdn_review.generate.model import ClaimModel, ClaimTest, ModuleModel
 from gdn_review.kb import Record, is_draft
@@ -139,7 +139,8 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
         max_syncs=data.get("max_syncs"),
         fields=", ".join(data.get("fields") or ()),
         prefix=" (the first case's lists a prefix of the second's)"
-        if data.get("compare") == "prefix" else "",
+        if data.get("compare") == "prefix"
+        else "",
     )
     addresses = ""
     if claim.risks:
@@ -158,12 +159,15 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
         "function": claim.exported_function,
         "doc": RUFF.docstring(paragraphs, 4),
         "proxy_doc": RUFF.docstring([paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]], 4)
-        if kind == "gpu_sync" else None,
+        if kind == "gpu_sync"
+        else None,
         "cases": sorted({case_id for test in tests for case_id in test.cases}),
         "pairs": RUFF.assignment(f"{constant}_PAIRS", {test.id: test.cases for test in tests})
-        if kind == "differential" else None,
+        if kind == "differential"
+        else None,
         "fields": RUFF.assignment(f"{constant}_FIELDS", list(data["fields"]))
-        if kind == "differential" else None,
+        if kind == "differential"
+        else None,
         "compare": data.get("compare"),
         "check": data,
         "params": RUFF.literal(params, 4, 4, 1),
@@ -180,12 +184,16 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
         # An open PR's improvement claim fails on a release without its change: a
         # non-strict xfail there, a plain pass in the PR's own CI (its change applied).
         "pending": RUFF.literal(f"pending: {pending}", len("    reason="), 4, 1)
-        if pending is not None else None,
+        if pending is not None
+        else None,
         "compared": RUFF.assignment(
             f"{constant}_EXPECTED", {test.id: claim.compared[test.id] for test in tests}
-        ) if kind == "equivalence" and compares_some else None,
+        )
+        if kind == "equivalence" and compares_some
+        else None,
         "budget": RUFF.assignment(f"{constant}_BUDGET", dict(data.get("budget") or {}))
-        if kind == "op_budget" else None,
+        if kind == "op_budget"
+        else None,
         "instead": RUFF.assignment(f"{constant}_INSTEAD", instead) if instead else None,
         "seed": seed,
         "examples": data.get("examples"),
@@ -280,7 +288,11 @@ def module_context(
             f"{source} is a draft (open TODOs): complete it first (gdn-review validate lists them)"
         )
     model = generate.module_model(record)
-    cases = {c for c, data in model.cases.items() if release_range.contains(data.get("releases"), release)}
+    cases = {
+        c
+        for c, data in model.cases.items()
+        if release_range.contains(data.get("releases"), release)
+    }
     claims, exported, left_out = [], [], []
     for claim in model.claims:
         if claim.kind == "latency":  # an A/B between releases, not a test of one release
@@ -322,8 +334,10 @@ def module_context(
     helpers, statements = harness_helpers(needs, harness)
     stdlib, third_party = import_sections(statements + [f"import {m}" for m in TEMPLATE_IMPORTS])
     inputs = case_inputs(model)
-    used_cases = sorted(cases) if "invariant" in kinds else sorted(
-        {c for claim in claims for c in claim["cases"]} | set(snapshot_cases)
+    used_cases = (
+        sorted(cases)
+        if "invariant" in kinds
+        else sorted({c for claim in claims for c in claim["cases"]} | set(snapshot_cases))
     )
     expected = {
         case_id: model.expectations.get(case_id, {})
@@ -347,11 +361,14 @@ def module_context(
         "release": str(release),
         "releases": RUFF.assignment("RELEASES", releases),
         "expected": RUFF.assignment("EXPECTED", dict(sorted(expected.items())))
-        if expected else None,
+        if expected
+        else None,
         "claims": claims,
         "kinds": sorted(kinds),
         "needs_device": bool(kinds - {"gpu_sync"}) or stored is not None,
-        "snapshot": None if stored is None else {
+        "snapshot": None
+        if stored is None
+        else {
             "release": str(release),
             "made_by": make,
             "device": RUFF.assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),

@@ -82,7 +82,6 @@ OPTIONAL_HELPERS = {
 }
 
 
-
 # Defined here because the helpers raise it too; callers import it from export.py.
 class ExportError(Exception):
     """The record cannot be exported (not found, a draft, nothing applies, bad helpers)."""
@@ -100,7 +99,11 @@ def _definitions(path: Path) -> dict[str, str]:
     for node in ast.parse(text, filename=str(path)).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = node.name
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             name = node.targets[0].id
         else:
             continue
@@ -129,13 +132,17 @@ def _module_imports(path: Path) -> dict[str, str]:
                 continue
             for alias in node.names:
                 bound = alias.asname or alias.name
-                found[bound] = f"from {node.module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+                found[bound] = f"from {node.module} import {alias.name}" + (
+                    f" as {alias.asname}" if alias.asname else ""
+                )
     return found
 
 
 def helper_groups(needs) -> tuple:
     """(file, names) of every harness definition a module with these needs copies, in order."""
-    return HELPERS + tuple(group for need in sorted(needs) for group in OPTIONAL_HELPERS.get(need, ()))
+    return HELPERS + tuple(
+        group for need in sorted(needs) for group in OPTIONAL_HELPERS.get(need, ())
+    )
 
 
 def harness_helpers(needs, harness: Path = HARNESS) -> tuple[str, list[str]]:
@@ -149,7 +156,10 @@ def harness_helpers(needs, harness: Path = HARNESS) -> tuple[str, list[str]]:
         chosen = list(definitions) if names is None else list(names)
         missing = [name for name in chosen if name not in definitions]
         if missing:
-            raise ExportError(f"gdn_review/harness/{file_name} no longer defines {', '.join(missing)} (see export_helpers.HELPERS)")
+            raise ExportError(
+                f"gdn_review/harness/{file_name} no longer defines "
+                f"{', '.join(missing)} (see export_helpers.HELPERS)"
+            )
         for name in chosen:
             if (file_name, name) not in seen:
                 seen.add((file_name, name))

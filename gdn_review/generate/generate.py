@@ -143,10 +143,19 @@ def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Enviro
     return env
 
 
-def render_module(record: Record, source: str, templates: Path = DEFAULT_TEMPLATES, snapshot_dir: str | None = None) -> str:
+def render_module(
+    record: Record,
+    source: str,
+    templates: Path = DEFAULT_TEMPLATES,
+    snapshot_dir: str | None = None,
+) -> str:
     """The module source for one record; parsed before it is returned."""
     try:
-        text = environment(templates).get_template(MODULE_TEMPLATE).render(**module_context(record, source, snapshot_dir))
+        text = (
+            environment(templates)
+            .get_template(MODULE_TEMPLATE)
+            .render(**module_context(record, source, snapshot_dir))
+        )
     except GenerateError as error:
         raise GenerateError(f"{source}: {error}") from None
     except jinja2.TemplateNotFound as error:
@@ -157,7 +166,9 @@ def render_module(record: Record, source: str, templates: Path = DEFAULT_TEMPLAT
     try:
         ast.parse(text, filename=module_name(record))
     except SyntaxError as error:
-        raise GenerateError(f"rendered module for {source} is not valid Python: line {error.lineno}: {error.msg}") from None
+        raise GenerateError(
+            f"rendered module for {source} is not valid Python: line {error.lineno}: {error.msg}"
+        ) from None
     if BANNER_MARK not in text.splitlines()[1]:
         raise GenerateError(f"template {MODULE_TEMPLATE} must put {BANNER_MARK!r} on line 2")
     return text
@@ -184,8 +195,12 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
         # Named relative to the kb folder's own name, so output never depends on where it lies.
         source = f"{Path(kb_dir).name}/{path.name}"
         # Stored snapshots (kb/snapshots/N), relative to the module's folder, '/'-separated.
-        snapshot_dir = Path(os.path.relpath(Path(kb_dir) / "snapshots" / str(record.key), out_dir)).as_posix()
-        wanted[out_dir / module_name(record)] = render_module(record, source, templates, snapshot_dir)
+        snapshot_dir = Path(
+            os.path.relpath(Path(kb_dir) / "snapshots" / str(record.key), out_dir)
+        ).as_posix()
+        wanted[out_dir / module_name(record)] = render_module(
+            record, source, templates, snapshot_dir
+        )
     write, unchanged, foreign = {}, [], []
     for path, text in sorted(wanted.items()):
         if path.exists():
@@ -198,7 +213,11 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
         write[path] = text
     # A draft's old module (if any) stays until the draft is complete again.
     keep = set(wanted) | {out_dir / module_name(records[p]) for p in drafts}
-    remove = sorted(p for p in out_dir.glob("test_*.py") if p not in keep and has_banner(p)) if out_dir.is_dir() else []
+    remove = (
+        sorted(p for p in out_dir.glob("test_*.py") if p not in keep and has_banner(p))
+        if out_dir.is_dir()
+        else []
+    )
     return Plan(write=write, unchanged=unchanged, remove=remove, foreign=foreign, drafts=drafts)
 
 

@@ -16,6 +16,15 @@ prepare_platform()
 
 from gdn_review.harness import properties as _properties
 from gdn_review.harness.builders import BuilderSettings, make_builder, warm_up
+from gdn_review.harness.case_build import (
+    BuildRun,
+    build_case,
+    count_device_origin_reads,
+    count_sync_warnings,
+    op_counts,
+    prepare_builders,
+    snapshot_case,
+)
 from gdn_review.harness.environment import (
     cuda_skip_reason,
     device_skip_reason,
@@ -36,15 +45,6 @@ from gdn_review.harness.release_ranges import (
     claim_in_range,
     release_in_range,
 )
-from gdn_review.harness.case_build import (
-    BuildRun,
-    build_case,
-    count_device_origin_reads,
-    count_sync_warnings,
-    op_counts,
-    prepare_builders,
-    snapshot_case,
-)
 from gdn_review.harness.snapshot_compare import (
     field_differences,
     snapshot_differences,
@@ -53,8 +53,11 @@ from gdn_review.harness.snapshot_compare import (
 from gdn_review.harness.strategies import random_batches
 
 
-def check_property(name: str, batch: dict, run: BuildRun, cases: dict | None = None) -> str | None:
-    """Assert invariant ``name`` of one build (``check_<name>`` of harness/properties.py).
+def check_property(
+    name: str, batch: dict, run: BuildRun, cases: dict | None = None
+) -> str | None:
+    """Assert invariant ``name`` of one build (``check_<name>`` of
+    harness/properties.py).
 
     Returns why the property says nothing of this batch's entry point (None: it was
     checked). A failure names the batch: the case of ``cases`` it is, or its rows.
@@ -69,17 +72,27 @@ def check_property(name: str, batch: dict, run: BuildRun, cases: dict | None = N
         # Reports show a failure's first line: the batch goes there, the rest after it.
         label, shape = batch_words(batch, cases or {})
         first, _, rest = str(error).strip().partition("\n")
-        message = f"{name} fails on {label}: {first} ({shape})" + (f"\n{rest}" if rest else "")
+        message = f"{name} fails on {label}: {first} ({shape})" + (
+            f"\n{rest}" if rest else ""
+        )
         raise AssertionError(message) from None
     return None
 
 
 def batch_words(batch: dict, cases: dict) -> tuple[str, str]:
-    """A batch as a report names it: the record's case it is (or "a generated batch"), and its shape."""
-    named = next((case_id for case_id, case in sorted(cases.items()) if case == batch), None)
-    rows = ", ".join(f"({row['seq_len']}, {row['query_len']}, {row.get('drafted')})" for row in batch.get("rows", []))
+    """A batch as a report names it: the record's case it is (or "a generated batch"),
+    and its shape."""
+    named = next(
+        (case_id for case_id, case in sorted(cases.items()) if case == batch), None
+    )
+    rows = ", ".join(
+        f"({row['seq_len']}, {row['query_len']}, {row.get('drafted')})"
+        for row in batch.get("rows", [])
+    )
     k = batch.get("speculative_tokens")
-    shape = f"rows (seq_len, query_len, drafted) [{rows}]" + (f", k = {k}" if k else ", no speculation")
+    shape = f"rows (seq_len, query_len, drafted) [{rows}]" + (
+        f", k = {k}" if k else ", no speculation"
+    )
     if batch.get("padded_rows"):
         shape += f", {batch['padded_rows']} padded"
     if batch.get("drafts", "given") != "given":

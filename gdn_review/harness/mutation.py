@@ -20,13 +20,17 @@ from gdn_review.harness.environment import prepare_platform
 
 
 def module_name(relative_path: str) -> str:
-    """``vllm/v1/attention/backends/gdn_attn.py`` -> ``vllm.v1.attention.backends.gdn_attn``."""
-    stem = relative_path[: -len(".py")] if relative_path.endswith(".py") else relative_path
+    """``vllm/v1/attention/backends/gdn_attn.py`` ->
+    ``vllm.v1.attention.backends.gdn_attn``."""
+    stem = (
+        relative_path[: -len(".py")] if relative_path.endswith(".py") else relative_path
+    )
     return stem.replace("/", ".").replace(os.sep, ".")
 
 
 def target_path(relative_path: str) -> str:
-    """Where the loaded vLLM keeps ``relative_path`` (imports vLLM's package, not the module)."""
+    """Where the loaded vLLM keeps ``relative_path`` (imports vLLM's package, not the
+    module)."""
     prepare_platform()
     spec = importlib.util.find_spec(module_name(relative_path))
     if spec is None or not spec.origin:
@@ -35,15 +39,23 @@ def target_path(relative_path: str) -> str:
 
 
 def compile_source(relative_path: str, source: str):
-    """Compile mutated source (raises SyntaxError for a mutant that does not compile)."""
-    return compile(source, f"{target_path(relative_path)} (mutated in memory)", "exec", dont_inherit=True)
+    """Compile mutated source (raises SyntaxError for a mutant that does not
+    compile)."""
+    return compile(
+        source,
+        f"{target_path(relative_path)} (mutated in memory)",
+        "exec",
+        dont_inherit=True,
+    )
 
 
 def load_mutated(relative_path: str, code) -> None:
     """Execute compiled mutated source as the module and make the builders use it."""
     prepare_platform()
     name = module_name(relative_path)
-    original = importlib.import_module(name)  # its imports (and parents) are loaded as usual
+    original = importlib.import_module(
+        name
+    )  # its imports (and parents) are loaded as usual
     module = importlib.util.module_from_spec(original.__spec__)
     sys.modules[name] = module
     try:
@@ -54,11 +66,13 @@ def load_mutated(relative_path: str, code) -> None:
     parent, _, leaf = name.rpartition(".")
     if parent in sys.modules:
         setattr(sys.modules[parent], leaf, module)
-    make_builder.cache_clear()  # builders made from the original class must not be reused
+    # builders made from the original class must not be reused
+    make_builder.cache_clear()
 
 
 def single_threaded() -> None:
-    """After fork: torch's intra-op thread pool does not survive a fork (a child would hang)."""
+    """After fork: torch's intra-op thread pool does not survive a fork (a child would
+    hang)."""
     import torch
 
     torch.set_num_threads(1)

@@ -1,4 +1,5 @@
-"""Which steps of the builder path run on this machine: the first thing a bundle does per release.
+"""Which steps of the builder path run on this machine: the first thing a bundle does
+per release.
 
 A release built against another torch (vLLM 0.33.0 against torch 2.14, the GPU
 machine has 2.11) may fail at import, at ``VllmConfig``, at the builder or in
@@ -51,7 +52,10 @@ def _step(steps: list, name: str, action) -> bool:
 def _platform() -> str:
     from vllm.platforms import current_platform
 
-    return f"{type(current_platform).__name__} (device type {current_platform.device_type})"
+    return (
+        f"{type(current_platform).__name__} (device type "
+        f"{current_platform.device_type})"
+    )
 
 
 def probe(cases: dict) -> dict:

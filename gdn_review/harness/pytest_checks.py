@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from gdn_review.harness.case_build import prepare_builders
 from gdn_review.harness.environment import device_skip_reason
 from gdn_review.harness.release_ranges import (
     active_deviation,
@@ -16,27 +17,38 @@ from gdn_review.harness.release_ranges import (
     release_for_ranges,
     release_in_range,
 )
-from gdn_review.harness.case_build import prepare_builders
 
 
 def skip_outside_releases(releases: str | None, what: str) -> None:
-    """Skip (not applicable) when the loaded vLLM is outside the releases of ``what`` (a case)."""
+    """Skip (not applicable) when the loaded vLLM is outside the releases of ``what`` (a
+    case)."""
     __tracebackhide__ = True
     if not release_in_range(releases):
-        pytest.skip(f"not applicable: {what} covers vLLM {releases}; loaded {release_for_ranges()}")
+        pytest.skip(
+            f"not applicable: {what} covers vLLM {releases}; loaded "
+            f"{release_for_ranges()}"
+        )
 
 
 def skip_outside_claim_releases(releases: str | None, claim_id: str) -> None:
-    """Skip (not applicable) outside the claim's releases; the release matrix's base run checks every claim."""
+    """Skip (not applicable) outside the claim's releases; the release matrix's base run
+    checks every claim."""
     __tracebackhide__ = True
     if not claim_in_range(releases):
-        pytest.skip(f"not applicable: claim {claim_id} covers vLLM {releases}; loaded {release_for_ranges()}")
+        pytest.skip(
+            f"not applicable: claim {claim_id} covers vLLM {releases}; loaded "
+            f"{release_for_ranges()}"
+        )
 
 
-def known_deviation(request, deviations: list[dict], selector: str, value: str) -> dict | None:
-    """A known deviation is a strict xfail: CI stays green and notices when it disappears.
+def known_deviation(
+    request, deviations: list[dict], selector: str, value: str
+) -> dict | None:
+    """A known deviation is a strict xfail: CI stays green and notices when it
+    disappears.
 
-    Only a failed assertion counts as the deviation (raises=AssertionError): a crash fails.
+    Only a failed assertion counts as the deviation (raises=AssertionError): a crash
+    fails.
     Returns the deviation that applies (None when none does).
     """
     deviation = active_deviation(deviations, selector, value)
@@ -44,22 +56,33 @@ def known_deviation(request, deviations: list[dict], selector: str, value: str) 
         reason = "known deviation: " + deviation["reason"]
         if deviation.get("measured"):
             reason += " (measured: " + deviation["measured"] + ")"
-        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
+        request.applymarker(
+            pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+        )
     return deviation
 
 
 def check_deviation_unchanged(deviation: dict | None, measured: dict) -> None:
-    """Fail (not xfail) when a known deviation measures other values than the record says."""
+    """Fail (not xfail) when a known deviation measures other values than the record
+    says."""
     __tracebackhide__ = True
     if deviation is None or deviation.get("expect") is None:
         return
-    changed = {key: (measured.get(key), value) for key, value in deviation["expect"].items() if measured.get(key) != value}
+    changed = {
+        key: (measured.get(key), value)
+        for key, value in deviation["expect"].items()
+        if measured.get(key) != value
+    }
     if changed:
-        pytest.fail(f"the known deviation changed (measured, recorded): {changed}", pytrace=False)
+        pytest.fail(
+            f"the known deviation changed (measured, recorded): {changed}",
+            pytrace=False,
+        )
 
 
 def prepare_device(device: str, cases) -> str:
-    """The device build() runs on, for a module's ``device`` fixture: skip when it cannot be used,
+    """The device build() runs on, for a module's ``device`` fixture: skip when it
+    cannot be used,
     else make the builders of ``cases`` once (every test of the module reuses them)."""
     reason = device_skip_reason(device)
     if reason:

@@ -1,4 +1,5 @@
-"""Release ranges (``>=0.29,<0.32``) of claims, cases and known deviations, evaluated against the loaded vLLM."""
+"""Release ranges (``>=0.29,<0.32``) of claims, cases and known deviations, evaluated
+against the loaded vLLM."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ RANGES_AS_RELEASE = "GDN_REVIEW_RANGES_AS_RELEASE"
 
 
 def release_for_ranges() -> Version:
-    """The release that ranges are read against: the loaded vLLM's, unless a review says otherwise."""
+    """The release that ranges are read against: the loaded vLLM's, unless a review says
+    otherwise."""
     forced = os.environ.get(RANGES_AS_RELEASE)
     return Version(forced) if forced else vllm_release()
 
 
 def release_in_range(releases: str | None) -> bool:
-    """True when the loaded vLLM falls in ``releases`` (None or "" means every release)."""
+    """True when the loaded vLLM falls in ``releases`` (None or "" means every
+    release)."""
     return release_range.contains(releases, release_for_ranges())
 
 
@@ -34,7 +37,8 @@ CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"
 
 
 def claim_in_range(releases: str | None) -> bool:
-    """Whether a claim with this range runs on the loaded vLLM (always, in the matrix's base run)."""
+    """Whether a claim with this range runs on the loaded vLLM (always, in the matrix's
+    base run)."""
     if os.environ.get(CLAIMS_ON_ANY_RELEASE) == "1":
         return True
     return release_in_range(releases)

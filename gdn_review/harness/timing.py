@@ -16,9 +16,9 @@ import time
 
 from gdn_review.common.interrupts import hold
 from gdn_review.harness.builders import make_builder, new_builder
+from gdn_review.harness.case_build import settings_for
 from gdn_review.harness.environment import environment, prepare_platform
 from gdn_review.harness.inputs import build_arguments
-from gdn_review.harness.case_build import settings_for
 from gdn_review.harness.steps import run_step
 
 
@@ -51,7 +51,8 @@ def time_build(device: str, case: dict, repeats: int) -> list[int]:
 
 
 def serve(stdin=None, stdout=None) -> None:
-    """Answer requests until stdin closes: {"cases": {...}, "device": d} once, then {"case": id, "repeats": n}."""
+    """Answer requests until stdin closes: {"cases": {...}, "device": d} once, then
+    {"case": id, "repeats": n}."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     prepare_platform()
     hold("bench-worker")  # the test hook: vLLM imported, no request answered yet
@@ -61,17 +62,25 @@ def serve(stdin=None, stdout=None) -> None:
         request = json.loads(line)
         if "cases" in request:
             cases, device = request["cases"], request.get("device", "cpu")
-            # Warm-up (builders, allocator, first-call paths); the last call's time sizes the rounds.
-            warm = {case_id: time_build(device, case, 3)[-1] for case_id, case in cases.items()}
+            # Warm-up (builders, allocator, first-call paths); the last call's time
+            # sizes the rounds.
+            warm = {
+                case_id: time_build(device, case, 3)[-1]
+                for case_id, case in cases.items()
+            }
             answer = {"ready": True, "environment": environment(), "warm_ns": warm}
         else:
-            answer = {"case": request["case"], "ns": time_build(device, cases[request["case"]], request["repeats"])}
+            answer = {
+                "case": request["case"],
+                "ns": time_build(device, cases[request["case"]], request["repeats"]),
+            }
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()
 
 
 if __name__ == "__main__":
-    # vLLM logs to stdout: keep the protocol on a private copy of it, send the rest to stderr.
+    # vLLM logs to stdout: keep the protocol on a private copy of it, send the rest to
+    # stderr.
     import os
 
     protocol = os.fdopen(os.dup(1), "w")

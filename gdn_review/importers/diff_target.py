@@ -32,9 +32,11 @@ class DiffTarget:
 
 def target_file(files: list[FileDiff]) -> FileDiff | None:
     changed = [f for f in files if not f.binary]
-    return (next((f for f in changed if f.path == TARGET_FILE), None)
-            or next((f for f in changed if f.path.endswith(".py")), None)
-            or (changed[0] if changed else None))
+    return (
+        next((f for f in changed if f.path == TARGET_FILE), None)
+        or next((f for f in changed if f.path.endswith(".py")), None)
+        or (changed[0] if changed else None)
+    )
 
 
 class _Scope:
@@ -46,12 +48,15 @@ class _Scope:
         self.func_indent = 0
 
     def header(self, context: str) -> None:
-        """The function context of a hunk header: the nearest ``def`` or ``class`` line above the hunk."""
+        """The function context of a hunk header: the nearest ``def`` or ``class`` line above the
+        hunk."""
         match = _DEFINITION.match(context.strip())
         self.func = None
         if match and match.group(2) == "class":
             self.cls = match.group(3)
-        elif match:  # a def: a method of the class seen before, or a function (git drops the indent)
+        elif (
+            match
+        ):  # a def: a method of the class seen before, or a function (git drops the indent)
             self.func, self.func_indent = match.group(3), 4 if self.cls else 0
 
     def line(self, text: str) -> None:
@@ -64,7 +69,9 @@ class _Scope:
                 if indent == 0:
                     self.cls = None
                 self.func, self.func_indent = match.group(3), indent
-        elif indent == 0 and text.strip() and not text.lstrip().startswith(("#", ")", "]", "}", "@")):
+        elif (
+            indent == 0 and text.strip() and not text.lstrip().startswith(("#", ")", "]", "}", "@"))
+        ):
             self.cls = self.func = None  # top-level code: outside every def and class
 
     def symbol(self) -> str | None:
@@ -98,6 +105,7 @@ def diff_target(files: list[FileDiff]) -> DiffTarget | None:
     file = target_file(files)
     if file is None:
         return None
-    # Lines stripped on the right (a blank context line is " "), so the snippet reads as a literal block.
+    # Lines stripped on the right (a blank context line is " "), so the snippet reads as a literal
+    # block.
     snippet = "\n".join(line.rstrip() for hunk in file.hunks for line in [hunk.header, *hunk.lines])
     return DiffTarget(file.path, symbols_of(file), snippet)

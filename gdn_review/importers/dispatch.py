@@ -27,7 +27,9 @@ def read_text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ReportImportError(f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})") from None
+        raise ReportImportError(
+            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start})"
+        ) from None
 
 
 def is_gh_json(path: Path, text: str) -> bool:
@@ -43,14 +45,20 @@ def draft_text(report_path: Path, diff_path: Path | None = None) -> str:
         return import_gh_pr(text, str(report_path), diff_path)
     if diff_path is not None:
         raise ReportImportError(
-            f"{report_path}: --diff goes with gh's JSON of the PR (gh pr view N --json ...), not with a markdown report"
+            f"{report_path}: --diff goes with gh's JSON of the PR (gh pr view "
+            "N --json ...), not with a markdown report"
         )
     from gdn_review.importers.review_report import import_report
 
     return import_report(text, str(report_path))
 
 
-def write_draft(report_path: Path, out_path: Path | None = None, force: bool = False, diff_path: Path | None = None) -> Path:
+def write_draft(
+    report_path: Path,
+    out_path: Path | None = None,
+    force: bool = False,
+    diff_path: Path | None = None,
+) -> Path:
     """Import ``report_path`` (and ``diff_path``) and write the draft; returns the path written.
 
     ``out_path`` is a file (named ``<number>.yaml``, as the loader requires) or a
@@ -63,12 +71,17 @@ def write_draft(report_path: Path, out_path: Path | None = None, force: bool = F
     name = f"{number}.yaml"
     if out_path is None:
         target = Path("kb") / name
-    elif Path(out_path).is_dir() or not Path(out_path).suffix:  # a folder, made if it does not exist yet
+    elif (
+        Path(out_path).is_dir() or not Path(out_path).suffix
+    ):  # a folder, made if it does not exist yet
         target = Path(out_path) / name
     else:
         target = Path(out_path)
         if target.name != name:
-            raise ReportImportError(f"{target}: a record of PR #{number} must be named {name} (or give a folder to --out)")
+            raise ReportImportError(
+                f"{target}: a record of PR #{number} must be named {name} (or "
+                "give a folder to --out)"
+            )
     if target.exists() and not force:
         raise ReportImportError(f"{target} exists; use --force to replace it")
     atomic_write(target, text)

@@ -28,20 +28,69 @@ class ReportImportError(Exception):
 
 # Words that make a sentence a checkable claim, and the kind of check each suggests.
 _CHECKABLE = [
-    ("equivalence: build() returns the same metadata as on the base release, on named cases",
-     ("无行为变化", "行为不变", "行为一致", "等价", "no behaviour change", "no behavior change", "no functional change",
-      "same output", "same result", "equivalent", "unchanged", "behavior is preserved", "behaviour is preserved",
-      "matches the", "preserve", "remains")),
-    ("op_budget: count the aten ops build() runs (for example aten.ge) on the cases where this applies",
-     ("计算", "次", "冗余", "重复", "once", "twice", "times", "compute", "redundant", "duplicate")),
-    ("gpu_sync: count host-device synchronisations in build() (CUDA only)",
-     ("同步", "内核启动", "sync", "kernel launch", "device-to-host", "host-to-device")),
-    ("latency or gpu_sync: a unit check measures the mechanism; an end-to-end figure belongs to a serving benchmark",
-     ("性能", "吞吐", "延迟", "加速", "performance", "throughput", "latency", "faster", "speedup", "speed-up")),
+    (
+        "equivalence: build() returns the same metadata as on the base release, on named cases",
+        (
+            "无行为变化",
+            "行为不变",
+            "行为一致",
+            "等价",
+            "no behaviour change",
+            "no behavior change",
+            "no functional change",
+            "same output",
+            "same result",
+            "equivalent",
+            "unchanged",
+            "behavior is preserved",
+            "behaviour is preserved",
+            "matches the",
+            "preserve",
+            "remains",
+        ),
+    ),
+    (
+        "op_budget: count the aten ops build() runs (for example "
+        "aten.ge) on the cases where this applies",
+        (
+            "计算",
+            "次",
+            "冗余",
+            "重复",
+            "once",
+            "twice",
+            "times",
+            "compute",
+            "redundant",
+            "duplicate",
+        ),
+    ),
+    (
+        "gpu_sync: count host-device synchronisations in build() (CUDA only)",
+        ("同步", "内核启动", "sync", "kernel launch", "device-to-host", "host-to-device"),
+    ),
+    (
+        "latency or gpu_sync: a unit check measures the mechanism; an "
+        "end-to-end figure belongs to a serving benchmark",
+        (
+            "性能",
+            "吞吐",
+            "延迟",
+            "加速",
+            "performance",
+            "throughput",
+            "latency",
+            "faster",
+            "speedup",
+            "speed-up",
+        ),
+    ),
 ]
 FALLBACK_HINT = "which check (op_budget, equivalence, invariant, gpu_sync) can test this sentence?"
 # A sentence ends at 。！？, or at .!? before a space or the end; never inside `code`.
-_SENTENCE = re.compile(r"(?:`[^`]*`?|[^`。！？.!?]|[.!?](?=[^ \t\n]))*(?:[。！？]|[.!?](?=[ \t\n]|$))?")
+_SENTENCE = re.compile(
+    r"(?:`[^`]*`?|[^`。！？.!?]|[.!?](?=[^ \t\n]))*(?:[。！？]|[.!?](?=[ \t\n]|$))?"
+)
 
 # Sentences of three shapes get a hint of their own (and a source that quotes them),
 # in place of the general hint of the same kind above (_CHECKABLE's entry at _REPLACES).
@@ -53,14 +102,36 @@ MOVES_HINT = (
     "op_budget: what moves: the computation it names is counted once per step (an op budget per step), "
     "not once per group's build()"
 )
-STAYS_HINT = "equivalence: what stays: each group's metadata equals today's build() (equivalence on named cases)"
+STAYS_HINT = (
+    "equivalence: what stays: each group's metadata equals today's "
+    "build() (equivalence on named cases)"
+)
 # A timing (~900µs, 0.3 ms, from 900us to 300us): a latency claim by itself.
-_TIMING = re.compile(r"(?<![\w.])~?\d+(?:[.,]\d+)?\s?(?:µs|μs|us|ms|ns|microseconds?|milliseconds?)(?![A-Za-z])")
-# A percentage or a factor (61%, 1.5x) is one when the sentence speaks of speed (improves 61%, 吞吐量约有 1% 的提升).
+_TIMING = re.compile(
+    r"(?<![\w.])~?\d+(?:[.,]\d+)?\s?(?:µs|μs|us|ms|ns|microseconds?|milliseconds?)(?![A-Za-z])"
+)
+# A percentage or a factor (61%, 1.5x) is one when the sentence speaks of speed (improves 61%, 吞吐量约有
+# 1% 的提升).
 _FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:%|[x×](?![\w]))")
 _SPEED_WORDS = (
-    "throughput", "latency", "faster", "slower", "speedup", "speed-up", "speeds up", "improve", "reduc", "e2e",
-    "end-to-end", "takes", "吞吐", "延迟", "加速", "提升", "降低", "减少",
+    "throughput",
+    "latency",
+    "faster",
+    "slower",
+    "speedup",
+    "speed-up",
+    "speeds up",
+    "improve",
+    "reduc",
+    "e2e",
+    "end-to-end",
+    "takes",
+    "吞吐",
+    "延迟",
+    "加速",
+    "提升",
+    "降低",
+    "减少",
 )
 # What moves out of each group's build() (computed once per step instead), lowercase.
 _MOVES = re.compile(
@@ -82,10 +153,13 @@ def sentences(text: str) -> list[str]:
 
 
 def shaped_hints(sentence: str) -> list[str]:
-    """The hints of the sentence's shapes: a timing or speed figure, what moves, what stays (in that order)."""
+    """The hints of the sentence's shapes: a timing or speed figure, what moves, what stays (in that
+    order)."""
     lowered = sentence.lower()
     found = []
-    if _TIMING.search(sentence) or (_FIGURE.search(sentence) and any(word in lowered for word in _SPEED_WORDS)):
+    if _TIMING.search(sentence) or (
+        _FIGURE.search(sentence) and any(word in lowered for word in _SPEED_WORDS)
+    ):
         found.append(LATENCY_HINT)
     if _MOVES.search(lowered):
         found.append(MOVES_HINT)
@@ -99,12 +173,17 @@ def hint(sentence: str) -> str | None:
     lowered = sentence.lower()
     shaped = shaped_hints(sentence)
     replaced = {_REPLACES[text] for text in shaped}
-    general = [text for index, (text, words) in enumerate(_CHECKABLE) if index not in replaced and any(word in lowered for word in words)]
+    general = [
+        text
+        for index, (text, words) in enumerate(_CHECKABLE)
+        if index not in replaced and any(word in lowered for word in words)
+    ]
     return "; or ".join(shaped + general) or None
 
 
 def quoted(where: str, sentence: str) -> str:
-    """``where: 'sentence'`` (cut at 300 characters): the source of a claim whose text a reviewer will rewrite."""
+    """``where: 'sentence'`` (cut at 300 characters): the source of a claim whose text a reviewer
+    will rewrite."""
     quote = sentence if len(sentence) <= _QUOTE_LIMIT else sentence[: _QUOTE_LIMIT - 1] + "…"
     return f"{where}: '{quote}'"
 
@@ -118,8 +197,11 @@ def names_other_pr(sentence: str, own: int | None) -> bool:
     return any(int(m.group(1) or m.group(2)) != own for m in PR_REFERENCE.finditer(sentence))
 
 
-def draft_claims(sources: list[tuple[str, str]], origin: str = "the report", own: int | None = None) -> list[dict]:
-    """One TODO claim per checkable sentence of (text, where) sources; ``where`` becomes its ``source``.
+def draft_claims(
+    sources: list[tuple[str, str]], origin: str = "the report", own: int | None = None
+) -> list[dict]:
+    """One TODO claim per checkable sentence of (text, where) sources; ``where`` becomes its
+    ``source``.
 
     A sentence with a timing or a speed figure (a latency claim), one that says
     what moves out of each group's build() or what stays in it gets the hint of
@@ -132,7 +214,12 @@ def draft_claims(sources: list[tuple[str, str]], origin: str = "the report", own
     every sentence is a candidate claim; when there is no sentence at all, one
     TODO claim says that ``origin`` states none.
     """
-    candidates = [(sentence, where) for text, where in sources for sentence in sentences(text) if not names_other_pr(sentence, own)]
+    candidates = [
+        (sentence, where)
+        for text, where in sources
+        for sentence in sentences(text)
+        if not names_other_pr(sentence, own)
+    ]
     checkable = [(s, w, hint(s)) for s, w in candidates if hint(s)]
     if not checkable:
         checkable = [(s, w, FALLBACK_HINT) for s, w in candidates]
@@ -142,13 +229,23 @@ def draft_claims(sources: list[tuple[str, str]], origin: str = "the report", own
         if sentence not in seen:  # one claim per sentence, however many sources repeat it
             seen.add(sentence)
             source = quoted(where, sentence) if shaped_hints(sentence) else where
-            claims.append({"id": f"C{len(claims) + 1}", "text": sentence, "source": source, "check": {"kind": "TODO", "hint": suggested}})
-    return claims or [{
-        "id": "C1",
-        "text": f"TODO: {origin} states no claim that could be found; write what the PR claims.",
-        "source": "(none found)",
-        "check": {"kind": "TODO", "hint": FALLBACK_HINT},
-    }]
+            claims.append(
+                {
+                    "id": f"C{len(claims) + 1}",
+                    "text": sentence,
+                    "source": source,
+                    "check": {"kind": "TODO", "hint": suggested},
+                }
+            )
+    return claims or [
+        {
+            "id": "C1",
+            "text": f"TODO: {origin} states no claim that could be found; write what "
+            "the PR claims.",
+            "source": "(none found)",
+            "check": {"kind": "TODO", "hint": FALLBACK_HINT},
+        }
+    ]
 
 
 # ------------------------------------------------------------------------ output
@@ -162,16 +259,22 @@ class _Dumper(yaml.SafeDumper):
 
 
 _Dumper.add_representer(
-    str, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+    str,
+    lambda dumper, value: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
+    ),
 )
 
 # Comments put before top-level keys (lines at column 0 are top-level keys only).
 _KEY_COMMENTS = {
-    "target:": "# TODO: target.base_release (last vLLM release without the PR) and target.head_release (first with it).",
-    "claims:": "# TODO: replace each `kind: TODO` check with op_budget, equivalence, invariant or gpu_sync (see its hint).",
+    "target:": "# TODO: target.base_release (last vLLM release without the PR) "
+    "and target.head_release (first with it).",
+    "claims:": "# TODO: replace each `kind: TODO` check with op_budget, "
+    "equivalence, invariant or gpu_sync (see its hint).",
     "cases: []": "# TODO: the named batches (cases) the checks run on.",
     "risks:": "# TODO: tie each risk to the cases and claims that address it.",
-    "report:": "# What the review report says, kept for people. Code snippets are reference text: never run, never rendered.",
+    "report:": "# What the review report says, kept for people. Code snippets "
+    "are reference text: never run, never rendered.",
 }
 
 
@@ -180,40 +283,71 @@ def printable(value: str) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in value)
 
 
-def draft_yaml(data: dict, source: str, origin: str = "the report", notes: tuple[str, ...] = ()) -> str:
-    """The draft's text: a header of open TODOs (plus ``notes``), then the data with comments before its keys."""
-    for dumper in (_Dumper, yaml.SafeDumper):  # literal blocks read best; plain dumping is the fallback
-        body = yaml.dump(data, Dumper=dumper, allow_unicode=True, sort_keys=False, default_flow_style=False, width=2**30)
+def draft_yaml(
+    data: dict, source: str, origin: str = "the report", notes: tuple[str, ...] = ()
+) -> str:
+    """The draft's text: a header of open TODOs (plus ``notes``), then the data with comments before
+    its keys."""
+    for dumper in (
+        _Dumper,
+        yaml.SafeDumper,
+    ):  # literal blocks read best; plain dumping is the fallback
+        body = yaml.dump(
+            data,
+            Dumper=dumper,
+            allow_unicode=True,
+            sort_keys=False,
+            default_flow_style=False,
+            width=2**30,
+        )
         if yaml.safe_load(body) == data:
             break
     else:
-        raise ReportImportError(f"{source}: internal error: the draft does not read back as written (please report this)")
+        raise ReportImportError(
+            f"{source}: internal error: the draft does not read back as "
+            "written (please report this)"
+        )
     pr = data["pr"]
     items = open_todos(body, pr["number"], source)
     header = [
-        f"# DRAFT record of PR #{pr['number']} ({printable(pr['repo'])}), imported by `gdn-review import`",
+        f"# DRAFT record of PR #{pr['number']} ({printable(pr['repo'])}), "
+        "imported by `gdn-review import`",
         f"# from {printable(source) or '(unnamed report)'}.",
         "# A draft loads but is not yet checkable: `gdn-review validate` lists its open",
-        f"# TODOs and exits 1; `gdn-review generate` skips it. Open TODOs ({len(items)}, not in {printable(origin)}):",
+        "# TODOs and exits 1; `gdn-review generate` skips it. Open TODOs "
+        f"({len(items)}, not in {printable(origin)}):",
     ]
     header.extend(f"#   - {printable(item)}" for item in items)
-    header.append("# Also to write: the cases (named batches) and, per risk, the cases and claims that address it.")
+    header.append(
+        "# Also to write: the cases (named batches) and, per risk, the "
+        "cases and claims that address it."
+    )
     header.extend(f"# Note: {printable(note)}" for note in notes)
     comments = dict(_KEY_COMMENTS)
     if pr.get("state") in OPEN_STATES:  # no release has its change: a base release only
-        comments["target:"] = "# TODO: target.base_release (the vLLM release the open PR's claims are checked against; it has no head release)."
-    lines = [comment for line in body.split("\n") for comment in ([comments[line]] if line in comments else []) + [line]]
+        comments["target:"] = (
+            "# TODO: target.base_release (the vLLM release the open PR's "
+            "claims are checked against; it has no head release)."
+        )
+    lines = [
+        comment
+        for line in body.split("\n")
+        for comment in ([comments[line]] if line in comments else []) + [line]
+    ]
     return "\n".join(header) + "\n" + "\n".join(lines)
 
 
 def open_todos(text: str, number: int, source: str) -> list[str]:
-    """The draft's open items, as `gdn-review validate` and the import's count name them (one line each)."""
+    """The draft's open items, as `gdn-review validate` and the import's count name them (one line
+    each)."""
     from gdn_review.kb.completeness import open_items
 
     try:
         record = parse_record(text, f"{number}.yaml")
     except RecordErrors as failure:
-        raise ReportImportError(f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}") from None
+        raise ReportImportError(
+            f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}"
+        ) from None
     return [message.removeprefix("TODO: ") for _, message in open_items(record)]
 
 
@@ -222,5 +356,7 @@ def checked(text: str, number: int, source: str) -> str:
     try:
         parse_record(text, f"{number}.yaml")
     except RecordErrors as failure:
-        raise ReportImportError(f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}") from None
+        raise ReportImportError(
+            f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}"
+        ) from None
     return text

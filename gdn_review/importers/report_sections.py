@@ -61,7 +61,9 @@ def parse_markdown(text: str) -> list[_Heading | _Fence | _Block]:
         elif token.type == "fence":
             events.append(_Fence(token.content))
         elif token.type == "paragraph_open":
-            content = " ".join(part.strip() for part in tokens[index + 1].content.split("\n")).strip()
+            content = " ".join(
+                part.strip() for part in tokens[index + 1].content.split("\n")
+            ).strip()
             item = tokens[index - 1].type == "list_item_open"
             if content:
                 events.append(_Block(content, token.map[0] + 1, item, item and lists[-1]))
@@ -79,13 +81,36 @@ def _looks_like_path(text: str) -> bool:
 
 _SECTION_NAMES = {
     "summary": ["执行摘要", "摘要", "summary", "executive summary", "tl;dr", "tldr"],
-    "motivation": ["功能与动机", "动机", "motivation", "feature and motivation", "features and motivation", "what and why"],
+    "motivation": [
+        "功能与动机",
+        "动机",
+        "motivation",
+        "feature and motivation",
+        "features and motivation",
+        "what and why",
+    ],
     "implementation": ["实现拆解", "实现", "implementation", "implementation breakdown"],
     "key_files": ["关键文件", "key files"],
     "key_symbols": ["关键符号", "key symbols"],
-    "code": ["关键源码片段", "源码片段", "code", "key code", "code snippets", "key code snippets", "key source snippets"],
+    "code": [
+        "关键源码片段",
+        "源码片段",
+        "code",
+        "key code",
+        "code snippets",
+        "key code snippets",
+        "key source snippets",
+    ],
     "discussion": ["评论区精华", "评论", "discussion", "review discussion", "comments"],
-    "risks": ["风险与影响", "风险", "risks and impact", "risk and impact", "risks & impact", "risks", "risk"],
+    "risks": [
+        "风险与影响",
+        "风险",
+        "risks and impact",
+        "risk and impact",
+        "risks & impact",
+        "risks",
+        "risk",
+    ],
     "related": ["关联脉络", "相关 pr", "related", "related prs", "related pull requests"],
 }
 _SECTIONS = {name: kind for kind, names in _SECTION_NAMES.items() for name in names}
@@ -125,7 +150,10 @@ def split_sections(events) -> tuple[list[_Block], list[_Section], int | None]:
                 sections.append(current)
                 continue
             # A deeper heading stays in its section; so does a file name in the code section.
-            if current and (event.level > current.level or (current.kind == "code" and _looks_like_path(_unmark(event.text)))):
+            if current and (
+                event.level > current.level
+                or (current.kind == "code" and _looks_like_path(_unmark(event.text)))
+            ):
                 current.events.append(event)
                 continue
             current = None
@@ -163,15 +191,26 @@ def _split_list(text: str, separators: str = r"\s*[,，、;；]\s*") -> list[str
 # --------------------------------------------------------------------- metadata
 
 _META_LABELS = {
-    "仓库": "repo", "repository": "repo", "repo": "repo",
-    "标题": "title", "title": "title",
-    "合并时间": "merged_at", "merged": "merged_at", "merged at": "merged_at", "merged_at": "merged_at", "merge time": "merged_at",
-    "原文链接": "url", "链接": "url", "link": "url", "url": "url",
+    "仓库": "repo",
+    "repository": "repo",
+    "repo": "repo",
+    "标题": "title",
+    "title": "title",
+    "合并时间": "merged_at",
+    "merged": "merged_at",
+    "merged at": "merged_at",
+    "merged_at": "merged_at",
+    "merge time": "merged_at",
+    "原文链接": "url",
+    "链接": "url",
+    "link": "url",
+    "url": "url",
 }
 
 
 def read_metadata(blocks: list[_Block]) -> dict[str, tuple[str, int]]:
-    """Labelled lines (``- 仓库：``, ``- Repository:``...): field -> (value, line); the first of each counts."""
+    """Labelled lines (``- 仓库：``, ``- Repository:``...): field -> (value, line); the first of each
+    counts."""
     found: dict[str, tuple[str, int]] = {}
     for block in blocks:
         label, value = _label(block.text)
@@ -183,8 +222,26 @@ def read_metadata(blocks: list[_Block]) -> dict[str, tuple[str, int]]:
 
 # ---------------------------------------------------------------- the sections
 
-_SUMMARY_LABELS = {"一句话", "一句话总结", "摘要", "summary", "one-line", "one line", "one-liner", "in one sentence", "tl;dr", "tldr"}
-_RECOMMEND_LABELS = {"推荐动作", "推荐", "建议", "recommendation", "recommended action", "recommend"}
+_SUMMARY_LABELS = {
+    "一句话",
+    "一句话总结",
+    "摘要",
+    "summary",
+    "one-line",
+    "one line",
+    "one-liner",
+    "in one sentence",
+    "tl;dr",
+    "tldr",
+}
+_RECOMMEND_LABELS = {
+    "推荐动作",
+    "推荐",
+    "建议",
+    "recommendation",
+    "recommended action",
+    "recommend",
+}
 _FILES_LABELS = {"关键文件", "key files", "files"}
 _SYMBOLS_LABELS = {"关键符号", "key symbols", "symbols"}
 _RISK_LABELS = {"风险", "risk", "risks"}
@@ -293,7 +350,9 @@ def _read_code(report: ReportContents, section: _Section) -> None:
         if isinstance(event, _Heading):
             file = _unmark(event.text) if _looks_like_path(_unmark(event.text)) else None
         elif isinstance(event, _Fence) and event.code.strip():
-            code = event.code.lstrip("\n").rstrip()  # lines were stripped on the right: blank ones are empty
+            code = event.code.lstrip(
+                "\n"
+            ).rstrip()  # lines were stripped on the right: blank ones are empty
             first = code.split("\n", 1)[0].strip()
             comment = _unmark(first.lstrip("#/").strip()) if first.startswith(("#", "//")) else ""
             snippet = {"file": file or comment} if file or _looks_like_path(comment) else {}
@@ -326,9 +385,17 @@ def _read_related(report: ReportContents, section: _Section) -> None:
         if not match or int(match.group(1)) == 0:
             continue
         number, rest = int(match.group(1)), match.group(2).replace("**", "").strip()
-        cuts = [p for p in (rest.find("："), rest.find(": ")) if p >= 0] + ([len(rest) - 1] if rest.endswith(":") else [])
-        title, note = (rest[: min(cuts)].strip(), rest[min(cuts) + 1 :].strip()) if cuts else (rest, "")
-        entry = {"number": number, "title": title or f"PR #{number} (no title in the report)", "relation": "same-area"}
+        cuts = [p for p in (rest.find("："), rest.find(": ")) if p >= 0] + (
+            [len(rest) - 1] if rest.endswith(":") else []
+        )
+        title, note = (
+            (rest[: min(cuts)].strip(), rest[min(cuts) + 1 :].strip()) if cuts else (rest, "")
+        )
+        entry = {
+            "number": number,
+            "title": title or f"PR #{number} (no title in the report)",
+            "relation": "same-area",
+        }
         report.related.append({**entry, "note": note} if note else entry)
 
 

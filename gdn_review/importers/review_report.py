@@ -23,7 +23,13 @@ import datetime
 import re
 
 from gdn_review.importers.drafting import ReportImportError, checked, draft_claims, draft_yaml
-from gdn_review.importers.report_sections import blocks_of, parse_markdown, read_metadata, read_sections, split_sections
+from gdn_review.importers.report_sections import (
+    blocks_of,
+    parse_markdown,
+    read_metadata,
+    read_sections,
+    split_sections,
+)
 
 __all__ = ["ReportImportError", "import_report"]
 
@@ -32,7 +38,10 @@ __all__ = ["ReportImportError", "import_report"]
 _URL = re.compile(r"https?://[^\s<>()\[\]`\"'，。]+")
 _PULL = re.compile(r"/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pulls?/(\d{1,12})(?!\d)")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-_DATE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})\s*日?(?:[ \tT]*(\d{1,2})[:：](\d{2})(?:[:：](\d{2}))?)?")
+_DATE = re.compile(
+    r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})\s*日?(?:[ "
+    r"\tT]*(\d{1,2})[:：](\d{2})(?:[:：](\d{2}))?)?"
+)
 
 
 def _unquote(value: str) -> str:
@@ -51,7 +60,10 @@ def _merged_at(value: str, where: str) -> str:
         except ValueError:
             match = None
     if not match:
-        raise ReportImportError(f"{where}: merge time {value[:80]!r} is not a date (expected for example '2026-08-20 11:52')")
+        raise ReportImportError(
+            f"{where}: merge time {value[:80]!r} is not a date (expected for "
+            "example '2026-08-20 11:52')"
+        )
     text = f"{year:04d}-{month:02d}-{day:02d}"
     if hour is not None:
         text += f" {hour:02d}:{minute:02d}" + (f":{second:02d}" if second is not None else "")
@@ -61,8 +73,11 @@ def _merged_at(value: str, where: str) -> str:
 # ------------------------------------------------------------------------- API
 
 
-def _pull_request(meta: dict[str, tuple[str, int]], heading_number: int | None, source: str) -> dict:
-    """The record's pr fields; without a merge time or link it leaves them out (unknown; the GitHub pull page)."""
+def _pull_request(
+    meta: dict[str, tuple[str, int]], heading_number: int | None, source: str
+) -> dict:
+    """The record's pr fields; without a merge time or link it leaves them out (unknown; the GitHub
+    pull page)."""
 
     def where(key: str) -> str:
         return f"{source}:{meta[key][1]}"
@@ -71,7 +86,9 @@ def _pull_request(meta: dict[str, tuple[str, int]], heading_number: int | None, 
     if "url" in meta:
         match = _URL.search(meta["url"][0])
         if not match:
-            raise ReportImportError(f"{where('url')}: link {meta['url'][0][:80]!r} is not an http(s) address")
+            raise ReportImportError(
+                f"{where('url')}: link {meta['url'][0][:80]!r} is not an http(s) address"
+            )
         url = match.group(0).rstrip(".,;:!?")
     pull = _PULL.search(url) if url else None
     if heading_number:
@@ -86,7 +103,10 @@ def _pull_request(meta: dict[str, tuple[str, int]], heading_number: int | None, 
     if "repo" in meta:
         repo = meta["repo"][0].replace("`", "").strip()
         if not _REPO.match(repo):
-            raise ReportImportError(f"{where('repo')}: repository {repo[:80]!r} is not owner/name (for example vllm-project/vllm)")
+            raise ReportImportError(
+                f"{where('repo')}: repository {repo[:80]!r} is not owner/name "
+                "(for example vllm-project/vllm)"
+            )
     elif pull:
         repo = f"{pull.group(1)}/{pull.group(2)}"
     else:
@@ -96,7 +116,9 @@ def _pull_request(meta: dict[str, tuple[str, int]], heading_number: int | None, 
         )
     title = _unquote(meta["title"][0]) if "title" in meta else ""
     if not title:
-        raise ReportImportError(f"{source}: PR #{number}: no title: expected a line like '- 标题：...' or '- Title: ...'")
+        raise ReportImportError(
+            f"{source}: PR #{number}: no title: expected a line like '- 标题：...' or '- Title: ...'"
+        )
     pr = {"number": number, "repo": repo, "title": title}
     if "merged_at" in meta:
         pr["merged_at"] = _merged_at(meta["merged_at"][0], where("merged_at"))
@@ -114,7 +136,9 @@ def import_report(text: str, source: str) -> str:
     """
     outside, sections, heading_number = split_sections(parse_markdown(text))
     meta = read_metadata(outside)
-    for key, value in read_metadata([b for section in sections for b in blocks_of(section)]).items():
+    for key, value in read_metadata(
+        [b for section in sections for b in blocks_of(section)]
+    ).items():
         meta.setdefault(key, value)  # a metadata line that strayed into a section still counts
     pr = _pull_request(meta, heading_number, source)
     report = read_sections(sections)
@@ -127,7 +151,10 @@ def import_report(text: str, source: str) -> str:
         },
         "claims": draft_claims(report.claim_sources, own=pr["number"]),
         "cases": [],
-        "risks": [{"id": f"R{i}", "text": text, "cases": [], "claims": []} for i, text in enumerate(report.risks, 1)],
+        "risks": [
+            {"id": f"R{i}", "text": text, "cases": [], "claims": []}
+            for i, text in enumerate(report.risks, 1)
+        ],
         "related": report.related,
     }
     if report.notes():

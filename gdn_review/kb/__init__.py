@@ -6,4 +6,16 @@ from gdn_review.kb.load import load_kb, load_record, parse_record, record_paths
 from gdn_review.kb.models import Record
 from gdn_review.kb.schema import record_schema
 
-__all__ = ["incomplete", "is_draft", "open_items", "Record", "RecordError", "RecordErrors", "load_kb", "load_record", "parse_record", "record_paths", "record_schema"]
+__all__ = [
+    "incomplete",
+    "is_draft",
+    "open_items",
+    "Record",
+    "RecordError",
+    "RecordErrors",
+    "load_kb",
+    "load_record",
+    "parse_record",
+    "record_paths",
+    "record_schema",
+]

@@ -40,8 +40,13 @@ WAIVER = "if on purpose, give the case allow_impossible: <reason>"
 def query_within_seq(case: Case) -> Iterator[tuple[Loc, str]]:
     for i, row in enumerate(case.rows):
         if row.query_len > row.seq_len:
-            yield ("rows", i, "query_len"), (
-                f"query_len {row.query_len} > seq_len {row.seq_len}: seq_len counts the tokens computed before this step and its query_len new ones"
+            yield (
+                ("rows", i, "query_len"),
+                (
+                    f"query_len {row.query_len} > seq_len {row.seq_len}: seq_len "
+                    "counts the tokens computed before this step and its query_len "
+                    "new ones"
+                ),
             )
 
 
@@ -49,23 +54,44 @@ def drafted_range(case: Case) -> Iterator[tuple[Loc, str]]:
     k = case.speculative_tokens
     for i, row in enumerate(case.rows):
         if row.drafted is not None and k is None:
-            yield ("rows", i, "drafted"), f"drafted {row.drafted} in a case without speculative_tokens: no row drafts without a speculative config"
+            yield (
+                ("rows", i, "drafted"),
+                f"drafted {row.drafted} in a case without speculative_tokens: no "
+                "row drafts without a speculative config",
+            )
         elif row.drafted is not None and row.drafted > k:
-            yield ("rows", i, "drafted"), f"drafted {row.drafted} > speculative_tokens {k}: the scheduler gives a row at most k draft tokens"
+            yield (
+                ("rows", i, "drafted"),
+                f"drafted {row.drafted} > speculative_tokens {k}: the scheduler "
+                "gives a row at most k draft tokens",
+            )
 
 
 def accepted_range(case: Case) -> Iterator[tuple[Loc, str]]:
     k = case.speculative_tokens
     for i, row in enumerate(case.rows):
         if k is None and row.accepted != 1:
-            yield ("rows", i, "accepted"), f"accepted {row.accepted} in a case without speculative_tokens: without a speculative config every row accepted 1"
+            yield (
+                ("rows", i, "accepted"),
+                f"accepted {row.accepted} in a case without speculative_tokens: "
+                "without a speculative config every row accepted 1",
+            )
         elif row.accepted == 0 and row.drafted is None:
-            # Only a speculating row's count comes from a discarded async step's valid sampled count.
-            yield ("rows", i, "accepted"), "accepted 0 on a row that does not speculate: only a speculating row of a discarded async step accepts 0"
+            # Only a speculating row's count comes from a discarded async step's valid sampled
+            # count.
+            yield (
+                ("rows", i, "accepted"),
+                "accepted 0 on a row that does not speculate: only a speculating "
+                "row of a discarded async step accepts 0",
+            )
         elif k is not None and row.accepted > k + 1:
             # The previous step's count: bounded by k + 1, not by this step's drafted + 1.
-            yield ("rows", i, "accepted"), (
-                f"accepted {row.accepted} > speculative_tokens + 1 = {k + 1}: a row accepts at most its k drafts and one sampled token"
+            yield (
+                ("rows", i, "accepted"),
+                (
+                    f"accepted {row.accepted} > speculative_tokens + 1 = {k + 1}: a "
+                    "row accepts at most its k drafts and one sampled token"
+                ),
             )
 
 
@@ -73,9 +99,12 @@ def spec_query_len(case: Case) -> Iterator[tuple[Loc, str]]:
     k = case.speculative_tokens
     for i, row in enumerate(case.rows):
         if row.drafted is not None and k is not None and row.query_len > k + 1:
-            yield ("rows", i, "query_len"), (
-                f"query_len {row.query_len} of a speculating row > speculative_tokens + 1 = {k + 1}: "
-                "a speculating row computes one new token and its drafts"
+            yield (
+                ("rows", i, "query_len"),
+                (
+                    f"query_len {row.query_len} of a speculating row > speculative_tokens + 1 = {k + 1}: "
+                    "a speculating row computes one new token and its drafts"
+                ),
             )
 
 
@@ -83,23 +112,39 @@ def max_model_len(case: Case) -> Iterator[tuple[Loc, str]]:
     limit = case.max_model_len or MAX_MODEL_LEN
     for i, row in enumerate(case.rows):
         if row.seq_len > limit:
-            yield ("rows", i, "seq_len"), f"seq_len {row.seq_len} > max_model_len {limit} of the harness's model (a case may raise it: max_model_len)"
+            yield (
+                ("rows", i, "seq_len"),
+                f"seq_len {row.seq_len} > max_model_len {limit} of the harness's "
+                "model (a case may raise it: max_model_len)",
+            )
 
 
 def token_budget(case: Case) -> Iterator[tuple[Loc, str]]:
     tokens = sum(row.query_len for row in case.rows)
     if tokens > MAX_NUM_BATCHED_TOKENS:
-        yield ("rows",), f"{tokens} query tokens > max_num_batched_tokens {MAX_NUM_BATCHED_TOKENS} of the harness's scheduler config"
+        yield (
+            ("rows",),
+            f"{tokens} query tokens > max_num_batched_tokens "
+            f"{MAX_NUM_BATCHED_TOKENS} of the harness's scheduler config",
+        )
 
 
 def max_num_seqs(case: Case) -> Iterator[tuple[Loc, str]]:
     if len(case.rows) + case.padded_rows > case.max_num_seqs:
-        yield ("rows",), f"{len(case.rows)} rows + {case.padded_rows} padded exceed max_num_seqs {case.max_num_seqs}"
+        yield (
+            ("rows",),
+            f"{len(case.rows)} rows + {case.padded_rows} padded exceed "
+            f"max_num_seqs {case.max_num_seqs}",
+        )
 
 
 def _prefilling(row: Row) -> bool:
     # As the harness defaults it (harness/case_build.py).
-    return row.prefilling if row.prefilling is not None else (row.drafted is None and row.query_len > 1)
+    return (
+        row.prefilling
+        if row.prefilling is not None
+        else (row.drafted is None and row.query_len > 1)
+    )
 
 
 def _first_out_of_order(options: list[list[tuple]]) -> int | None:
@@ -119,7 +164,18 @@ def runner_order(case: Case) -> Iterator[tuple[Loc, str]]:
     # V1 (reorder_batch_to_split_decodes_and_prefills): decodes, short extends, long
     # extends, first chunks; the threshold is the smallest any attention group asks, 1..k+1.
     for threshold in range(1, k + 2):
-        regions = [[(3 if r.seq_len == r.query_len else 2 if r.query_len > threshold else int(_prefilling(r)),)] for r in case.rows]
+        regions = [
+            [
+                (
+                    3
+                    if r.seq_len == r.query_len
+                    else 2
+                    if r.query_len > threshold
+                    else int(_prefilling(r)),
+                )
+            ]
+            for r in case.rows
+        ]
         breaks.append(_first_out_of_order(regions))
     # V2 (sort_batch_req_ids): rows with drafts, then query_len == k + 1, then by query_len.
     # A row that does not speculate carries drafts only as a prompt's last token padded
@@ -127,21 +183,33 @@ def runner_order(case: Case) -> Iterator[tuple[Loc, str]]:
     v2 = []
     for r in case.rows:
         padded = r.drafted is None and k and r.query_len == k + 1 and _prefilling(r)
-        v2.append([(no_drafts, r.query_len != k + 1, r.query_len) for no_drafts in ([False, True] if padded else [not r.drafted])])
+        v2.append(
+            [
+                (no_drafts, r.query_len != k + 1, r.query_len)
+                for no_drafts in ([False, True] if padded else [not r.drafted])
+            ]
+        )
     breaks.append(_first_out_of_order(v2))
     if None not in breaks:
         index = max(breaks)
-        yield ("rows", index), (
-            f"no vLLM model runner puts this row after rows[0..{index - 1}]: V1 orders decodes, then extends of a "
-            "sequence with context, then first chunks (seq_len == query_len); V2 orders rows with drafts first, then by query_len"
+        yield (
+            ("rows", index),
+            (
+                f"no vLLM model runner puts this row after rows[0..{index - 1}]: V1 orders decodes, then extends of a "
+                "sequence with context, then first chunks (seq_len == query_len); V2 orders rows with drafts first, then by query_len"
+            ),
         )
 
 
 def zero_length_rows(case: Case) -> Iterator[tuple[Loc, str]]:
     for i, row in enumerate(case.rows):
         if row.query_len == 0:
-            yield ("rows", i, "query_len"), (
-                "a zero-length row is CUDA-graph padding, which the runner puts after every real row: use padded_rows"
+            yield (
+                ("rows", i, "query_len"),
+                (
+                    "a zero-length row is CUDA-graph padding, which the runner puts "
+                    "after every real row: use padded_rows"
+                ),
             )
 
 
@@ -165,9 +233,19 @@ FIELD_RULES = {"drafted": "drafted-range", "accepted": "accepted-range"}
 
 def case_problems(case: Case, rules: dict[str, Rule] = RULES) -> list[tuple[Loc, str]]:
     """(location inside the case, message naming the rule) for each rule the case breaks."""
-    found = [(loc, f"{message} (rule {name}; {WAIVER})") for name, rule in rules.items() for loc, message in rule(case)]
+    found = [
+        (loc, f"{message} (rule {name}; {WAIVER})")
+        for name, rule in rules.items()
+        for loc, message in rule(case)
+    ]
     if case.allow_impossible is None:
         return found
     if found:
         return []
-    return [(("allow_impossible",), "the case breaks no batch rule: remove allow_impossible, so that a later break is not hidden")]
+    return [
+        (
+            ("allow_impossible",),
+            "the case breaks no batch rule: remove allow_impossible, so that "
+            "a later break is not hidden",
+        )
+    ]

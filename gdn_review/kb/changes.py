@@ -35,25 +35,36 @@ class ChangeSource(Strict):
     title: Text
     url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = None
     evidence: Literal["high", "medium", "low"]
-    why: Text = Field(description="what in the thread ties the change to this PR (a quoted hunk, the description's words)")
+    why: Text = Field(
+        description="what in the thread ties the change to this PR (a quoted hunk, "
+        "the description's words)"
+    )
 
 
 class BuilderChange(Strict):
     id: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] | None = Field(
-        default=None, description="a name contract records use to say they cover this change (contract.covers)"
+        default=None,
+        description="a name contract records use to say they cover this change (contract.covers)",
     )
     release: Release = Field(description="the first release with the change")
     what: Text
     fields: list[FieldName] = Field(
-        default_factory=list, description="metadata fields of build()'s result it adds or removes (the history attributes those to it)"
+        default_factory=list,
+        description="metadata fields of build()'s result it adds or removes (the "
+        "history attributes those to it)",
     )
     pr: ChangeSource | None = None
-    searched: list[Text] = Field(default_factory=list, description="queries tried where no PR was found")
+    searched: list[Text] = Field(
+        default_factory=list, description="queries tried where no PR was found"
+    )
 
     @model_validator(mode="after")
     def _tied_or_searched(self):
         if self.pr is None and not self.searched:
-            raise ValueError("a change with no pr must list what was searched (searched: [...]): never attribute by guess")
+            raise ValueError(
+                "a change with no pr must list what was searched (searched: "
+                "[...]): never attribute by guess"
+            )
         return self
 
 
@@ -67,7 +78,8 @@ def changes_path(kb_dir: str | os.PathLike) -> Path:
 
 
 def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
-    """The KB's untracked builder changes; [] when the file is absent; RecordErrors naming file:line:col otherwise."""
+    """The KB's untracked builder changes; [] when the file is absent; RecordErrors naming
+    file:line:col otherwise."""
     path = changes_path(kb_dir)
     if not path.is_file():
         return []
@@ -79,18 +91,39 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
     root, data = read_yaml(text, file)
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
-        raise RecordErrors([RecordError(file, 1, 1, "", f"expected a mapping with schema_version and changes; got {got}")])
+        raise RecordErrors(
+            [
+                RecordError(
+                    file, 1, 1, "", f"expected a mapping with schema_version and changes; got {got}"
+                )
+            ]
+        )
     found: list = []
     duplicate_keys(root, (), found)
-    errors = [RecordError(file, n.start_mark.line + 1, n.start_mark.column + 1, field_path(loc), f"duplicate key {loc[-1]!r}") for loc, n in found]
+    errors = [
+        RecordError(
+            file,
+            n.start_mark.line + 1,
+            n.start_mark.column + 1,
+            field_path(loc),
+            f"duplicate key {loc[-1]!r}",
+        )
+        for loc, n in found
+    ]
     try:
         parsed = BuilderChanges.model_validate(data)
     except ValidationError as error:
         for item in error.errors():
             loc = tuple(item["loc"])
             at_key = item["type"] == "extra_forbidden"
-            line, column = locate(root, loc[:-1] if item["type"] == "missing" else loc, at_key=at_key)
-            message = f"unknown key {str(loc[-1])!r}" if at_key else ("required field is missing" if item["type"] == "missing" else item["msg"])
+            line, column = locate(
+                root, loc[:-1] if item["type"] == "missing" else loc, at_key=at_key
+            )
+            message = (
+                f"unknown key {str(loc[-1])!r}"
+                if at_key
+                else ("required field is missing" if item["type"] == "missing" else item["msg"])
+            )
             errors.append(RecordError(file, line, column, field_path(loc), message))
         raise RecordErrors(errors) from None
     seen: dict[str, int] = {}
@@ -99,7 +132,15 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
             continue
         if change.id in seen:
             line, column = locate(root, ("changes", index, "id"))
-            errors.append(RecordError(file, line, column, f"changes[{index}].id", f"id {change.id!r} is already changes[{seen[change.id]}]'s"))
+            errors.append(
+                RecordError(
+                    file,
+                    line,
+                    column,
+                    f"changes[{index}].id",
+                    f"id {change.id!r} is already changes[{seen[change.id]}]'s",
+                )
+            )
         seen.setdefault(change.id, index)
     if errors:
         raise RecordErrors(errors)
@@ -107,21 +148,31 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
 
 
 def contract_problems(records: dict, changes: list[BuilderChange]) -> list[RecordError]:
-    """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its release range;
-    a record's ``moved`` entries (contract.moved, target.moved) must name untied entries and its own cases."""
+    """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its
+    release range;
+    a record's ``moved`` entries (contract.moved, target.moved) must name untied entries and its own
+    cases."""
     by_id = {change.id: change for change in changes if change.id}
     problems = []
     for path, record in records.items():
         root = None
-        moves = [(("target", "moved"), index, move) for index, move in enumerate(record.target.moved)]
+        moves = [
+            (("target", "moved"), index, move) for index, move in enumerate(record.target.moved)
+        ]
         if record.contract is not None:
-            moves += [(("contract", "moved"), index, move) for index, move in enumerate(record.contract.moved)]
+            moves += [
+                (("contract", "moved"), index, move)
+                for index, move in enumerate(record.contract.moved)
+            ]
         for place, index, move in moves:
             change = by_id.get(move.change)
             if change is None:
                 message = f"no entry of kb/history/changes.yaml has id {move.change!r}"
             elif change.pr is not None:
-                message = f"{move.change!r} is tied to PR #{change.pr.number}: name that PR in related (with changes)"
+                message = (
+                    f"{move.change!r} is tied to PR #{change.pr.number}: name that PR "
+                    "in related (with changes)"
+                )
             elif change.release != move.release:
                 message = f"{move.change!r} first shipped in {change.release}, not {move.release}"
             elif unknown := sorted(set(move.cases) - {c.id for c in record.cases}):
@@ -131,29 +182,45 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
             if root is None:
                 root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
             line, column = locate(root, place + (index,))
-            problems.append(RecordError(str(path), line, column, f"{'.'.join(place)}[{index}]", message))
+            problems.append(
+                RecordError(str(path), line, column, f"{'.'.join(place)}[{index}]", message)
+            )
         if record.contract is None:
             continue
         for index, name in enumerate(record.contract.covers):
             change = by_id.get(name)
             if change is None:
-                message = f"no entry of kb/history/changes.yaml has id {name!r} (ids: {', '.join(sorted(by_id)) or 'none'})"
+                message = (
+                    f"no entry of kb/history/changes.yaml has id {name!r} (ids: "
+                    f"{', '.join(sorted(by_id)) or 'none'})"
+                )
             elif change.pr is not None:
-                message = f"{name!r} is tied to PR #{change.pr.number}: state it in a record of that PR, not in a contract"
+                message = (
+                    f"{name!r} is tied to PR #{change.pr.number}: state it in a "
+                    "record of that PR, not in a contract"
+                )
             elif not release_range.contains(record.contract.releases, change.release):
-                message = f"{name!r} first shipped in {change.release}, outside contract.releases {record.contract.releases!r}"
+                message = (
+                    f"{name!r} first shipped in {change.release}, outside "
+                    f"contract.releases {record.contract.releases!r}"
+                )
             else:
                 continue
             if root is None:
                 root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
             line, column = locate(root, ("contract", "covers", index))
-            problems.append(RecordError(str(path), line, column, f"contract.covers[{index}]", message))
+            problems.append(
+                RecordError(str(path), line, column, f"contract.covers[{index}]", message)
+            )
     return problems
 
 
 def contract_release(record, changes: list[BuilderChange]) -> str | None:
-    """The release a contract record belongs to on the history page: its earliest covered change's."""
+    """The release a contract record belongs to on the history page: its earliest covered
+    change's."""
     from packaging.version import Version
 
-    releases = [c.release for c in changes if c.id and record.contract and c.id in record.contract.covers]
+    releases = [
+        c.release for c in changes if c.id and record.contract and c.id in record.contract.covers
+    ]
     return min(releases, key=Version) if releases else None

@@ -33,7 +33,8 @@ InvariantProperty = Literal[
 ]
 
 
-# What a budget counts on a step case (one call elsewhere): the whole step, or the most one call executed.
+# What a budget counts on a step case (one call elsewhere): the whole step, or the most one call
+# executed.
 CountPer = Literal["step", "call"]
 
 
@@ -43,7 +44,8 @@ class OpBudgetCheck(Strict):
     cases: Annotated[list[Id], Field(min_length=1)]
     per: CountPer = Field(
         default="step",
-        description="step: ops of every call of the case (a step case's whole step: once per step); call: the most any one call executed",
+        description="step: ops of every call of the case (a step case's whole step: "
+        "once per step); call: the most any one call executed",
     )
 
 
@@ -51,7 +53,8 @@ class EquivalenceCheck(Strict):
     kind: Literal["equivalence"]
     cases: Annotated[list[Id], Field(min_length=1)]
     fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
-        default=None, description="compare only these of each case's expected fields (one case, several claims)"
+        default=None,
+        description="compare only these of each case's expected fields (one case, several claims)",
     )
     except_: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
         default=None, alias="except", description="compare every expected field but these"
@@ -75,11 +78,17 @@ class EquivalenceCheck(Strict):
 class InvariantCheck(Strict):
     kind: Literal["invariant"]
     properties: Annotated[list[InvariantProperty], Field(min_length=1)]
-    speculative_tokens: Annotated[list[Annotated[int, Field(ge=1, le=8)]], Field(min_length=1)] = [1, 2, 3]
+    speculative_tokens: Annotated[list[Annotated[int, Field(ge=1, le=8)]], Field(min_length=1)] = [
+        1,
+        2,
+        3,
+    ]
     max_rows: Annotated[int, Field(ge=1, le=64)] = 8
     examples: Annotated[int, Field(ge=1, le=1000)] = 40
     cases: Annotated[list[Id], Field(min_length=1)] | None = Field(
-        default=None, description="the record's cases it runs on besides the random batches (default: every case of the record)"
+        default=None,
+        description="the record's cases it runs on besides the random batches "
+        "(default: every case of the record)",
     )
 
 
@@ -87,18 +96,26 @@ class GpuSyncCheck(Strict):
     kind: Literal["gpu_sync"]
     max_syncs: Annotated[int, Field(ge=0)]
     cases: Annotated[list[Id], Field(min_length=1)]
-    per: CountPer = Field(default="step", description="step: syncs of every call of the case (a step case: the whole step); call: the most of one call")
+    per: CountPer = Field(
+        default="step",
+        description="step: syncs of every call of the case (a step case: the whole "
+        "step); call: the most of one call",
+    )
 
 
 class DifferentialCheck(Strict):
-    """Two scenarios of the same batch agree on named fields (vLLM's "fast metadata matches legacy")."""
+    """Two scenarios of the same batch agree on named fields (vLLM's "fast metadata matches
+    legacy")."""
 
     kind: Literal["differential"]
-    pairs: Annotated[list[Annotated[list[Id], Field(min_length=2, max_length=2)]], Field(min_length=1)]
+    pairs: Annotated[
+        list[Annotated[list[Id], Field(min_length=2, max_length=2)]], Field(min_length=1)
+    ]
     fields: Annotated[list[ExpectField], Field(min_length=1)]
     compare: Literal["equal", "prefix"] = Field(
         default="equal",
-        description="prefix: the first case's lists are a prefix of the second's (the real rows of a padded FULL-graph build)",
+        description="prefix: the first case's lists are a prefix of the second's "
+        "(the real rows of a padded FULL-graph build)",
     )
 
     @property
@@ -112,8 +129,12 @@ class LatencyCheck(Strict):
 
     kind: Literal["latency"]
     cases: Annotated[list[Id], Field(min_length=1)]
-    base: Release | None = Field(default=None, description="release without the change (default: target.base_release)")
-    head: Release | None = Field(default=None, description="release with the change (default: target.head_release)")
+    base: Release | None = Field(
+        default=None, description="release without the change (default: target.base_release)"
+    )
+    head: Release | None = Field(
+        default=None, description="release with the change (default: target.head_release)"
+    )
 
 
 class TodoCheck(Strict):
@@ -124,6 +145,14 @@ class TodoCheck(Strict):
 
 
 Check = Annotated[
-    Union[OpBudgetCheck, EquivalenceCheck, InvariantCheck, GpuSyncCheck, DifferentialCheck, LatencyCheck, TodoCheck],
+    Union[
+        OpBudgetCheck,
+        EquivalenceCheck,
+        InvariantCheck,
+        GpuSyncCheck,
+        DifferentialCheck,
+        LatencyCheck,
+        TodoCheck,
+    ],
     Field(discriminator="kind"),
 ]

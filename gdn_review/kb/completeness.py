@@ -28,12 +28,19 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
         if field == "head_release" and record.is_open:
             continue  # an open (or closed, unmerged) PR is in no release
         if getattr(record.target, field) is None:
-            items.append((("target", field), f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "
-                          "`gdn-review find-release \"<a line the PR added>\"` prints both)"))
+            items.append(
+                (
+                    ("target", field),
+                    f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "
+                    '`gdn-review find-release "<a line the PR added>"` prints both)',
+                )
+            )
     for index, claim in enumerate(record.claims):
         if claim.check.kind == "TODO":
             hint = f" ({claim.check.hint})" if claim.check.hint else ""
-            items.append((("claims", index, "check"), f"TODO: claim {claim.id} has no check yet{hint}"))
+            items.append(
+                (("claims", index, "check"), f"TODO: claim {claim.id} has no check yet{hint}")
+            )
     return items
 
 

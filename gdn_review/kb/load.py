@@ -17,10 +17,10 @@ from packaging.version import Version
 from pydantic import BaseModel, ValidationError
 
 from gdn_review.kb.batch_rules import FIELD_RULES, case_problems
-from gdn_review.kb.server_config import server_problems
-from gdn_review.kb.step_config import step_problems
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.models import ExpectField, Record, python_name
+from gdn_review.kb.server_config import server_problems
+from gdn_review.kb.step_config import step_problems
 
 Loc = tuple[Any, ...]
 
@@ -48,14 +48,20 @@ def locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int,
                     node = key if (last and at_key) else value
                     break
             # An item not found (a union tag, a missing key) leaves us at the parent.
-        elif isinstance(node, yaml.SequenceNode) and isinstance(item, int) and item < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(item, int) and item < len(node.value)
+        ):
             node = node.value[item]
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
 def _aliases(text: str) -> list[yaml.Token]:
     """Alias tokens (``*name``): records are written out in full, never by reference."""
-    return [token for token in yaml.scan(text, Loader=yaml.SafeLoader) if isinstance(token, yaml.AliasToken)]
+    return [
+        token
+        for token in yaml.scan(text, Loader=yaml.SafeLoader)
+        if isinstance(token, yaml.AliasToken)
+    ]
 
 
 def duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
@@ -111,7 +117,9 @@ def _unwrap(annotation, next_tag=None):
     return None
 
 
-def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) -> list[RecordError]:
+def _pydantic_errors(
+    file: str, root: yaml.Node | None, error: ValidationError
+) -> list[RecordError]:
     errors = []
     for item in error.errors():
         loc = tuple(item["loc"])
@@ -126,7 +134,10 @@ def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) 
             line, column = locate(root, loc[:-1])
         elif kind == "union_tag_invalid":
             context = item.get("ctx", {})
-            message = f"unknown check kind {context.get('tag')!r} (expected one of: {context.get('expected_tags')})"
+            message = (
+                f"unknown check kind {context.get('tag')!r} (expected one of: "
+                f"{context.get('expected_tags')})"
+            )
             line, column = locate(root, loc + ("kind",))
         else:
             message = item["msg"]
@@ -141,27 +152,52 @@ def _pydantic_errors(file: str, root: yaml.Node | None, error: ValidationError) 
 
 
 def _is_union_tag(item: Any) -> bool:
-    return item in {"op_budget", "equivalence", "invariant", "gpu_sync", "differential", "TODO"} or (
-        isinstance(item, str) and item.startswith(("function-", "list[", "int", "str"))
-    )
+    return item in {
+        "op_budget",
+        "equivalence",
+        "invariant",
+        "gpu_sync",
+        "differential",
+        "TODO",
+    } or (isinstance(item, str) and item.startswith(("function-", "list[", "int", "str")))
 
 
-def _cross_references(record: Record, stem: str, expects_optional: bool = False) -> list[tuple[Loc, str]]:
-    """What types alone cannot say: unique ids, references that resolve, batches vLLM can produce."""
+def _cross_references(
+    record: Record, stem: str, expects_optional: bool = False
+) -> list[tuple[Loc, str]]:
+    """What types alone cannot say: unique ids, references that resolve, batches vLLM can
+    produce."""
     problems: list[tuple[Loc, str]] = []
     if stem != str(record.key):
         where = ("pr", "number") if record.pr is not None else ("contract", "id")
         what = "pr.number" if record.pr is not None else "contract.id"
-        problems.append((where, f"record file is named {stem!r} but {what} is {record.key}; name it {record.key}.yaml"))
+        problems.append(
+            (
+                where,
+                f"record file is named {stem!r} but {what} is {record.key}; name "
+                f"it {record.key}.yaml",
+            )
+        )
     if (
         record.target.base_release
         and record.target.head_release
         and Version(record.target.base_release) >= Version(record.target.head_release)
     ):
-        problems.append((("target", "head_release"), f"head_release {record.target.head_release} must be later than base_release {record.target.base_release}"))
+        problems.append(
+            (
+                ("target", "head_release"),
+                f"head_release {record.target.head_release} must be later than "
+                f"base_release {record.target.base_release}",
+            )
+        )
     if record.is_open and record.target.head_release:
-        problems.append((("target", "head_release"), f"pr.state is {record.state}: the PR's change is in no release, so it has no head_release "
-                         "(leave it out; once the PR ships, set pr.state: merged and head_release together)"))
+        problems.append(
+            (
+                ("target", "head_release"),
+                f"pr.state is {record.state}: the PR's change is in no release, so it has no head_release "
+                "(leave it out; once the PR ships, set pr.state: merged and head_release together)",
+            )
+        )
 
     def unique(kind: str, ids: list[str]) -> None:
         seen: set[str] = set()
@@ -176,7 +212,13 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
     for index, claim in enumerate(record.claims):
         name = python_name(claim.id)
         if name in names and names[name] != claim.id:
-            problems.append((("claims", index, "id"), f"{claim.id!r} and {names[name]!r} both become the Python name {name!r}; rename one"))
+            problems.append(
+                (
+                    ("claims", index, "id"),
+                    f"{claim.id!r} and {names[name]!r} both become the Python name "
+                    f"{name!r}; rename one",
+                )
+            )
         names.setdefault(name, claim.id)
     unique("cases", [c.id for c in record.cases])
     unique("risks", [r.id for r in record.risks])
@@ -191,7 +233,9 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
 
     for c_index, case in enumerate(record.cases):
         problems.extend((("cases", c_index) + loc, message) for loc, message in case_problems(case))
-        problems.extend((("cases", c_index) + loc, message) for loc, message in scenario_problems(record, case))
+        problems.extend(
+            (("cases", c_index) + loc, message) for loc, message in scenario_problems(record, case)
+        )
 
     for index, claim in enumerate(record.claims):
         check = claim.check
@@ -203,29 +247,53 @@ def _cross_references(record: Record, stem: str, expects_optional: bool = False)
             for p_index, pair in enumerate(check.pairs):
                 known(base + ("pairs", p_index), "case", pair, case_ids)
                 if pair[0] == pair[1]:
-                    problems.append((base + ("pairs", p_index, 1), "a differential check compares two different cases"))
+                    problems.append(
+                        (
+                            base + ("pairs", p_index, 1),
+                            "a differential check compares two different cases",
+                        )
+                    )
         if check.kind == "equivalence" and not expects_optional:
             for c_index, case_id in enumerate(check_cases):
                 if case_id in case_ids and not record.case(case_id).expect:
-                    problems.append((base + ("cases", c_index), f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
-                                     f"run gdn-review snapshot --record {record.key} --fill-expects"))
+                    problems.append(
+                        (
+                            base + ("cases", c_index),
+                            f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
+                            f"run gdn-review snapshot --record {record.key} --fill-expects",
+                        )
+                    )
                 elif case_id in case_ids and not check.compared(record.case(case_id).expect):
                     which = "fields" if check.fields is not None else "except"
-                    problems.append((base + (which,), f"case {case_id!r} expects none of the fields this claim compares: "
-                                     "name fields its expect states"))
+                    problems.append(
+                        (
+                            base + (which,),
+                            f"case {case_id!r} expects none of the fields this claim compares: "
+                            "name fields its expect states",
+                        )
+                    )
         for d_index, deviation in enumerate(claim.known_deviations):
             d_loc: Loc = ("claims", index, "known_deviations", d_index)
-            known(d_loc + ("cases",), "case of this claim's check", deviation.cases, set(check_cases))
+            known(
+                d_loc + ("cases",), "case of this claim's check", deviation.cases, set(check_cases)
+            )
             if deviation.properties:
                 have = set(getattr(check, "properties", []))
-                known(d_loc + ("properties",), "property of this claim's check", deviation.properties, have)
+                known(
+                    d_loc + ("properties",),
+                    "property of this claim's check",
+                    deviation.properties,
+                    have,
+                )
             problems.extend(_deviation_problems(deviation, check, d_loc))
     for index, risk in enumerate(record.risks):
         known(("risks", index, "cases"), "case", risk.cases, case_ids)
         known(("risks", index, "claims"), "claim", risk.claims, claim_ids)
         unique_mutants = [m.id for m in risk.mutants]
         if len(set(unique_mutants)) != len(unique_mutants):
-            problems.append((("risks", index, "mutants"), "mutant ids must be unique within a risk"))
+            problems.append(
+                (("risks", index, "mutants"), "mutant ids must be unique within a risk")
+            )
     for index, relation in enumerate(record.related):
         known(("related", index, "claims"), "claim", relation.claims, claim_ids)
         known(("related", index, "cases"), "case", relation.cases, case_ids)
@@ -262,11 +330,18 @@ def _target_reached(record: Record) -> list[tuple[Loc, str]]:
         check = claim.check
         if prop in getattr(check, "properties", []):
             return []
-        if any(record.case(c).entry == entry for c in (getattr(check, "cases", None) or []) if c in case_ids):
+        if any(
+            record.case(c).entry == entry
+            for c in (getattr(check, "cases", None) or [])
+            if c in case_ids
+        ):
             return []
     return [
-        (("target", "symbol"), f"no check reaches {record.target.symbol}: check a case with `entry: {entry}` "
-         f"(or the invariant {prop}); build() alone never calls it")
+        (
+            ("target", "symbol"),
+            f"no check reaches {record.target.symbol}: check a case with `entry: {entry}` "
+            f"(or the invariant {prop}); build() alone never calls it",
+        )
     ]
 
 
@@ -279,7 +354,11 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
             for name in ("drafted", "accepted"):
                 if name in row.model_fields_set:
                     problems.append(
-                        (("rows", index, name), f"a capture case derives {name} from the query lengths (build_for_cudagraph_capture); leave {name} out")
+                        (
+                            ("rows", index, name),
+                            f"a capture case derives {name} from the query lengths "
+                            f"(build_for_cudagraph_capture); leave {name} out",
+                        )
                     )
         # build_for_cudagraph_capture asserts both fit the FULL-graph buffers.
         limit = case.max_num_seqs * ((case.speculative_tokens or 0) + 1)
@@ -289,39 +368,86 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
         tokens = sum(row.query_len for row in case.rows) + (case.padded_tokens or 0)
         if requests > limit or tokens > limit:
             problems.append(
-                (("rows",), f"capture asserts {requests} requests and {tokens} tokens <= decode_cudagraph_max_bs {limit} "
-                 "(max_num_seqs * (k + 1), capped by max_cudagraph_capture_size)")
+                (
+                    ("rows",),
+                    f"capture asserts {requests} requests and {tokens} tokens <= decode_cudagraph_max_bs {limit} "
+                    "(max_num_seqs * (k + 1), capped by max_cudagraph_capture_size)",
+                )
             )
     for index, row in enumerate(case.rows):
         if row.host_seq_len is not None and row.host_seq_len < row.seq_len:
-            problems.append((("rows", index, "host_seq_len"), f"host_seq_len {row.host_seq_len} < seq_len {row.seq_len}: the host's length is an upper bound"))
+            problems.append(
+                (
+                    ("rows", index, "host_seq_len"),
+                    f"host_seq_len {row.host_seq_len} < seq_len {row.seq_len}: the "
+                    "host's length is an upper bound",
+                )
+            )
         if row.host_seq_len is not None and case.host_seq_len_offset is not None:
-            problems.append((("rows", index, "host_seq_len"), "give host_seq_len per row or host_seq_len_offset for the case, not both"))
+            problems.append(
+                (
+                    ("rows", index, "host_seq_len"),
+                    "give host_seq_len per row or host_seq_len_offset for the case, not both",
+                )
+            )
     for index, earlier_id in enumerate(case.after or []):
         loc: Loc = ("after", index)
         if earlier_id not in case_ids:
-            problems.append((loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})"))
+            problems.append(
+                (loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})")
+            )
             continue
         earlier = record.case(earlier_id)
         if earlier_id == case.id or case.id in _builds_before(record, earlier_id):
-            problems.append((loc, f"case {earlier_id!r} is built before {case.id!r} and after it: after chains must not loop"))
+            problems.append(
+                (
+                    loc,
+                    f"case {earlier_id!r} is built before {case.id!r} and after it: "
+                    "after chains must not loop",
+                )
+            )
         else:
-            settings = ("speculative_tokens", "max_num_seqs", "cudagraph_mode", "mamba_cache_mode", "max_cudagraph_capture_size", "block_size",
-                        "prefill_backend", "resolved_prefill_backend", "prefix_caching", "max_model_len", "model_runner")
+            settings = (
+                "speculative_tokens",
+                "max_num_seqs",
+                "cudagraph_mode",
+                "mamba_cache_mode",
+                "max_cudagraph_capture_size",
+                "block_size",
+                "prefill_backend",
+                "resolved_prefill_backend",
+                "prefix_caching",
+                "max_model_len",
+                "model_runner",
+            )
             differ = [name for name in settings if getattr(earlier, name) != getattr(case, name)]
             if differ:
-                problems.append((loc, f"case {earlier_id!r} needs another builder ({', '.join(differ)} differ): builds after one another share one builder"))
-    return problems + _second_builder_problems(record, case, case_ids) + server_problems(case) + step_problems(case)
+                problems.append(
+                    (
+                        loc,
+                        f"case {earlier_id!r} needs another builder ({', '.join(differ)} "
+                        "differ): builds after one another share one builder",
+                    )
+                )
+    return (
+        problems
+        + _second_builder_problems(record, case, case_ids)
+        + server_problems(case)
+        + step_problems(case)
+    )
 
 
 def _builds_before(record: Record, case_id: str, seen: frozenset = frozenset()) -> set[str]:
-    """Every case built before ``case_id`` on its builders, through after chains (stops at a loop)."""
+    """Every case built before ``case_id`` on its builders, through after chains (stops at a
+    loop)."""
     found: set[str] = set()
     try:
         case = record.case(case_id)
     except StopIteration:
         return found
-    names = list(case.after or []) + list((case.second_builder.after or []) if case.second_builder else [])
+    names = list(case.after or []) + list(
+        (case.second_builder.after or []) if case.second_builder else []
+    )
     for name in names:
         if name in seen or name == case_id:
             found.add(name)
@@ -332,18 +458,32 @@ def _builds_before(record: Record, case_id: str, seen: frozenset = frozenset()) 
 
 
 def _second_builder_problems(record: Record, case, case_ids: set[str]) -> list[tuple[Loc, str]]:
-    """A second builder re-gathers: only for entry update_block_table; its builds are known cases of its settings."""
+    """A second builder re-gathers: only for entry update_block_table; its builds are known cases of
+    its settings."""
     problems: list[tuple[Loc, str]] = []
     if case.second_builder is None:
         return problems
     if case.entry != "update_block_table":
-        problems.append((("second_builder",), "a second builder is where update_block_table runs: give entry: update_block_table"))
+        problems.append(
+            (
+                ("second_builder",),
+                "a second builder is where update_block_table runs: give entry: update_block_table",
+            )
+        )
     for index, earlier_id in enumerate(case.second_builder.after or []):
         loc: Loc = ("second_builder", "after", index)
         if earlier_id not in case_ids:
-            problems.append((loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})"))
+            problems.append(
+                (loc, f"no case with id {earlier_id!r} (known: {', '.join(sorted(case_ids))})")
+            )
         elif earlier_id == case.id or case.id in _builds_before(record, earlier_id):
-            problems.append((loc, f"case {earlier_id!r} is built before {case.id!r} and after it: after chains must not loop"))
+            problems.append(
+                (
+                    loc,
+                    f"case {earlier_id!r} is built before {case.id!r} and after it: "
+                    "after chains must not loop",
+                )
+            )
     return problems
 
 
@@ -356,17 +496,30 @@ def _deviation_problems(deviation, check, loc: Loc) -> list[tuple[Loc, str]]:
         elif check.kind == "equivalence":
             allowed = set(get_args(ExpectField))
         else:
-            return [(loc + ("expect",), f"expect is for op_budget and equivalence checks, not {check.kind}")]
+            return [
+                (
+                    loc + ("expect",),
+                    f"expect is for op_budget and equivalence checks, not {check.kind}",
+                )
+            ]
         for key in deviation.expect:
             if key not in allowed:
-                problems.append((loc + ("expect", key), f"{key!r} is not {'in the budget' if check.kind == 'op_budget' else 'an expect field'} (choose from {', '.join(sorted(allowed))})"))
+                problems.append(
+                    (
+                        loc + ("expect", key),
+                        f"{key!r} is not "
+                        f"{'in the budget' if check.kind == 'op_budget' else 'an expect field'} "
+                        f"(choose from {', '.join(sorted(allowed))})",
+                    )
+                )
     if deviation.instead is not None and check.kind != "invariant":
         problems.append((loc + ("instead",), f"instead is for invariant checks, not {check.kind}"))
     return problems
 
 
 def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
-    """The node tree (line numbers) and the plain data of a KB file's YAML; RecordErrors naming file:line:col otherwise.
+    """The node tree (line numbers) and the plain data of a KB file's YAML; RecordErrors naming
+    file:line:col otherwise.
 
     Safe loader only; aliases refused (KB files are written out in full); every
     way YAML can fail (syntax, a refused tag, nesting, an unreadable value) is
@@ -376,7 +529,18 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
         aliases = _aliases(text)
         if aliases:
             mark = aliases[0].start_mark
-            raise RecordErrors([RecordError(file, mark.line + 1, mark.column + 1, "", "YAML aliases (*name) are not allowed in the knowledge base: write the value out")])
+            raise RecordErrors(
+                [
+                    RecordError(
+                        file,
+                        mark.line + 1,
+                        mark.column + 1,
+                        "",
+                        "YAML aliases (*name) are not allowed in the knowledge base: "
+                        "write the value out",
+                    )
+                ]
+            )
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as error:
@@ -385,17 +549,29 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
         problem = error.problem or "unreadable YAML"
         if error.context:
             where = error.context_mark
-            started = f" (started at line {where.line + 1}, column {where.column + 1})" if where and where != mark else ""
+            started = (
+                f" (started at line {where.line + 1}, column {where.column + 1})"
+                if where and where != mark
+                else ""
+            )
             problem = f"{error.context}{started}: {problem}"
         # A constructor error is a tag the safe loader refuses (records are plain data).
-        what = "unsupported YAML tag" if isinstance(error, yaml.constructor.ConstructorError) else "YAML syntax error"
+        what = (
+            "unsupported YAML tag"
+            if isinstance(error, yaml.constructor.ConstructorError)
+            else "YAML syntax error"
+        )
         raise RecordErrors([RecordError(file, line, column, "", f"{what}: {problem}")]) from None
     except yaml.YAMLError as error:
         raise RecordErrors([RecordError(file, 1, 1, "", f"YAML error: {error}")]) from None
     except RecursionError:
-        raise RecordErrors([RecordError(file, 1, 1, "", "YAML nested too deeply to be a knowledge-base file")]) from None
+        raise RecordErrors(
+            [RecordError(file, 1, 1, "", "YAML nested too deeply to be a knowledge-base file")]
+        ) from None
     except ValueError as error:  # e.g. an integer with thousands of digits
-        raise RecordErrors([RecordError(file, 1, 1, "", f"YAML value cannot be read: {str(error)[:200]}")]) from None
+        raise RecordErrors(
+            [RecordError(file, 1, 1, "", f"YAML value cannot be read: {str(error)[:200]}")]
+        ) from None
     return root, data
 
 
@@ -409,12 +585,24 @@ def parse_record(text: str, file: str, expects_optional: bool = False) -> Record
     root, data = read_yaml(text, file)
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
-        raise RecordErrors([RecordError(file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}")])
+        raise RecordErrors(
+            [
+                RecordError(
+                    file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}"
+                )
+            ]
+        )
 
     duplicates: list[tuple[Loc, yaml.Node]] = []
     duplicate_keys(root, (), duplicates)
     errors = [
-        RecordError(file, node.start_mark.line + 1, node.start_mark.column + 1, field_path(loc), f"duplicate key {loc[-1]!r}")
+        RecordError(
+            file,
+            node.start_mark.line + 1,
+            node.start_mark.column + 1,
+            field_path(loc),
+            f"duplicate key {loc[-1]!r}",
+        )
         for loc, node in duplicates
     ]
     try:
@@ -458,7 +646,15 @@ def load_kb(kb_dir: str | os.PathLike) -> dict[Path, Record]:
             continue
         if record.key in numbers:
             what = "pr.number" if record.pr is not None else "contract.id"
-            errors.append(RecordError(str(path), 1, 1, what, f"{record.label} is already recorded in {numbers[record.key]}"))
+            errors.append(
+                RecordError(
+                    str(path),
+                    1,
+                    1,
+                    what,
+                    f"{record.label} is already recorded in {numbers[record.key]}",
+                )
+            )
         numbers[record.key] = path
         records[path] = record
     if errors:

@@ -60,7 +60,8 @@ class MetadataChange(Strict):
 
     cases: Annotated[list[Id], Field(min_length=1)]
     fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(
-        default_factory=list, description="snapshot fields it changed (empty: any field of these cases)"
+        default_factory=list,
+        description="snapshot fields it changed (empty: any field of these cases)",
     )
     note: str | None = None
 
@@ -74,7 +75,8 @@ class Target(Strict):
     head_release: Release | None = Field(default=None, description="first release with the PR")
     changes: list[MetadataChange] = Field(
         default_factory=list,
-        description="metadata the PR itself changed (cases and fields): explains snapshot drift from base to head release",
+        description="metadata the PR itself changed (cases and fields): explains "
+        "snapshot drift from base to head release",
     )
     moved: list[ContractMove] = Field(
         default_factory=list,
@@ -91,10 +93,24 @@ class Target(Strict):
 class Row(Strict):
     """One request of a batch. What vLLM can produce is checked by kb.batch_rules."""
 
-    seq_len: Annotated[int, Field(ge=1, description="tokens of the sequence after this step: already computed + query_len")]
-    query_len: Annotated[int, Field(ge=0, description="tokens this step computes (0: a zero-length padded row; padding belongs in padded_rows)")]
+    seq_len: Annotated[
+        int,
+        Field(
+            ge=1, description="tokens of the sequence after this step: already computed + query_len"
+        ),
+    ]
+    query_len: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="tokens this step computes (0: a zero-length padded row; padding "
+            "belongs in padded_rows)",
+        ),
+    ]
     drafted: Annotated[int, Field(ge=0)] | None = Field(
-        default=None, description="draft tokens of a speculating row (0..k); null: the row does not speculate (-1)"
+        default=None,
+        description="draft tokens of a speculating row (0..k); null: the row does "
+        "not speculate (-1)",
     )
     accepted: Annotated[int, Field(ge=0)] = Field(
         default=1,
@@ -102,7 +118,9 @@ class Row(Strict):
         "0: a speculating row whose previous async step was discarded (vLLM writes its valid sampled count, 0)",
     )
     prefilling: bool | None = Field(
-        default=None, description="still in its prompt (vLLM's is_prefilling); null: true for a row that does not speculate and has query_len > 1"
+        default=None,
+        description="still in its prompt (vLLM's is_prefilling); null: true for a "
+        "row that does not speculate and has query_len > 1",
     )
     host_seq_len: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
@@ -116,6 +134,8 @@ CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 # What a case calls on the builder: build(), build_for_cudagraph_capture(), or
 # update_block_table() on the metadata of the case's build, with the second block table.
 Entry = Literal["build", "capture", "update_block_table"]
+
+
 class Case(ServerFields):
     id: Id
     text: Text
@@ -127,29 +147,45 @@ class Case(ServerFields):
         description="none: build() gets num_decode_draft_tokens_cpu=None (and no accepted counts); "
         "accepted_only: no draft counts, but each row's accepted count",
     )
-    rows: list[Row] = Field(default_factory=list, description="the batch (at least one row; none for a `call` case)")
+    rows: list[Row] = Field(
+        default_factory=list, description="the batch (at least one row; none for a `call` case)"
+    )
     padded_rows: Annotated[int, Field(ge=0)] = 0
     max_num_seqs: Annotated[int, Field(ge=1)] = 8
     releases: ReleaseRange | None = None
     # Scenario (all optional; left out: a fresh builder in the eager default, one build()).
     cudagraph_mode: CudaGraphMode | None = Field(
-        default=None, description="compilation_config.cudagraph_mode (vLLM's names); FULL modes stage metadata into the builder's persistent buffers"
+        default=None,
+        description="compilation_config.cudagraph_mode (vLLM's names); FULL modes "
+        "stage metadata into the builder's persistent buffers",
     )
     mamba_cache_mode: Literal["none", "align"] | None = Field(
-        default=None, description="cache_config.mamba_cache_mode; null: as the config makes it (align: prefix caching is on)"
+        default=None,
+        description="cache_config.mamba_cache_mode; null: as the config makes it "
+        "(align: prefix caching is on)",
     )
     max_cudagraph_capture_size: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="compilation_config.max_cudagraph_capture_size: caps the FULL-graph buffers (decode_cudagraph_max_bs)"
+        default=None,
+        description="compilation_config.max_cudagraph_capture_size: caps the "
+        "FULL-graph buffers (decode_cudagraph_max_bs)",
     )
-    block_size: Annotated[int, Field(ge=1, le=256)] | None = Field(default=None, description="block size of the cache and the mamba spec (default 16)")
+    block_size: Annotated[int, Field(ge=1, le=256)] | None = Field(
+        default=None, description="block size of the cache and the mamba spec (default 16)"
+    )
     prefill_backend: Text | None = Field(
-        default=None, description="additional_config.gdn_prefill_backend (auto, triton, flashinfer, ...), where the release reads it"
+        default=None,
+        description="additional_config.gdn_prefill_backend (auto, triton, "
+        "flashinfer, ...), where the release reads it",
     )
     padded_tokens: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="token padding: num_actual_tokens counts this many tokens beyond the real ones (FULL-graph replay)"
+        default=None,
+        description="token padding: num_actual_tokens counts this many tokens beyond "
+        "the real ones (FULL-graph replay)",
     )
     host_seq_len_offset: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="every real row's host sequence length (seq_lens_cpu_upper_bound) is seq_len plus this"
+        default=None,
+        description="every real row's host sequence length "
+        "(seq_lens_cpu_upper_bound) is seq_len plus this",
     )
     block_table_offset: Annotated[int, Field(ge=10000, multiple_of=10000)] | None = Field(
         default=None,
@@ -162,18 +198,25 @@ class Case(ServerFields):
         "update_block_table (re-gather of this case's build with the second block table: entries + 10000)",
     )
     no_is_prefilling: bool | None = Field(
-        default=None, description="the runner passes no is_prefilling (None) in the common metadata, as runners before it did"
+        default=None,
+        description="the runner passes no is_prefilling (None) in the common "
+        "metadata, as runners before it did",
     )
     null_padded_blocks: bool | None = Field(
-        default=None, description="padded rows own no blocks: their block-table entries are NULL_BLOCK_ID (0)"
-    )
-    needs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] | None = Field(
         default=None,
-        description="metadata fields or builder attributes the case needs (of a later release or an open PR); "
-        "a release without one reads 'not applicable: vLLM X has no <name>'",
+        description="padded rows own no blocks: their block-table entries are NULL_BLOCK_ID (0)",
+    )
+    needs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] | None = (
+        Field(
+            default=None,
+            description="metadata fields or builder attributes the case needs (of a later release or an open PR); "
+            "a release without one reads 'not applicable: vLLM X has no <name>'",
+        )
     )
     after: Annotated[list[Id], Field(min_length=1)] | None = Field(
-        default=None, description="cases built first on the same builder (its persistent buffers are reused, as in a server)"
+        default=None,
+        description="cases built first on the same builder (its persistent buffers "
+        "are reused, as in a server)",
     )
     second_builder: SecondBuilder | None = Field(
         default=None,
@@ -197,11 +240,15 @@ class Case(ServerFields):
         if self.call is None and not self.rows:
             raise ValueError("a case needs rows (the batch), or call (a host function on its own)")
         if self.call is not None and (self.rows or self.entry is not None or self.padded_rows):
-            raise ValueError("a call case calls a host function on its own: give it no rows, padded_rows or entry")
+            raise ValueError(
+                "a call case calls a host function on its own: give it no rows, "
+                "padded_rows or entry"
+            )
         return self
 
     def configuration(self) -> str | None:
-        """How the case configures and calls the builder beyond one build() as CPU resolves it, in words
+        """How the case configures and calls the builder beyond one build() as CPU resolves it, in
+        words
         (a GPU server's configuration, an engine step); None: neither."""
         parts = [words for words in (configuration_words(self), step_words(self)) if words]
         return "; ".join(parts) or None
@@ -210,7 +257,9 @@ class Case(ServerFields):
 class KnownDeviation(Strict):
     releases: ReleaseRange | None = None
     cases: list[Id] = Field(default_factory=list, description="only these cases (empty: all)")
-    properties: list[InvariantProperty] = Field(default_factory=list, description="only these invariants")
+    properties: list[InvariantProperty] = Field(
+        default_factory=list, description="only these invariants"
+    )
     reason: Text
     measured: str | None = None
     expect: dict[str, PlainValue] | None = Field(
@@ -219,7 +268,8 @@ class KnownDeviation(Strict):
         "(equivalence); a run that measures anything else fails instead of xfailing",
     )
     instead: InvariantProperty | None = Field(
-        default=None, description="invariant checks: the property that holds in place of the deviating one"
+        default=None,
+        description="invariant checks: the property that holds in place of the deviating one",
     )
 
 
@@ -247,7 +297,8 @@ class Mutant(Strict):
     releases: ReleaseRange | None = None
     equivalent: str | None = Field(
         default=None,
-        description="why this edit cannot change behaviour; such a mutant is reported as equivalent, not run",
+        description="why this edit cannot change behaviour; such a mutant is "
+        "reported as equivalent, not run",
     )
 
 
@@ -259,7 +310,8 @@ class Risk(Strict):
     mutants: list[Mutant] = Field(default_factory=list)
     auto_mutants: list[Id] = Field(
         default_factory=list,
-        description="ids of automatic mutants (from the PR's diff, see `gdn-review mutate --list`) that embody this risk",
+        description="ids of automatic mutants (from the PR's diff, see `gdn-review "
+        "mutate --list`) that embody this risk",
     )
 
 
@@ -318,8 +370,12 @@ class UpstreamTest(Strict):
 
 class Record(Strict):
     schema_version: Literal[1] = 1
-    pr: PullRequest | None = Field(default=None, description="the PR the record reviews (a contract record has none)")
-    contract: Contract | None = Field(default=None, description="instead of pr: what the builder promises where no PR carries it")
+    pr: PullRequest | None = Field(
+        default=None, description="the PR the record reviews (a contract record has none)"
+    )
+    contract: Contract | None = Field(
+        default=None, description="instead of pr: what the builder promises where no PR carries it"
+    )
     target: Target
     summary: str | None = None
     report: ReportNotes | None = None
@@ -328,7 +384,9 @@ class Record(Strict):
     risks: list[Risk] = Field(default_factory=list)
     related: list[Relation] = Field(default_factory=list)
     upstream_tests: list[UpstreamTest] = Field(
-        default_factory=list, description="vLLM's own tests this record states (its cases and claims); the report gives each a verdict"
+        default_factory=list,
+        description="vLLM's own tests this record states (its cases and claims); the "
+        "report gives each a verdict",
     )
     equivalent_mutants: dict[Id, Text] = Field(
         default_factory=dict,
@@ -339,7 +397,10 @@ class Record(Strict):
     @model_validator(mode="after")
     def _pr_or_contract(self) -> Record:
         if (self.pr is None) == (self.contract is None):
-            raise ValueError("a record has either pr: (the PR it reviews) or contract: (a promise no PR carries), not both or neither")
+            raise ValueError(
+                "a record has either pr: (the PR it reviews) or contract: (a "
+                "promise no PR carries), not both or neither"
+            )
         return self
 
     @property
@@ -368,17 +429,21 @@ class Record(Strict):
 
     @property
     def is_open(self) -> bool:
-        """A PR whose change is in no release (open, or closed unmerged): no head release, pending claims."""
+        """A PR whose change is in no release (open, or closed unmerged): no head release, pending
+        claims."""
         return self.pr is not None and self.pr.state in OPEN_STATES
 
     def pending_claims(self) -> dict[str, str]:
-        """Claims that fail until the open PR's change is in (``before: fails``), and why (generated and exported modules)."""
+        """Claims that fail until the open PR's change is in (``before: fails``), and why (generated
+        and exported modules)."""
         if not self.is_open:
             return {}
         words = state_words(self.pr.state)
         return {
-            claim.id: f"PR #{self.pr.number} is {words}: claim {claim.id} (before: fails) holds once its change is in"
-            for claim in self.claims if claim.before == "fails"
+            claim.id: f"PR #{self.pr.number} is {words}: claim {claim.id} (before: "
+            "fails) holds once its change is in"
+            for claim in self.claims
+            if claim.before == "fails"
         }
 
     @property
@@ -388,13 +453,19 @@ class Record(Strict):
 
     def claim_releases(self, claim: Claim) -> str | None:
         """The releases a claim speaks of: its own range, within a contract's (a contract's claim
-        outside ``contract.releases`` skips as not applicable, as one outside its own range does)."""
-        ranges = [r for r in (claim.releases, self.contract.releases if self.contract is not None else None) if r]
+        outside ``contract.releases`` skips as not applicable, as one outside its own range
+        does)."""
+        ranges = [
+            r
+            for r in (claim.releases, self.contract.releases if self.contract is not None else None)
+            if r
+        ]
         return ",".join(ranges) or None
 
     @property
     def latency_check(self) -> LatencyCheck | None:
-        """The check of the record's latency claim (``gdn-review bench`` times it); None: it has none."""
+        """The check of the record's latency claim (``gdn-review bench`` times it); None: it has
+        none."""
         return next((c.check for c in self.claims if c.check.kind == "latency"), None)
 
     def latency_releases(self) -> tuple[str | None, str | None]:
@@ -419,7 +490,9 @@ class Record(Strict):
         A case whose expect states a layout field gets ``layout: True``.
         """
         plain = {
-            case.id: case.model_dump(mode="json", exclude={"expect", "text"}, exclude_none=True, by_alias=True)
+            case.id: case.model_dump(
+                mode="json", exclude={"expect", "text"}, exclude_none=True, by_alias=True
+            )
             for case in sorted(self.cases, key=lambda c: c.id)
         }
         for case in self.cases:
@@ -435,7 +508,9 @@ class Record(Strict):
             if "after" in data:
                 data["after"] = [expanded(earlier) for earlier in data["after"]]
             if data.get("second_builder", {}).get("after"):
-                data["second_builder"] = {"after": [expanded(earlier) for earlier in data["second_builder"]["after"]]}
+                data["second_builder"] = {
+                    "after": [expanded(earlier) for earlier in data["second_builder"]["after"]]
+                }
             return data
 
         return {case_id: expanded(case_id) for case_id in plain}

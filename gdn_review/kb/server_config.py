@@ -21,7 +21,9 @@ from gdn_review.kb.types import Id, PlainValue, ServerExpectField, Strict
 ResolvedBackend = Literal["triton", "flashinfer", "cutedsl", "aiter_flydsl"]
 BACKEND_DEVICE = {"triton": "CUDA", "flashinfer": "CUDA", "cutedsl": "CUDA", "aiter_flydsl": "ROCm"}
 # Module-level functions of the target file a case may call on their own (pure host code).
-HostFunction = Literal["plan_flashinfer_checkpoints", "GDNAttentionMetadataBuilder._check_chunk_metadata_override"]
+HostFunction = Literal[
+    "plan_flashinfer_checkpoints", "GDNAttentionMetadataBuilder._check_chunk_metadata_override"
+]
 # Classes a call may pass as its `builder_cls` argument: vLLM's GDN builder and the subclass
 # that overrides _build_chunk_metadata (Kimi-K3's ROCm KDA builder, importable on CPU).
 HostClass = Literal["GDNAttentionMetadataBuilder", "KimiK3ROCmKDAMetadataBuilder"]
@@ -29,13 +31,17 @@ HostClass = Literal["GDNAttentionMetadataBuilder", "KimiK3ROCmKDAMetadataBuilder
 # Expect fields the harness measures only for a case that states one (kb.types.ExpectField).
 SERVER_EXPECT_FIELDS = get_args(ServerExpectField)
 
-StateIndices = Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)]
+StateIndices = Annotated[
+    list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)
+]
 
 
 class SecondBuilder(Strict):
     """The other KV-cache group's builder a re-gather runs on."""
 
-    after: list[Id] | None = Field(default=None, description="cases built on that builder first (its buffers dirtied)")
+    after: list[Id] | None = Field(
+        default=None, description="cases built on that builder first (its buffers dirtied)"
+    )
     aligned_state_indices: StateIndices | None = Field(
         default=None,
         description="model_runner v2: the aligned state indices the V2 runner hands that group's builder "
@@ -50,15 +56,20 @@ class PrefixCaching(Strict):
     configure the builder as the engine does where a prefill backend can export them.
     """
 
-    hash_block_size: Annotated[int, Field(ge=1)] = Field(description="cache_config.hash_block_size (the engine's resolve_kv_cache_block_sizes)")
+    hash_block_size: Annotated[int, Field(ge=1)] = Field(
+        description="cache_config.hash_block_size (the engine's resolve_kv_cache_block_sizes)"
+    )
     cache_hit_alignment_tokens: Annotated[int, Field(ge=1)] = Field(
-        description="cache_config.cache_hit_alignment_tokens: where prefix-cache hits land, a multiple of hash_block_size"
+        description="cache_config.cache_hit_alignment_tokens: where prefix-cache "
+        "hits land, a multiple of hash_block_size"
     )
     num_prefill_checkpoint_blocks: Annotated[int, Field(ge=0)] = Field(
         default=1, description="MambaSpec.num_prefill_checkpoint_blocks (0: no prefill checkpoints)"
     )
     prefill_checkpoint_alignment: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="MambaSpec.prefill_checkpoint_alignment: a checkpoint's offset into its query is a multiple of it (null: none)"
+        default=None,
+        description="MambaSpec.prefill_checkpoint_alignment: a checkpoint's offset "
+        "into its query is a multiple of it (null: none)",
     )
 
 
@@ -66,23 +77,33 @@ class HostCall(Strict):
     """A module-level function of the target file, called on its own with these arguments."""
 
     function: HostFunction
-    arguments: dict[Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")], PlainValue] = Field(
-        default_factory=dict, description="keyword arguments, plain values (builder_cls: the name of a vLLM builder class)"
+    arguments: dict[
+        Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")], PlainValue
+    ] = Field(
+        default_factory=dict,
+        description="keyword arguments, plain values (builder_cls: the name of a "
+        "vLLM builder class)",
     )
 
     @model_validator(mode="after")
     def _known_class(self) -> HostCall:
         name = self.arguments.get("builder_cls")
         if name is not None and name not in get_args(HostClass):
-            raise ValueError(f"builder_cls {name!r} is not a builder class a call can pass (choose from {', '.join(get_args(HostClass))})")
+            raise ValueError(
+                f"builder_cls {name!r} is not a builder class a call can pass "
+                f"(choose from {', '.join(get_args(HostClass))})"
+            )
         return self
 
 
 class ServerFields(Strict):
-    """The fields of a case that configure the builder as a GPU server would (kb.models.Case has them)."""
+    """The fields of a case that configure the builder as a GPU server would (kb.models.Case has
+    them)."""
 
     call: HostCall | None = Field(
-        default=None, description="instead of a batch: call a module-level function of the target file on its own (expect: returned)"
+        default=None,
+        description="instead of a batch: call a module-level function of the target "
+        "file on its own (expect: returned)",
     )
     resolved_prefill_backend: ResolvedBackend | None = Field(
         default=None,
@@ -91,13 +112,19 @@ class ServerFields(Strict):
     )
     prefix_caching: PrefixCaching | None = Field(
         default=None,
-        description="prefix caching in mamba align mode, with the kv-cache spec and cache config the engine computes on a GPU",
+        description="prefix caching in mamba align mode, with the kv-cache spec and "
+        "cache config the engine computes on a GPU",
     )
     max_model_len: Annotated[int, Field(ge=16, le=1024)] | None = Field(
-        default=None, description="the model's max_model_len (default 256, at most the tiny model's 1024 positions): longer prefills, more block-table columns"
+        default=None,
+        description="the model's max_model_len (default 256, at most the tiny "
+        "model's 1024 positions): longer prefills, more block-table "
+        "columns",
     )
     model_runner: Literal["v1", "v2"] | None = Field(
-        default=None, description="VLLM_USE_V2_MODEL_RUNNER while the builder is constructed; null: vLLM's default"
+        default=None,
+        description="VLLM_USE_V2_MODEL_RUNNER while the builder is constructed; "
+        "null: vLLM's default",
     )
     aligned_state_indices: StateIndices | None = Field(
         default=None,
@@ -111,22 +138,34 @@ def _configuration_parts(case) -> list[tuple[str | None, str]]:
     configures the builder as a GPU server would; one walk over the fields for both."""
     parts: list[tuple[str | None, str]] = []
     if case.resolved_prefill_backend is not None:
-        parts.append((case.resolved_prefill_backend, f"prefill backend {case.resolved_prefill_backend}"))
+        parts.append(
+            (case.resolved_prefill_backend, f"prefill backend {case.resolved_prefill_backend}")
+        )
     if case.prefix_caching is not None:
         caching = case.prefix_caching
-        parts.append(("align prefix caching",
-                      f"prefix caching in align mode (block {case.block_size or 16}, checkpoint alignment "
-                      f"{caching.prefill_checkpoint_alignment}, {caching.num_prefill_checkpoint_blocks} checkpoint block)"))
+        parts.append(
+            (
+                "align prefix caching",
+                f"prefix caching in align mode (block {case.block_size or 16}, checkpoint alignment "
+                f"{caching.prefill_checkpoint_alignment}, {caching.num_prefill_checkpoint_blocks} checkpoint block)",
+            )
+        )
     if case.model_runner == "v2" or case.aligned_state_indices is not None:
         aligned = case.aligned_state_indices is not None
-        parts.append(("V2 aligned indices" if aligned else None, "the V2 runner" + ("'s aligned state indices" if aligned else "")))
+        parts.append(
+            (
+                "V2 aligned indices" if aligned else None,
+                "the V2 runner" + ("'s aligned state indices" if aligned else ""),
+            )
+        )
     if case.cudagraph_mode is not None and "FULL" in case.cudagraph_mode:
         parts.append((case.cudagraph_mode, f"cudagraph {case.cudagraph_mode}"))
     return parts
 
 
 def configuration_label(case) -> str:
-    """A short name of how the case configures the builder (the guard's line map): "CPU default" when
+    """A short name of how the case configures the builder (the guard's line map): "CPU default"
+    when
     it is as this machine resolves it."""
     if case.call is not None:
         return f"host call {case.call.function.rsplit('.', 1)[-1]}"
@@ -157,37 +196,99 @@ def server_problems(case) -> list[tuple[tuple, str]]:
     if caching is not None:
         block_size = case.block_size or 16
         if case.mamba_cache_mode == "none":
-            problems.append((("mamba_cache_mode",), "prefix_caching is mamba align mode: leave mamba_cache_mode out or give align"))
+            problems.append(
+                (
+                    ("mamba_cache_mode",),
+                    "prefix_caching is mamba align mode: leave mamba_cache_mode out or give align",
+                )
+            )
         if block_size % caching.hash_block_size:
-            problems.append((("prefix_caching", "hash_block_size"),
-                             f"block_size {block_size} is not a multiple of hash_block_size {caching.hash_block_size} (vLLM's BlockPool asserts it)"))
+            problems.append(
+                (
+                    ("prefix_caching", "hash_block_size"),
+                    f"block_size {block_size} is not a multiple of hash_block_size "
+                    f"{caching.hash_block_size} (vLLM's BlockPool asserts it)",
+                )
+            )
         if caching.cache_hit_alignment_tokens % caching.hash_block_size:
-            problems.append((("prefix_caching", "cache_hit_alignment_tokens"),
-                             f"{caching.cache_hit_alignment_tokens} is not a multiple of hash_block_size {caching.hash_block_size}: cache hits land on hash blocks"))
+            problems.append(
+                (
+                    ("prefix_caching", "cache_hit_alignment_tokens"),
+                    f"{caching.cache_hit_alignment_tokens} is not a multiple of "
+                    f"hash_block_size {caching.hash_block_size}: cache hits land on "
+                    "hash blocks",
+                )
+            )
     align = caching is not None or case.mamba_cache_mode == "align"
     k = case.speculative_tokens or 0
     given = [(("aligned_state_indices",), case.aligned_state_indices)]
     if case.second_builder is not None:
-        given.append((("second_builder", "aligned_state_indices"), case.second_builder.aligned_state_indices))
+        given.append(
+            (("second_builder", "aligned_state_indices"), case.second_builder.aligned_state_indices)
+        )
     for loc, indices in given:
         if indices is None:
             continue
         if case.model_runner != "v2":
-            problems.append((loc, "only the V2 model runner hands the builder aligned state indices: give model_runner: v2"))
+            problems.append(
+                (
+                    loc,
+                    "only the V2 model runner hands the builder aligned state "
+                    "indices: give model_runner: v2",
+                )
+            )
         if not align:
-            problems.append((loc, "the V2 runner precomputes aligned state indices only in mamba align mode: give prefix_caching (or mamba_cache_mode: align)"))
+            problems.append(
+                (
+                    loc,
+                    "the V2 runner precomputes aligned state indices only in mamba "
+                    "align mode: give prefix_caching (or mamba_cache_mode: align)",
+                )
+            )
         requests = len(case.rows) + case.padded_rows
         if len(indices) != requests:
-            problems.append((loc, f"{len(indices)} rows of aligned indices for {requests} requests: the V2 runner hands one per request "
-                                  "(compute_aligned_state_indices returns aligned_state_indices[:, :num_reqs])"))
+            problems.append(
+                (
+                    loc,
+                    f"{len(indices)} rows of aligned indices for {requests} requests: the V2 runner hands one per request "
+                    "(compute_aligned_state_indices returns aligned_state_indices[:, :num_reqs])",
+                )
+            )
         widths = {len(row) for row in indices}
         if len(widths) > 1:
-            problems.append((loc, f"rows of different widths {sorted(widths)}: the runner hands one tensor"))
+            problems.append(
+                (loc, f"rows of different widths {sorted(widths)}: the runner hands one tensor")
+            )
         elif min(widths) < k + 1:
-            problems.append((loc, f"width {min(widths)} < 1 + speculative_tokens = {k + 1}: a speculating row reads k + 1 state slots"))
+            problems.append(
+                (
+                    loc,
+                    f"width {min(widths)} < 1 + speculative_tokens = {k + 1}: a "
+                    "speculating row reads k + 1 state slots",
+                )
+            )
     if case.call is not None:
-        scenario = [name for name in ("speculative_tokens", "cudagraph_mode", "mamba_cache_mode", "prefix_caching", "resolved_prefill_backend",
-                                      "model_runner", "aligned_state_indices", "after", "second_builder") if getattr(case, name) is not None]
+        scenario = [
+            name
+            for name in (
+                "speculative_tokens",
+                "cudagraph_mode",
+                "mamba_cache_mode",
+                "prefix_caching",
+                "resolved_prefill_backend",
+                "model_runner",
+                "aligned_state_indices",
+                "after",
+                "second_builder",
+            )
+            if getattr(case, name) is not None
+        ]
         if scenario:
-            problems.append((("call",), f"a call case calls a host function on its own, with no builder: leave out {', '.join(scenario)}"))
+            problems.append(
+                (
+                    ("call",),
+                    "a call case calls a host function on its own, with no builder: "
+                    f"leave out {', '.join(scenario)}",
+                )
+            )
     return problems

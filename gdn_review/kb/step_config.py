@@ -26,32 +26,47 @@ STEP_EXPECT_FIELDS = get_args(StepExpectField)
 
 
 class StepCall(Strict):
-    """A builder method a PR adds, called once per step (on the first group's builder) before the groups' builds."""
+    """A builder method a PR adds, called once per step (on the first group's builder) before the
+    groups' builds."""
 
-    method: PythonName = Field(description="the method's name on GDNAttentionMetadataBuilder (a release without it: not applicable / pending)")
+    method: PythonName = Field(
+        description="the method's name on GDNAttentionMetadataBuilder (a release "
+        "without it: not applicable / pending)"
+    )
     arguments: list[PythonName] = Field(
         default_factory=list,
         description="build()'s arguments it takes, by name (common_attn_metadata, num_accepted_tokens, "
         "num_decode_draft_tokens_cpu, common_prefix_len); empty: those its signature names",
     )
     result_as: PythonName | None = Field(
-        default=None, description="build()'s keyword argument each group's build() gets the result as (where build() takes it)"
+        default=None,
+        description="build()'s keyword argument each group's build() gets the result "
+        "as (where build() takes it)",
     )
 
 
 class Step(Strict):
-    """One engine step on the case's batch: ``groups`` KV-cache groups, each its own builder and block table."""
+    """One engine step on the case's batch: ``groups`` KV-cache groups, each its own builder and
+    block table."""
 
     groups: Annotated[int, Field(ge=1, le=4)] = Field(
-        default=2, description="KV-cache groups of GDN layers: group g's block table is the first's entries + g * 10000"
+        default=2,
+        description="KV-cache groups of GDN layers: group g's block table is the "
+        "first's entries + g * 10000",
     )
     before_builds: list[StepCall] = Field(
-        default_factory=list, description="methods called once per step before the groups' builds (what a PR adds)"
+        default_factory=list,
+        description="methods called once per step before the groups' builds (what a PR adds)",
     )
 
 
 # build()'s arguments a step call may take by name (the harness's step vocabulary).
-STEP_ARGUMENTS = ("common_attn_metadata", "num_accepted_tokens", "num_decode_draft_tokens_cpu", "common_prefix_len")
+STEP_ARGUMENTS = (
+    "common_attn_metadata",
+    "num_accepted_tokens",
+    "num_decode_draft_tokens_cpu",
+    "common_prefix_len",
+)
 
 
 def step_problems(case) -> list[tuple[tuple, str]]:
@@ -61,22 +76,43 @@ def step_problems(case) -> list[tuple[tuple, str]]:
         return []
     problems: list[tuple[tuple, str]] = []
     if case.call is not None:
-        problems.append((("step",), "a call case calls a host function on its own: a step needs rows"))
+        problems.append(
+            (("step",), "a call case calls a host function on its own: a step needs rows")
+        )
     if case.entry not in (None, "build"):
-        problems.append((("entry",), "a step calls each group's build() as the runner does: leave entry out"))
+        problems.append(
+            (("entry",), "a step calls each group's build() as the runner does: leave entry out")
+        )
     for name in ("second_builder", "after"):
         if getattr(case, name) is not None:
-            problems.append(((name,), f"a step makes each group's builder itself: leave {name} out"))
+            problems.append(
+                ((name,), f"a step makes each group's builder itself: leave {name} out")
+            )
     if case.aligned_state_indices is not None:
-        problems.append((("aligned_state_indices",), "a step hands no aligned indices (one group's): leave aligned_state_indices out"))
+        problems.append(
+            (
+                ("aligned_state_indices",),
+                "a step hands no aligned indices (one group's): leave aligned_state_indices out",
+            )
+        )
     for index, call in enumerate(step.before_builds):
         for a_index, argument in enumerate(call.arguments):
             if argument not in STEP_ARGUMENTS:
-                problems.append((("step", "before_builds", index, "arguments", a_index),
-                                 f"{argument!r} is not one of build()'s arguments a step passes ({', '.join(STEP_ARGUMENTS)})"))
+                problems.append(
+                    (
+                        ("step", "before_builds", index, "arguments", a_index),
+                        f"{argument!r} is not one of build()'s arguments a step passes "
+                        f"({', '.join(STEP_ARGUMENTS)})",
+                    )
+                )
     missing = set(STEP_EXPECT_FIELDS) & set(case.expect) if step.groups < 2 else set()
     if missing:
-        problems.append((("step", "groups"), f"{', '.join(sorted(missing))} compare groups: give groups: 2 or more"))
+        problems.append(
+            (
+                ("step", "groups"),
+                f"{', '.join(sorted(missing))} compare groups: give groups: 2 or more",
+            )
+        )
     return problems
 
 
@@ -87,4 +123,7 @@ def step_words(case) -> str | None:
         return None
     calls = ", ".join(f"{call.method}()" for call in step.before_builds)
     first = f"{calls} once, then " if calls else ""
-    return f"one engine step: {first}build() of each of {step.groups} KV-cache groups (own builders and block tables)"
+    return (
+        f"one engine step: {first}build() of each of {step.groups} "
+        "KV-cache groups (own builders and block tables)"
+    )

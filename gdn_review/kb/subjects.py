@@ -15,8 +15,13 @@ class PullRequest(Strict):
     number: Annotated[int, Field(gt=0)]
     repo: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
     title: Text
-    merged_at: Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")] | None = Field(
-        default=None, description="when the PR was merged (YYYY-MM-DD, optionally HH:MM[:SS]); leave it out while unknown"
+    merged_at: (
+        Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2})?)?$")]
+        | None
+    ) = Field(
+        default=None,
+        description="when the PR was merged (YYYY-MM-DD, optionally HH:MM[:SS]); "
+        "leave it out while unknown",
     )
     url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = Field(
         default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
@@ -41,42 +46,61 @@ ContractId = Annotated[str, StringConstraints(pattern=rf"^{CONTRACT_ID}$")]
 
 
 class ContractMove(Strict):
-    """A covered (or any untied) changes.yaml entry that moved some of the contract's cases between releases."""
+    """A covered (or any untied) changes.yaml entry that moved some of the contract's cases between
+    releases."""
 
-    change: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] = Field(description="the changes.yaml entry's id")
+    change: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] = Field(
+        description="the changes.yaml entry's id"
+    )
     release: Release = Field(description="the first release with it (the entry's release)")
     cases: Annotated[list[Id], Field(min_length=1)]
-    fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(default_factory=list)
+    fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(
+        default_factory=list
+    )
     note: str | None = None
 
 
 class Contract(Strict):
-    """What the builder promises where no PR can carry it: code whose PR is unknown, or behaviour older than any record."""
+    """What the builder promises where no PR can carry it: code whose PR is unknown, or behaviour
+    older than any record."""
 
     id: ContractId = Field(description="the record's name: kb/<id>.yaml, test_contract_<id>.py")
     title: Text
     covers: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(
-        default_factory=list, description="ids of kb/history/changes.yaml entries whose code it guards (validate checks them)"
+        default_factory=list,
+        description="ids of kb/history/changes.yaml entries whose code it guards "
+        "(validate checks them)",
     )
-    releases: ReleaseRange | None = Field(default=None, description="the releases the promise holds on, e.g. '>=0.31'")
+    releases: ReleaseRange | None = Field(
+        default=None, description="the releases the promise holds on, e.g. '>=0.31'"
+    )
     moved: list[ContractMove] = Field(
-        default_factory=list, description="what untied changes.yaml entries moved in its cases (explains the matrix's drift)"
+        default_factory=list,
+        description="what untied changes.yaml entries moved in its cases (explains "
+        "the matrix's drift)",
     )
 
     @property
     def first_release(self) -> str | None:
-        """The first release its range names (``>=0.31`` -> ``0.31.0``), where its matrix starts; None: it names none."""
+        """The first release its range names (``>=0.31`` -> ``0.31.0``), where its matrix starts;
+        None: it names none."""
         first = release_range.ReleaseRange.of(self.releases).first()
         return None if first is None else f"{first.major}.{first.minor}.{first.micro}"
 
     @model_validator(mode="after")
     def _covers_something(self) -> Contract:
         if not self.covers and not self.releases:
-            raise ValueError("a contract names the changes.yaml entries it covers (covers: [...]) or its release range (releases: ...)")
+            raise ValueError(
+                "a contract names the changes.yaml entries it covers (covers: "
+                "[...]) or its release range (releases: ...)"
+            )
         return self
 
 
-OPEN_STATES = ("open", "closed")  # a PR whose change is in no release: its `before: fails` claims are pending
+OPEN_STATES = (
+    "open",
+    "closed",
+)  # a PR whose change is in no release: its `before: fails` claims are pending
 
 
 def state_words(state: str) -> str:
@@ -85,7 +109,8 @@ def state_words(state: str) -> str:
 
 
 def key_label(key: int | str) -> str:
-    """How people read a record's key where only the key is at hand: ``PR #52078``, ``contract update_block_table``."""
+    """How people read a record's key where only the key is at hand: ``PR #52078``, ``contract
+    update_block_table``."""
     return f"PR #{key}" if isinstance(key, int) else f"contract {key}"
 
 
@@ -98,7 +123,9 @@ def is_record_key(value) -> bool:
     """A PR's number or a contract's id (a key read back from JSON or a command line)."""
     if isinstance(value, bool):
         return False
-    return (isinstance(value, int) and value > 0) or (isinstance(value, str) and re.fullmatch(CONTRACT_ID, value) is not None)
+    return (isinstance(value, int) and value > 0) or (
+        isinstance(value, str) and re.fullmatch(CONTRACT_ID, value) is not None
+    )
 
 
 def key_order(key: int | str) -> tuple:

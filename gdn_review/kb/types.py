@@ -28,6 +28,7 @@ def python_name(identifier: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_]", "_", identifier)
     return name + "_" if keyword.iskeyword(name) else name
 
+
 Text = Annotated[str, StringConstraints(min_length=1)]
 
 
@@ -52,7 +53,10 @@ def _plain_value(value: Any) -> Any:
         return value
     if isinstance(value, list):
         return [_plain_value(item) for item in value]
-    raise ValueError(f"expected values are null, true/false, integers, strings or lists of them; got {type(value).__name__} {value!r}")
+    raise ValueError(
+        "expected values are null, true/false, integers, strings or "
+        f"lists of them; got {type(value).__name__} {value!r}"
+    )
 
 
 PlainValue = Annotated[Any, AfterValidator(_plain_value)]

@@ -27,7 +27,9 @@ class Validation:
         return sum(len(items) for items in self.todos.values())
 
 
-def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, list[str]]]) -> Validation:
+def validate_kb(
+    kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, list[str]]]
+) -> Validation:
     """Load and check every record; RecordErrors (all of them) when one is bad.
 
     ``check_finds`` is the mutation stage's check of a record's mutant finds
@@ -38,7 +40,9 @@ def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, 
     records = load_kb(kb_dir)
     if not records:
         raise SelectionError(f"no records (*.yaml) in {kb_dir}")
-    changes = load_changes(kb_dir)  # the history's notes: RecordErrors with file:line:col when malformed
+    changes = load_changes(
+        kb_dir
+    )  # the history's notes: RecordErrors with file:line:col when malformed
     find_errors, notes = [], []
     for path, record in records.items():
         problems, skipped = check_finds(path, record)
@@ -49,16 +53,26 @@ def validate_kb(kb_dir: Path, check_finds: Callable[[Path, Record], tuple[list, 
     if find_errors:
         raise RecordErrors(find_errors)
     if changes_path(kb_dir).is_file():
-        notes.append(f"{changes_path(kb_dir)}: {len(changes)} builder change(s) that no record states (for the history page)")
-    return Validation(records, {path: incomplete(path, record) for path, record in records.items()}, notes)
+        notes.append(
+            f"{changes_path(kb_dir)}: {len(changes)} builder change(s) that "
+            "no record states (for the history page)"
+        )
+    return Validation(
+        records, {path: incomplete(path, record) for path, record in records.items()}, notes
+    )
 
 
 def relation_problems(records: dict[Path, Record]) -> list:
-    """A relation's from_release must be the head release of the named PR's own record (one release per PR in the history)."""
+    """A relation's from_release must be the head release of the named PR's own record (one release
+    per PR in the history)."""
     from gdn_review.kb import RecordError
     from gdn_review.kb.load import locate, read_yaml
 
-    heads = {record.key: (path, record.target.head_release) for path, record in records.items() if record.target.head_release}
+    heads = {
+        record.key: (path, record.target.head_release)
+        for path, record in records.items()
+        if record.target.head_release
+    }
     problems = []
     for path, record in records.items():
         for index, relation in enumerate(record.related):
@@ -67,8 +81,15 @@ def relation_problems(records: dict[Path, Record]) -> list:
                 continue
             root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
             line, column = locate(root, ("related", index, "from_release"))
-            problems.append(RecordError(
-                str(path), line, column, f"related[{index}].from_release",
-                f"#{relation.number} first shipped in {known[1]} by its own record {known[0]} (target.head_release), not {relation.from_release}",
-            ))
+            problems.append(
+                RecordError(
+                    str(path),
+                    line,
+                    column,
+                    f"related[{index}].from_release",
+                    f"#{relation.number} first shipped in {known[1]} by its own "
+                    f"record {known[0]} (target.head_release), not "
+                    f"{relation.from_release}",
+                )
+            )
     return problems

@@ -1,1 +1,2 @@
-"""A record across vLLM releases: the release matrix, its report data, the builder's history page, finding the releases that carry a line."""
+"""A record across vLLM releases: the release matrix, its report data, the builder's history page,
+finding the releases that carry a line."""

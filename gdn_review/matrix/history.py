@@ -1,4 +1,5 @@
-"""The builder's history: per release, the PRs that changed it, what moved, and each claim's verdict since.
+"""The builder's history: per release, the PRs that changed it, what moved, and each claim's verdict
+since.
 
 Reads what `gdn-review matrix` left for every record (``matrix.json`` and each
 release's evidence and snapshot under ``.gdn-review/matrix-N/``) and, where
@@ -38,7 +39,8 @@ class HistoryError(MatrixError):
 
 @dataclasses.dataclass
 class Matrices:
-    """The matrix runs found per record, and the records that have none (with the command that makes one)."""
+    """The matrix runs found per record, and the records that have none (with the command that makes
+    one)."""
 
     reports: dict[int, dict]  # record -> matrix report data
     tests: dict[int, dict[str, list[dict]]]  # record -> release -> that release's evidence tests
@@ -61,17 +63,28 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
             matrix = load_matrix(matrix_folder(work_root, number))
             stale = _stale(path, matrix)
             if stale:
-                missing[number] = f"{matrix_folder(work_root, number)}: {stale}; run `gdn-review matrix --record {number}`"
+                missing[number] = (
+                    f"{matrix_folder(work_root, number)}: {stale}; run `gdn-review "
+                    f"matrix --record {number}`"
+                )
                 continue
             reports[number] = matrix_report(record, matrix, known)
             tests[number] = {
-                entry["version"]: [t for t in evidence_file.load([Path(entry["evidence_path"])]).tests if t["record"] == number]
-                for entry in matrix["releases"] if entry.get("evidence_path")
+                entry["version"]: [
+                    t
+                    for t in evidence_file.load([Path(entry["evidence_path"])]).tests
+                    if t["record"] == number
+                ]
+                for entry in matrix["releases"]
+                if entry.get("evidence_path")
             }
         except (MatrixError, evidence_file.EvidenceError) as error:
             missing[number] = f"{error}; run `gdn-review matrix --record {number}`"
     if not reports:
-        raise HistoryError(f"no record has a matrix run under {work_root}: run `gdn-review matrix --all --since 0.28.0` first")
+        raise HistoryError(
+            f"no record has a matrix run under {work_root}: run `gdn-review "
+            "matrix --all --since 0.28.0` first"
+        )
     return Matrices(reports, tests, missing)
 
 
@@ -88,7 +101,8 @@ def _stale(record_path: Path, matrix: dict) -> str | None:
 
 
 def load_bench(path: Path) -> dict[int, dict]:
-    """Latency ratios per record from `gdn-review bench`'s file (per device, CUDA preferred); {} when there is none."""
+    """Latency ratios per record from `gdn-review bench`'s file (per device, CUDA preferred); {}
+    when there is none."""
     path = Path(path)
     if not path.exists():
         return {}
@@ -113,8 +127,11 @@ def _releases(reports: dict[int, dict], since: str | None) -> list[str]:
     return sorted((v for v in seen if _in(v, since)), key=Version)
 
 
-def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
-    """Per release, the PRs that first shipped in it: records by their head release, relations by from_release."""
+def _shipped(
+    records: list[Record], reports: dict[int, dict], releases: list[str]
+) -> dict[str, list[dict]]:
+    """Per release, the PRs that first shipped in it: records by their head release, relations by
+    from_release."""
     numbers = {r.key for r in records}
     per: dict[str, dict[int, dict]] = {v: {} for v in releases}
     for record in records:
@@ -123,26 +140,46 @@ def _shipped(records: list[Record], reports: dict[int, dict], releases: list[str
             head = record.contract.first_release
         if head in per:
             per[head][record.key] = {
-                "number": record.key, "title": record.title, "record": True,
-                "merged_at": record.pr.merged_at if record.pr else None, "contract": record.contract is not None, "named_by": [], "summary": record.summary,
+                "number": record.key,
+                "title": record.title,
+                "record": True,
+                "merged_at": record.pr.merged_at if record.pr else None,
+                "contract": record.contract is not None,
+                "named_by": [],
+                "summary": record.summary,
             }
     for record in records:
         for relation in record.related:
             release = relation.from_release
             if release not in per:
                 continue
-            entry = per[release].setdefault(relation.number, {
-                "number": relation.number, "title": relation.title, "record": relation.number in numbers,
-                "merged_at": None, "named_by": [], "summary": None,
-            })
+            entry = per[release].setdefault(
+                relation.number,
+                {
+                    "number": relation.number,
+                    "title": relation.title,
+                    "record": relation.number in numbers,
+                    "merged_at": None,
+                    "named_by": [],
+                    "summary": None,
+                },
+            )
             entry["named_by"].append(_relation_check(record, relation, reports.get(record.key)))
     return {v: sorted(per[v].values(), key=lambda e: key_order(e["number"])) for v in releases}
 
 
 def _relation_check(record: Record, relation, report: dict | None) -> dict:
     """What a record says a related PR changed in its cases, and whether the matrix shows that."""
-    said = [f"{', '.join(c.cases)}" + (f" ({', '.join(c.fields)})" if c.fields else "") for c in relation.changes]
-    entry = {"record": record.key, "relation": relation.relation, "says": said, "note": relation.note}
+    said = [
+        f"{', '.join(c.cases)}" + (f" ({', '.join(c.fields)})" if c.fields else "")
+        for c in relation.changes
+    ]
+    entry = {
+        "record": record.key,
+        "relation": relation.relation,
+        "says": said,
+        "note": relation.note,
+    }
     if report is None:
         entry["checked"] = "not checked: this record has no matrix run"
         return entry
@@ -150,26 +187,36 @@ def _relation_check(record: Record, relation, report: dict | None) -> dict:
     release = relation.from_release
     earlier = [v for v in versions if Version(v) < Version(release)]
     if release not in versions or not earlier:
-        entry["checked"] = f"not checked: the matrix of {record.short} does not run both sides of {release}"
+        entry["checked"] = (
+            f"not checked: the matrix of {record.short} does not run both sides of {release}"
+        )
         return entry
     previous = earlier[-1]
-    moved = [r for r in report["matrix"]["drift"]["rows"] if r["from"] == previous and r["to"] == release]
+    moved = [
+        r for r in report["matrix"]["drift"]["rows"] if r["from"] == previous and r["to"] == release
+    ]
     mine = [r for r in moved if any(e["number"] == relation.number for e in r["explained_by"])]
     if relation.changes:
         entry["checked"] = (
-            f"confirmed: {len(mine)} case(s) of {record.short} moved {previous} → {release} as stated"
-            if mine else f"not seen: no case of {record.short} it names moved {previous} → {release}"
+            f"confirmed: {len(mine)} case(s) of {record.short} moved "
+            f"{previous} → {release} as stated"
+            if mine
+            else f"not seen: no case of {record.short} it names moved {previous} → {release}"
         )
     else:
         entry["checked"] = (
-            f"confirmed: changes none of {record.short}'s cases (no field moved {previous} → {release})"
-            if not moved else f"contradicted: {len(moved)} case(s) of {record.short} moved {previous} → {release}"
+            f"confirmed: changes none of {record.short}'s cases (no field "
+            f"moved {previous} → {release})"
+            if not moved
+            else f"contradicted: {len(moved)} case(s) of {record.short} moved "
+            f"{previous} → {release}"
         )
     return entry
 
 
 def _moved(reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict]]:
-    """Per release, the drift rows of every record that end in it (what moved since the release before)."""
+    """Per release, the drift rows of every record that end in it (what moved since the release
+    before)."""
     per: dict[str, list[dict]] = {v: [] for v in releases}
     for number, data in sorted(reports.items(), key=lambda item: key_order(item[0])):
         for row in data["matrix"]["drift"]["rows"]:
@@ -184,10 +231,15 @@ def _schema(reports: dict[int, dict], releases: list[str]) -> dict[str, dict]:
     for data in reports.values():
         for change in data["matrix"]["drift"]["schema"]:
             if change["to"] in releases and change["from"] in releases:
-                entry = per.setdefault(change["to"], {"from": change["from"], "added": set(), "removed": set()})
+                entry = per.setdefault(
+                    change["to"], {"from": change["from"], "added": set(), "removed": set()}
+                )
                 entry["added"] |= set(change["added"])
                 entry["removed"] |= set(change["removed"])
-    return {v: {"from": e["from"], "added": sorted(e["added"]), "removed": sorted(e["removed"])} for v, e in per.items()}
+    return {
+        v: {"from": e["from"], "added": sorted(e["added"]), "removed": sorted(e["removed"])}
+        for v, e in per.items()
+    }
 
 
 def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) -> list[dict]:
@@ -205,18 +257,30 @@ def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) ->
             for key in claim.check.budget:
                 values = {}
                 for version in releases:
-                    ran = [t for t in matrices.tests[number].get(version, []) if t["claim"] == claim.id and t["outcome"] in RAN]
+                    ran = [
+                        t
+                        for t in matrices.tests[number].get(version, [])
+                        if t["claim"] == claim.id and t["outcome"] in RAN
+                    ]
                     found = op_values(ran, key)
                     values[version] = found[-1] if found else None
                 if any(v is not None for v in values.values()):
-                    series.append({
-                        "record": number, "claim": claim.id, "op": key.split("|")[0], "budget": claim.check.budget[key],
-                        "values": values, "complete": all(v is not None for v in values.values()),
-                    })
+                    series.append(
+                        {
+                            "record": number,
+                            "claim": claim.id,
+                            "op": key.split("|")[0],
+                            "budget": claim.check.budget[key],
+                            "values": values,
+                            "complete": all(v is not None for v in values.values()),
+                        }
+                    )
     return series
 
 
-def _verdicts(records: dict[int, Record], reports: dict[int, dict], releases: list[str]) -> list[dict]:
+def _verdicts(
+    records: dict[int, Record], reports: dict[int, dict], releases: list[str]
+) -> list[dict]:
     rows = []
     for number, data in sorted(reports.items(), key=lambda item: key_order(item[0])):
         record = records[number]
@@ -231,17 +295,25 @@ def _verdicts(records: dict[int, Record], reports: dict[int, dict], releases: li
             verdict = discrimination[row["id"]]
             base = record.target.base_release
             if base and base not in releases and claim.before:
-                # The window starts after the base release: before -> after was judged by the record's own matrix.
+                # The window starts after the base release: before -> after was judged by the
+                # record's own matrix.
                 verdict = f"base {base} not in this window (`gdn-review matrix --record {number}`)"
-            rows.append({
-                "record": number, "claim": row["id"], "text": claim.text, "kind": claim.check.kind,
-                "cells": cells, "discrimination": verdict,
-            })
+            rows.append(
+                {
+                    "record": number,
+                    "claim": row["id"],
+                    "text": claim.text,
+                    "kind": claim.check.kind,
+                    "cells": cells,
+                    "discrimination": verdict,
+                }
+            )
     return rows
 
 
 def _attributed_schema(schema: dict | None, notes: list) -> dict | None:
-    """A release's added and removed fields, each with the noted change that adds it (None: unattributed)."""
+    """A release's added and removed fields, each with the noted change that adds it (None:
+    unattributed)."""
     if not schema:
         return None
     owner = {name: note for note in notes for name in note.fields}
@@ -262,26 +334,46 @@ def _attributed_schema(schema: dict | None, notes: list) -> dict | None:
 def _note(change) -> dict:
     pr = change.pr
     return {
-        "what": change.what, "fields": change.fields, "searched": change.searched,
-        "pr": None if pr is None else {"number": pr.number, "title": pr.title, "url": pr.url or f"https://github.com/vllm-project/vllm/pull/{pr.number}", "evidence": pr.evidence, "why": pr.why},
+        "what": change.what,
+        "fields": change.fields,
+        "searched": change.searched,
+        "pr": None
+        if pr is None
+        else {
+            "number": pr.number,
+            "title": pr.title,
+            "url": pr.url or f"https://github.com/vllm-project/vllm/pull/{pr.number}",
+            "evidence": pr.evidence,
+            "why": pr.why,
+        },
     }
 
 
 def _durations(reports: dict[int, dict]) -> list[str]:
-    """Wall time of the matrix runs read: one entry per run (``--all`` runs every record at once)."""
+    """Wall time of the matrix runs read: one entry per run (``--all`` runs every record at
+    once)."""
     runs: dict[tuple, list[int]] = {}
     for number, data in sorted(reports.items(), key=lambda item: key_order(item[0])):
-        key = (data["matrix"].get("run_id") or key_short(number), data["matrix"].get("duration_s") or 0.0)
+        key = (
+            data["matrix"].get("run_id") or key_short(number),
+            data["matrix"].get("duration_s") or 0.0,
+        )
         runs.setdefault(key, []).append(number)
     return [
-        f"{seconds:.0f} s for {', '.join(key_short(n) for n in numbers)}" for (_, seconds), numbers in sorted(runs.items(), key=lambda item: item[1][0])
+        f"{seconds:.0f} s for {', '.join(key_short(n) for n in numbers)}"
+        for (_, seconds), numbers in sorted(runs.items(), key=lambda item: item[1][0])
     ]
 
 
 def history_data(
-    records: dict[Path, Record], matrices: Matrices, bench: dict[int, dict] | None = None, since: str | None = None, changes: list | None = None
+    records: dict[Path, Record],
+    matrices: Matrices,
+    bench: dict[int, dict] | None = None,
+    since: str | None = None,
+    changes: list | None = None,
 ) -> dict:
-    """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's notes."""
+    """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's
+    notes."""
     changes = changes or []
     by_number = {r.key: r for r in records.values()}
     reports = matrices.reports
@@ -292,35 +384,66 @@ def history_data(
     moved = _moved(reports, releases)
     schema = _schema(reports, releases)
     earlier = sorted(
-        ({"number": r.key, "title": r.title, "head": r.target.head_release} for r in by_number.values()
-         if r.target.head_release and not _in(r.target.head_release, releases[0]) and r.key in reports),
+        (
+            {"number": r.key, "title": r.title, "head": r.target.head_release}
+            for r in by_number.values()
+            if r.target.head_release
+            and not _in(r.target.head_release, releases[0])
+            and r.key in reports
+        ),
         key=lambda e: Version(e["head"]),
     )
-    open_prs = [{"number": r.key, "title": r.title, "base": r.target.base_release} for r in by_number.values() if r.state == "open"]
+    open_prs = [
+        {"number": r.key, "title": r.title, "base": r.target.base_release}
+        for r in by_number.values()
+        if r.state == "open"
+    ]
     latency = []
     for number, result in sorted((bench or {}).items(), key=lambda item: key_order(item[0])):
         if number in by_number:
             pooled = result["pooled"]
-            latency.append({"record": number, "base": result.get("base"), "head": result.get("head"), "device": result.get("device", "cpu"),
-                            "ratio": pooled.get("ratio"), "ci95": pooled.get("ci95"), "verdict": result.get("verdict")})
+            latency.append(
+                {
+                    "record": number,
+                    "base": result.get("base"),
+                    "head": result.get("head"),
+                    "device": result.get("device", "cpu"),
+                    "ratio": pooled.get("ratio"),
+                    "ci95": pooled.get("ci95"),
+                    "verdict": result.get("verdict"),
+                }
+            )
     per_release = []
     for index, version in enumerate(releases):
         rows = moved[version]
         notes = [c for c in changes if c.release == version]
         fields = _attributed_schema(schema.get(version), notes)
-        unattributed = [f for f in (fields["added"] + fields["removed"] if fields else []) if f["by"] is None]
-        per_release.append({
-            "version": version,
-            "previous": releases[index - 1] if index else None,
-            "prs": shipped[version],
-            "moved": rows,
-            "unexplained": [r for r in rows if not r["explained_by"]] + [
-                {"record": None, "from": fields["from"], "to": version, "case": "(metadata class)", "fields": [f["field"]], "explained_by": []} for f in unattributed
-            ],
-            "schema": fields,
-            "changes": [_note(c) for c in notes],
-            "latency": [entry for entry in latency if entry["head"] == version],
-        })
+        unattributed = [
+            f for f in (fields["added"] + fields["removed"] if fields else []) if f["by"] is None
+        ]
+        per_release.append(
+            {
+                "version": version,
+                "previous": releases[index - 1] if index else None,
+                "prs": shipped[version],
+                "moved": rows,
+                "unexplained": [r for r in rows if not r["explained_by"]]
+                + [
+                    {
+                        "record": None,
+                        "from": fields["from"],
+                        "to": version,
+                        "case": "(metadata class)",
+                        "fields": [f["field"]],
+                        "explained_by": [],
+                    }
+                    for f in unattributed
+                ],
+                "schema": fields,
+                "changes": [_note(c) for c in notes],
+                "latency": [entry for entry in latency if entry["head"] == version],
+            }
+        )
     unexplained = [r for entry in per_release for r in entry["unexplained"]]
     return {
         "since": since,
@@ -334,15 +457,21 @@ def history_data(
         "unexplained": unexplained,
         "latency": latency,
         "durations": _durations(reports),
-        "matrix_link": "matrix/",  # the records' matrix reports, from the page's folder (write_page sets it)
+        # the records' matrix reports, from the page's folder (write_page sets it)
+        "matrix_link": "matrix/",
     }
 
 
-
 def write_page(
-    kb_dir: Path, work_root: Path, bench_path: Path, out_path: Path, since: str | None = None, matrix_reports: Path = Path("reports/matrix"),
+    kb_dir: Path,
+    work_root: Path,
+    bench_path: Path,
+    out_path: Path,
+    since: str | None = None,
+    matrix_reports: Path = Path("reports/matrix"),
 ) -> tuple[dict, Path]:
-    """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its data and path.
+    """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its
+    data and path.
 
     ``matrix_reports``: the folder of the records' matrix reports, which the page
     links relative to its own folder.
@@ -354,6 +483,17 @@ def write_page(
     from gdn_review.run.selection import load_records
 
     records = load_records(kb_dir)
-    data = history_data(records, load_matrices(records, work_root), load_bench(bench_path), since=since, changes=load_changes(kb_dir))
-    data["matrix_link"] = Path(os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)).as_posix() + "/"
+    data = history_data(
+        records,
+        load_matrices(records, work_root),
+        load_bench(bench_path),
+        since=since,
+        changes=load_changes(kb_dir),
+    )
+    data["matrix_link"] = (
+        Path(
+            os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)
+        ).as_posix()
+        + "/"
+    )
     return data, reporting.write_history(data, out_path)

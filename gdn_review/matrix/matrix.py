@@ -1,4 +1,5 @@
-"""The release matrix: a record's generated tests on the base release, the head release and every later one.
+"""The release matrix: a record's generated tests on the base release, the head release and every
+later one.
 
 Each release runs the record's generated module in a pytest subprocess of its
 own, with that release's Python sources (from the release cache) first on
@@ -36,8 +37,14 @@ from packaging.version import Version
 
 from gdn_review.common import fast_exit, interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
+from gdn_review.matrix.matrix_files import (
+    MATRIX_FORMAT,
+    MatrixError,
+    load_matrix,
+    matrix_folder_name,
+    write_matrix,
+)
 from gdn_review.run import evidence_file
-from gdn_review.matrix.matrix_files import MATRIX_FORMAT, MatrixError, load_matrix, matrix_folder_name, write_matrix
 
 CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # read by harness.claim_in_range
 # The release run's pytest process, from its first line: the test hook of ``interrupts.hold``
@@ -64,7 +71,9 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
     if not base:
         raise MatrixError("the record names no target.base_release: give releases with --vllm")
     if installed is None:
-        raise MatrixError("no vLLM is importable here to end the default range: give releases with --vllm")
+        raise MatrixError(
+            "no vLLM is importable here to end the default range: give releases with --vllm"
+        )
     head = head or base
     chosen = [Version(base), Version(head)]
     top = Version(installed)
@@ -74,14 +83,19 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
     return [str(v) for v in sorted(set(chosen))]
 
 
-def plan(record, installed: str | None, requested: list[str] | None = None, since: str | None = None) -> list[Planned]:
+def plan(
+    record, installed: str | None, requested: list[str] | None = None, since: str | None = None
+) -> list[Planned]:
     """The releases to run for a record; ``since``: none older than that (a history's window)."""
     base, head = record.target.base_release, record.target.head_release
     if record.contract is not None:
         # A contract has no base: it runs from the first release its range names (as a head) on.
         base, head = None, record.contract.first_release
         if not requested and head is None:
-            raise MatrixError(f"{record.label} names no lower bound in contract.releases: give releases with --vllm")
+            raise MatrixError(
+                f"{record.label} names no lower bound in contract.releases: give "
+                "releases with --vllm"
+            )
     versions = requested or default_releases(head if base is None else base, head, installed)
     if since:
         versions = [v for v in versions if Version(v) >= Version(since)]
@@ -99,11 +113,15 @@ def plan(record, installed: str | None, requested: list[str] | None = None, sinc
             role = "base"
         elif head and Version(version) == Version(head):
             role = "head"
-        elif (head or base) and Version(version) > Version(head or base):  # an open PR (no head yet): after its base
+        elif (head or base) and Version(version) > Version(
+            head or base
+        ):  # an open PR (no head yet): after its base
             role = "later"
         else:
             role = "earlier"
-        planned.append(Planned(version, role, installed is not None and Version(version) == Version(installed)))
+        planned.append(
+            Planned(version, role, installed is not None and Version(version) == Version(installed))
+        )
     return planned
 
 
@@ -119,8 +137,11 @@ def default_jobs() -> int:
         return max(1, min(cpus, 2))
 
 
-def fetch(planned: list[Planned], say: Callable[[str], None]) -> tuple[dict[str, Path | None], list[str]]:
-    """Each release's folder for PYTHONPATH (None: the installed one) and the versions downloaded now."""
+def fetch(
+    planned: list[Planned], say: Callable[[str], None]
+) -> tuple[dict[str, Path | None], list[str]]:
+    """Each release's folder for PYTHONPATH (None: the installed one) and the versions downloaded
+    now."""
     paths: dict[str, Path | None] = {}
     downloaded = []
     for item in planned:
@@ -136,13 +157,27 @@ def fetch(planned: list[Planned], say: Callable[[str], None]) -> tuple[dict[str,
     return paths, downloaded
 
 
-def run_one(item: Planned, path: Path | None, module: Path, record_path: Path, out_dir: Path, keyword: str | None = None) -> dict:
-    """Run the record's module on one release (a subprocess); the evidence, snapshot and log go to ``out_dir``."""
+def run_one(
+    item: Planned,
+    path: Path | None,
+    module: Path,
+    record_path: Path,
+    out_dir: Path,
+    keyword: str | None = None,
+) -> dict:
+    """Run the record's module on one release (a subprocess); the evidence, snapshot and log go to
+    ``out_dir``."""
     return run_group(item, path, [(module, record_path, out_dir)], keyword)[0]
 
 
-def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, Path]], keyword: str | None = None) -> list[dict]:
-    """Run several records' modules on one release in one subprocess (vLLM imported once); a result per member.
+def run_group(
+    item: Planned,
+    path: Path | None,
+    members: list[tuple[Path, Path, Path]],
+    keyword: str | None = None,
+) -> list[dict]:
+    """Run several records' modules on one release in one subprocess (vLLM imported once); a result
+    per member.
 
     ``members``: (module, record path, out dir) of records that run this release in
     the same role (a base release runs every claim, so it is never shared with a
@@ -151,16 +186,39 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     """
     first_dir = members[0][2]
     shared = len(members) > 1
-    session_evidence = first_dir / (f".group-evidence-{item.version}.json" if shared else f"evidence-{item.version}.json")
-    log = first_dir / (f".group-pytest-{item.version}.log" if shared else f"pytest-{item.version}.log")
-    outputs = [(out / f"evidence-{item.version}.json", out / f"snapshot-{item.version}.json", out / f"pytest-{item.version}.log") for _, _, out in members]
+    session_evidence = first_dir / (
+        f".group-evidence-{item.version}.json" if shared else f"evidence-{item.version}.json"
+    )
+    log = first_dir / (
+        f".group-pytest-{item.version}.log" if shared else f"pytest-{item.version}.log"
+    )
+    outputs = [
+        (
+            out / f"evidence-{item.version}.json",
+            out / f"snapshot-{item.version}.json",
+            out / f"pytest-{item.version}.log",
+        )
+        for _, _, out in members
+    ]
     for stale in [session_evidence, log, *(p for trio in outputs for p in trio)]:
         stale.unlink(missing_ok=True)
     env = release_trees.environment(path)
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    command = [sys.executable, "-c", PYTEST_HELD, *(str(module) for module, _, _ in members), "-q", "-p", "no:cacheprovider", "--gdn-evidence", str(session_evidence), "-p", "gdn_review.run.snapshot_take"]
+    command = [
+        sys.executable,
+        "-c",
+        PYTEST_HELD,
+        *(str(module) for module, _, _ in members),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--gdn-evidence",
+        str(session_evidence),
+        "-p",
+        "gdn_review.run.snapshot_take",
+    ]
     if shared:  # one module that does not collect must not take the others' tests with it
         command.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
@@ -169,11 +227,21 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
         command += ["-k", keyword]
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as stream:
-        code = interrupts.run_child(command, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
+        code = interrupts.run_child(
+            command, env=env, stdout=stream, stderr=subprocess.STDOUT
+        ).returncode
     duration = round(time.monotonic() - started, 1)
     text = log.read_text(encoding="utf-8", errors="replace")
     lines = [line for line in text.splitlines() if line.strip()]
-    summary = next((line.strip("= ") for line in reversed(lines) if " in " in line and ("passed" in line or "failed" in line or "skipped" in line or "error" in line)), f"pytest exit code {code}")
+    summary = next(
+        (
+            line.strip("= ")
+            for line in reversed(lines)
+            if " in " in line
+            and ("passed" in line or "failed" in line or "skipped" in line or "error" in line)
+        ),
+        f"pytest exit code {code}",
+    )
     data = None
     if shared:
         data = evidence_file.take_tests(session_evidence)
@@ -182,7 +250,11 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
     for member, (own_evidence, snapshot, own_log) in zip(members, outputs):
         own_summary, own_code = summary, code
         if shared:
-            mine = evidence_file.record_slice(data, _record_number(member[1])) if data is not None else None
+            mine = (
+                evidence_file.record_slice(data, _record_number(member[1]))
+                if data is not None
+                else None
+            )
             if not mine or not mine["tests"]:
                 # Nothing of this record in the shared session (another module's crash, a
                 # collection error): it runs alone, so its result is its own.
@@ -194,19 +266,21 @@ def run_group(item: Planned, path: Path | None, members: list[tuple[Path, Path, 
             evidence_file.write(own_evidence, mine)
             own_summary = outcome_summary(mine["tests"], duration, len(members))
             own_code = mine["pytest_exit_status"]
-        results.append({
-            "version": item.version,
-            "role": item.role,
-            "source": "installed" if path is None else "unpacked on PYTHONPATH",
-            "claims_on_any_release": item.role == "base",
-            "evidence": own_evidence.name if own_evidence.exists() else None,
-            "snapshot": snapshot.name if snapshot.exists() else None,
-            "log": own_log.name,
-            "pytest_exit": own_code,
-            "summary": own_summary,
-            "duration_s": duration,
-            **({"shared_with": len(members) - 1} if shared else {}),
-        })
+        results.append(
+            {
+                "version": item.version,
+                "role": item.role,
+                "source": "installed" if path is None else "unpacked on PYTHONPATH",
+                "claims_on_any_release": item.role == "base",
+                "evidence": own_evidence.name if own_evidence.exists() else None,
+                "snapshot": snapshot.name if snapshot.exists() else None,
+                "log": own_log.name,
+                "pytest_exit": own_code,
+                "summary": own_summary,
+                "duration_s": duration,
+                **({"shared_with": len(members) - 1} if shared else {}),
+            }
+        )
     return results
 
 
@@ -217,7 +291,8 @@ def _record_number(record_path: Path) -> int | str:
 
 
 def outcome_summary(tests: list[dict], duration: float, records: int) -> str:
-    """pytest's closing line for one record's share of a session ('12 passed, 3 skipped of a session of 4 records in 40.1s')."""
+    """pytest's closing line for one record's share of a session ('12 passed, 3 skipped of a session
+    of 4 records in 40.1s')."""
     counts: dict[str, int] = {}
     for test in tests:
         counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
@@ -227,7 +302,8 @@ def outcome_summary(tests: list[dict], duration: float, records: int) -> str:
 
 
 def target_diff(record) -> str | None:
-    """The unified diff of the target file from the base to the head release (from the release cache), or None."""
+    """The unified diff of the target file from the base to the head release (from the release
+    cache), or None."""
     base, head = record.target.base_release, record.target.head_release
     if not base or not head:
         return None
@@ -241,8 +317,10 @@ def target_diff(record) -> str | None:
             return None
         texts.append(text)
     lines = difflib.unified_diff(
-        texts[0].splitlines(keepends=True), texts[1].splitlines(keepends=True),
-        fromfile=f"{record.target.file} ({base})", tofile=f"{record.target.file} ({head})",
+        texts[0].splitlines(keepends=True),
+        texts[1].splitlines(keepends=True),
+        fromfile=f"{record.target.file} ({base})",
+        tofile=f"{record.target.file} ({head})",
     )
     return "".join(lines)
 
@@ -270,29 +348,45 @@ def run_matrix(
     since: str | None = None,
 ) -> dict:
     """Run the record's module on every planned release; write and return matrix.json's data."""
-    installed = release_cache.installed()  # None in a bundle: every release comes from the release cache
+    installed = (
+        release_cache.installed()
+    )  # None in a bundle: every release comes from the release cache
     job = Job(record, record_path, module, out_dir, plan(record, installed, requested, since))
     return run_matrices([job], installed, jobs, keyword, say)[record.key]
 
 
 def run_matrices(
-    work: list[Job], installed: str | None, jobs: int | None = None, keyword: str | None = None, say: Callable[[str], None] = print,
+    work: list[Job],
+    installed: str | None,
+    jobs: int | None = None,
+    keyword: str | None = None,
+    say: Callable[[str], None] = print,
     share_sessions: bool = True,
 ) -> dict[int, dict]:
-    """Run several records' matrices with one pool of release runs; each record's matrix.json data by PR number.
+    """Run several records' matrices with one pool of release runs; each record's matrix.json data
+    by PR number.
 
     ``share_sessions=False`` gives every record and release a session of its own
     (benchmarks/matrix_sessions.py compares the two).
     """
     for job in work:
-        say(f"release matrix of {job.record.label}: vLLM {', '.join(p.version for p in job.planned)} (installed: {installed or 'none'})")
+        say(
+            f"release matrix of {job.record.label}: vLLM "
+            f"{', '.join(p.version for p in job.planned)} (installed: "
+            f"{installed or 'none'})"
+        )
     wanted = {p.version: p for job in work for p in job.planned}
     paths, downloaded = fetch(list(wanted.values()), say)
     if downloaded:
         say(f"release cache: downloaded {', '.join(downloaded)}")
     else:
-        say(f"release cache: every release was already cached; nothing downloaded ({release_cache.cache_root()})")
-    before = _listings([job.out_dir for job in work])  # what an interrupted run removes is what is not in these
+        say(
+            "release cache: every release was already cached; nothing "
+            f"downloaded ({release_cache.cache_root()})"
+        )
+    before = _listings(
+        [job.out_dir for job in work]
+    )  # what an interrupted run removes is what is not in these
     for job in work:
         job.out_dir.mkdir(parents=True, exist_ok=True)
     # One session per release and per kind of run: a base release (every claim checked)
@@ -300,20 +394,37 @@ def run_matrices(
     groups: dict[tuple, list[tuple[Job, Planned]]] = {}
     for job in work:
         for item in job.planned:
-            key = (item.version, item.role == "base") if share_sessions else (item.version, job.record.key)
+            key = (
+                (item.version, item.role == "base")
+                if share_sessions
+                else (item.version, job.record.key)
+            )
             groups.setdefault(key, []).append((job, item))
-    ordered = sorted(groups.items(), key=lambda entry: (-len(entry[1]), Version(entry[0][0])))  # big sessions first
+    ordered = sorted(
+        groups.items(), key=lambda entry: (-len(entry[1]), Version(entry[0][0]))
+    )  # big sessions first
     jobs = jobs or default_jobs()
     several = len(work) > 1
     runs = sum(len(members) for members in groups.values())
-    say(f"running {runs} release runs of {len(work)} records in {len(groups)} sessions, {jobs} at a time" if several else f"running {runs} releases, {jobs} at a time")
+    say(
+        f"running {runs} release runs of {len(work)} records in "
+        f"{len(groups)} sessions, {jobs} at a time"
+        if several
+        else f"running {runs} releases, {jobs} at a time"
+    )
     started = time.monotonic()
     results: dict[tuple[int, str], dict] = {}
     done = 0
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {
-            pool.submit(run_group, members[0][1], paths[version], [(job.module, job.record_path, job.out_dir) for job, _ in members], keyword): members
+            pool.submit(
+                run_group,
+                members[0][1],
+                paths[version],
+                [(job.module, job.record_path, job.out_dir) for job, _ in members],
+                keyword,
+            ): members
             for (version, _), members in ordered
         }
         for future in concurrent.futures.as_completed(futures):
@@ -325,17 +436,25 @@ def run_matrices(
                 where = "installed" if item.installed else "unpacked"
                 forced = ", every claim checked" if result["claims_on_any_release"] else ""
                 whose = f"{job.record.short} " if several else ""
-                say(f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, {where}{forced}): {result['summary']} ({result['duration_s']:.0f} s)")
+                say(
+                    f"[{done}/{runs}] {whose}vLLM {item.version} ({item.role}, "
+                    f"{where}{forced}): {result['summary']} "
+                    f"({result['duration_s']:.0f} s)"
+                )
     except BaseException as error:
-        interrupts.stop_all()  # the release runs' processes: their threads end now, not when the runs would
+        # the release runs' processes: their threads end now, not when the runs would
+        interrupts.stop_all()
         pool.shutdown(wait=True, cancel_futures=True)
         if isinstance(error, KeyboardInterrupt):
             _remove_new(before)
         raise
     pool.shutdown()
-    interrupts.finishing()  # every release ran: matrix.json and the reports are written whatever comes now
+    # every release ran: matrix.json and the reports are written whatever comes now
+    interrupts.finishing()
     duration = round(time.monotonic() - started, 1)
-    run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(time.time() - duration))}Z+{os.getpid()}"
+    run_id = (
+        f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(time.time() - duration))}Z+{os.getpid()}"
+    )
     written = {}
     for job in work:
         number = job.record.key
@@ -346,8 +465,10 @@ def run_matrices(
             "downloaded": [v for v in downloaded if v in {p.version for p in job.planned}],
             "jobs": jobs,
             "duration_s": duration,
-            "run_id": run_id,  # the same for every record of one run (the history page tells runs apart by it)
-            # What the run was of: the history page refuses a run whose record has changed since, or that ran only part.
+            # the same for every record of one run (the history page tells runs apart by it)
+            "run_id": run_id,
+            # What the run was of: the history page refuses a run whose record has changed since, or
+            # that ran only part.
             "record_sha256": hashlib.sha256(Path(job.record_path).read_bytes()).hexdigest(),
             "keyword": keyword,
             "releases": [results[(number, p.version)] for p in job.planned],
@@ -361,7 +482,8 @@ def run_matrices(
 
 
 def _listings(folders: list[Path]) -> dict[Path, set[str] | None]:
-    """Each folder's entries; None for the first missing folder on the way to one (the run makes it)."""
+    """Each folder's entries; None for the first missing folder on the way to one (the run makes
+    it)."""
     found: dict[Path, set[str] | None] = {}
     for folder in folders:
         missing = [f for f in [folder, *folder.parents] if not f.exists()]
@@ -373,9 +495,14 @@ def _listings(folders: list[Path]) -> dict[Path, set[str] | None]:
 
 
 def _remove_new(before: dict[Path, set[str] | None]) -> None:
-    """An interrupted run's files: the folders it made, and what it added to folders that were there."""
+    """An interrupted run's files: the folders it made, and what it added to folders that were
+    there."""
     for folder, entries in before.items():
-        added = [folder] if entries is None else [folder / name for name in set(os.listdir(folder)) - entries]
+        added = (
+            [folder]
+            if entries is None
+            else [folder / name for name in set(os.listdir(folder)) - entries]
+        )
         for path in added:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
@@ -398,7 +525,8 @@ def run_records(
     diff_side: Callable | None = None,
     history_path: Path | None = None,
 ) -> tuple[list[dict], list[Path], dict | None]:
-    """``gdn-review matrix``: run the records on their releases, write their reports; their data, the
+    """``gdn-review matrix``: run the records on their releases, write their reports; their data,
+    the
     files written and the history page's data (None: no page).
 
     ``numbers`` empty: every record that is not a draft. With several records
@@ -416,7 +544,11 @@ def run_records(
 
     every = load_records(kb_dir)
     known = {r.key for r in every.values()}
-    records = load_records(kb_dir, tuple(numbers)) if numbers else {p: r for p, r in every.items() if not is_draft(r)}
+    records = (
+        load_records(kb_dir, tuple(numbers))
+        if numbers
+        else {p: r for p, r in every.items() if not is_draft(r)}
+    )
     for record_path, record in records.items():
         if is_draft(record):
             raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
@@ -424,24 +556,47 @@ def run_records(
         raise MatrixError(f"{kb_dir}: no record to run")
     modules = current_modules(kb_dir, records, generated, write, say)
     installed = release_cache.installed()
-    single = len(records) == 1 and bool(numbers)  # --work is then the record's own folder, as before
+    single = len(records) == 1 and bool(
+        numbers
+    )  # --work is then the record's own folder, as before
     root = work_dir if work_dir and not single else Path(".gdn-review")
     work = []
     for record_path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         number = record.key
         folder = work_dir if single and work_dir else root / matrix_folder_name(number)
-        work.append(Job(record, record_path, modules[number], folder, plan(record, installed, versions or None, since)))
+        work.append(
+            Job(
+                record,
+                record_path,
+                modules[number],
+                folder,
+                plan(record, installed, versions or None, since),
+            )
+        )
     run_matrices(work, installed, jobs, keyword, say)
     for job in work:
         if diff_side is not None and job.record.is_open and job.record.target.base_release:
-            entry = next((e for e in load_matrix(job.out_dir)["releases"] if e["version"] == job.record.target.base_release and e.get("evidence_path")), None)
+            entry = next(
+                (
+                    e
+                    for e in load_matrix(job.out_dir)["releases"]
+                    if e["version"] == job.record.target.base_release and e.get("evidence_path")
+                ),
+                None,
+            )
             if entry is not None:
-                diff_side(job.record_path, job.record, entry["version"], Path(entry["evidence_path"]))
-    reports = [matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work]
+                diff_side(
+                    job.record_path, job.record, entry["version"], Path(entry["evidence_path"])
+                )
+    reports = [
+        matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work
+    ]
     written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
     if history_path is None:
         return reports, written, None
     from gdn_review.matrix import history
 
-    data, page = history.write_page(kb_dir, root, evidence_file.BENCH_PATH, history_path, since, reports_dir)
+    data, page = history.write_page(
+        kb_dir, root, evidence_file.BENCH_PATH, history_path, since, reports_dir
+    )
     return reports, written + [page], data

@@ -1,4 +1,5 @@
-"""What a matrix run leaves on disk: ``matrix.json`` per record (which release ran how), and reading it back.
+"""What a matrix run leaves on disk: ``matrix.json`` per record (which release ran how), and reading
+it back.
 
 The matrix (``matrix.py``) writes it, the reports (``matrix_report.py``) and
 the history page (``history.py``) read it; with several records each record's
@@ -21,14 +22,18 @@ class MatrixError(Exception):
 
 
 def matrix_folder_name(key: int | str) -> str:
-    """A record's folder under the work root when several records run (``gdn-review matrix --all``)."""
+    """A record's folder under the work root when several records run (``gdn-review matrix
+    --all``)."""
     return f"matrix-{key}"
 
 
 def write_matrix(folder: Path, data: dict) -> Path:
-    """``folder/matrix.json``, written whole or not at all (``data`` without its format: set here)."""
+    """``folder/matrix.json``, written whole or not at all (``data`` without its format: set
+    here)."""
     path = Path(folder) / "matrix.json"
-    atomic_write(path, json.dumps({**data, "format": MATRIX_FORMAT}, indent=1, sort_keys=True) + "\n")
+    atomic_write(
+        path, json.dumps({**data, "format": MATRIX_FORMAT}, indent=1, sort_keys=True) + "\n"
+    )
     return path
 
 
@@ -44,6 +49,10 @@ def load_matrix(folder: Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != MATRIX_FORMAT:
         raise MatrixError(f"{path}: not a gdn-review matrix (expected format {MATRIX_FORMAT!r})")
     for entry in data["releases"]:
-        entry["evidence_path"] = str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
-        entry["snapshot_data"] = snapshot_files.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
+        entry["evidence_path"] = (
+            str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
+        )
+        entry["snapshot_data"] = (
+            snapshot_files.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
+        )
     return data

@@ -16,8 +16,8 @@ from packaging.version import Version
 
 from gdn_review.common import fail_conditions
 from gdn_review.kb import Record
-from gdn_review.report.report_contents import report_data
 from gdn_review.report import verdicts
+from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import discrimination, kept
 from gdn_review.run import evidence_file
 from gdn_review.run.evidence_file import RAN
@@ -25,7 +25,9 @@ from gdn_review.run.evidence_file import RAN
 
 def op_values(tests: list[dict], key: str) -> list[int]:
     return sorted(
-        t["measured"][key] for t in tests if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
+        t["measured"][key]
+        for t in tests
+        if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
     )
 
 
@@ -67,15 +69,21 @@ def _in_window(release: str | None, after: str, upto: str) -> bool:
 
 
 def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, int, list]]:
-    """(label, PR number, changes) of the PRs that first shipped after ``previous``, up to ``current``."""
+    """(label, PR number, changes) of the PRs that first shipped after ``previous``, up to
+    ``current``."""
     found = []
     if _in_window(record.target.head_release, previous, current):
         found.append(("this PR", record.key, record.target.changes))
     for relation in record.related:
         if _in_window(relation.from_release, previous, current):
             found.append((relation.relation, relation.number, relation.changes))
-    for move in [*record.target.moved, *(record.contract.moved if record.contract is not None else [])]:
-        if _in_window(move.release, previous, current):  # an untied change, named by its changes.yaml id
+    for move in [
+        *record.target.moved,
+        *(record.contract.moved if record.contract is not None else []),
+    ]:
+        if _in_window(
+            move.release, previous, current
+        ):  # an untied change, named by its changes.yaml id
             found.append(("changes.yaml", move.change, [move]))
     return found
 
@@ -83,16 +91,24 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
 def _meets_expect(record: Record, case_id: str, changed: list[dict]) -> bool:
     """Every moved field of the case is one its ``expect`` states, at the new value."""
     case = next((c for c in record.cases if c.id == case_id), None)
-    return case is not None and all(d["field"] in case.expect and case.expect[d["field"]] == d["after"] for d in changed)
+    return case is not None and all(
+        d["field"] in case.expect and case.expect[d["field"]] == d["after"] for d in changed
+    )
 
 
 def _short(value, limit: int = 60) -> str:
-    """A snapshot value for a table cell: JSON, cut at ``limit`` characters (the stored snapshots have it whole)."""
+    """A snapshot value for a table cell: JSON, cut at ``limit`` characters (the stored snapshots
+    have it whole)."""
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None]], known_records: set[int], own_change: bool = False) -> dict:
+def drift_data(
+    record: Record,
+    snapshots_by_release: list[tuple[str, dict | None]],
+    known_records: set[int],
+    own_change: bool = False,
+) -> dict:
     """Field differences between consecutive releases' snapshots, each attributed or unexplained.
 
     ``own_change``: the second snapshot was taken with the record's own PR applied
@@ -123,7 +139,14 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
             else:
                 by_case.setdefault(difference["case"], []).append(difference)
         if added or removed:
-            schema.append({"from": previous, "to": current, "added": sorted(added), "removed": sorted(removed)})
+            schema.append(
+                {
+                    "from": previous,
+                    "to": current,
+                    "added": sorted(added),
+                    "removed": sorted(removed),
+                }
+            )
         explainers = _explainers(record, previous, current)
         if own_change and not any(number == record.key for _, number, _ in explainers):
             explainers.insert(0, ("this PR", record.key, record.target.changes))
@@ -132,19 +155,37 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
             explained_by = []
             for label, number, changes in explainers:
                 for change in changes:
-                    if case_id in change.cases and (not change.fields or set(fields) <= set(change.fields)):
-                        explained_by.append({"number": number, "relation": label, "record": number in known_records, "note": change.note})
+                    if case_id in change.cases and (
+                        not change.fields or set(fields) <= set(change.fields)
+                    ):
+                        explained_by.append(
+                            {
+                                "number": number,
+                                "relation": label,
+                                "record": number in known_records,
+                                "note": change.note,
+                            }
+                        )
                         break
             if own_change and not explained_by and _meets_expect(record, case_id, changed):
-                explained_by.append({"number": record.key, "relation": "this PR (the case's expect)", "record": True,
-                                     "note": "the record's expect states the new value"})
+                explained_by.append(
+                    {
+                        "number": record.key,
+                        "relation": "this PR (the case's expect)",
+                        "record": True,
+                        "note": "the record's expect states the new value",
+                    }
+                )
             rows.append(
                 {
                     "from": previous,
                     "to": current,
                     "case": case_id,
                     "fields": fields,
-                    "changes": [f"{d['field']}: {_short(d['before'])} → {_short(d['after'])}" for d in changed],
+                    "changes": [
+                        f"{d['field']}: {_short(d['before'])} → {_short(d['after'])}"
+                        for d in changed
+                    ],
                     "explained_by": explained_by,
                 }
             )
@@ -157,13 +198,22 @@ def drift_data(record: Record, snapshots_by_release: list[tuple[str, dict | None
 
 
 def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
-    """Release x claim table, before -> after per claim, op-count trajectories and drift of one record."""
+    """Release x claim table, before -> after per claim, op-count trajectories and drift of one
+    record."""
     known_records = known_records or set()
     entries = matrix["releases"]
     columns, per_release = [], {}
     for entry in entries:
         version = entry["version"]
-        columns.append({"version": version, "role": entry["role"], "source": entry["source"], "claims_on_any_release": entry.get("claims_on_any_release", False), "summary": entry.get("summary", "")})
+        columns.append(
+            {
+                "version": version,
+                "role": entry["role"],
+                "source": entry["source"],
+                "claims_on_any_release": entry.get("claims_on_any_release", False),
+                "summary": entry.get("summary", ""),
+            }
+        )
         if entry.get("evidence_path"):
             evidence = evidence_file.load([Path(entry["evidence_path"])])
             per_release[version] = (report_data(record, evidence), evidence)
@@ -175,12 +225,29 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         for entry in entries:
             version = entry["version"]
             if version not in per_release:
-                cells.append({"version": version, "verdict": "not run", "reason": entry.get("summary", ""), "measure": ""})
+                cells.append(
+                    {
+                        "version": version,
+                        "verdict": "not run",
+                        "reason": entry.get("summary", ""),
+                        "measure": "",
+                    }
+                )
                 continue
             data, evidence = per_release[version]
             row = next(c for c in data["claims"] if c["id"] == claim.id)
-            tests = [t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id]
-            cells.append({"version": version, "verdict": row["verdict"], "reason": row["reason"], "measure": cell_measure(claim, tests), "tests": tests})
+            tests = [
+                t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id
+            ]
+            cells.append(
+                {
+                    "version": version,
+                    "verdict": row["verdict"],
+                    "reason": row["reason"],
+                    "measure": cell_measure(claim, tests),
+                    "tests": tests,
+                }
+            )
         by_version = {c["version"]: c for c in cells}
         # A head release that cannot run here (0.24 to 0.27 pick no CPU platform) is
         # stood in for by the first later release that ran; the reason says so.
@@ -193,16 +260,37 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         elif record.is_open and by_version.get(base) is not None:
             # An open PR: the head side is its diff applied onto the base release, where stored.
             data, _ = per_release[base]
-            with_diff = next((row for row in (data.get("diff_side") or {}).get("claims", []) if row["id"] == claim.id), None)
+            with_diff = next(
+                (
+                    row
+                    for row in (data.get("diff_side") or {}).get("claims", [])
+                    if row["id"] == claim.id
+                ),
+                None,
+            )
             if with_diff is not None:
                 verdict, why = with_diff["discrimination"], with_diff["why"]
-                cells.append({"version": "base + the PR's diff", "verdict": with_diff["with_diff"], "reason": with_diff["reason"], "measure": with_diff["measured"]})
+                cells.append(
+                    {
+                        "version": "base + the PR's diff",
+                        "verdict": with_diff["with_diff"],
+                        "reason": with_diff["reason"],
+                        "measure": with_diff["measured"],
+                    }
+                )
             else:
-                verdict, why = discrimination(claim.before, {**by_version[base], "open": True}, None)
+                verdict, why = discrimination(
+                    claim.before, {**by_version[base], "open": True}, None
+                )
         else:
-            verdict, why = discrimination(claim.before, by_version.get(base), by_version.get(after) if after else None)
+            verdict, why = discrimination(
+                claim.before, by_version.get(base), by_version.get(after) if after else None
+            )
         if after != head and record.contract is None and head:
-            why += f" (head release {head} not run: {after}, the first later release that ran, stands in)"
+            why += (
+                f" (head release {head} not run: {after}, the first later release "
+                "that ran, stands in)"
+            )
         trajectories = []
         if claim.check.kind == "op_budget":
             for key in claim.check.budget:
@@ -223,9 +311,21 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                 "trajectories": trajectories,
             }
         )
-    if rows and all(len(row["cells"]) == len(columns) + 1 for row in rows):  # the PR's diff ran: its column
-        columns.append({"version": "base + the PR's diff", "role": "head side", "source": "diff", "claims_on_any_release": False, "summary": ""})
-    drift = drift_data(record, [(e["version"], e.get("snapshot_data")) for e in entries], known_records)
+    if rows and all(
+        len(row["cells"]) == len(columns) + 1 for row in rows
+    ):  # the PR's diff ran: its column
+        columns.append(
+            {
+                "version": "base + the PR's diff",
+                "role": "head side",
+                "source": "diff",
+                "claims_on_any_release": False,
+                "summary": "",
+            }
+        )
+    drift = drift_data(
+        record, [(e["version"], e.get("snapshot_data")) for e in entries], known_records
+    )
     return {
         "columns": columns,
         "releases_run": len(entries),
@@ -254,22 +354,32 @@ def matrix_report(record: Record, matrix: dict, known_records: set[int] | None =
 
 
 def summary_lines(report_data: dict) -> list[str]:
-    """The matrix in a few terminal lines: per claim its verdict per release, then the drift count."""
+    """The matrix in a few terminal lines: per claim its verdict per release, then the drift
+    count."""
     lines = []
     for row in report_data["matrix"]["rows"]:
-        cells = ", ".join(f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "") for c in row["cells"])
+        cells = ", ".join(
+            f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "")
+            for c in row["cells"]
+        )
         lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
         lines += [f"    {line}" for line in row["trajectories"]]
     drift = report_data["matrix"]["drift"]
-    lines.append(f"drift: {len(drift['rows'])} changed case(s) between releases, {len(drift['unexplained'])} unexplained")
+    lines.append(
+        f"drift: {len(drift['rows'])} changed case(s) between releases, "
+        f"{len(drift['unexplained'])} unexplained"
+    )
     return lines
 
 
-FAIL_ON = fail_conditions.MATRIX  # what a matrix run (or the history page alone: fail_conditions.HISTORY) can trip
+FAIL_ON = (
+    fail_conditions.MATRIX
+)  # what a matrix run (or the history page alone: fail_conditions.HISTORY) can trip
 
 
 def tripped(chosen: set[str], reports: list[dict] = (), history: dict | None = None) -> list[str]:
-    """What a matrix run (its records' ``reports``, and with ``--all`` the ``history`` page's data) or the
+    """What a matrix run (its records' ``reports``, and with ``--all`` the ``history`` page's data)
+    or the
     history page alone trips among the chosen --fail-on conditions, a line each.
 
     drift: a case's field that moved between releases with no recorded change behind it
@@ -280,11 +390,17 @@ def tripped(chosen: set[str], reports: list[dict] = (), history: dict | None = N
         return found
     for data in reports:
         for row in data["matrix"]["drift"]["unexplained"]:
-            found.append(f"PR {data['number']} unexplained drift {row['from']} → {row['to']}: {row['case']}: {', '.join(row['fields'])}")
+            found.append(
+                f"PR {data['number']} unexplained drift {row['from']} → "
+                f"{row['to']}: {row['case']}: {', '.join(row['fields'])}"
+            )
     said = {data["number"] for data in reports}
     for row in (history or {}).get("unexplained", []):
         if row["record"] is not None and row["record"] in said:
             continue  # already said as that record's drift
         whose = f"{row['record']} " if row["record"] is not None else ""
-        found.append(f"history: {whose}{row['from']} → {row['to']}: field {', '.join(row['fields'])} unattributed")
+        found.append(
+            f"history: {whose}{row['from']} → {row['to']}: field "
+            f"{', '.join(row['fields'])} unattributed"
+        )
     return found

@@ -26,7 +26,8 @@ DEFAULT_FROM = "0.28.0"
 
 
 class FinderError(Exception):
-    """Bad input (exit 2): an empty line, an unknown release, a range upside down, a file no release has."""
+    """Bad input (exit 2): an empty line, an unknown release, a range upside down, a file no release
+    has."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +91,11 @@ class Finding:
 
     def unchecked_between(self, low: str | None, high: str) -> list[str]:
         """Releases in (low, high) that were meant to be checked and were not."""
-        return [v for v in self.not_checked if (low is None or Version(low) < Version(v)) and Version(v) < Version(high)]
+        return [
+            v
+            for v in self.not_checked
+            if (low is None or Version(low) < Version(v)) and Version(v) < Version(high)
+        ]
 
 
 def _version(text: str, what: str) -> Version:
@@ -101,7 +106,8 @@ def _version(text: str, what: str) -> Version:
 
 
 def releases_between(start: str, end: str, cached: list[str]) -> list[str]:
-    """Every X.Y.0 from ``start`` to ``end`` (the ends themselves included) and every cached release in that range."""
+    """Every X.Y.0 from ``start`` to ``end`` (the ends themselves included) and every cached release
+    in that range."""
     low, high = _version(start, "--from"), _version(end, "--to")
     if low > high:
         raise FinderError(f"--from {start} is later than --to {end}")
@@ -127,10 +133,14 @@ def matches(text: str, wanted: str, fixed_string: bool) -> tuple[int, ...]:
             start = text.find(wanted, start + 1)
         return tuple(found)
     needle = [line.strip() for line in wanted.splitlines() if line.strip()]
-    lines = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    lines = [
+        (number, line.strip()) for number, line in enumerate(text.splitlines(), 1) if line.strip()
+    ]
     width = len(needle)
     return tuple(
-        lines[i][0] for i in range(len(lines) - width + 1) if [stripped for _, stripped in lines[i : i + width]] == needle
+        lines[i][0]
+        for i in range(len(lines) - width + 1)
+        if [stripped for _, stripped in lines[i : i + width]] == needle
     )
 
 
@@ -144,7 +154,8 @@ def find_release(
     say: Callable[[str], None] = print,
     root: Path | None = None,
 ) -> Finding:
-    """Which releases from ``start`` (default 0.28.0) to ``end`` (default: the installed one) contain ``wanted`` in ``file``.
+    """Which releases from ``start`` (default 0.28.0) to ``end`` (default: the installed one)
+    contain ``wanted`` in ``file``.
 
     Releases missing from the release cache are fetched into it (progress through
     ``say``) unless ``offline``: then they are listed as not checked.
@@ -172,22 +183,42 @@ def find_release(
             seen.append(_seen(version, text, wanted, fixed_string, "installed"))
             continue
         try:
-            release = release_cache.cached(version, root) if offline else release_trees.entry(version, say=say, root=root)
+            release = (
+                release_cache.cached(version, root)
+                if offline
+                else release_trees.entry(version, say=say, root=root)
+            )
             if release is not None and not (release.path / file).is_file():
                 seen.append(Seen(version, no_file=True))
                 continue
-            text = None if release is None else release_cache.source(version, file, root, fetch=not offline, say=say)
-        except release_cache.ReleaseError as error:  # not on the index, no network, a damaged entry offline
+            text = (
+                None
+                if release is None
+                else release_cache.source(version, file, root, fetch=not offline, say=say)
+            )
+        except (
+            release_cache.ReleaseError
+        ) as error:  # not on the index, no network, a damaged entry offline
             not_checked[version] = str(error)
             continue
         if text is None:
-            not_checked[version] = "not in the release cache (--offline)" if release is None else "its cache entry is damaged (--offline)"
+            not_checked[version] = (
+                "not in the release cache (--offline)"
+                if release is None
+                else "its cache entry is damaged (--offline)"
+            )
             continue
         seen.append(_seen(version, text, wanted, fixed_string, "release cache"))
     if not seen:
-        raise FinderError(f"no release from {start or DEFAULT_FROM} to {end} could be read: " + "; ".join(f"{v}: {why}" for v, why in not_checked.items()))
+        raise FinderError(
+            f"no release from {start or DEFAULT_FROM} to {end} could be read: "
+            + "; ".join(f"{v}: {why}" for v, why in not_checked.items())
+        )
     if all(item.no_file for item in seen):
-        raise FinderError(f"--file {file}: no release checked has this file ({', '.join(s.release for s in seen)})")
+        raise FinderError(
+            f"--file {file}: no release checked has this file "
+            f"({', '.join(s.release for s in seen)})"
+        )
     return Finding(wanted, file, fixed_string, seen, not_checked)
 
 
@@ -198,11 +229,15 @@ def _seen(version: str, text: str | None, wanted: str, fixed_string: bool, where
 
 
 def finding_lines(finding: Finding) -> list[str]:
-    """What ``find-release`` prints: each release, then first and last, then the target lines to paste."""
+    """What ``find-release`` prints: each release, then first and last, then the target lines to
+    paste."""
     shown = finding.wanted if len(finding.wanted) <= 100 else finding.wanted[:97] + "..."
     how = "fixed string" if finding.fixed_string else "line, whitespace stripped"
     out = [f"{finding.file}: {shown!r} ({how})"]
-    rows = [(item.release, _state(item) + ("  [installed]" if item.where == "installed" else "")) for item in finding.seen]
+    rows = [
+        (item.release, _state(item) + ("  [installed]" if item.where == "installed" else ""))
+        for item in finding.seen
+    ]
     rows += [(version, f"not checked: {why}") for version, why in finding.not_checked.items()]
     for version, state in sorted(rows, key=lambda row: Version(row[0])):
         out.append(f"  {version:<10} {state}")
@@ -217,18 +252,36 @@ def finding_lines(finding: Finding) -> list[str]:
     out.append(f"first: {finding.first}, last: {tail}")
     runs = finding.runs()
     if len(runs) > 1:
-        out.append("it disappears and reappears: present in " + ", ".join(a if a == b else f"{a} to {b}" for a, b in runs))
+        out.append(
+            "it disappears and reappears: present in "
+            + ", ".join(a if a == b else f"{a} to {b}" for a, b in runs)
+        )
     gaps = finding.unchecked_between(finding.base, finding.first)
     if gaps:
-        out.append(f"note: {', '.join(gaps)} not checked: the first release with it may be earlier than {finding.first}")
+        out.append(
+            f"note: {', '.join(gaps)} not checked: the first release with it "
+            f"may be earlier than {finding.first}"
+        )
     if finding.base is None:
-        out.append(f"it is already in {finding.first}, the oldest release checked: give an earlier --from to find the release without it")
+        out.append(
+            f"it is already in {finding.first}, the oldest release checked: "
+            "give an earlier --from to find the release without it"
+        )
         return out
     if gaps:  # unverified: offered commented out, so it is not pasted by accident
-        out += ["to paste once the releases above are checked (unverified):", "# target:",
-                f"#   base_release: {finding.base}", f"#   head_release: {finding.first}"]
+        out += [
+            "to paste once the releases above are checked (unverified):",
+            "# target:",
+            f"#   base_release: {finding.base}",
+            f"#   head_release: {finding.first}",
+        ]
         return out
-    out += ["to paste into the record:", "target:", f"  base_release: {finding.base}", f"  head_release: {finding.first}"]
+    out += [
+        "to paste into the record:",
+        "target:",
+        f"  base_release: {finding.base}",
+        f"  head_release: {finding.first}",
+    ]
     return out
 
 
@@ -236,5 +289,7 @@ def _state(item: Seen) -> str:
     if item.no_file:
         return "no such file"
     if item.present:
-        return f"present (line{'s' if len(item.lines) > 1 else ''} {', '.join(map(str, item.lines))})"
+        return (
+            f"present (line{'s' if len(item.lines) > 1 else ''} {', '.join(map(str, item.lines))})"
+        )
     return "absent"

@@ -21,7 +21,6 @@ from gdn_review.common import interrupts, release_cache
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.mutation import operators
-from gdn_review.run import evidence_file
 from gdn_review.mutation.catalogue import (
     Catalogue,
     Mutant,
@@ -31,6 +30,7 @@ from gdn_review.mutation.catalogue import (
     own_hunks,
     record_mutants,
 )
+from gdn_review.run import evidence_file
 
 MUTATION_FORMAT = "gdn-review-mutation/1"
 
@@ -39,8 +39,11 @@ class MutationError(Exception):
     """Mutation testing cannot start (bad selection, failing baseline): said for people."""
 
 
-def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[[str], None] = print) -> Catalogue:
-    """The record's mutants on the loaded vLLM; RecordErrors when a record mutant's find is wrong."""
+def catalogue_for(
+    path: Path, record: Record, fetch: bool = True, say: Callable[[str], None] = print
+) -> Catalogue:
+    """The record's mutants on the loaded vLLM; RecordErrors when a record mutant's find is
+    wrong."""
     release, root = release_cache.loaded()
     target = record.target.file
     try:
@@ -75,35 +78,55 @@ def catalogue_for(path: Path, record: Record, fetch: bool = True, say: Callable[
     base_text = loaded if base == release else sources.get(base)
     head_text = loaded if head == release else sources.get(head)
     if record.contract is not None:
-        notes.append("a contract record has no PR diff, so no automatic mutants: its risks' mutants are its own, "
-                     "and `gdn-review mutate --whole-file` scores the whole file")
+        notes.append(
+            "a contract record has no PR diff, so no automatic mutants: its risks' mutants are its own, "
+            "and `gdn-review mutate --whole-file` scores the whole file"
+        )
     elif record.is_open:
-        notes.append(f"{record.label} is {state_words(record.state)}: no release has its lines, so its automatic mutants come from its diff "
-                     f"(`gdn-review review kb/{record.key}.diff --pr {record.key}` runs them against the KB's tests)")
+        notes.append(
+            f"{record.label} is {state_words(record.state)}: no release has its lines, so its automatic mutants come from its diff "
+            f"(`gdn-review review kb/{record.key}.diff --pr {record.key}` runs them against the KB's tests)"
+        )
     elif base_text is None or head_text is None:
-        missing = " and ".join(f"vLLM {v}" for v in (base, head) if v and sources.get(v) is None and v != release) or "both releases"
-        notes.append(f"automatic mutants not derived: the sources of {missing} are needed for the PR's diff")
+        missing = (
+            " and ".join(
+                f"vLLM {v}" for v in (base, head) if v and sources.get(v) is None and v != release
+            )
+            or "both releases"
+        )
+        notes.append(
+            f"automatic mutants not derived: the sources of {missing} are needed for the PR's diff"
+        )
     else:
         auto, gone = automatic(record, loaded, base_text, head_text)
         mutants += auto
         if record.target.own_hunks is not None:
             step = len(operators.pr_hunks(base_text, head_text))
             kept = len(own_hunks(record, operators.pr_hunks(base_text, head_text)))
-            notes.append(f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} are this PR's and give "
-                         f"automatic mutants; the other {step - kept} are other PRs' (kb/history/changes.yaml)")
+            notes.append(
+                f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} are this PR's and give "
+                f"automatic mutants; the other {step - kept} are other PRs' (kb/history/changes.yaml)"
+            )
         known = {m.id for m in auto}
         for risk in record.risks:
             for ident in risk.auto_mutants:
                 if ident not in known:
-                    notes.append(f"risk {risk.id} names automatic mutant {ident}, which the diff does not give on vLLM {release}")
+                    notes.append(
+                        f"risk {risk.id} names automatic mutant {ident}, which the diff "
+                        f"does not give on vLLM {release}"
+                    )
         for ident in record.equivalent_mutants:
             if ident not in known:
-                notes.append(f"equivalent_mutants names {ident}, which the diff does not give on vLLM {release}")
+                notes.append(
+                    f"equivalent_mutants names {ident}, which the diff does not give "
+                    f"on vLLM {release}"
+                )
     return Catalogue(record.key, release, target, mutants, gone, notes, loaded)
 
 
 def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
-    """Record errors of mutant finds on the releases at hand (nothing is fetched), and what was skipped.
+    """Record errors of mutant finds on the releases at hand (nothing is fetched), and what was
+    skipped.
 
     At hand: the installed (loaded) release and any release in the cache; the
     head release is the one a find must match, so it is named when missing.
@@ -124,7 +147,10 @@ def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
             sources.setdefault(version, text)
     head, base = record.target.head_release, record.target.base_release
     if head and head not in sources:
-        skipped.append(f"vLLM {head} (the head release) is not in the release cache; `gdn-review mutate` fetches it")
+        skipped.append(
+            f"vLLM {head} (the head release) is not in the release cache; "
+            "`gdn-review mutate` fetches it"
+        )
     problems = find_problems(path, record, sources)
     if record.target.own_hunks and base in sources and head in sources:
         problems += own_hunk_problems(path, record, sources[base], sources[head])
@@ -149,9 +175,14 @@ def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Cat
 
 
 def catalogues(
-    records: dict[Path, Record], risk: str | None, patterns: tuple[str, ...], fetch: bool, say: Callable[[str], None] = print
+    records: dict[Path, Record],
+    risk: str | None,
+    patterns: tuple[str, ...],
+    fetch: bool,
+    say: Callable[[str], None] = print,
 ) -> list[Catalogue]:
-    """The selected mutants of every complete record; RecordErrors of all records' bad finds at once."""
+    """The selected mutants of every complete record; RecordErrors of all records' bad finds at
+    once."""
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
@@ -168,7 +199,10 @@ def catalogues(
     if errors:
         raise RecordErrors(errors)
     if (risk or patterns) and not any(c.mutants for c in found_all):
-        raise MutationError(f"no mutant matches --risk {risk or '*'} --mutant {' '.join(patterns) or '*'} (see `gdn-review mutate --list`)")
+        raise MutationError(
+            f"no mutant matches --risk {risk or '*'} --mutant "
+            f"{' '.join(patterns) or '*'} (see `gdn-review mutate --list`)"
+        )
     for found in found_all:
         for note in found.notes:
             say(f"note: {key_label(found.record)}: {note}")
@@ -179,16 +213,27 @@ def listing_lines(found_all: list[Catalogue]) -> list[str]:
     """``mutate --list``: every mutant with its origin, risks and state."""
     lines = []
     for found in found_all:
-        lines.append(f"{key_label(found.record)} on vLLM {found.release}: {len(found.mutants)} mutants, {len(found.runnable())} to run")
+        lines.append(
+            f"{key_label(found.record)} on vLLM {found.release}: "
+            f"{len(found.mutants)} mutants, {len(found.runnable())} to run"
+        )
         for mutant in found.mutants:
             state = mutant.status or "to run"
             risks = ",".join(mutant.risks) or "-"
-            lines.append(f"  {mutant.id:<58} {mutant.origin:<6} risks {risks:<8} {state}{': ' + mutant.reason if mutant.reason else ''}")
-        lines += [f"  (no mutant) PR hunk no longer in vLLM {found.release}: {hunk}" for hunk in found.gone_hunks]
+            lines.append(
+                f"  {mutant.id:<58} {mutant.origin:<6} risks {risks:<8} "
+                f"{state}{': ' + mutant.reason if mutant.reason else ''}"
+            )
+        lines += [
+            f"  (no mutant) PR hunk no longer in vLLM {found.release}: {hunk}"
+            for hunk in found.gone_hunks
+        ]
     return lines
 
 
-def result_entry(found: Catalogue, mutant: Mutant, result: dict | None, reached: set[int] | None = None) -> dict:
+def result_entry(
+    found: Catalogue, mutant: Mutant, result: dict | None, reached: set[int] | None = None
+) -> dict:
     """One mutant's evidence: what it is, how it ended, which tests killed it.
 
     ``reached``: the target file's lines the baseline executed for this record's
@@ -225,19 +270,30 @@ def result_entry(found: Catalogue, mutant: Mutant, result: dict | None, reached:
     }
 
 
-def write_evidence(path: Path, catalogues: list[Catalogue], entries: list[dict], settings: dict) -> None:
-    """Add the mutation results to the baseline run's evidence file (written whole or not at all)."""
+def write_evidence(
+    path: Path, catalogues: list[Catalogue], entries: list[dict], settings: dict
+) -> None:
+    """Add the mutation results to the baseline run's evidence file (written whole or not at
+    all)."""
     hashes = evidence_file.read(path).get("record_sha256") or {}  # the baseline's record files
-    evidence_file.set_mutation(path, {
-        "format": MUTATION_FORMAT,
-        **settings,
-        "records": {
-            str(c.record): {"release": c.release, "gone_hunks": c.gone_hunks, "notes": c.notes,
-                            "finished_at": settings.get("finished_at"), "record_sha256": hashes.get(str(c.record))}
-            for c in catalogues
+    evidence_file.set_mutation(
+        path,
+        {
+            "format": MUTATION_FORMAT,
+            **settings,
+            "records": {
+                str(c.record): {
+                    "release": c.release,
+                    "gone_hunks": c.gone_hunks,
+                    "notes": c.notes,
+                    "finished_at": settings.get("finished_at"),
+                    "record_sha256": hashes.get(str(c.record)),
+                }
+                for c in catalogues
+            },
+            "mutants": entries,
         },
-        "mutants": entries,
-    })
+    )
 
 
 def mutate(
@@ -259,24 +315,35 @@ def mutate(
 
     runner.prepare_cpu()
     evidence_path = Path(evidence_path)
-    kept = evidence_file.take_parts(evidence_path)  # the diff side and other records' mutants outlive this run
+    kept = evidence_file.take_parts(
+        evidence_path
+    )  # the diff side and other records' mutants outlive this run
     staged = evidence_path.with_name(f".{evidence_path.name}.baseline")
-    made = [folder for folder in [evidence_path.parent, *evidence_path.parent.parents] if not folder.exists()]
+    made = [
+        folder
+        for folder in [evidence_path.parent, *evidence_path.parent.parents]
+        if not folder.exists()
+    ]
     args = runner.test_args([modules[c.record] for c in catalogues], keyword)
     from gdn_review import harness
 
     try:
         harness.warm_up()  # vLLM imported before the traced tests start (reach: tracing is slow)
-        trace = reach.LineTrace({c.target_file for c in catalogues})  # which lines run, to name the unreached
+        trace = reach.LineTrace(
+            {c.target_file for c in catalogues}
+        )  # which lines run, to name the unreached
         code, seconds = runner.baseline(args, staged, plugins=(trace,))
-        interrupts.check()  # pytest ends an interrupted session with exit code 2: the run stops here
+        # pytest ends an interrupted session with exit code 2: the run stops here
+        interrupts.check()
         if code != 0 or not staged.exists():
             staged.unlink(missing_ok=True)
             raise MutationError(
                 f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; "
                 "fix the suite or the record first (gdn-review run shows the failures)"
             )
-        entries = _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace)
+        entries = _run_mutants(
+            catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace
+        )
     except KeyboardInterrupt:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
         for folder in made:  # deepest first; one that holds anything else stays
@@ -289,17 +356,28 @@ def mutate(
     interrupts.finishing()  # every mutant ran: the evidence is written whatever comes now
     order = {(c.record, m.id): i for c in catalogues for i, m in enumerate(c.mutants)}
     entries.sort(key=lambda e: order[(e["record"], e["id"])])
-    write_evidence(staged, catalogues, entries, {
-        "jobs": jobs, "timeout_s": timeout, "keyword": keyword, "baseline_s": round(seconds, 2), "line_trace": trace.active,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })
+    write_evidence(
+        staged,
+        catalogues,
+        entries,
+        {
+            "jobs": jobs,
+            "timeout_s": timeout,
+            "keyword": keyword,
+            "baseline_s": round(seconds, 2),
+            "line_trace": trace.active,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
     evidence_file.promote(staged, evidence_path)
     for line in evidence_file.carry_over(evidence_path, kept):
         print(line, file=sys.stderr)
     return entries
 
 
-def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace) -> list[dict]:
+def _run_mutants(
+    catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace
+) -> list[dict]:
     """Every runnable mutant of every catalogue, forked from this (unmutated) process."""
     from gdn_review.harness import mutation as loader
     from gdn_review.mutation import runner
@@ -312,7 +390,9 @@ def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_resul
         def finished(mutant, result, found=found, reached=reached, progress=True):
             entry = result_entry(found, mutant, result, reached)
             entries.append(entry)
-            if progress:  # decided before anything ran (equivalent, not applicable): no progress step
+            if (
+                progress
+            ):  # decided before anything ran (equivalent, not applicable): no progress step
                 on_result(entry)
 
         for mutant in found.mutants:
@@ -323,8 +403,18 @@ def _run_mutants(catalogues, modules, keyword, jobs, timeout, on_start, on_resul
             try:
                 mutant.code = loader.compile_source(found.target_file, mutant.source)
             except SyntaxError as error:
-                mutant.status, mutant.reason = "error", f"does not compile: line {error.lineno}: {error.msg}"
+                mutant.status, mutant.reason = (
+                    "error",
+                    f"does not compile: line {error.lineno}: {error.msg}",
+                )
                 finished(mutant, None)
         ready = [m for m in runnable if m.status is None]
-        runner.run_forked(ready, found.target_file, runner.test_args([modules[found.record]], keyword), jobs, timeout, finished)
+        runner.run_forked(
+            ready,
+            found.target_file,
+            runner.test_args([modules[found.record]], keyword),
+            jobs,
+            timeout,
+            finished,
+        )
     return entries

@@ -60,7 +60,11 @@ class Catalogue:
 
 def edit_diff(original: str, mutated: str, name: str) -> str:
     lines = difflib.unified_diff(
-        original.splitlines(keepends=True), mutated.splitlines(keepends=True), f"a/{name}", f"b/{name}", n=1
+        original.splitlines(keepends=True),
+        mutated.splitlines(keepends=True),
+        f"a/{name}",
+        f"b/{name}",
+        n=1,
     )
     return "".join(lines)
 
@@ -94,9 +98,17 @@ def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[R
                 expected = "exactly once" if mutant.count == 1 else f"exactly {mutant.count} times"
                 problems.append(
                     RecordError(
-                        str(path), line, column, f"risks[{r_index}].mutants[{m_index}].find",
-                        f"mutant {mutant.id!r}: find matches {found} times in {where} (expected {expected}); "
-                        + ("copy the exact text, indentation and line breaks included" if found == 0 else "make it longer so it names one site"),
+                        str(path),
+                        line,
+                        column,
+                        f"risks[{r_index}].mutants[{m_index}].find",
+                        f"mutant {mutant.id!r}: find matches {found} times in {where} "
+                        f"(expected {expected}); "
+                        + (
+                            "copy the exact text, indentation and line breaks included"
+                            if found == 0
+                            else "make it longer so it names one site"
+                        ),
                     )
                 )
     return problems
@@ -112,7 +124,9 @@ def _yaml_root(path: Path):
 def _changed_in(mutant, head: str | None, sources: dict[str, str]) -> str:
     """Where the code a mutant edits disappeared, as precisely as the releases at hand tell."""
     last_match = head
-    for version in sorted((v for v in sources if head is None or Version(v) > Version(head)), key=Version):
+    for version in sorted(
+        (v for v in sources if head is None or Version(v) > Version(head)), key=Version
+    ):
         if sources[version].count(mutant.find) == mutant.count:
             last_match = version
             continue
@@ -128,7 +142,9 @@ def _next_minor(previous: str, version: str) -> bool:
     return (b.major, b.minor) in {(a.major, a.minor + 1), (a.major, a.minor)}
 
 
-def record_mutants(record: Record, release: str, loaded: str, sources: dict[str, str]) -> list[Mutant]:
+def record_mutants(
+    record: Record, release: str, loaded: str, sources: dict[str, str]
+) -> list[Mutant]:
     """The record's mutants on the loaded release ``release`` (whose target file is ``loaded``)."""
     found = []
     for risk in record.risks:
@@ -158,7 +174,8 @@ def record_mutants(record: Record, release: str, loaded: str, sources: dict[str,
 
 
 def own_hunks(record: Record, hunks: list[operators.Hunk]) -> list[operators.Hunk]:
-    """The step's hunks that are this PR's (``target.own_hunks``); every hunk when the record names none."""
+    """The step's hunks that are this PR's (``target.own_hunks``); every hunk when the record names
+    none."""
     anchors = record.target.own_hunks
     if anchors is None:
         return hunks
@@ -172,13 +189,19 @@ def own_hunk_problems(path: Path, record: Record, base: str, head: str) -> list[
     hunks = operators.pr_hunks(base, head)
     problems = []
     for index, anchor in enumerate(anchors):
-        holding = [hunk for hunk in hunks if anchor.strip() in {line.strip() for line in hunk.lines}]
+        holding = [
+            hunk for hunk in hunks if anchor.strip() in {line.strip() for line in hunk.lines}
+        ]
         if len(holding) == 1:
             continue
         line, column = locate(_yaml_root(path), ("target", "own_hunks", index))
         step = f"the diff {record.target.base_release} -> {record.target.head_release}"
-        message = (f"{anchor.strip()!r} is not a line {step} adds or changes" if not holding
-                   else f"{anchor.strip()!r} is in {len(holding)} changed blocks of {step}: name a line that only this PR's block has")
+        message = (
+            f"{anchor.strip()!r} is not a line {step} adds or changes"
+            if not holding
+            else f"{anchor.strip()!r} is in {len(holding)} changed blocks of "
+            f"{step}: name a line that only this PR's block has"
+        )
         problems.append(RecordError(str(path), line, column, f"target.own_hunks[{index}]", message))
     return problems
 
@@ -195,8 +218,13 @@ def automatic(record: Record, loaded: str, base: str, head: str) -> tuple[list[M
     mutants = []
     for auto in operators.automatic_mutants(loaded, lines):
         entry = Mutant(
-            auto.id, "diff", sorted(named.get(auto.id, [])), edit_diff(loaded, auto.source, record.target.file),
-            source=auto.source, operator=auto.operator, line=auto.line,
+            auto.id,
+            "diff",
+            sorted(named.get(auto.id, [])),
+            edit_diff(loaded, auto.source, record.target.file),
+            source=auto.source,
+            operator=auto.operator,
+            line=auto.line,
         )
         if auto.id in equivalent:
             entry.status, entry.reason, entry.source = "equivalent", equivalent[auto.id], None

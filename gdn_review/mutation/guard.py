@@ -76,7 +76,9 @@ def load_notes(path: Path) -> Notes:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise RecordErrors([RecordError(str(path), line, column, "", f"not valid YAML: {error}")]) from None
+        raise RecordErrors(
+            [RecordError(str(path), line, column, "", f"not valid YAML: {error}")]
+        ) from None
     errors: list[RecordError] = []
 
     def error(loc: tuple, field: str, message: str, at_key: bool = False) -> None:
@@ -87,20 +89,33 @@ def load_notes(path: Path) -> Notes:
         error((), "", "expected a mapping with `equivalent` and `unreachable`")
         raise RecordErrors(errors)
     for key in sorted(set(data) - {"equivalent", "unreachable", "elsewhere"}):
-        error((key,), key, "unknown field (allowed: equivalent, unreachable, elsewhere)", at_key=True)
+        error(
+            (key,), key, "unknown field (allowed: equivalent, unreachable, elsewhere)", at_key=True
+        )
     notes = Notes()
-    for section, why in (("equivalent", "why the mutant cannot change behaviour"), ("elsewhere", "which device or backend can tell it apart")):
+    for section, why in (
+        ("equivalent", "why the mutant cannot change behaviour"),
+        ("elsewhere", "which device or backend can tell it apart"),
+    ):
         entries = data.get(section) or {}
         if not isinstance(entries, dict):
             error((section,), section, f"expected a mapping: mutant id -> {why}")
             continue
         for ident, reason in entries.items():
             if not (isinstance(ident, str) and ident.startswith("auto.")):
-                error((section, ident), f"{section}.{ident}", "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)")
+                error(
+                    (section, ident),
+                    f"{section}.{ident}",
+                    "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)",
+                )
             elif not (isinstance(reason, str) and reason.strip()):
                 error((section, ident), f"{section}.{ident}", f"say {why}")
             elif ident in notes.equivalent:
-                error((section, ident), f"{section}.{ident}", "already under equivalent: a mutant is one or the other")
+                error(
+                    (section, ident),
+                    f"{section}.{ident}",
+                    "already under equivalent: a mutant is one or the other",
+                )
             else:
                 getattr(notes, section)[ident] = " ".join(reason.split())
     unreachable = data.get("unreachable") or []
@@ -109,15 +124,30 @@ def load_notes(path: Path) -> Notes:
         unreachable = []
     for index, entry in enumerate(unreachable):
         field = f"unreachable[{index}]"
-        if not isinstance(entry, dict) or not {"find", "reason"} <= set(entry) <= {"find", "reason", "after"}:
-            error(("unreachable", index), field, "expected `find` (a statement's first line), `reason` and optionally `after` (a line before it)")
+        if not isinstance(entry, dict) or not {"find", "reason"} <= set(entry) <= {
+            "find",
+            "reason",
+            "after",
+        }:
+            error(
+                ("unreachable", index),
+                field,
+                "expected `find` (a statement's first line), `reason` and "
+                "optionally `after` (a line before it)",
+            )
             continue
         if not all(isinstance(entry[k], str) and entry[k].strip() for k in entry):
-            error(("unreachable", index), field, "`find`, `reason` and `after` are non-empty strings")
+            error(
+                ("unreachable", index), field, "`find`, `reason` and `after` are non-empty strings"
+            )
             continue
         line, _ = locate(root, ("unreachable", index))
         after = entry["after"].strip() if "after" in entry else None
-        notes.unreachable.append(Unreachable(entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}", after))
+        notes.unreachable.append(
+            Unreachable(
+                entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}", after
+            )
+        )
     if errors:
         raise RecordErrors(errors)
     return notes
@@ -128,7 +158,8 @@ def _is_builder(node: ast.ClassDef) -> bool:
 
 
 def scope(source: str) -> dict[int, str]:
-    """Line -> qualified function, for every line of a statement in a builder method or module-level function.
+    """Line -> qualified function, for every line of a statement in a builder method or module-level
+    function.
 
     Docstrings are left out (no behaviour); a nested function belongs to its outer one.
     """
@@ -137,7 +168,12 @@ def scope(source: str) -> dict[int, str]:
 
     def cover(function: ast.FunctionDef, name: str) -> None:
         body = function.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             body = body[1:]
         for statement in body:
             for line in range(statement.lineno, statement.end_lineno + 1):
@@ -154,7 +190,8 @@ def scope(source: str) -> dict[int, str]:
 
 
 def construction_functions(source: str) -> set[str]:
-    """``__init__`` of each builder class and the methods it calls on ``self`` (they run once per cached builder)."""
+    """``__init__`` of each builder class and the methods it calls on ``self`` (they run once per
+    cached builder)."""
     found: set[str] = set()
     for node in ast.parse(source).body:
         if not (isinstance(node, ast.ClassDef) and _is_builder(node)):
@@ -163,14 +200,22 @@ def construction_functions(source: str) -> set[str]:
             if isinstance(item, ast.FunctionDef) and item.name == "__init__":
                 found.add(f"{node.name}.__init__")
                 for call in ast.walk(item):
-                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self":
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Attribute)
+                        and isinstance(call.func.value, ast.Name)
+                        and call.func.value.id == "self"
+                    ):
                         found.add(f"{node.name}.{call.func.attr}")
     return found
 
 
 def statement_spans(source: str) -> list[tuple[int, int]]:
-    """(first, last) line of every statement, to resolve an ``unreachable`` note to whole statements."""
-    return [(n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)]
+    """(first, last) line of every statement, to resolve an ``unreachable`` note to whole
+    statements."""
+    return [
+        (n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)
+    ]
 
 
 def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[str]]:
@@ -182,12 +227,16 @@ def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[s
     for note in notes.unreachable:
         starts = [i + 1 for i, line in enumerate(text_lines) if line.startswith(note.find)]
         if note.after is not None:
-            anchor = next((i + 1 for i, line in enumerate(text_lines) if line.startswith(note.after)), None)
+            anchor = next(
+                (i + 1 for i, line in enumerate(text_lines) if line.startswith(note.after)), None
+            )
             starts = [] if anchor is None else [line for line in starts if line > anchor][:1]
         covered = [(a, b) for a, b in spans if a in starts]
         if not covered:
             where = "" if note.after is None else f" after {note.after!r}"
-            unmatched.append(f"{note.where}: no statement of this release starts with {note.find!r}{where}")
+            unmatched.append(
+                f"{note.where}: no statement of this release starts with {note.find!r}{where}"
+            )
             continue
         for first, last in covered:
             for line in range(first, last + 1):
@@ -196,11 +245,20 @@ def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[s
 
 
 def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
-    """Every broad automatic mutant of the scope's lines; the noted equivalents get their status now."""
+    """Every broad automatic mutant of the scope's lines; the noted equivalents get their status
+    now."""
     lines = scope(source)
     mutants = []
     for auto in operators.automatic_mutants(source, set(lines), broad=True):
-        entry = Mutant(auto.id, "file", [], edit_diff(source, auto.source, target), source=auto.source, operator=auto.operator, line=auto.line)
+        entry = Mutant(
+            auto.id,
+            "file",
+            [],
+            edit_diff(source, auto.source, target),
+            source=auto.source,
+            operator=auto.operator,
+            line=auto.line,
+        )
         if auto.id in notes.equivalent:
             entry.status, entry.reason = "equivalent", notes.equivalent[auto.id]
         elif auto.id in notes.elsewhere:
@@ -220,8 +278,15 @@ class Plan:
     first_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
-def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unreachable: dict[int, str], scope_lines: dict[int, str]) -> Plan:
-    """Per runnable mutant: the tests that execute one of its edited statements; unreached ones are decided."""
+def plan(
+    mutants: list[Mutant],
+    source: str,
+    by_test: dict[str, set[int]],
+    unreachable: dict[int, str],
+    scope_lines: dict[int, str],
+) -> Plan:
+    """Per runnable mutant: the tests that execute one of its edited statements; unreached ones are
+    decided."""
     from gdn_review.mutation import reach
 
     construction = construction_functions(source)
@@ -243,11 +308,21 @@ def plan(mutants: list[Mutant], source: str, by_test: dict[str, set[int]], unrea
             if reason:
                 decided[mutant.id] = ("unreachable here", reason)
             else:
-                decided[mutant.id] = ("not reached", f"no test executes line {first.line} of {scope_lines.get(first.line, first.function)}")
+                decided[mutant.id] = (
+                    "not reached",
+                    f"no test executes line {first.line} of "
+                    f"{scope_lines.get(first.line, first.function)}",
+                )
             continue
         if any(site.function in construction for site in sites):
             tests[mutant.id] = None
-            first_files[mutant.id] = sorted({Path(nodeid.partition("::")[0]).name for nodeid, lines in by_test.items() if lines & site_lines})
+            first_files[mutant.id] = sorted(
+                {
+                    Path(nodeid.partition("::")[0]).name
+                    for nodeid, lines in by_test.items()
+                    if lines & site_lines
+                }
+            )
             continue
         tests[mutant.id] = sorted(nodeid for nodeid, lines in by_test.items() if lines & site_lines)
     return Plan(tests, decided, first_files)
@@ -260,21 +335,36 @@ def ordered_args(args: list[str], first_files: list[str]) -> list[str]:
     return sorted(files, key=lambda f: Path(f).name not in first_files) + rest
 
 
-def test_configurations(by_test: dict[str, set[int]], modules: dict[str, Path], configurations: dict[str, dict[str, str]]) -> dict[str, str]:
-    """Test id -> the configuration its case ran under (``configurations``: record -> case -> label);
+def test_configurations(
+    by_test: dict[str, set[int]],
+    modules: dict[str, Path],
+    configurations: dict[str, dict[str, str]],
+) -> dict[str, str]:
+    """Test id -> the configuration its case ran under (``configurations``: record -> case ->
+    label);
     a test of no named case (an invariant's random batches) ran as CPU resolves the builder."""
     record_of = {Path(path).name: name for name, path in modules.items()}
     found = {}
     for nodeid in by_test:
         path, _, name = nodeid.partition("::")
         case = name.rsplit("[", 1)[-1].rstrip("]").split("-", 1)[-1] if "[" in name else ""
-        found[nodeid] = configurations.get(record_of.get(Path(path).name, ""), {}).get(case, "CPU default")
+        found[nodeid] = configurations.get(record_of.get(Path(path).name, ""), {}).get(
+            case, "CPU default"
+        )
     return found
 
 
-def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[int]], records: dict[str, str], unreachable: dict[int, str],
-             by_test: dict[str, set[int]] | None = None, configured: dict[str, str] | None = None) -> list[dict]:
-    """Per line of the scope that holds code: its function, the records whose tests execute it and under which
+def line_map(
+    source: str,
+    scope_lines: dict[int, str],
+    by_module: dict[str, set[int]],
+    records: dict[str, str],
+    unreachable: dict[int, str],
+    by_test: dict[str, set[int]] | None = None,
+    configured: dict[str, str] | None = None,
+) -> list[dict]:
+    """Per line of the scope that holds code: its function, the records whose tests execute it and
+    under which
     configurations (``configured``: test id -> its case's configuration), or why none can."""
     # A statement's lines as the trace reports them: a multi-line statement's line events
     # may come from any of its lines (a compound statement: its header's).
@@ -282,25 +372,39 @@ def line_map(source: str, scope_lines: dict[int, str], by_module: dict[str, set[
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.stmt):
             body = getattr(node, "body", None)
-            last = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > node.lineno else node.end_lineno
+            last = (
+                body[0].lineno - 1
+                if isinstance(body, list) and body and body[0].lineno > node.lineno
+                else node.end_lineno
+            )
             spans[node.lineno] = range(node.lineno, max(node.lineno, last) + 1)
     rows = []
     text = source.splitlines()
     for line in sorted(scope_lines):
         if line not in spans:
             continue
-        reached_by = sorted(records[module] for module, lines in by_module.items()
-                            if module in records and any(at in lines for at in spans[line]))
-        under = sorted({(configured or {}).get(nodeid, "CPU default") for nodeid, lines in (by_test or {}).items()
-                        if any(at in lines for at in spans[line])})
-        rows.append({
-            "line": line,
-            "function": scope_lines[line],
-            "code": text[line - 1].strip()[:90],
-            "records": reached_by,
-            "configurations": under,
-            "unreachable": unreachable.get(line) if not reached_by else None,
-        })
+        reached_by = sorted(
+            records[module]
+            for module, lines in by_module.items()
+            if module in records and any(at in lines for at in spans[line])
+        )
+        under = sorted(
+            {
+                (configured or {}).get(nodeid, "CPU default")
+                for nodeid, lines in (by_test or {}).items()
+                if any(at in lines for at in spans[line])
+            }
+        )
+        rows.append(
+            {
+                "line": line,
+                "function": scope_lines[line],
+                "code": text[line - 1].strip()[:90],
+                "records": reached_by,
+                "configurations": under,
+                "unreachable": unreachable.get(line) if not reached_by else None,
+            }
+        )
     return rows
 
 
@@ -330,9 +434,11 @@ def score_whole_file(
     patterns: tuple[str, ...] = (),
     configurations: dict[str, dict[str, str]] | None = None,
 ) -> dict:
-    """Baseline, then every runnable mutant of the whole file; returns the guard data (nothing written).
+    """Baseline, then every runnable mutant of the whole file; returns the guard data (nothing
+    written).
 
-    ``modules``: record name -> generated module; ``configurations``: record name -> case id -> how the
+    ``modules``: record name -> generated module; ``configurations``: record name -> case id -> how
+    the
     case configures the builder (``kb.server_config.configuration_label``), for the line map.
     """
     import fnmatch
@@ -350,18 +456,30 @@ def score_whole_file(
     if patterns:
         mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]
     known = {m.id for m in catalogue(source, target, Notes())}
-    stale = [f"{section} names {ident}, which this release's file does not give"
-             for section in ("equivalent", "elsewhere") for ident in getattr(notes, section) if ident not in known]
+    stale = [
+        f"{section} names {ident}, which this release's file does not give"
+        for section in ("equivalent", "elsewhere")
+        for ident in getattr(notes, section)
+        if ident not in known
+    ]
     harness.warm_up()
     trace = reach.LineTrace({target}, per_test=True)
     args = runner.test_args(sorted(modules.values()), None)
-    with tempfile.TemporaryDirectory(prefix="gdn-review-guard-") as scratch:  # the baseline's evidence: not kept
+    with tempfile.TemporaryDirectory(
+        prefix="gdn-review-guard-"
+    ) as scratch:  # the baseline's evidence: not kept
         code, baseline_s = runner.baseline(args, Path(scratch) / "baseline.json", plugins=(trace,))
     interrupts.check()
     if code != 0:
-        raise GuardError(f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; run `gdn-review run` first")
+        raise GuardError(
+            "the generated suite does not pass without mutants (pytest exit "
+            f"{code}): a kill would mean nothing; run `gdn-review run` first"
+        )
     if not trace.active:
-        raise GuardError("another tracer (coverage, a debugger) is active: the line map and test selection need the trace; run without it")
+        raise GuardError(
+            "another tracer (coverage, a debugger) is active: the line map "
+            "and test selection need the trace; run without it"
+        )
     key = target.replace("\\", "/")
     by_test = {nodeid: lines.get(key, set()) for nodeid, lines in (trace.by_test or {}).items()}
     work = plan(mutants, source, by_test, unreachable, scope_lines)
@@ -377,10 +495,16 @@ def score_whole_file(
             first = next(iter(killed_by.values()))[0]
             reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
         entry = {
-            "id": mutant.id, "operator": mutant.operator, "line": mutant.line, "function": scope_lines.get(mutant.line, "?"),
-            "status": status, "reason": reason, "killed_by": sorted({t for ids in killed_by.values() for t in ids}),
+            "id": mutant.id,
+            "operator": mutant.operator,
+            "line": mutant.line,
+            "function": scope_lines.get(mutant.line, "?"),
+            "status": status,
+            "reason": reason,
+            "killed_by": sorted({t for ids in killed_by.values() for t in ids}),
             "tests_selected": _selected(work, mutant.id),
-            "duration_s": result.get("duration_s", 0.0), "diff": mutant.diff,
+            "duration_s": result.get("duration_s", 0.0),
+            "diff": mutant.diff,
         }
         entries.append(entry)
         if progress:
@@ -398,13 +522,25 @@ def score_whole_file(
                 mutant.code = loader.compile_source(target, mutant.source)
                 ready.append(mutant)
             except SyntaxError as error:
-                mutant.status, mutant.reason = "error", f"does not compile: line {error.lineno}: {error.msg}"
+                mutant.status, mutant.reason = (
+                    "error",
+                    f"does not compile: line {error.lineno}: {error.msg}",
+                )
                 finished(mutant, None, progress=False)
     on_start(len(ready))
     # Each mutant under its own selection: one runner call per distinct selection would
     # serialise them, so the selection travels with the mutant (``args`` per mutant).
-    runner.run_forked(ready, target, lambda mutant: [*(work.tests[mutant.id] or ordered_args(args, work.first_files.get(mutant.id, []))), "-x"],
-                      jobs, timeout, finished)
+    runner.run_forked(
+        ready,
+        target,
+        lambda mutant: [
+            *(work.tests[mutant.id] or ordered_args(args, work.first_files.get(mutant.id, []))),
+            "-x",
+        ],
+        jobs,
+        timeout,
+        finished,
+    )
     interrupts.finishing()
     order = {m.id: i for i, m in enumerate(mutants)}
     entries.sort(key=lambda e: order[e["id"]])
@@ -417,10 +553,22 @@ def score_whole_file(
         "records": sorted(modules),
         "score": score(entries),
         "mutants": entries,
-        "lines": line_map(source, scope_lines, by_module, by_module_key, unreachable, by_test,
-                          test_configurations(by_test, modules, configurations or {})),
+        "lines": line_map(
+            source,
+            scope_lines,
+            by_module,
+            by_module_key,
+            unreachable,
+            by_test,
+            test_configurations(by_test, modules, configurations or {}),
+        ),
         "notes": unmatched + stale,
-        "settings": {"jobs": jobs, "timeout_s": timeout, "baseline_s": round(baseline_s, 1), "patterns": list(patterns)},
+        "settings": {
+            "jobs": jobs,
+            "timeout_s": timeout,
+            "baseline_s": round(baseline_s, 1),
+            "patterns": list(patterns),
+        },
         "duration_s": round(time.monotonic() - started, 1),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -434,4 +582,5 @@ def _selected(work: Plan, ident: str) -> int | str | None:
 
 
 class GuardError(Exception):
-    """The whole-file score cannot be measured (failing baseline, another tracer): said for people."""
+    """The whole-file score cannot be measured (failing baseline, another tracer): said for
+    people."""

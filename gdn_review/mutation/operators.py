@@ -28,7 +28,14 @@ import hashlib
 import keyword
 import re
 
-COMPARISON_FLIPS = {ast.GtE: ast.Gt, ast.Gt: ast.GtE, ast.LtE: ast.Lt, ast.Lt: ast.LtE, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+COMPARISON_FLIPS = {
+    ast.GtE: ast.Gt,
+    ast.Gt: ast.GtE,
+    ast.LtE: ast.Lt,
+    ast.Lt: ast.LtE,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+}
 OP_NAMES = {ast.GtE: "ge", ast.Gt: "gt", ast.LtE: "le", ast.Lt: "lt", ast.Eq: "eq", ast.NotEq: "ne"}
 BROAD_FLIPS = {ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
 BROAD_NAMES = {ast.Is: "is", ast.IsNot: "is_not", ast.In: "in", ast.NotIn: "not_in"}
@@ -44,7 +51,10 @@ class Hunk:
     lines: tuple[str, ...]
 
     def label(self) -> str:
-        first = next((line.strip() for line in self.lines if _meaningful(line)), self.lines[0].strip() if self.lines else "")
+        first = next(
+            (line.strip() for line in self.lines if _meaningful(line)),
+            self.lines[0].strip() if self.lines else "",
+        )
         return f"head line {self.head_start}: {first[:70]}"
 
 
@@ -70,7 +80,8 @@ def pr_hunks(base: str, head: str) -> list[Hunk]:
 
 
 def _meaningful(line: str) -> bool:
-    """A line that says something of its own: a name other than a keyword (not `if (`, `== 0`, `):`)."""
+    """A line that says something of its own: a name other than a keyword (not `if (`, `== 0`,
+    `):`)."""
     text = line.strip()
     if not text or text.startswith("#"):
         return False
@@ -138,14 +149,22 @@ class _Site:
 
 def _slug(text: str) -> str:
     names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
-    interesting = [n for n in names if n not in {"self", "and", "or", "not", "None", "True", "False", "sum", "item"}]
+    interesting = [
+        n
+        for n in names
+        if n not in {"self", "and", "or", "not", "None", "True", "False", "sum", "item"}
+    ]
     return (interesting or names or ["site"])[0][:32]
 
 
 def _expression(node: ast.AST) -> str:
     """Source of a replacement expression, parenthesised so it binds as one operand."""
     text = ast.unparse(node)
-    return f"({text})" if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp)) else text
+    return (
+        f"({text})"
+        if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.UnaryOp, ast.IfExp))
+        else text
+    )
 
 
 def _candidates(node: ast.AST):
@@ -160,8 +179,14 @@ def _candidates(node: ast.AST):
             new = ast.Compare(left=node.left, ops=ops, comparators=node.comparators)
             yield f"{OP_NAMES[type(op)]}_to_{OP_NAMES[flipped]}", node, _expression(new)
     elif isinstance(node, ast.BoolOp):
-        swapped = ast.BoolOp(op=ast.And() if isinstance(node.op, ast.Or) else ast.Or(), values=node.values)
-        yield ("or_to_and" if isinstance(node.op, ast.Or) else "and_to_or"), node, _expression(swapped)
+        swapped = ast.BoolOp(
+            op=ast.And() if isinstance(node.op, ast.Or) else ast.Or(), values=node.values
+        )
+        yield (
+            ("or_to_and" if isinstance(node.op, ast.Or) else "and_to_or"),
+            node,
+            _expression(swapped),
+        )
         for index in range(len(node.values)):
             rest = [v for i, v in enumerate(node.values) if i != index]
             new = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
@@ -181,15 +206,25 @@ def _candidates(node: ast.AST):
                 continue
             for sign, name in (("+", "plus1"), ("-", "minus1")):
                 changed = {b: getattr(node, b) for b in ("lower", "upper", "step")}
-                changed[bound] = ast.BinOp(left=value, op=ast.Add() if sign == "+" else ast.Sub(), right=ast.Constant(1))
+                changed[bound] = ast.BinOp(
+                    left=value, op=ast.Add() if sign == "+" else ast.Sub(), right=ast.Constant(1)
+                )
                 yield f"slice_{bound}_{name}", node, ast.unparse(ast.Slice(**changed))
-    elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+    elif (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+    ):
         name = node.targets[0].id
         if "mask" in name:
             yield "drop_mask_assign", node, "pass"
         elif name.startswith("num_"):
             for sign, label in (("+", "plus1"), ("-", "minus1")):
-                value = ast.BinOp(left=node.value, op=ast.Add() if sign == "+" else ast.Sub(), right=ast.Constant(1))
+                value = ast.BinOp(
+                    left=node.value,
+                    op=ast.Add() if sign == "+" else ast.Sub(),
+                    right=ast.Constant(1),
+                )
                 yield f"count_{label}", node.value, _expression(value)
 
 
@@ -206,24 +241,48 @@ def _broad_candidates(node: ast.AST):
     elif isinstance(node, ast.Subscript):
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         for part in parts:
-            if isinstance(part, ast.Slice) and part.step is None and (part.lower is None) != (part.upper is None):
+            if (
+                isinstance(part, ast.Slice)
+                and part.step is None
+                and (part.lower is None) != (part.upper is None)
+            ):
                 yield "slice_whole", part, ":"  # [:n] or [n:] -> every row
     elif isinstance(node, ast.Constant) and type(node.value) is int:
         yield "const_plus1", node, str(node.value + 1)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        swapped = ast.BinOp(left=node.left, op=ast.Sub() if isinstance(node.op, ast.Add) else ast.Add(), right=node.right)
-        yield ("add_to_sub" if isinstance(node.op, ast.Add) else "sub_to_add"), node, _expression(swapped)
+        swapped = ast.BinOp(
+            left=node.left,
+            op=ast.Sub() if isinstance(node.op, ast.Add) else ast.Add(),
+            right=node.right,
+        )
+        yield (
+            ("add_to_sub" if isinstance(node.op, ast.Add) else "sub_to_add"),
+            node,
+            _expression(swapped),
+        )
     elif isinstance(node, ast.Call):
         name = ast.unparse(node.func)
-        if isinstance(node.func, ast.Attribute) and node.func.attr == "fill_" and len(node.args) == 1:
+        if (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr == "fill_"
+            and len(node.args) == 1
+        ):
             yield from _fill_values(node.args[0])
         if name.split(".")[-1] not in COMMUTATIVE_CALLS and name not in COMMUTATIVE_CALLS:
             args = node.args
             for index in range(len(args) - 1):
                 first, second = args[index], args[index + 1]
-                if isinstance(first, ast.Starred) or isinstance(second, ast.Starred) or ast.dump(first) == ast.dump(second):
+                if (
+                    isinstance(first, ast.Starred)
+                    or isinstance(second, ast.Starred)
+                    or ast.dump(first) == ast.dump(second)
+                ):
                     continue
-                swapped = ast.Call(func=node.func, args=[*args[:index], second, first, *args[index + 2:]], keywords=node.keywords)
+                swapped = ast.Call(
+                    func=node.func,
+                    args=[*args[:index], second, first, *args[index + 2 :]],
+                    keywords=node.keywords,
+                )
                 yield f"swap_args{index + 1}", node, ast.unparse(swapped)
     elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _in_place(node.value):
         yield "drop_statement", node, "pass"
@@ -234,8 +293,13 @@ def _broad_candidates(node: ast.AST):
 
 
 def _in_place(call: ast.Call) -> bool:
-    """A call made for its effect on a tensor: ``x.fill_()``, ``x.copy_()``, ``torch.cumsum(..., out=x)``."""
-    if isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") and not call.func.attr.startswith("_"):
+    """A call made for its effect on a tensor: ``x.fill_()``, ``x.copy_()``, ``torch.cumsum(...,
+    out=x)``."""
+    if (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr.endswith("_")
+        and not call.func.attr.startswith("_")
+    ):
         return True
     return any(k.arg == "out" for k in call.keywords)
 
@@ -244,7 +308,11 @@ def _fill_values(value: ast.AST):
     """Another value for a ``fill_``: the null block <-> 1, a bool flipped, an offset + 1."""
     if isinstance(value, ast.Constant) and isinstance(value.value, bool):
         yield "fill_value", value, str(not value.value)
-    elif isinstance(value, ast.Constant) and value.value == 0 or (isinstance(value, ast.Name) and value.id == "NULL_BLOCK_ID"):
+    elif (
+        isinstance(value, ast.Constant)
+        and value.value == 0
+        or (isinstance(value, ast.Name) and value.id == "NULL_BLOCK_ID")
+    ):
         yield "fill_value", value, "1"
     elif isinstance(value, ast.Constant) and isinstance(value.value, int):
         yield "fill_value", value, "0"
@@ -276,7 +344,8 @@ def _statement_name(statement: ast.stmt | None, fallback: str) -> str:
 
 
 def _skipped_nodes(tree: ast.AST) -> set[int]:
-    """ids of nodes no operator may touch: f-strings (messages), assert messages, docstrings, annotations."""
+    """ids of nodes no operator may touch: f-strings (messages), assert messages, docstrings,
+    annotations."""
     skipped: set[int] = set()
 
     def skip(node: ast.AST | None) -> None:
@@ -298,7 +367,8 @@ def _skipped_nodes(tree: ast.AST) -> set[int]:
 
 
 def automatic_mutants(loaded: str, lines: set[int], broad: bool = False) -> list[AutoMutant]:
-    """Every operator applied to every fitting node on ``lines`` of ``loaded`` (``broad``: the whole-file set too)."""
+    """Every operator applied to every fitting node on ``lines`` of ``loaded`` (``broad``: the
+    whole-file set too)."""
     tree = ast.parse(loaded)
     site = _Site(loaded)
     owners = _statements(tree)
@@ -324,5 +394,12 @@ def automatic_mutants(loaded: str, lines: set[int], broad: bool = False) -> list
             ident = f"auto.{operator}.{_statement_name(statement, before)}.{digest}"
             if ident in found:  # the same edit twice in one statement: number them in file order
                 ident = f"{ident}.{sum(1 for key in found if key.startswith(ident)) + 1}"
-            found[ident] = AutoMutant(ident, operator, target.lineno, before, replacement, site.replace(target, replacement))
+            found[ident] = AutoMutant(
+                ident,
+                operator,
+                target.lineno,
+                before,
+                replacement,
+                site.replace(target, replacement),
+            )
     return sorted(found.values(), key=lambda m: (m.line, m.id))

@@ -68,7 +68,9 @@ class LineTrace:
         # per_test (the whole-file score): lines per test id too, to run a mutant
         # only under the tests that execute its edit
         self.by_test: dict[str, dict[str, set[int]]] | None = {} if per_test else None
-        self.active = False  # False when another tracer (coverage, a debugger) was there: nothing judged
+        self.active = (
+            False  # False when another tracer (coverage, a debugger) was there: nothing judged
+        )
         self._files: dict[str, str | None] = {}
         self._current: dict[str, set[int]] = {}
 
@@ -147,7 +149,9 @@ def edit_sites(original: str, mutated: str) -> list[Site] | None:
     except SyntaxError:
         return None
     statements = _function_statements(tree)
-    matcher = difflib.SequenceMatcher(a=original.splitlines(), b=mutated.splitlines(), autojunk=False)
+    matcher = difflib.SequenceMatcher(
+        a=original.splitlines(), b=mutated.splitlines(), autojunk=False
+    )
     sites: list[Site] = []
     for tag, i1, i2, _, _ in matcher.get_opcodes():
         if tag == "equal":
@@ -167,22 +171,30 @@ def edit_sites(original: str, mutated: str) -> list[Site] | None:
 
 
 def _function_statements(tree: ast.Module) -> list[tuple[int, int, int, str]]:
-    """(first line, last line, last header line, function) of every statement inside a function body."""
+    """(first line, last line, last header line, function) of every statement inside a function
+    body."""
     found: list[tuple[int, int, int, str]] = []
 
     def visit(node, scope: list[str], function: str | None) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
                 if function is not None:
-                    start = min([child.lineno] + [d.lineno for d in getattr(child, "decorator_list", [])])
+                    start = min(
+                        [child.lineno] + [d.lineno for d in getattr(child, "decorator_list", [])]
+                    )
                     body = getattr(child, "body", None)
-                    header_end = body[0].lineno - 1 if isinstance(body, list) and body else child.end_lineno
+                    header_end = (
+                        body[0].lineno - 1 if isinstance(body, list) and body else child.end_lineno
+                    )
                     found.append((start, child.end_lineno, max(start, header_end), function))
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    # Its decorators and defaults are expressions of the enclosing scope: no statements.
+                    # Its decorators and defaults are expressions of the enclosing scope: no
+                    # statements.
                     visit(child, [*scope, child.name], ".".join([*scope, child.name]))
                 elif isinstance(child, ast.ClassDef):
-                    visit(child, [*scope, child.name], function)  # a class body runs where the class statement does
+                    visit(
+                        child, [*scope, child.name], function
+                    )  # a class body runs where the class statement does
                 else:
                     visit(child, scope, function)
             elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
@@ -193,7 +205,8 @@ def _function_statements(tree: ast.Module) -> list[tuple[int, int, int, str]]:
 
 
 def unreached(sites: list[Site] | None, reached: set[int] | None) -> str | None:
-    """The hint for a mutant none of whose edited statements ran, or None (it ran, or cannot be judged)."""
+    """The hint for a mutant none of whose edited statements ran, or None (it ran, or cannot be
+    judged)."""
     if not sites or reached is None:
         return None
     if any(line in reached for site in sites for line in site.lines):

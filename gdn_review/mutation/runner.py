@@ -48,7 +48,9 @@ def baseline(args: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int,
     ``plugins``: more pytest plugins for this run (``reach.LineTrace``: the lines it executes).
     """
     started = time.monotonic()
-    code = pytest.main([*args, *PYTEST_ARGS, "--gdn-evidence", str(evidence)], plugins=list(plugins))
+    code = pytest.main(
+        [*args, *PYTEST_ARGS, "--gdn-evidence", str(evidence)], plugins=list(plugins)
+    )
     # Everything made so far is shared with every child: keep the collector off it
     # (a full collection over vLLM's and torch's objects costs a child ~1.5 s).
     gc.collect()
@@ -57,7 +59,8 @@ def baseline(args: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int,
 
 
 class KillCollector:
-    """pytest plugin of a mutant's run: which tests fail, per claim; stops a claim at its first kill.
+    """pytest plugin of a mutant's run: which tests fail, per claim; stops a claim at its first
+    kill.
 
     Hypothesis tests run last (they are the slowest), so a cheap test kills first.
     """
@@ -76,7 +79,9 @@ class KillCollector:
             # Tests of no claim (the full-metadata snapshot) are a column of their own.
             name = getattr(item, "originalname", item.name).removeprefix("test_")
             self.claims[item.nodeid] = str(marker.args[0]) if marker and marker.args else name
-        items.sort(key=lambda item: bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False)))
+        items.sort(
+            key=lambda item: bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
+        )
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
@@ -97,7 +102,11 @@ class KillCollector:
 
     def result(self, exit_code: int) -> dict:
         if exit_code not in (0, 1):
-            return {"status": "error", "reason": f"pytest exit code {exit_code} under the mutant", "tests_run": self.tests_run}
+            return {
+                "status": "error",
+                "reason": f"pytest exit code {exit_code} under the mutant",
+                "tests_run": self.tests_run,
+            }
         return {
             "status": "killed" if self.killed_by else "survived",
             "killed_by": {claim: sorted(ids) for claim, ids in sorted(self.killed_by.items())},
@@ -115,7 +124,13 @@ def run_in_this_process(relative_path: str, code, args: list[str]) -> dict:
     try:
         mutation.load_mutated(relative_path, code)
     except Exception as error:  # the mutated module does not even load
-        return {"status": "killed", "killed_by": {"(import)": ["(module import)"]}, "messages": {"(module import)": f"{type(error).__name__}: {error}"[:300]}, "claims_passed": [], "tests_run": 0}
+        return {
+            "status": "killed",
+            "killed_by": {"(import)": ["(module import)"]},
+            "messages": {"(module import)": f"{type(error).__name__}: {error}"[:300]},
+            "claims_passed": [],
+            "tests_run": 0,
+        }
     collector = KillCollector()
     code = pytest.main([*args, *PYTEST_ARGS, "--gdn-no-evidence"], plugins=[collector])
     return collector.result(int(code))
@@ -129,7 +144,8 @@ def run_forked(
     timeout: float,
     on_result: Callable[[object, dict], None],
 ) -> None:
-    """Run each mutant (with a compiled ``code``) in its own forked child (``common.forked``), ``jobs`` at a time.
+    """Run each mutant (with a compiled ``code``) in its own forked child (``common.forked``),
+    ``jobs`` at a time.
 
     ``args``: pytest's arguments, or a function of the mutant giving them (the
     whole-file score runs each mutant under its own selection of tests). A child
@@ -140,14 +156,22 @@ def run_forked(
     def body(mutant) -> Callable[[], dict]:
         def run_mutant() -> dict:
             interrupts.hold("mutant")  # the test hook: a mutant's child is running
-            return run_in_this_process(relative_path, mutant.code, args(mutant) if callable(args) else args)
+            return run_in_this_process(
+                relative_path, mutant.code, args(mutant) if callable(args) else args
+            )
 
         return run_mutant
 
     def finished(mutant, result: dict) -> None:
         if result["status"] == forked.CRASHED:
-            result = {"status": "killed", "killed_by": {"(crash)": [f"({result['reason']})"]}, "messages": {},
-                      "claims_passed": [], "tests_run": 0, "duration_s": result["duration_s"]}
+            result = {
+                "status": "killed",
+                "killed_by": {"(crash)": [f"({result['reason']})"]},
+                "messages": {},
+                "claims_passed": [],
+                "tests_run": 0,
+                "duration_s": result["duration_s"],
+            }
         on_result(mutant, result)
 
     forked.run([(mutant, body(mutant)) for mutant in mutants], jobs, timeout, finished)
@@ -169,18 +193,36 @@ exit_now(0)
 """
 
 
-def run_fresh_process(relative_path: str, source: str, args: list[str], cwd: Path, timeout: float = 600) -> dict:
-    """The same mutant in a fresh interpreter (imports vLLM anew): for parity checks and benchmarks."""
+def run_fresh_process(
+    relative_path: str, source: str, args: list[str], cwd: Path, timeout: float = 600
+) -> dict:
+    """The same mutant in a fresh interpreter (imports vLLM anew): for parity checks and
+    benchmarks."""
     with tempfile.TemporaryDirectory(prefix="gdn-review-mutant-") as scratch:
         source_file, out = Path(scratch) / "mutated.py.txt", Path(scratch) / "result.json"
         source_file.write_text(source, encoding="utf-8")
         started = time.monotonic()
         done = interrupts.run_child(
-            [sys.executable, "-c", FRESH, relative_path, str(source_file), str(out), json.dumps(args)],
-            cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            [
+                sys.executable,
+                "-c",
+                FRESH,
+                relative_path,
+                str(source_file),
+                str(out),
+                json.dumps(args),
+            ],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if not out.exists():
-            return {"status": "error", "reason": f"fresh process exit {done.returncode}: {done.stderr[-500:]}", "duration_s": round(time.monotonic() - started, 2)}
+            return {
+                "status": "error",
+                "reason": f"fresh process exit {done.returncode}: {done.stderr[-500:]}",
+                "duration_s": round(time.monotonic() - started, 2),
+            }
         result = json.loads(out.read_text(encoding="utf-8"))
         result["duration_s"] = round(time.monotonic() - started, 2)
         return result

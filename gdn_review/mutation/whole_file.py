@@ -1,4 +1,5 @@
-"""``gdn-review mutate --whole-file``'s flow: the whole target file's guard score, written as a report.
+"""``gdn-review mutate --whole-file``'s flow: the whole target file's guard score, written as a
+report.
 
 On the loaded vLLM the score runs in this process (``guard.score_whole_file``)
 and goes to ``reports/guard.json`` and ``reports/guard.md`` (for a release
@@ -25,7 +26,8 @@ from gdn_review.report import guard_report
 
 @dataclasses.dataclass
 class Scored:
-    """What a whole-file run left: the score's data and its files, or the exit code of the child that ran it."""
+    """What a whole-file run left: the score's data and its files, or the exit code of the child
+    that ran it."""
 
     data: dict | None = None
     written: list[Path] = dataclasses.field(default_factory=list)
@@ -51,23 +53,54 @@ def score_and_write(
     on_result: Callable[[dict], None] = lambda entry: None,
     say: Callable[[str], None] = print,
 ) -> Scored:
-    """Score the target file of the loaded vLLM, or of ``release`` in a child (``child_options``: the
+    """Score the target file of the loaded vLLM, or of ``release`` in a child (``child_options``:
+    the
     command's own options for it); GuardError when the score cannot be measured (a check failed),
     ReleaseError when the release cannot be had (bad input)."""
     loaded, root = release_cache.loaded()
     if release and release != loaded:
-        return Scored(child_exit=_rerun_on(release, ["mutate", "--whole-file", "--release", release, *child_options], fetch, say))
+        return Scored(
+            child_exit=_rerun_on(
+                release,
+                ["mutate", "--whole-file", "--release", release, *child_options],
+                fetch,
+                say,
+            )
+        )
     notes = guard.load_notes(Path(kb_dir) / "guard" / "notes.yaml")
     target = next(iter(records.values())).target.file
     source = (root / target).read_text(encoding="utf-8")
-    say(f"[1/3] baseline: {len(modules)} generated module(s) on vLLM {loaded}, traced per test (CPU)")
-    named = {key_short(n): path for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))}
-    configurations = {key_short(record.key): {c.id: configuration_label(c) for c in record.cases} for record in records.values()}
-    data = guard.score_whole_file(named, target, loaded, source, notes, jobs, timeout, on_start, on_result, patterns, configurations)
+    say(
+        f"[1/3] baseline: {len(modules)} generated module(s) on vLLM "
+        f"{loaded}, traced per test (CPU)"
+    )
+    named = {
+        key_short(n): path
+        for n, path in sorted(modules.items(), key=lambda item: key_order(item[0]))
+    }
+    configurations = {
+        key_short(record.key): {c.id: configuration_label(c) for c in record.cases}
+        for record in records.values()
+    }
+    data = guard.score_whole_file(
+        named,
+        target,
+        loaded,
+        source,
+        notes,
+        jobs,
+        timeout,
+        on_start,
+        on_result,
+        patterns,
+        configurations,
+    )
     stem = f"guard-{loaded}" if release else "guard"
     folder = Path(reports_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    atomic_write(
+        folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
+    )
     atomic_write(folder / f"{stem}.md", guard_report.markdown(data))
     return Scored(data, [folder / f"{stem}.md", folder / f"{stem}.json"])
 

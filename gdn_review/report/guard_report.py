@@ -1,4 +1,5 @@
-"""``reports/guard.md``: the whole-file score, drawn from the guard JSON (``mutation.guard.score_whole_file``)."""
+"""``reports/guard.md``: the whole-file score, drawn from the guard JSON
+(``mutation.guard.score_whole_file``)."""
 
 from __future__ import annotations
 
@@ -40,20 +41,52 @@ def markdown(data: dict) -> str:
     by_status = collections.defaultdict(list)
     for entry in data["mutants"]:
         by_status[entry["status"]].append(entry)
-    lines += _section("Survivors", "Its edit ran and no test failed: a missing check.", by_status["survived"] + by_status["error"], diffs=True)
-    lines += _section("Not reached", "No test executes the edited line, though CPU can: a missing case.", by_status["not reached"])
-    lines += _section("Unreachable here", "Only CUDA or another backend runs these lines; not covered, only out of this machine's reach.", by_status["unreachable here"])
-    lines += _section("Equivalent", "Cannot change behaviour (kb/guard/notes.yaml says why).", by_status["equivalent"])
-    lines += ["## Line map", "", "Which records' tests execute each line of the scope (construction lines are credited to "
-              "the first record that built that builder in the run), and under which configurations of the builder: "
-              "CPU default (as this machine resolves it), or configured as a GPU server configures it (the prefill "
-              "backend vLLM resolves there, align prefix caching, the V2 runner's aligned indices, a FULL graph mode, "
-              "a host function called on its own); no kernel runs under any of them.", "",
-              "| line | function | code | reached by | configurations |", "|---|---|---|---|---|"]
+    lines += _section(
+        "Survivors",
+        "Its edit ran and no test failed: a missing check.",
+        by_status["survived"] + by_status["error"],
+        diffs=True,
+    )
+    lines += _section(
+        "Not reached",
+        "No test executes the edited line, though CPU can: a missing case.",
+        by_status["not reached"],
+    )
+    lines += _section(
+        "Unreachable here",
+        "Only CUDA or another backend runs these lines; not covered, "
+        "only out of this machine's reach.",
+        by_status["unreachable here"],
+    )
+    lines += _section(
+        "Equivalent",
+        "Cannot change behaviour (kb/guard/notes.yaml says why).",
+        by_status["equivalent"],
+    )
+    lines += [
+        "## Line map",
+        "",
+        "Which records' tests execute each line of the scope (construction lines are credited to "
+        "the first record that built that builder in the run), and under which configurations of the builder: "
+        "CPU default (as this machine resolves it), or configured as a GPU server configures it (the prefill "
+        "backend vLLM resolves there, align prefix caching, the V2 runner's aligned indices, a FULL graph mode, "
+        "a host function called on its own); no kernel runs under any of them.",
+        "",
+        "| line | function | code | reached by | configurations |",
+        "|---|---|---|---|---|",
+    ]
     for row in data["lines"]:
-        reached = ", ".join(text(r) for r in row["records"]) or ("unreachable here: " + text(row["unreachable"]) if row["unreachable"] else "**not reached**")
+        reached = ", ".join(text(r) for r in row["records"]) or (
+            "unreachable here: " + text(row["unreachable"])
+            if row["unreachable"]
+            else "**not reached**"
+        )
         under = ", ".join(text(c) for c in row.get("configurations", [])) if row["records"] else ""
-        lines.append(f"| {row['line']} | {code(row['function'])} | {code(row['code']) if row['code'] else ''} | {reached} | {under} |")
+        lines.append(
+            f"| {row['line']} | {code(row['function'])} | "
+            f"{code(row['code']) if row['code'] else ''} | {reached} | "
+            f"{under} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -62,7 +95,10 @@ def _section(title: str, meaning: str, entries: list[dict], diffs: bool = False)
     if not entries:
         return lines + ["None.", ""]
     for entry in entries:
-        lines.append(f"- line {entry['line']}, {code(entry['function'])}: {code(entry['id'])}: {text(entry['reason'])}")
+        lines.append(
+            f"- line {entry['line']}, {code(entry['function'])}: "
+            f"{code(entry['id'])}: {text(entry['reason'])}"
+        )
         if diffs:
             lines += ["", *fence(entry["diff"], "diff"), ""]
     return lines + [""]

@@ -24,7 +24,9 @@ class DiffSides(Protocol):
 
     def wanted(self, records: dict) -> dict[Path, Path]: ...
 
-    def add_to_evidence(self, record_path, record, release, evidence, kb_dir, generated, say) -> bool: ...
+    def add_to_evidence(
+        self, record_path, record, release, evidence, kb_dir, generated, say
+    ) -> bool: ...
 
 
 @dataclasses.dataclass
@@ -51,12 +53,16 @@ def check_kb(
     say: Callable[[str], None] = print,
 ) -> KbRun:
     """Run the records' generated modules, add each open PR's diff side, write the reports."""
-    diffs = {} if diff_sides is None or keyword else diff_sides.wanted(records)  # PatchError: nothing has run
+    diffs = (
+        {} if diff_sides is None or keyword else diff_sides.wanted(records)
+    )  # PatchError: nothing has run
     code = suite.run_suite(list(modules.values()), evidence_path, keyword, pytest_args, say=say)
     if diffs and code != suite.NO_TESTS:
         release = evidence_file.tests_release(evidence_path)
         for path in diffs:
-            diff_sides.add_to_evidence(path, records[path], release, evidence_path, kb_dir, generated, say=say)
+            diff_sides.add_to_evidence(
+                path, records[path], release, evidence_path, kb_dir, generated, say=say
+            )
     say("[2/2] writing risk reports")
     paths = evidence_file.with_bench(evidence_path, say)
     written, reports = report.write_reports(records, evidence_file.load(list(paths)), reports_dir)

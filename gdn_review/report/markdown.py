@@ -39,7 +39,9 @@ def _escape(line: str, markup: set[str]) -> str:
     for index, ch in enumerate(line):
         following = line[index + 1 : index + 2]
         if ch == "<" and (following.isalpha() or following in ("/", "!", "?")):
-            out.append("&lt;")  # only where HTML would start a tag or comment: "<= 1" stays readable
+            out.append(
+                "&lt;"
+            )  # only where HTML would start a tag or comment: "<= 1" stays readable
         elif ch == "&" and (following.isalnum() or following == "#"):
             out.append("&amp;")  # only where it could start an entity
         elif ch in markup:
@@ -50,11 +52,14 @@ def _escape(line: str, markup: set[str]) -> str:
             out.append(" ")
         else:
             out.append(ch)
-    return _AUTOLINK.sub(lambda m: f"{m.group(1) or m.group(3)}\\{m.group(2) or m.group(4)}", "".join(out))
+    return _AUTOLINK.sub(
+        lambda m: f"{m.group(1) or m.group(3)}\\{m.group(2) or m.group(4)}", "".join(out)
+    )
 
 
 def text(value) -> str:
-    """``value`` as plain text on one line: nothing in it is read as markdown or HTML, links or mentions."""
+    """``value`` as plain text on one line: nothing in it is read as markdown or HTML, links or
+    mentions."""
     return _escape(_one_line(value), _MARKUP).strip()
 
 
@@ -68,11 +73,12 @@ def code(value) -> str:
 
 
 def cell(value) -> str:
-    """A record's prose in a table cell: its `code spans` kept, the rest escaped, newlines as ``<br>``."""
+    """A record's prose in a table cell: its `code spans` kept, the rest escaped, newlines as
+    ``<br>``."""
     source = "" if value is None else str(value)
     pieces, at = [], 0
     for match in _CODE_SPAN.finditer(source):
-        pieces.append(_prose(source[at:match.start()]))
+        pieces.append(_prose(source[at : match.start()]))
         pieces.append(code(match.group(2).strip()))
         at = match.end()
     pieces.append(_prose(source[at:]))
@@ -80,7 +86,8 @@ def cell(value) -> str:
 
 
 def _prose(value: str) -> str:
-    # Emphasis stays (harmless, and records use `_` in names); links, HTML and table pipes do not work.
+    # Emphasis stays (harmless, and records use `_` in names); links, HTML and table pipes do not
+    # work.
     lines = value.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "<br>".join(_escape(line, set("\\[]|`")) for line in lines)
 

@@ -20,22 +20,37 @@ from gdn_review.run.evidence_file import Evidence
 
 
 def render_markdown(data: dict) -> str:
-    return environment(cell=markdown.cell, text=markdown.text).get_template("report.md.j2").render(**data)
+    return (
+        environment(cell=markdown.cell, text=markdown.text)
+        .get_template("report.md.j2")
+        .render(**data)
+    )
 
 
 def render_index(reports: list[dict]) -> str:
-    return environment(cell=markdown.cell, text=markdown.text).get_template("index.md.j2").render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
+    return (
+        environment(cell=markdown.cell, text=markdown.text)
+        .get_template("index.md.j2")
+        .render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
+    )
 
 
 def write_reports(
-    records: dict[Path, Record], evidence: Evidence, out_dir: Path, fmt: str = "markdown", reports: list[dict] | None = None
+    records: dict[Path, Record],
+    evidence: Evidence,
+    out_dir: Path,
+    fmt: str = "markdown",
+    reports: list[dict] | None = None,
 ) -> tuple[list[Path], list[dict]]:
     """One report per record plus an index; returns the paths written and the report data.
 
     ``reports``: report data made already (the release matrix's), written as they are.
     """
     if reports is None:
-        reports = [report_data(record, evidence, path=path) for path, record in sorted(records.items(), key=lambda item: item[1].sort_key)]
+        reports = [
+            report_data(record, evidence, path=path)
+            for path, record in sorted(records.items(), key=lambda item: item[1].sort_key)
+        ]
         # A related PR with a record of its own links to that record's report.
         numbers = {record.key for record in records.values()}
         for data in reports:
@@ -45,7 +60,9 @@ def write_reports(
     for data in reports:
         if fmt == "json":
             path = out_dir / f"{data['number']}.json"
-            atomic_write(path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+            atomic_write(
+                path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+            )
         else:
             path = out_dir / f"{data['number']}.md"
             atomic_write(path, render_markdown(data))
@@ -58,19 +75,26 @@ def write_reports(
 
 
 def summary_lines(reports: list[dict]) -> list[str]:
-    """A line per record: its claims by verdict and its risks by coverage; under it, each part of its
+    """A line per record: its claims by verdict and its risks by coverage; under it, each part of
+    its
     evidence measured on an earlier version of the record."""
     lines = []
     for data in reports:
         claims = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
-        coverage = ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
+        coverage = (
+            ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
+        )
         lines.append(f"{key_label(data['number'])}: claims {claims}; risks {coverage}")
         lines += [f"  {line}" for line in data.get("stale", [])]
     return lines
 
 
 def render_history(data: dict) -> str:
-    return environment(cell=markdown.cell, text=markdown.text).get_template("history.md.j2").render(**data)
+    return (
+        environment(cell=markdown.cell, text=markdown.text)
+        .get_template("history.md.j2")
+        .render(**data)
+    )
 
 
 def write_history(data: dict, path: Path) -> Path:

@@ -16,7 +16,6 @@ from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
 from gdn_review.report.evidence_age import evidence_parts, stale_parts
 from gdn_review.report.markdown import text
-from gdn_review.run.evidence_file import MUTANT_STATUSES, RAN, VERDICTS, Evidence
 from gdn_review.report.verdicts import (
     COVERAGE,
     LATENCY_VERDICTS,
@@ -32,6 +31,7 @@ from gdn_review.report.verdicts import (
     superseded_skips,
     verdicts_by_device,
 )
+from gdn_review.run.evidence_file import MUTANT_STATUSES, RAN, VERDICTS, Evidence
 
 
 def _compact(value) -> str:
@@ -44,7 +44,11 @@ def _compact(value) -> str:
 
 def _per(record: Record, check) -> str:
     """What a count is per: a build(), or (on engine steps) a step or its busiest call."""
-    steps = [c for c in check.cases if any(case.id == c and case.step is not None for case in record.cases)]
+    steps = [
+        c
+        for c in check.cases
+        if any(case.id == c and case.step is not None for case in record.cases)
+    ]
     if not steps:
         return "per build()" if check.kind == "op_budget" else "per call"
     return "per engine step" if check.per == "step" else "per call of a step"
@@ -58,16 +62,25 @@ def _check_summary(claim, record: Record) -> str:
     if check.kind == "equivalence":
         return f"equivalence: expected metadata on {plural(len(check.cases), 'case')}"
     if check.kind == "invariant":
-        return f"invariant: {len(check.properties)} properties on random valid batches (Hypothesis) and every named case"
+        return (
+            f"invariant: {len(check.properties)} properties on random valid "
+            "batches (Hypothesis) and every named case"
+        )
     if check.kind == "latency":
-        return f"latency: build() A/B between releases on {plural(len(check.cases), 'case')} (gdn-review bench)"
+        return (
+            "latency: build() A/B between releases on "
+            f"{plural(len(check.cases), 'case')} (gdn-review bench)"
+        )
     if check.kind == "gpu_sync":
         return (
             f"gpu_sync: ≤ {check.max_syncs} host-device syncs {_per(record, check)} on {plural(len(check.cases), 'case')} "
             "(CUDA, the authority; on CPU its proxy: device-origin reads)"
         )
     if check.kind == "differential":
-        return f"differential: {plural(len(check.pairs), 'pair')} of scenarios agree on {', '.join(check.fields)} ({check.compare})"
+        return (
+            f"differential: {plural(len(check.pairs), 'pair')} of scenarios "
+            f"agree on {', '.join(check.fields)} ({check.compare})"
+        )
     return "TODO: no check yet"
 
 
@@ -85,22 +98,37 @@ def _measured_summary(claim, ran: list[dict]) -> str:
                 {
                     t["measured"][op]
                     for t in ran
-                    if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(op), int)
+                    if isinstance(t.get("measured"), dict)
+                    and isinstance(t["measured"].get(op), int)
                 }
             )
             if values:
                 shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
                 parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
     if claim.check.kind == "gpu_sync":
-        for device, key, name in (("cuda", "syncs", "CUDA syncs"), ("cpu", "device_origin_reads", "CPU proxy: device-origin reads")):
-            values = sorted({t["measured"][key] for t in ran if t.get("device") == device and isinstance(t.get("measured"), dict) and key in t["measured"]})
+        for device, key, name in (
+            ("cuda", "syncs", "CUDA syncs"),
+            ("cpu", "device_origin_reads", "CPU proxy: device-origin reads"),
+        ):
+            values = sorted(
+                {
+                    t["measured"][key]
+                    for t in ran
+                    if t.get("device") == device
+                    and isinstance(t.get("measured"), dict)
+                    and key in t["measured"]
+                }
+            )
             if values:
                 shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
                 parts.append(f"{name}: measured {shown}, budget ≤ {claim.check.max_syncs}")
     return "; ".join(parts)
 
 
-MECHANISM = "build() latency is the mechanism the claim names; the end-to-end throughput figure needs a serving benchmark"
+MECHANISM = (
+    "build() latency is the mechanism the claim names; the "
+    "end-to-end throughput figure needs a serving benchmark"
+)
 
 
 def not_measured(claim, record: Record | None, key, path: Path | None = None) -> str:
@@ -118,53 +146,93 @@ def not_measured(claim, record: Record | None, key, path: Path | None = None) ->
         beside = Path(path).with_suffix(".diff") if path is not None else None
         diff = str(beside) if beside is not None else f"kb/{key}.diff"
         if beside is not None and beside.is_file() and not beside.is_symlink():
-            return f"not measured: run `gdn-review bench --record {key}` (vLLM {base} against {base} with the PR's diff, {diff})"
-        return (f"not measured: {record.label} is {state_words(record.state)}, so no release has its change; the latency claim is measured "
-                f"once the PR's diff is stored beside the record (`gh pr diff {key} > {diff}`, then `gdn-review bench --record {key}`) "
-                "or the change is released")
+            return (
+                f"not measured: run `gdn-review bench --record {key}` (vLLM "
+                f"{base} against {base} with the PR's diff, {diff})"
+            )
+        return (
+            f"not measured: {record.label} is {state_words(record.state)}, so no release has its change; the latency claim is measured "
+            f"once the PR's diff is stored beside the record (`gh pr diff {key} > {diff}`, then `gdn-review bench --record {key}`) "
+            "or the change is released"
+        )
     if not base or not head:
-        return f"not measured: the record has no base and head release; `gdn-review bench --record {key} --releases BASE,HEAD` times two releases"
+        return (
+            "not measured: the record has no base and head release; "
+            f"`gdn-review bench --record {key} --releases BASE,HEAD` times "
+            "two releases"
+        )
     return f"not measured: run `gdn-review bench --record {key}`"
 
 
-def latency_claim(claim, key: int | str, results: dict | None, record: Record | None = None, path: Path | None = None) -> dict:
-    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review bench` per device.
+def latency_claim(
+    claim,
+    key: int | str,
+    results: dict | None,
+    record: Record | None = None,
+    path: Path | None = None,
+) -> dict:
+    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review
+    bench` per device.
 
     Where the bench ran on CUDA too, CUDA's verdict is the claim's (the claim is
     about a GPU server); every device's numbers are shown. ``path``: the
     record's file, where an open PR's diff would lie beside it (None: not known).
     """
     if not results:
-        return {"verdict": "unverified", "reason": not_measured(claim, record, key, path), "measured": "not measured", "vllm": "—", "devices": "—", "tests": [], "by_device": {}}
+        return {
+            "verdict": "unverified",
+            "reason": not_measured(claim, record, key, path),
+            "measured": "not measured",
+            "vllm": "—",
+            "devices": "—",
+            "tests": [],
+            "by_device": {},
+        }
     devices = sorted(results, key=lambda device: (device != "cuda", device))
     reasons, measured, rows, by_device = [], [], [], {}
     for device in devices:
         result = results[device]
         low, high = result["pooled"]["ci95"]
-        pooled = f"head/base {result['pooled']['ratio']:.3f} (95% interval {low:.3f}–{high:.3f}) over {plural(len(result['cases']), 'case')}"
+        pooled = (
+            f"head/base {result['pooled']['ratio']:.3f} (95% interval "
+            f"{low:.3f}–{high:.3f}) over "
+            f"{plural(len(result['cases']), 'case')}"
+        )
         by_device[device] = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
-        reasons.append(f"{result.get('verdict')}: build() on {result['head']} vs {result['base']}, {pooled}, {device}")
+        reasons.append(
+            f"{result.get('verdict')}: build() on {result['head']} vs "
+            f"{result['base']}, {pooled}, {device}"
+        )
         measured.append(pooled if len(devices) == 1 else f"{device}: {pooled}")
         rows += [
             {
                 "label": row["case"],
                 "device": device,
                 "outcome": "measured",
-                "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: {row['head_median_us']} µs (median)",
+                "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: "
+                f"{row['head_median_us']} µs (median)",
                 "expected": "head/base < 1",
-                "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} samples",
+                "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, "
+                f"{row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} "
+                "samples",
             }
             for row in result["cases"]
         ]
     first = results[devices[0]]
     return {
-        "verdict": by_device[devices[0]], "reason": "; ".join(reasons) + f"; {MECHANISM}", "measured": "; ".join(measured), "tests": rows,
-        "vllm": f"{first['base']} → {first['head']}", "devices": _device_cell(by_device), "by_device": by_device,
+        "verdict": by_device[devices[0]],
+        "reason": "; ".join(reasons) + f"; {MECHANISM}",
+        "measured": "; ".join(measured),
+        "tests": rows,
+        "vllm": f"{first['base']} → {first['head']}",
+        "devices": _device_cell(by_device),
+        "by_device": by_device,
     }
 
 
 def _device_cell(by_device: dict[str, str], ran: bool = True) -> str:
-    """``cpu: holds; cuda: unverified``: each device's verdict; one device whose tests ran: just its name."""
+    """``cpu: holds; cuda: unverified``: each device's verdict; one device whose tests ran: just its
+    name."""
     if len(by_device) == 1 and ran:
         return next(iter(by_device))
     return "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—"
@@ -187,7 +255,10 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
         return None
     claims = [c.id for c in record.claims]
     # Columns for tests of no claim (e.g. the full-metadata snapshot) that ran under the mutants.
-    claims += sorted({k for m in mine for k in [*m.get("killed_by", {}), *m.get("claims_passed", [])]} - set(claims))
+    claims += sorted(
+        {k for m in mine for k in [*m.get("killed_by", {}), *m.get("claims_passed", [])]}
+        - set(claims)
+    )
     rows = [
         {
             "id": m["id"],
@@ -203,14 +274,19 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
         }
         for m in mine
     ]
-    per_risk = [{"id": risk.id, "mutants": [r for r in rows if risk.id in r["risks"]]} for risk in record.risks]
+    per_risk = [
+        {"id": risk.id, "mutants": [r for r in rows if risk.id in r["risks"]]}
+        for risk in record.risks
+    ]
     return {
         "release": (info or {}).get("release", "?"),
         "claims": claims,
         "risks": per_risk,
         "counts": {s: sum(r["status"] == s for r in rows) for s in MUTANT_STATUSES},
         "survivors": [r for r in rows if r["status"] in SURVIVED | {"timeout", "error"}],
-        "missing_tests": [r for r in rows if r["status"] in SURVIVED and r["origin"] == "diff" and not r["risks"]],
+        "missing_tests": [
+            r for r in rows if r["status"] in SURVIVED and r["origin"] == "diff" and not r["risks"]
+        ],
         "others": [r for r in rows if not r["risks"]],
         "gone_hunks": (info or {}).get("gone_hunks", []),
         "notes": (info or {}).get("notes", []),
@@ -231,13 +307,24 @@ def configurations(record: Record, claim, ran: list[dict]) -> str:
     names = set(getattr(claim.check, "cases", []) or [])
     words = sorted({w for c in record.cases if c.id in names and (w := c.configuration())})
     if any(t.get("device") == "cuda" for t in ran):
-        resolved = sorted({str(t["measured"]["prefill_backend_resolved"]) for t in ran
-                           if isinstance(t.get("measured"), dict) and "prefill_backend_resolved" in t["measured"]})
-        words.append("on CUDA the backend vLLM resolved itself" + (f": {', '.join(resolved)}" if resolved else ""))
+        resolved = sorted(
+            {
+                str(t["measured"]["prefill_backend_resolved"])
+                for t in ran
+                if isinstance(t.get("measured"), dict)
+                and "prefill_backend_resolved" in t["measured"]
+            }
+        )
+        words.append(
+            "on CUDA the backend vLLM resolved itself"
+            + (f": {', '.join(resolved)}" if resolved else "")
+        )
     return "; ".join(words)
 
 
-def report_data(record: Record, evidence: Evidence, with_change: bool = False, path: Path | None = None) -> dict:
+def report_data(
+    record: Record, evidence: Evidence, with_change: bool = False, path: Path | None = None
+) -> dict:
     """Everything a report says about one record, as plain data.
 
     ``with_change``: the evidence ran with the record's own PR applied (its diff),
@@ -249,7 +336,11 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
     mine = superseded_skips([t for t in evidence.tests if t["record"] == record.key])
     mine += missing_tests(record.key, expected, mine)
     environments = sorted(
-        {evidence.environments[t["environment"]].get("vllm_version", "?") for t in mine if t["outcome"] in RAN}
+        {
+            evidence.environments[t["environment"]].get("vllm_version", "?")
+            for t in mine
+            if t["outcome"] in RAN
+        }
     )
     claims = []
     for claim in record.claims:
@@ -261,7 +352,10 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         configured = configurations(record, claim, ran)
         if configured:
             reason = f"{reason} [{configured}]"
-        by_device = {device: pending_verdict(record, claim, v, "", tested_on, with_change)[0] for device, v in verdicts_by_device(claim, tests).items()}
+        by_device = {
+            device: pending_verdict(record, claim, v, "", tested_on, with_change)[0]
+            for device, v in verdicts_by_device(claim, tests).items()
+        }
         claims.append(
             {
                 "id": claim.id,
@@ -273,7 +367,9 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
                 "reason": reason,
                 "measured": _measured_summary(claim, ran),
                 "vllm": ", ".join(sorted({_release(evidence, t) for t in ran})) or "—",
-                "devices": _device_cell(by_device, bool(ran)),  # a CUDA-only claim here: "cuda: unverified"
+                "devices": _device_cell(
+                    by_device, bool(ran)
+                ),  # a CUDA-only claim here: "cuda: unverified"
                 "by_device": by_device,
                 "note": claim.note,
                 "tests": [
@@ -285,23 +381,40 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
                         "expected": _compact(t.get("expected")),
                         "reason": t.get("reason") or "",
                     }
-                    for t in sorted(tests, key=lambda t: (t.get("device") or "", label_of(t), t["nodeid"]))
+                    for t in sorted(
+                        tests, key=lambda t: (t.get("device") or "", label_of(t), t["nodeid"])
+                    )
                     if t["outcome"] in RAN or claim.check.kind == "gpu_sync"
                 ],
             }
         )
         if claim.check.kind == "latency":
-            claims[-1].update(latency_claim(claim, record.key, evidence.bench.get(str(record.key)), record, path))
+            claims[-1].update(
+                latency_claim(claim, record.key, evidence.bench.get(str(record.key)), record, path)
+            )
     diff_side = _diff_side(record, evidence, claims) if not with_change else None
     upstream = []
     for item in record.upstream_tests:
         # The verdict of the claims' tests on these cases only (a claim's other cases aside).
-        chosen = [t for t in mine if t["claim"] in item.claims and (t.get("case") in item.cases or t.get("property") in item.cases)]
+        chosen = [
+            t
+            for t in mine
+            if t["claim"] in item.claims
+            and (t.get("case") in item.cases or t.get("property") in item.cases)
+        ]
         by_id = {claim.id: claim for claim in record.claims}
         verdicts = []
         for cid in item.claims:
             picked = [t for t in chosen if t["claim"] == cid]
-            verdicts.append(pending_verdict(record, by_id[cid], *claim_verdict(by_id[cid], picked), _tested_on(evidence, picked), with_change))
+            verdicts.append(
+                pending_verdict(
+                    record,
+                    by_id[cid],
+                    *claim_verdict(by_id[cid], picked),
+                    _tested_on(evidence, picked),
+                    with_change,
+                )
+            )
         severity = ("fails", "unverified", "pending", "known deviation", "not applicable", "holds")
         worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
         upstream.append(
@@ -311,7 +424,10 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
                 "claims": item.claims,
                 "verdict": worst[0],
                 "reason": worst[1].removeprefix("not applicable: "),
-                "vllm": ", ".join(sorted({_release(evidence, t) for t in chosen if t["outcome"] in RAN})) or "—",
+                "vllm": ", ".join(
+                    sorted({_release(evidence, t) for t in chosen if t["outcome"] in RAN})
+                )
+                or "—",
                 "note": item.note,
             }
         )
@@ -353,7 +469,10 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         "contract": record.contract.model_dump(mode="json") if record.contract else None,
         "state": state_words(record.state) if record.pr else "contract",
         "base_release": record.target.base_release or "not set yet (a draft)",
-        "head_release": record.target.head_release or ("none: the PR's change is in no release" if record.is_open else "not set yet (a draft)"),
+        "head_release": record.target.head_release
+        or (
+            "none: the PR's change is in no release" if record.is_open else "not set yet (a draft)"
+        ),
         "target": f"{record.target.file} ({record.target.symbol})",
         "draft": is_draft(record),
         "related": [r.model_dump(mode="json") for r in record.related],
@@ -368,7 +487,8 @@ def report_data(record: Record, evidence: Evidence, with_change: bool = False, p
         "diff_side": diff_side,
         "parts": evidence_parts(record, evidence, mine, diff_side, stale),
         # A part measured on an earlier version of the record: the first thing to do again.
-        "next_steps": [line[:1].upper() + line[1:] + "." for line in stale.values()] + _next_steps(claims, risks, mutation, diff_side, record),
+        "next_steps": [line[:1].upper() + line[1:] + "." for line in stale.values()]
+        + _next_steps(claims, risks, mutation, diff_side, record),
         "finished_at": max(evidence.finished_at, default=""),
         "tests_total": len(mine),
     }
@@ -388,30 +508,62 @@ def _tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
 
 
 def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict | None:
-    """Each claim with the open PR's diff applied (the evidence's ``diff`` part), and before → after against it."""
+    """Each claim with the open PR's diff applied (the evidence's ``diff`` part), and before → after
+    against it."""
     side = evidence.diff.get(str(record.key))
     if side is None:
         return None
     rows = []
     for claim, row in zip(record.claims, claims):
-        found = side["claims"].get(claim.id) or {"verdict": "unverified", "reason": "not run with the diff", "measured": ""}
+        found = side["claims"].get(claim.id) or {
+            "verdict": "unverified",
+            "reason": "not run with the diff",
+            "measured": "",
+        }
         verdict, why = discrimination(
             claim.before,
             {"verdict": row["verdict"], "reason": row["reason"], "measure": row["measured"]},
-            {"verdict": found["verdict"], "reason": found.get("reason", ""), "measure": found.get("measured", "")},
+            {
+                "verdict": found["verdict"],
+                "reason": found.get("reason", ""),
+                "measure": found.get("measured", ""),
+            },
             head_name="the PR's diff",
         )
-        rows.append({"id": claim.id, "before": claim.before or "—", "on_release": row["verdict"], "with_diff": found["verdict"],
-                     "reason": found.get("reason", ""), "measured": found.get("measured", ""), "discrimination": verdict, "why": why,
-                     "failing": [f"{f.get('case')} ({f.get('device')})" for f in found.get("failing") or [] if isinstance(f, dict)]})
-    return {"diff": side["diff"], "release": side["release"], "finished_at": side["finished_at"], "sha256": str(side.get("diff_sha256", ""))[:12],
-            "moved": side.get("moved", 0), "unexplained": side.get("unexplained") or [], "claims": rows}
+        rows.append(
+            {
+                "id": claim.id,
+                "before": claim.before or "—",
+                "on_release": row["verdict"],
+                "with_diff": found["verdict"],
+                "reason": found.get("reason", ""),
+                "measured": found.get("measured", ""),
+                "discrimination": verdict,
+                "why": why,
+                "failing": [
+                    f"{f.get('case')} ({f.get('device')})"
+                    for f in found.get("failing") or []
+                    if isinstance(f, dict)
+                ],
+            }
+        )
+    return {
+        "diff": side["diff"],
+        "release": side["release"],
+        "finished_at": side["finished_at"],
+        "sha256": str(side.get("diff_sha256", ""))[:12],
+        "moved": side.get("moved", 0),
+        "unexplained": side.get("unexplained") or [],
+        "claims": rows,
+    }
 
 
 def _release(evidence: Evidence, test: dict) -> str:
     env = evidence.environments[test["environment"]]
     version = env.get("vllm_version", "?")
-    return version if env.get("vllm_source", "").startswith("installed") else f"{version} (unpacked)"
+    return (
+        version if env.get("vllm_source", "").startswith("installed") else f"{version} (unpacked)"
+    )
 
 
 def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
@@ -431,32 +583,66 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
     return lines
 
 
-def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = None, diff_side: dict | None = None, record: Record | None = None) -> list[str]:
+def _next_steps(
+    claims: list[dict],
+    risks: list[dict],
+    mutation: dict | None = None,
+    diff_side: dict | None = None,
+    record: Record | None = None,
+) -> list[str]:
     steps = []
     pending = [c["id"] for c in claims if c["verdict"] == "pending"]
     if pending and diff_side is None and record is not None and record.pr is not None:
-        steps.append(f"Claim{'s' if len(pending) > 1 else ''} {', '.join(pending)} pending until the PR's change is in: store its diff beside the record "
-                     f"(`gh pr diff {record.pr.number} > kb/{record.pr.number}.diff`) and `gdn-review run` checks {'them' if len(pending) > 1 else 'it'} with the change.")
+        steps.append(
+            f"Claim{'s' if len(pending) > 1 else ''} {', '.join(pending)} pending until the PR's change is in: store its diff beside the record "
+            f"(`gh pr diff {record.pr.number} > kb/{record.pr.number}.diff`) and `gdn-review run` checks {'them' if len(pending) > 1 else 'it'} with the change."
+        )
     for row in (diff_side or {}).get("claims", []):
         if row["with_diff"] == "fails":
             # The reason and case names come from evidence: shown as text.
-            steps.append(f"Claim {row['id']} fails with the PR's diff: {text(row['reason'])}" + (f" (cases: {text(', '.join(row['failing']))})" if row["failing"] else "") + ".")
+            steps.append(
+                f"Claim {row['id']} fails with the PR's diff: {text(row['reason'])}"
+                + (f" (cases: {text(', '.join(row['failing']))})" if row["failing"] else "")
+                + "."
+            )
     for item in (diff_side or {}).get("unexplained", []):
-        steps.append(f"With the PR's diff, case {item['case']} moves in {', '.join(item['fields'])}, which the record does not state: add it to target.changes or the case's expect.")
+        steps.append(
+            f"With the PR's diff, case {item['case']} moves in "
+            f"{', '.join(item['fields'])}, which the record does not state: "
+            "add it to target.changes or the case's expect."
+        )
     for row in (mutation or {}).get("missing_tests", []):
         if row["status"] == "not reached":
-            steps.append(f"Missing test: mutant {row['id']} of the PR's code is not reached ({row['reason']}).")
+            steps.append(
+                f"Missing test: mutant {row['id']} of the PR's code is not "
+                f"reached ({row['reason']})."
+            )
         else:
-            steps.append(f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a case, an expected field or a property that catches it, or mark it equivalent with a reason.")
+            steps.append(
+                f"Missing test: the PR's code survives mutant {row['id']} (see "
+                "its diff): add a case, an expected field or a property that "
+                "catches it, or mark it equivalent with a reason."
+            )
     for claim in claims:
         if claim["verdict"] == "fails":
-            steps.append(f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or record the deviation with its measured reason.")
+            steps.append(
+                f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or "
+                "record the deviation with its measured reason."
+            )
     for claim in claims:
         if claim["verdict"] == "unverified":
-            hint = " Run the suite on a machine with a CUDA GPU." if "needs CUDA" in claim["reason"] else ""
+            hint = (
+                " Run the suite on a machine with a CUDA GPU."
+                if "needs CUDA" in claim["reason"]
+                else ""
+            )
             steps.append(f"Claim {claim['id']} is unverified: {claim['reason']}.{hint}")
     for claim in claims:
-        if claim["kind"] == "gpu_sync" and claim["verdict"] == "holds" and "CPU proxy" in claim["reason"]:
+        if (
+            claim["kind"] == "gpu_sync"
+            and claim["verdict"] == "holds"
+            and "CPU proxy" in claim["reason"]
+        ):
             steps.append(
                 f"Claim {claim['id']} holds by its CPU proxy only: CUDA's sync count, the authority, "
                 "needs the suite on a machine with a CUDA GPU (gdn-review bundle)."
@@ -473,5 +659,8 @@ def _next_steps(claims: list[dict], risks: list[dict], mutation: dict | None = N
             )
     for claim in claims:
         if claim["verdict"] == "known deviation":
-            steps.append(f"Claim {claim['id']} is a known deviation (see its row): decide whether the claim's wording or vLLM should change.")
+            steps.append(
+                f"Claim {claim['id']} is a known deviation (see its row): decide "
+                "whether the claim's wording or vLLM should change."
+            )
     return steps

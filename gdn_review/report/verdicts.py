@@ -15,7 +15,8 @@ from gdn_review.kb.subjects import state_words
 from gdn_review.run.evidence_file import RAN
 
 FAILED = {"failed", "error", "xpassed"}
-# "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test executes).
+# "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test
+# executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
 # "not reached": a survivor whose edited lines no test executed (mutation.reach).
 SURVIVED = {"survived", "not reached"}
@@ -36,21 +37,38 @@ def label_of(test: dict) -> str:
 
 
 # `gdn-review bench`'s word for a latency A/B -> the claim's verdict.
-LATENCY_VERDICTS = {"supported": "holds", "contradicted": "fails", "not distinguishable from noise": "unverified"}
+LATENCY_VERDICTS = {
+    "supported": "holds",
+    "contradicted": "fails",
+    "not distinguishable from noise": "unverified",
+}
 
 
 def verdicts_by_device(claim, tests: list[dict]) -> dict[str, str]:
-    """The claim's verdict from each device's tests alone (a CPU run and a GPU run merged: both shown)."""
-    devices = sorted({t.get("device") for t in tests if t.get("device")}, key=lambda device: (device != "cpu", device))
-    return {device: claim_verdict(claim, [t for t in tests if t.get("device") == device])[0] for device in devices}
+    """The claim's verdict from each device's tests alone (a CPU run and a GPU run merged: both
+    shown)."""
+    devices = sorted(
+        {t.get("device") for t in tests if t.get("device")},
+        key=lambda device: (device != "cpu", device),
+    )
+    return {
+        device: claim_verdict(claim, [t for t in tests if t.get("device") == device])[0]
+        for device in devices
+    }
 
 
 def superseded_skips(tests: list[dict]) -> list[dict]:
-    """Drop a test's "needs CUDA" skip where the same test ran in another evidence file (a GPU run merged)."""
+    """Drop a test's "needs CUDA" skip where the same test ran in another evidence file (a GPU run
+    merged)."""
     ran = {(t["record"], t["nodeid"]) for t in tests if t["outcome"] in RAN}
     return [
-        t for t in tests
-        if not (t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") and (t["record"], t["nodeid"]) in ran)
+        t
+        for t in tests
+        if not (
+            t["outcome"] == "skipped"
+            and (t.get("reason") or "").startswith("needs CUDA")
+            and (t["record"], t["nodeid"]) in ran
+        )
     ]
 
 
@@ -59,7 +77,10 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     if claim.check.kind == "TODO":
         return "unverified", "draft: the claim has no check yet"
     if not tests:
-        return "unverified", "no test ran (none collected: run the generated module for this record)"
+        return (
+            "unverified",
+            "no test ran (none collected: run the generated module for this record)",
+        )
     ran = [t for t in tests if t["outcome"] in RAN]
     not_run = [t for t in tests if t["outcome"] in {"deselected", "not run"}]
     skipped = [t for t in tests if t["outcome"] == "skipped"]
@@ -69,8 +90,17 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     failing = [t for t in ran if t["outcome"] in FAILED]
     if failing:
         first = failing[0]
-        proxy = " (CPU proxy: device-origin reads)" if claim.check.kind == "gpu_sync" and first.get("device") == "cpu" else ""
-        return "fails", f"{len(failing)} of {len(ran)} tests fail; first: {label_of(first)} ({first.get('device')}){proxy}: {first.get('reason') or first['outcome']}"
+        proxy = (
+            " (CPU proxy: device-origin reads)"
+            if claim.check.kind == "gpu_sync" and first.get("device") == "cpu"
+            else ""
+        )
+        return (
+            "fails",
+            f"{len(failing)} of {len(ran)} tests fail; first: "
+            f"{label_of(first)} ({first.get('device')}){proxy}: "
+            f"{first.get('reason') or first['outcome']}",
+        )
     if ran:
         if not_run or other_skips:
             why = sorted({_not_run_reason(t) for t in not_run})
@@ -78,19 +108,35 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
                 f"only {plural(len(ran), 'test')} ran ({len(not_run)} {'; '.join(why) or 'not run'}"
                 + (f", {len(other_skips)} skipped" if other_skips else "")
                 + "); those that ran "
-                + ("pass" if not any(t["outcome"] == "xfailed" for t in ran) else "pass or deviate as known")
+                + (
+                    "pass"
+                    if not any(t["outcome"] == "xfailed" for t in ran)
+                    else "pass or deviate as known"
+                )
             )
-        notes = [f"{plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA"] if needs_cuda else []
+        notes = (
+            [f"{plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA"] if needs_cuda else []
+        )
         if claim.check.kind == "gpu_sync" and not any(t.get("device") == "cuda" for t in ran):
             # Only the CPU proxy ran: say so, CUDA's count stays the authority.
             notes.insert(0, "CPU proxy: device-origin reads")
         note = f" ({'; '.join(notes)})" if notes else ""
         deviations = [t for t in ran if t["outcome"] == "xfailed"]
         if deviations:
-            reasons = sorted({(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations})
+            reasons = sorted(
+                {(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations}
+            )
             where = ", ".join(sorted({label_of(t) for t in deviations}))
-            return "known deviation", f"holds on {len(ran) - len(deviations)} of {len(ran)}; deviates on {where}: {' / '.join(reasons)}{note}"
-        return "holds", f"{'all ' if len(ran) > 1 else ''}{plural(len(ran), 'test')} pass{'es' if len(ran) == 1 else ''}{note}"
+            return (
+                "known deviation",
+                f"holds on {len(ran) - len(deviations)} of {len(ran)}; deviates "
+                f"on {where}: {' / '.join(reasons)}{note}",
+            )
+        return (
+            "holds",
+            f"{'all ' if len(ran) > 1 else ''}{plural(len(ran), 'test')} "
+            f"pass{'es' if len(ran) == 1 else ''}{note}",
+        )
     # Nothing ran: say why, the release range first (CUDA variants of an
     # out-of-range claim are out of range too).
     if not_applicable:
@@ -102,8 +148,11 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     return "unverified", "skipped: " + (other_skips[0].get("reason") or "no reason given")
 
 
-def pending_verdict(record, claim, verdict: str, reason: str, releases: list[str], with_change: bool = False) -> tuple[str, str]:
-    """A claim of an open (or closed, unmerged) PR read on a release without its change: **pending**, not failing.
+def pending_verdict(
+    record, claim, verdict: str, reason: str, releases: list[str], with_change: bool = False
+) -> tuple[str, str]:
+    """A claim of an open (or closed, unmerged) PR read on a release without its change:
+    **pending**, not failing.
 
     An improvement claim (``before: fails``) that fails there fails as the PR
     says it should; a claim whose cases need what only the PR adds (``needs``)
@@ -115,43 +164,70 @@ def pending_verdict(record, claim, verdict: str, reason: str, releases: list[str
     where = f"vLLM {', '.join(releases)}" if releases else "this release"
     state = state_words(record.pr.state)
     if verdict == "fails" and claim.before == "fails":
-        return "pending", f"fails on {where} as the PR says it should (before: fails); holds once the change is in (the PR is {state})"
+        return (
+            "pending",
+            f"fails on {where} as the PR says it should (before: fails); "
+            f"holds once the change is in (the PR is {state})",
+        )
     if verdict == "not applicable" and " has no " in reason:
-        return "pending", f"{reason.removeprefix('not applicable: ')}: what the PR adds; checked once the change is in (the PR is {state})"
+        return (
+            "pending",
+            f"{reason.removeprefix('not applicable: ')}: what the PR adds; "
+            f"checked once the change is in (the PR is {state})",
+        )
     return verdict, reason
 
 
 def _not_run_reason(test: dict) -> str:
     if test["outcome"] == "deselected":
         return "not run: deselected"
-    return test.get("reason") or "not run: the session ended before it ran (-x, an interrupt or --collect-only)"
+    return (
+        test.get("reason")
+        or "not run: the session ended before it ran (-x, an interrupt or --collect-only)"
+    )
 
 
 def risk_coverage(
-    risk, tests: list[dict], has_tests: bool, mutants: list[dict] | None = None, pending: set[str] = frozenset()
+    risk,
+    tests: list[dict],
+    has_tests: bool,
+    mutants: list[dict] | None = None,
+    pending: set[str] = frozenset(),
 ) -> tuple[str, list[str]]:
-    """(coverage, what is missing) of one risk; ``mutants``: its mutants' results (None: mutate never ran).
+    """(coverage, what is missing) of one risk; ``mutants``: its mutants' results (None: mutate
+    never ran).
 
     Tests of ``pending`` claims (an open PR's, on a release without its change)
     are set aside: the risk is judged on what the record can check now, and says so.
     """
     missing: list[str] = []
     if not has_tests:
-        return "uncovered", ["no claim and case of the record address it: add a case or a claim that checks it"]
+        return "uncovered", [
+            "no claim and case of the record address it: add a case or a claim that checks it"
+        ]
     set_aside = sorted({t["claim"] for t in tests if t["claim"] in pending})
     if set_aside:
         tests = [t for t in tests if t["claim"] not in pending]
-        missing.append(f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending (the PR's change is not in this release): "
-                       "judged on the record's other tests")
+        missing.append(
+            f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending (the PR's change is not in this release): "
+            "judged on the record's other tests"
+        )
         if not tests:
-            return "targeted", missing + ["every test of it is pending: checked once the change is in (or with the PR's diff)"]
+            return "targeted", missing + [
+                "every test of it is pending: checked once the change is in (or with the PR's diff)"
+            ]
     ran = [t for t in tests if t["outcome"] in RAN]
     failing = [t for t in ran if t["outcome"] in FAILED]
     passing = [t for t in ran if t["outcome"] == "passed"]
     not_run = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
-    needs_cuda = sum(t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA") for t in tests)
+    needs_cuda = sum(
+        t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA")
+        for t in tests
+    )
     if failing:
-        missing.append(f"{len(failing)} failing: " + ", ".join(sorted({label_of(t) for t in failing})))
+        missing.append(
+            f"{len(failing)} failing: " + ", ".join(sorted({label_of(t) for t in failing}))
+        )
     if not_run:
         missing.append(f"{plural(not_run, 'test')} not run")
     if needs_cuda:
@@ -160,7 +236,10 @@ def risk_coverage(
     declared = len(risk.mutants) + len(getattr(risk, "auto_mutants", []))
     if mutants is None:
         if declared:
-            missing.append(f"{plural(declared, 'mutant')} declared, not yet run against the tests (run `gdn-review mutate`)")
+            missing.append(
+                f"{plural(declared, 'mutant')} declared, not yet run against the "
+                "tests (run `gdn-review mutate`)"
+            )
         else:
             missing.append("no mutant embodies it: coverage cannot be mutation-verified")
     else:
@@ -170,7 +249,9 @@ def risk_coverage(
             hint = f": {m['reason']}" if m["status"] == "not reached" and m.get("reason") else ""
             missing.append(f"mutant {m['id']} {m['status']}{hint}")
         if not applicable:
-            missing.append("no mutant of it applies to this release: coverage cannot be mutation-verified here")
+            missing.append(
+                "no mutant of it applies to this release: coverage cannot be mutation-verified here"
+            )
         verified = bool(applicable) and not unkilled
     # Passing means every test of it that could run here ran, and none failed; and
     # no mutant of it survived them: tests that let its bug through do not protect it.
@@ -185,7 +266,8 @@ def risk_coverage(
 
 
 def protection(mutants: list[dict] | None) -> str | None:
-    """``3 of 4 mutants survived (1 not reached)``: a risk's survivors among its applicable mutants; None if none survived."""
+    """``3 of 4 mutants survived (1 not reached)``: a risk's survivors among its applicable mutants;
+    None if none survived."""
     applicable = [m for m in mutants or [] if m["status"] not in {"not applicable", "equivalent"}]
     survived = [m for m in applicable if m["status"] in SURVIVED]
     if not survived:
@@ -199,7 +281,9 @@ def protection(mutants: list[dict] | None) -> str | None:
     return f"{len(survived)} of {len(applicable)} {word} survived{how}"
 
 
-def missing_tests(key: int | str, expected: dict[str, list[dict]], present: list[dict]) -> list[dict]:
+def missing_tests(
+    key: int | str, expected: dict[str, list[dict]], present: list[dict]
+) -> list[dict]:
     """Entries for the tests the record's module holds that the evidence never saw."""
     seen = {(t["claim"], label_of(t), t.get("device")) for t in present}
     missing = []
@@ -222,7 +306,9 @@ def missing_tests(key: int | str, expected: dict[str, list[dict]], present: list
     return missing
 
 
-def discrimination(before: str | None, base: dict | None, head: dict | None, head_name: str = "the head release") -> tuple[str, str]:
+def discrimination(
+    before: str | None, base: dict | None, head: dict | None, head_name: str = "the head release"
+) -> tuple[str, str]:
     """(verdict, why): does the check tell the release without the PR from the release with it?
 
     ``before: fails`` (an improvement) discriminates when it fails on the base
@@ -237,11 +323,22 @@ def discrimination(before: str | None, base: dict | None, head: dict | None, hea
         vb = base["verdict"]
         if before == "fails":
             if vb in {"pending", "fails"}:
-                return "pending", "fails on the base release as the PR says it should; no release has the PR's change yet (store its diff beside the record to check it)"
-            return "does not discriminate", f"{vb} on the base release already: the check is never seen to fail"
+                return (
+                    "pending",
+                    "fails on the base release as the PR says it should; no release "
+                    "has the PR's change yet (store its diff beside the record to "
+                    "check it)",
+                )
+            return (
+                "does not discriminate",
+                f"{vb} on the base release already: the check is never seen to fail",
+            )
         if vb in {"holds", "known deviation"}:
             return "holds so far", f"{vb} on the base release; no release has the PR's change yet"
-        return "does not discriminate", f"{vb} on the base release although the record says it held there: {base['reason']}"
+        return (
+            "does not discriminate",
+            f"{vb} on the base release although the record says it held there: {base['reason']}",
+        )
     if base is None or head is None:
         missing = "the base release" if base is None else "the head release"
         return "unverified", f"the matrix did not run {missing}"
@@ -253,27 +350,53 @@ def discrimination(before: str | None, base: dict | None, head: dict | None, hea
         return "unverified", f"{vb} on the base release, {vh} {on_head}"
     if before == "fails":
         if vb == "fails" and after_ok:
-            return "discriminates", f"fails on the base release ({base['measure'] or base['reason']}), {vh} {'from the head release' if head_name == 'the head release' else on_head} ({head['measure']})"
+            return (
+                "discriminates",
+                "fails on the base release "
+                f"({base['measure'] or base['reason']}), {vh} "
+                f"{'from the head release' if head_name == 'the head release' else on_head} "
+                f"({head['measure']})",
+            )
         if vb == "fails":
             return "does not discriminate", f"fails {on_head} too ({head['reason']})"
-        return "does not discriminate", f"{vb} on the base release too: the check is never seen to fail"
+        return (
+            "does not discriminate",
+            f"{vb} on the base release too: the check is never seen to fail",
+        )
     if vb == "fails":
-        return "does not discriminate", f"fails on the base release although the record says it held there: {base['reason']}"
+        return (
+            "does not discriminate",
+            f"fails on the base release although the record says it held there: {base['reason']}",
+        )
     if not after_ok:
-        return "does not discriminate", f"holds on the base release but {vh} {on_head}: {head['reason']}"
+        return (
+            "does not discriminate",
+            f"holds on the base release but {vh} {on_head}: {head['reason']}",
+        )
     # A preservation claim is not meant to tell the releases apart: holding on both is its pass.
-    return "preserved", f"{vb} on the base release and {vh} {on_head}, as the record says (before: holds)"
+    return (
+        "preserved",
+        f"{vb} on the base release and {vh} {on_head}, as the record says (before: holds)",
+    )
 
 
 def kept(cells: list[dict]) -> tuple[str, str]:
-    """(verdict, why) of a contract's claim across its releases: **kept** where it holds on every one that ran."""
+    """(verdict, why) of a contract's claim across its releases: **kept** where it holds on every
+    one that ran."""
     ran = [c for c in cells if c["verdict"] not in {"not run", "not applicable"}]
     if not ran:
         return "unverified", "no release of the contract's range ran"
     broken = [c for c in ran if c["verdict"] not in {"holds", "known deviation"}]
     if broken:
-        return "broken", "; ".join(f"{c['verdict']} on {c['version']}: {c['reason']}" for c in broken)
-    return "kept", f"holds on {', '.join(c['version'] for c in ran)} (every release of the contract's range that ran; a contract has no base release)"
+        return "broken", "; ".join(
+            f"{c['verdict']} on {c['version']}: {c['reason']}" for c in broken
+        )
+    return (
+        "kept",
+        f"holds on {', '.join(c['version'] for c in ran)} (every release "
+        "of the contract's range that ran; a contract has no base "
+        "release)",
+    )
 
 
 FAIL_ON = fail_conditions.REPORT  # what reports can trip
@@ -289,7 +412,9 @@ def tripped(reports: list[dict], chosen: set[str]) -> list[str]:
             if claim["verdict"] == "pending" and "pending" in chosen:
                 found.append(f"PR {data['number']} claim {claim['id']} pending: {claim['reason']}")
             if claim["verdict"] == "unverified" and "unverified" in chosen:
-                found.append(f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}")
+                found.append(
+                    f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}"
+                )
         for risk in data["risks"]:
             if risk["coverage"] == "uncovered" and "uncovered" in chosen:
                 found.append(f"PR {data['number']} risk {risk['id']} uncovered")

@@ -1,1 +1,2 @@
-"""`gdn-review review DIFF`: the KB against a vLLM release with a change applied, before the change merges (see orchestrate)."""
+"""`gdn-review review DIFF`: the KB against a vLLM release with a change applied, before the change
+merges (see orchestrate)."""

@@ -16,33 +16,45 @@ from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.matrix_report import cell_measure, drift_data
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import label_of
-from gdn_review.run import evidence_file
-from gdn_review.run import snapshot_files
+from gdn_review.run import evidence_file, snapshot_files
 
 HOLDING = ("holds", "known deviation")
 
 
-def _side(side: dict | None, record, with_change: bool = False) -> tuple[dict | None, list[dict], dict | None]:
-    """(report data, the record's tests, snapshot document) of one side; Nones where it did not run."""
+def _side(
+    side: dict | None, record, with_change: bool = False
+) -> tuple[dict | None, list[dict], dict | None]:
+    """(report data, the record's tests, snapshot document) of one side; Nones where it did not
+    run."""
     if not side or side.get("status") != "ran" or not side.get("evidence"):
         return None, [], None
     folder = Path(side["folder"])
     evidence = evidence_file.load([folder / side["evidence"]])
     name = side.get("snapshots", {}).get(str(record.key))
     snapshot = snapshot_files.load(folder / name) if name else None
-    return report_data(record, evidence, with_change), [t for t in evidence.tests if t["record"] == record.key], snapshot
+    return (
+        report_data(record, evidence, with_change),
+        [t for t in evidence.tests if t["record"] == record.key],
+        snapshot,
+    )
 
 
 def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
-    """The failing tests of a claim: its case (or property), device, and why; an invariant's smallest failing batch."""
+    """The failing tests of a claim: its case (or property), device, and why; an invariant's
+    smallest failing batch."""
     rows = []
     for test in tests:
         if test["claim"] != claim_id or test["outcome"] not in {"failed", "error", "xpassed"}:
             continue
         reason = test.get("reason") or test["outcome"]
-        rows.append({"case": label_of(test),
-                     "device": test.get("device") or "?", "reason": reason[:400],
-                     "smallest": test.get("smallest_batch")})
+        rows.append(
+            {
+                "case": label_of(test),
+                "device": test.get("device") or "?",
+                "reason": reason[:400],
+                "smallest": test.get("smallest_batch"),
+            }
+        )
     return rows
 
 
@@ -59,7 +71,9 @@ def side_failure(side: dict | None) -> str | None:
     return None
 
 
-def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int], own: bool = False) -> dict:
+def record_effect(
+    record, sides: dict, onto: str, lands_in: str, known: set[int], own: bool = False
+) -> dict:
     """Claims, fields and deviations of one record, unpatched against patched.
 
     ``own``: the change is the record's own PR (its diff): the patched side is
@@ -75,40 +89,58 @@ def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]
         old_verdict = old["verdict"] if old else "not run"
         new_verdict = new["verdict"] if new else f"not run: {side_failure(sides.get('patched'))}"
         measures = (_measure(claim, before_tests), _measure(claim, after_tests))
-        claims.append({
-            "id": claim.id,
-            "text": claim.text,
-            "check": claim.check.kind,
-            "expected": (new or old or {}).get("check", ""),  # what the check expects (budget, cases)
-            "before": old_verdict,
-            "after": new_verdict,
-            "measured_before": measures[0],
-            "measured_after": measures[1],
-            "reason_before": old["reason"] if old else "",
-            "reason_after": new["reason"] if new else "",
-            "failing_after": failing_cases(after_tests, claim.id),
-            "changed": old_verdict != new_verdict or measures[0] != measures[1],
-            # A claim that held (or deviated only as known) and no longer does
-            # (one whose range ends before the release the change lands in has not broken).
-            # The PR's own claim failing with its own diff is a break too.
-            "broke": (old_verdict in HOLDING and new_verdict not in HOLDING and new_verdict != "not applicable")
-            or (own and new_verdict == "fails"),
-        })
-    drift = drift_data(record, [(onto, before_snapshot), (lands_in, after_snapshot)], known, own_change=own)
+        claims.append(
+            {
+                "id": claim.id,
+                "text": claim.text,
+                "check": claim.check.kind,
+                "expected": (new or old or {}).get(
+                    "check", ""
+                ),  # what the check expects (budget, cases)
+                "before": old_verdict,
+                "after": new_verdict,
+                "measured_before": measures[0],
+                "measured_after": measures[1],
+                "reason_before": old["reason"] if old else "",
+                "reason_after": new["reason"] if new else "",
+                "failing_after": failing_cases(after_tests, claim.id),
+                "changed": old_verdict != new_verdict or measures[0] != measures[1],
+                # A claim that held (or deviated only as known) and no longer does
+                # (one whose range ends before the release the change lands in has not broken).
+                # The PR's own claim failing with its own diff is a break too.
+                "broke": (
+                    old_verdict in HOLDING
+                    and new_verdict not in HOLDING
+                    and new_verdict != "not applicable"
+                )
+                or (own and new_verdict == "fails"),
+            }
+        )
+    drift = drift_data(
+        record, [(onto, before_snapshot), (lands_in, after_snapshot)], known, own_change=own
+    )
     for row in drift["rows"]:
         row.pop("from"), row.pop("to")
     xfailed_before = {t["nodeid"] for t in before_tests if t["outcome"] == "xfailed"}
     xfailed_after = {t["nodeid"] for t in after_tests if t["outcome"] == "xfailed"}
     moved_cases = {row["case"] for row in drift["rows"]}
     after_cases = (after_snapshot or {}).get("cases", {})
-    carried = record.target.head_release is not None and _after(record.target.head_release, onto) and not _after(record.target.head_release, lands_in)
+    carried = (
+        record.target.head_release is not None
+        and _after(record.target.head_release, onto)
+        and not _after(record.target.head_release, lands_in)
+    )
     return {
         "number": record.key,
         "title": record.title,
         "claims": claims,
         "moved": drift["rows"],
         # What each moved case measures with the change, in `expect` terms (for a draft record).
-        "expect_after": {case: _expect_fields(after_cases[case]) for case in sorted(moved_cases) if case in after_cases},
+        "expect_after": {
+            case: _expect_fields(after_cases[case])
+            for case in sorted(moved_cases)
+            if case in after_cases
+        },
         "unexplained": [row for row in drift["rows"] if not row["explained_by"]],
         "fields_added_or_removed": drift["schema"],
         "deviations_appeared": sorted(xfailed_after - xfailed_before),
@@ -117,12 +149,15 @@ def record_effect(record, sides: dict, onto: str, lands_in: str, known: set[int]
         "carries_pr": carried,
         # The change is the record's own PR's diff (review --pr N, or run's diff side).
         "own": own,
-        "sides": {name: side_failure(sides.get(name)) or "ran" for name in ("unpatched", "patched")},
+        "sides": {
+            name: side_failure(sides.get(name)) or "ran" for name in ("unpatched", "patched")
+        },
     }
 
 
 def carried(records, onto: str, lands_in: str) -> list[dict]:
-    """The recorded PRs (records' own, and related PRs they name) that first shipped after ``onto``, by ``lands_in``.
+    """The recorded PRs (records' own, and related PRs they name) that first shipped after ``onto``,
+    by ``lands_in``.
 
     A change between those releases is explained by them; none means no record explains it.
     """
@@ -130,11 +165,24 @@ def carried(records, onto: str, lands_in: str) -> list[dict]:
     for record in records:
         release = record.target.head_release
         if release and _after(release, onto) and not _after(release, lands_in):
-            found[record.key] = {"number": record.key, "title": record.title, "release": release, "record": True}
+            found[record.key] = {
+                "number": record.key,
+                "title": record.title,
+                "release": release,
+                "record": True,
+            }
         for relation in record.related:
             release = relation.from_release
             if release and _after(release, onto) and not _after(release, lands_in):
-                found.setdefault(relation.number, {"number": relation.number, "title": relation.title, "release": release, "record": False})
+                found.setdefault(
+                    relation.number,
+                    {
+                        "number": relation.number,
+                        "title": relation.title,
+                        "release": release,
+                        "record": False,
+                    },
+                )
     return sorted(found.values(), key=lambda entry: key_order(entry["number"]))
 
 
@@ -143,7 +191,9 @@ def _expect_fields(snapshot: dict) -> dict:
 
     from gdn_review.kb.models import CoreExpectField
 
-    return {field: snapshot[field] for field in typing.get_args(CoreExpectField) if field in snapshot}
+    return {
+        field: snapshot[field] for field in typing.get_args(CoreExpectField) if field in snapshot
+    }
 
 
 def _after(release: str, other: str) -> bool:
@@ -153,18 +203,21 @@ def _after(release: str, other: str) -> bool:
 
 
 def mutant_entries(catalogue: list[dict], results: list[dict]) -> list[dict]:
-    """Each mutant of the new lines with its result against the tests that passed with the change."""
+    """Each mutant of the new lines with its result against the tests that passed with the
+    change."""
     by_id = {result["id"]: result for result in results}
     entries = []
     for mutant in catalogue:
         result = by_id.get(mutant["id"], {"status": "not run"})
-        entries.append({
-            **{k: v for k, v in mutant.items() if k != "source_file"},
-            "status": result["status"],
-            "killed_by": result.get("killed_by", {}),
-            "reason": result.get("reason", ""),
-            "duration_s": result.get("duration_s"),
-        })
+        entries.append(
+            {
+                **{k: v for k, v in mutant.items() if k != "source_file"},
+                "status": result["status"],
+                "killed_by": result.get("killed_by", {}),
+                "reason": result.get("reason", ""),
+                "duration_s": result.get("duration_s"),
+            }
+        )
     return entries
 
 
@@ -174,4 +227,6 @@ STATUS_ORDER = ("killed", "timeout", "error", "survived", "not run")
 
 
 def merged_status(statuses: list[str]) -> str:
-    return min(statuses, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER))
+    return min(
+        statuses, key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER)
+    )

@@ -1,4 +1,5 @@
-"""An open PR's diff as the head side: its record's claims with the diff applied, kept in the evidence.
+"""An open PR's diff as the head side: its record's claims with the diff applied, kept in the
+evidence.
 
 The diff is the file beside the record (``kb/N.diff``, as ``gh pr diff N``
 writes it). ``gdn-review run`` reviews it with the record as its own PR
@@ -22,7 +23,8 @@ from gdn_review.review import orchestrate
 
 
 def wanted(records: dict) -> dict[Path, Path]:
-    """record path -> its diff, for the records of open (or closed, unmerged) PRs that have one beside them.
+    """record path -> its diff, for the records of open (or closed, unmerged) PRs that have one
+    beside them.
 
     Each diff is read here, before anything runs: a diff from a stranger that
     names a file outside vLLM's tree (or is no diff) stops the command (PatchError).
@@ -38,9 +40,28 @@ def wanted(records: dict) -> dict[Path, Path]:
     return found
 
 
-def run_diff_side(record, diff: Path, kb_dir: Path, release: str, generated: Path, say: Callable[[str], None] = print, timeout: float = 300.0) -> dict:
-    """The record's claims with its PR's diff applied onto ``release``: the evidence's ``diff`` part for the record."""
-    data = orchestrate.review(diff, kb_dir, (record.key,), onto=release, generated=generated, timeout=timeout, max_mutants=0, say=say, own=record.key)
+def run_diff_side(
+    record,
+    diff: Path,
+    kb_dir: Path,
+    release: str,
+    generated: Path,
+    say: Callable[[str], None] = print,
+    timeout: float = 300.0,
+) -> dict:
+    """The record's claims with its PR's diff applied onto ``release``: the evidence's ``diff`` part
+    for the record."""
+    data = orchestrate.review(
+        diff,
+        kb_dir,
+        (record.key,),
+        onto=release,
+        generated=generated,
+        timeout=timeout,
+        max_mutants=0,
+        say=say,
+        own=record.key,
+    )
     effect = next((r for r in data["records"] if r["number"] == record.key), None)
     part = {
         "release": data["onto"],
@@ -53,7 +74,10 @@ def run_diff_side(record, diff: Path, kb_dir: Path, release: str, generated: Pat
     }
     if effect is None:
         reason = f"the diff changes no file of the record's target ({record.target.file})"
-        part["claims"] = {c.id: {"verdict": "unverified", "reason": f"not run: {reason}", "measured": ""} for c in record.claims}
+        part["claims"] = {
+            c.id: {"verdict": "unverified", "reason": f"not run: {reason}", "measured": ""}
+            for c in record.claims
+        }
         return part
     for claim in effect["claims"]:
         verdict = claim["after"] if not claim["after"].startswith("not run") else "unverified"
@@ -64,12 +88,17 @@ def run_diff_side(record, diff: Path, kb_dir: Path, release: str, generated: Pat
             "failing": claim["failing_after"],
         }
     part["moved"] = len(effect["moved"])
-    part["unexplained"] = [{"case": row["case"], "fields": row["fields"]} for row in effect["unexplained"]]
+    part["unexplained"] = [
+        {"case": row["case"], "fields": row["fields"]} for row in effect["unexplained"]
+    ]
     return part
 
 
-def release_with_diff(diff: Path, release: str, folder: Path, say: Callable[[str], None] = print) -> tuple[Path, Path]:
-    """(the release's files, the same with the PR's ``diff`` applied): two folders holding vllm/ (`gdn-review bench`'s two sides).
+def release_with_diff(
+    diff: Path, release: str, folder: Path, say: Callable[[str], None] = print
+) -> tuple[Path, Path]:
+    """(the release's files, the same with the PR's ``diff`` applied): two folders holding vllm/
+    (`gdn-review bench`'s two sides).
 
     The diff is applied as a review applies it: every name checked, nothing
     outside vLLM's tree (``patch``); a tree of links to the release's files
@@ -78,24 +107,46 @@ def release_with_diff(diff: Path, release: str, folder: Path, say: Callable[[str
     from gdn_review.review import tree
 
     onto = orchestrate.onto_release(release, None, say)
-    _, files = unified_diff.read_diff_file(diff)  # PatchError: a file name that leaves vLLM's tree, or no diff
-    in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
+    _, files = unified_diff.read_diff_file(
+        diff
+    )  # PatchError: a file name that leaves vLLM's tree, or no diff
+    in_tree = [
+        f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))
+    ]
     if not in_tree:
-        raise orchestrate.ReviewError(f"{diff}: the diff changes no file of vLLM's Python package: nothing to time")
+        raise orchestrate.ReviewError(
+            f"{diff}: the diff changes no file of vLLM's Python package: nothing to time"
+        )
     unified_diff.confine(in_tree, onto.tree, str(diff))
-    patched = unified_diff.apply(in_tree, onto.read, str(diff))  # PatchError: a hunk that does not apply
+    patched = unified_diff.apply(
+        in_tree, onto.read, str(diff)
+    )  # PatchError: a hunk that does not apply
     return onto.tree, tree.overlay(onto.tree, patched, Path(folder) / "tree")
 
 
-def add_to_evidence(record_path: Path, record, release: str, evidence: Path, kb_dir: Path, generated: Path, say: Callable[[str], None] = print) -> bool:
-    """The PR's diff side on ``release``, added to the evidence of that release (`run`'s, or the matrix's base release's); False: no diff stored."""
+def add_to_evidence(
+    record_path: Path,
+    record,
+    release: str,
+    evidence: Path,
+    kb_dir: Path,
+    generated: Path,
+    say: Callable[[str], None] = print,
+) -> bool:
+    """The PR's diff side on ``release``, added to the evidence of that release (`run`'s, or the
+    matrix's base release's); False: no diff stored."""
     diff = unified_diff.stored_beside(record_path)
     if diff is None or not record.is_open:
         return False
     from gdn_review.run import evidence_file
 
     say(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
-    stamp = evidence_file.record_sha256(record_path)  # the record as it is when the diff side starts
-    part = {**run_diff_side(record, diff, kb_dir, release, generated, say=say), "record_sha256": stamp}
+    stamp = evidence_file.record_sha256(
+        record_path
+    )  # the record as it is when the diff side starts
+    part = {
+        **run_diff_side(record, diff, kb_dir, release, generated, say=say),
+        "record_sha256": stamp,
+    }
     evidence_file.add_part(evidence, "diff", record.key, part)
     return True

@@ -1,4 +1,5 @@
-"""A draft record for a reviewed change: what the review measured, with TODOs for what only a person knows.
+"""A draft record for a reviewed change: what the review measured, with TODOs for what only a person
+knows.
 
 Target file and symbol come from the hunks; every case that moved is copied
 from its record (its inputs) with the ``expect`` block measured with the
@@ -26,7 +27,11 @@ class DraftError(Exception):
 def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
     """The draft record of PR ``number`` from a review's data and the records it ran."""
     impact = review["impact"][0] if review["impact"] else None
-    target_file = impact["target"].split(" (")[0] if impact else next((f["path"] for f in review["files"] if f["path"].endswith(".py")), "TODO")
+    target_file = (
+        impact["target"].split(" (")[0]
+        if impact
+        else next((f["path"] for f in review["files"] if f["path"].endswith(".py")), "TODO")
+    )
     symbols = [s for s in (impact["reaches_target"] or impact["symbols"])] if impact else []
     cases, changes = [], []
     for effect in review["records"]:
@@ -34,17 +39,31 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
         by_id = {case.id: case for case in record.cases}
         moved = []
         for case_id, expect in effect["expect_after"].items():
-            new_id = case_id if case_id not in {c["id"] for c in cases} else f"{case_id}_{effect['number']}"
+            new_id = (
+                case_id
+                if case_id not in {c["id"] for c in cases}
+                else f"{case_id}_{effect['number']}"
+            )
             case = by_id[case_id].model_dump(mode="json", exclude_none=True, exclude_defaults=True)
-            case.update(id=new_id, expect=expect, text=f"{by_id[case_id].text} (from record {key_short(effect['number'])}; expect measured with the change)")
+            case.update(
+                id=new_id,
+                expect=expect,
+                text=f"{by_id[case_id].text} (from record "
+                f"{key_short(effect['number'])}; expect measured with the change)",
+            )
             cases.append(case)
-            moved.append((new_id, next(r["fields"] for r in effect["moved"] if r["case"] == case_id)))
+            moved.append(
+                (new_id, next(r["fields"] for r in effect["moved"] if r["case"] == case_id))
+            )
         if moved:
-            changes.append({
-                "cases": [case_id for case_id, _ in moved],
-                "fields": sorted({f for _, fields in moved for f in fields}),
-                "note": f"measured by gdn-review review onto {review['onto']} (cases of record {key_short(effect['number'])})",
-            })
+            changes.append(
+                {
+                    "cases": [case_id for case_id, _ in moved],
+                    "fields": sorted({f for _, fields in moved for f in fields}),
+                    "note": f"measured by gdn-review review onto {review['onto']} (cases of "
+                    f"record {key_short(effect['number'])})",
+                }
+            )
     survivors = [m for m in review["mutants"] if m["status"] == "survived"]
     return {
         "schema_version": 1,
@@ -55,26 +74,46 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
             "base_release": review["onto"],
             **({"changes": changes} if changes else {}),
         },
-        "summary": f"Draft written by `gdn-review review` from {review['name']} onto vLLM {review['onto']}.",
-        "claims": [{"id": "C1", "text": "TODO: what the PR claims, in its own words", "check": {"kind": "TODO", "hint": "op_budget, equivalence, invariant or gpu_sync on the cases below"}}],
+        "summary": f"Draft written by `gdn-review review` from {review['name']} onto "
+        f"vLLM {review['onto']}.",
+        "claims": [
+            {
+                "id": "C1",
+                "text": "TODO: what the PR claims, in its own words",
+                "check": {
+                    "kind": "TODO",
+                    "hint": "op_budget, equivalence, invariant or gpu_sync on the cases below",
+                },
+            }
+        ],
         "cases": cases,
         "risks": [
-            {"id": f"R{i}", "text": f"No recorded claim protects line {m['line']}: the mutant {m['id']} survived the KB's tests.", "auto_mutants": [m["id"]]}
+            {
+                "id": f"R{i}",
+                "text": f"No recorded claim protects line {m['line']}: the mutant "
+                f"{m['id']} survived the KB's tests.",
+                "auto_mutants": [m["id"]],
+            }
             for i, m in enumerate(survivors, 1)
         ],
     }
 
 
 def write_draft(review: dict, records: dict[int, object], number: int, path: Path) -> Path:
-    """Write the draft as YAML (it must load as a record, and as a draft); DraftError if it does not."""
+    """Write the draft as YAML (it must load as a record, and as a draft); DraftError if it does
+    not."""
     data = draft_data(review, records, number)
-    header = (f"# Draft record of PR #{number}, written by gdn-review review from {review['name']} onto vLLM {review['onto']}.\n"
-              "# The cases and expect blocks were measured with the change; the title and claims are TODOs.\n")
+    header = (
+        f"# Draft record of PR #{number}, written by gdn-review review from {review['name']} onto vLLM {review['onto']}.\n"
+        "# The cases and expect blocks were measured with the change; the title and claims are TODOs.\n"
+    )
     text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
     try:
         record = parse_record(text, f"{number}.yaml")
     except RecordErrors as failure:
-        raise DraftError(f"the draft of PR #{number} does not load as a record:\n{failure}") from None
+        raise DraftError(
+            f"the draft of PR #{number} does not load as a record:\n{failure}"
+        ) from None
     if not is_draft(record):
         raise DraftError("internal error: the draft has no open TODO")
     atomic_write(path, text)

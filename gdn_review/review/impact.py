@@ -39,7 +39,8 @@ def _first_line(node) -> int:
 
 
 def touched_symbols(source: str, lines: set[int]) -> list[str]:
-    """The innermost named symbols holding any of ``lines``; MODULE_LEVEL for lines outside all of them."""
+    """The innermost named symbols holding any of ``lines``; MODULE_LEVEL for lines outside all of
+    them."""
     spans = symbol_spans(source)
     found = set()
     for line in lines:
@@ -53,13 +54,18 @@ def touched_symbols(source: str, lines: set[int]) -> list[str]:
 
 
 def reached_from(source: str, symbol: str) -> set[str]:
-    """``symbol`` and the methods of its class it calls through ``self.``, transitively (plus ``__init__``)."""
+    """``symbol`` and the methods of its class it calls through ``self.``, transitively (plus
+    ``__init__``)."""
     cls, _, method = symbol.rpartition(".")
     tree = ast.parse(source)
     methods = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
-            methods = {item.name: item for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            methods = {
+                item.name: item
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
     if not cls or method not in methods:
         return {symbol}
     reached, todo = set(), [method] + (["__init__"] if "__init__" in methods else [])
@@ -69,7 +75,12 @@ def reached_from(source: str, symbol: str) -> set[str]:
             continue
         reached.add(name)
         for node in ast.walk(methods[name]):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in methods:
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and node.attr in methods
+            ):
                 todo.append(node.attr)
     return {f"{cls}.{name}" for name in reached}
 
@@ -86,16 +97,30 @@ def _find_lines(source: str, text: str) -> list[tuple[int, int]]:
 
 def record_impact(record, path: Path, file: FileDiff, source: str) -> dict:
     """What the diff's hunks on the record's target file touch, as plain data."""
-    changed = set().union(*(hunk.changed_old_lines() for hunk in file.hunks)) if file.hunks else set()
+    changed = (
+        set().union(*(hunk.changed_old_lines() for hunk in file.hunks)) if file.hunks else set()
+    )
     symbols = touched_symbols(source, changed) if changed else []
     reached = reached_from(source, record.target.symbol)
     reaching = [s for s in symbols if s in reached]
     sites = []
     for risk in record.risks:
         for mutant in risk.mutants:
-            hit = [span for span in _find_lines(source, mutant.find) if any(span[0] <= line <= span[1] for line in changed)]
+            hit = [
+                span
+                for span in _find_lines(source, mutant.find)
+                if any(span[0] <= line <= span[1] for line in changed)
+            ]
             if hit:
-                sites.append({"risk": risk.id, "mutant": mutant.id, "lines": f"{hit[0][0]}" if hit[0][0] == hit[0][1] else f"{hit[0][0]}-{hit[0][1]}"})
+                sites.append(
+                    {
+                        "risk": risk.id,
+                        "mutant": mutant.id,
+                        "lines": f"{hit[0][0]}"
+                        if hit[0][0] == hit[0][1]
+                        else f"{hit[0][0]}-{hit[0][1]}",
+                    }
+                )
     checked = [claim.id for claim in record.claims if claim.check.kind != "TODO"]
     return {
         "number": record.key,
@@ -122,9 +147,14 @@ def impact_lines(files: list[dict], impacts: list[dict]) -> list[str]:
         lines.append(f"  hunks change: {', '.join(impact['symbols']) or 'nothing'}")
         if impact["reaches_target"]:
             lines.append(f"  reached from the target symbol: {', '.join(impact['reaches_target'])}")
-            lines.append(f"  may move: {len(impact['cases'])} case(s); claims {', '.join(impact['claims']) or 'none'}")
+            lines.append(
+                f"  may move: {len(impact['cases'])} case(s); claims "
+                f"{', '.join(impact['claims']) or 'none'}"
+            )
         else:
             lines.append("  the target symbol reaches none of them: no case should move")
         for site in impact["mutant_sites"]:
-            lines.append(f"  lands on risk {site['risk']}'s mutant {site['mutant']} (line {site['lines']})")
+            lines.append(
+                f"  lands on risk {site['risk']}'s mutant {site['mutant']} (line {site['lines']})"
+            )
     return lines

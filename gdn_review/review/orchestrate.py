@@ -30,17 +30,17 @@ from typing import Callable
 
 from packaging.version import Version
 
-from gdn_review.common import interrupts, release_cache, release_trees
+from gdn_review.common import interrupts, release_cache, release_trees, unified_diff
 from gdn_review.common.files import atomic_write
 from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
-from gdn_review.common import unified_diff
 from gdn_review.review import compare, impact, tree
 
 REVIEW_FORMAT = "gdn-review-review/1"
 
 
 class ReviewError(Exception):
-    """Bad input for a review (a diff that does not apply, a module that no longer imports): exit 2."""
+    """Bad input for a review (a diff that does not apply, a module that no longer imports): exit
+    2."""
 
 
 @dataclasses.dataclass
@@ -53,7 +53,8 @@ class Onto:
     label: str
 
     def read(self, relative: str) -> str | None:
-        """The release's text of ``relative`` (None: no such file); PatchError for a name that leaves the tree."""
+        """The release's text of ``relative`` (None: no such file); PatchError for a name that
+        leaves the tree."""
         try:
             return unified_diff.inside(self.tree, relative).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError):
@@ -66,27 +67,47 @@ def next_minor(version: str) -> str:
 
 
 def onto_release(onto: str | None, vllm_src: Path | None, say: Callable[[str], None]) -> Onto:
-    """The sources to apply the change to: --vllm-src, else release --onto (default: the installed one)."""
+    """The sources to apply the change to: --vllm-src, else release --onto (default: the installed
+    one)."""
     if vllm_src is not None:
         folder = Path(vllm_src)
         if not (folder / "vllm" / "__init__.py").is_file():
-            raise ReviewError(f"--vllm-src {folder}: no vllm/__init__.py under it (give the folder that holds vllm/)")
+            raise ReviewError(
+                f"--vllm-src {folder}: no vllm/__init__.py under it (give the "
+                "folder that holds vllm/)"
+            )
         version = onto or _source_version(folder)
         if version is None:
-            raise ReviewError(f"--vllm-src {folder}: cannot tell its release (no vllm/_version.py): say it with --onto")
-        return Onto(release_cache.checked_version(version), folder.resolve(), folder.resolve(), f"vLLM source {folder} ({version})")
+            raise ReviewError(
+                f"--vllm-src {folder}: cannot tell its release (no "
+                "vllm/_version.py): say it with --onto"
+            )
+        return Onto(
+            release_cache.checked_version(version),
+            folder.resolve(),
+            folder.resolve(),
+            f"vLLM source {folder} ({version})",
+        )
     installed = release_cache.installed()
     version = release_cache.checked_version(onto) if onto else installed
     if version is None:
-        raise ReviewError("no vLLM is importable here: say which release to apply the change onto with --onto")
-    entry = release_trees.entry(version, say=say)  # the installed release's files are copied in once
+        raise ReviewError(
+            "no vLLM is importable here: say which release to apply the change onto with --onto"
+        )
+    entry = release_trees.entry(
+        version, say=say
+    )  # the installed release's files are copied in once
     if version == installed:
         return Onto(version, entry.path, None, f"vLLM {version} (installed)")
     return Onto(version, entry.path, entry.path, f"vLLM {version} (release cache)")
 
 
 def _source_version(folder: Path) -> str | None:
-    text = (folder / "vllm" / "_version.py").read_text(encoding="utf-8") if (folder / "vllm" / "_version.py").is_file() else ""
+    text = (
+        (folder / "vllm" / "_version.py").read_text(encoding="utf-8")
+        if (folder / "vllm" / "_version.py").is_file()
+        else ""
+    )
     match = re.search(r"""version\s*=\s*['"]([0-9][^'"+]*)""", text)
     return Version(match.group(1)).base_version if match else None
 
@@ -105,15 +126,28 @@ def classify(files: list[unified_diff.FileDiff], targets: set[str]) -> list[dict
     return rows
 
 
-def plan_mutants(target: str, patched_text: str, added: set[int], equivalent: dict[str, str], limit: int, folder: Path) -> tuple[list[dict], int]:
-    """The automatic mutants of the added lines (at most ``limit``, in line order) and how many were left out."""
+def plan_mutants(
+    target: str,
+    patched_text: str,
+    added: set[int],
+    equivalent: dict[str, str],
+    limit: int,
+    folder: Path,
+) -> tuple[list[dict], int]:
+    """The automatic mutants of the added lines (at most ``limit``, in line order) and how many were
+    left out."""
     from gdn_review.mutation import catalogue, operators
 
     found = sorted(operators.automatic_mutants(patched_text, added), key=lambda m: (m.line, m.id))
     chosen, left_out = found[:limit], max(0, len(found) - limit)
     entries = []
     for index, auto in enumerate(chosen):
-        entry = {"id": auto.id, "operator": auto.operator, "line": auto.line, "diff": catalogue.edit_diff(patched_text, auto.source, target)}
+        entry = {
+            "id": auto.id,
+            "operator": auto.operator,
+            "line": auto.line,
+            "diff": catalogue.edit_diff(patched_text, auto.source, target),
+        }
         if auto.id in equivalent:
             entry.update(status="equivalent", reason=equivalent[auto.id])
         else:
@@ -125,7 +159,8 @@ def plan_mutants(target: str, patched_text: str, added: set[int], equivalent: di
 
 
 class _Workers:
-    """The worker processes, each in its own session (``interrupts.popen``): stopping one stops every process under it."""
+    """The worker processes, each in its own session (``interrupts.popen``): stopping one stops
+    every process under it."""
 
     def __init__(self, say: Callable[[str], None]):
         self.say = say
@@ -135,7 +170,10 @@ class _Workers:
     def start(self, spec_path: Path, env: dict) -> subprocess.Popen:
         proc = interrupts.popen(
             [sys.executable, "-m", "gdn_review.review.worker", str(spec_path)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.procs.append(proc)
         self.tails[proc.pid] = []
@@ -148,7 +186,7 @@ class _Workers:
         for line in proc.stderr:
             line = line.rstrip("\n")
             if line.startswith(PROGRESS):
-                self.say("  " + line[len(PROGRESS):].strip())
+                self.say("  " + line[len(PROGRESS) :].strip())
             else:
                 self.tails[proc.pid] = (self.tails[proc.pid] + [line])[-40:]
 
@@ -178,7 +216,8 @@ def review(
     say: Callable[[str], None] = print,
     own: int | None = None,
 ) -> dict:
-    """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing written yet).
+    """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing
+    written yet).
 
     ``own``: the PR whose diff this is (``--pr N``; default: the diff's file
     name ``N.diff`` or ``pr-N.diff`` where the KB holds an open record of PR
@@ -189,7 +228,9 @@ def review(
     from gdn_review.run.selection import current_modules, load_records
 
     started = time.monotonic()
-    text, files = unified_diff.read_diff_file(diff_path)  # every file name a plain relative path, or PatchError
+    text, files = unified_diff.read_diff_file(
+        diff_path
+    )  # every file name a plain relative path, or PatchError
     records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
     every = load_records(kb_dir)
     known = {r.key for r in every.values()}
@@ -199,8 +240,12 @@ def review(
         onto = next(r for r in every.values() if r.key == own).target.base_release
     base = onto_release(onto, vllm_src, say)
     window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
-    in_tree = [f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))]
-    unified_diff.confine(in_tree, base.tree, str(diff_path))  # no symlink out of the release, regular files only
+    in_tree = [
+        f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))
+    ]
+    unified_diff.confine(
+        in_tree, base.tree, str(diff_path)
+    )  # no symlink out of the release, regular files only
     _check_work(work, base.tree)
     patched = unified_diff.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
     targets = {r.target.file for r in records.values()}
@@ -221,21 +266,39 @@ def review(
         "run": {},
         "own": own,
     }
-    say(f"review of {diff_path} onto {base.label}: {len(files)} file(s)" + (f"; the diff of PR #{own}, with its record" if own else ""))
-    affected = {p: r for p, r in sorted(records.items(), key=lambda item: item[1].sort_key) if r.target.file in patched}
+    say(
+        f"review of {diff_path} onto {base.label}: {len(files)} file(s)"
+        + (f"; the diff of PR #{own}, with its record" if own else "")
+    )
+    affected = {
+        p: r
+        for p, r in sorted(records.items(), key=lambda item: item[1].sort_key)
+        if r.target.file in patched
+    }
     by_file = {f.path: f for f in in_tree}
     for path, record in affected.items():
-        file = by_file.get(record.target.file) or next(f for f in in_tree if f.old_path == record.target.file)
-        data["impact"].append(impact.record_impact(record, path, file, base.read(record.target.file) or ""))
+        file = by_file.get(record.target.file) or next(
+            f for f in in_tree if f.old_path == record.target.file
+        )
+        data["impact"].append(
+            impact.record_impact(record, path, file, base.read(record.target.file) or "")
+        )
     data["carried"] = compare.carried(affected.values(), base.version, window_end)
     own_record_ = next((r for r in affected.values() if r.key == own), None)
     if own_record_ is not None and not any(c["number"] == own for c in data["carried"]):
-        data["carried"].insert(0, {"number": own, "title": own_record_.title, "release": "this diff", "record": True})
+        data["carried"].insert(
+            0, {"number": own, "title": own_record_.title, "release": "this diff", "record": True}
+        )
     for line in impact.impact_lines(data["files"], data["impact"]):
         say(line)
     if affected:
-        say(f"recorded PRs that first shipped after {base.version}, by {window_end}: "
-            + (", ".join(f"#{c['number']} ({c['release']})" for c in data["carried"]) or "none: no record explains a change there"))
+        say(
+            f"recorded PRs that first shipped after {base.version}, by {window_end}: "
+            + (
+                ", ".join(f"#{c['number']} ({c['release']})" for c in data["carried"])
+                or "none: no record explains a change there"
+            )
+        )
     if not affected:
         say("no recorded claim affected: the diff changes no file a record targets")
         data["run"] = {"seconds": round(time.monotonic() - started, 1)}
@@ -249,33 +312,59 @@ def review(
             data["run"] = {"seconds": round(time.monotonic() - started, 1)}
             return data
     chosen_records = dict(chosen)
-    deleted = sorted({r.target.file for r in chosen_records.values() if patched.get(r.target.file) is None})
+    deleted = sorted(
+        {r.target.file for r in chosen_records.values() if patched.get(r.target.file) is None}
+    )
     if deleted:
-        raise ReviewError(f"{diff_path}: the change deletes {', '.join(deleted)}, which records target: nothing to run them on")
+        raise ReviewError(
+            f"{diff_path}: the change deletes {', '.join(deleted)}, which "
+            "records target: nothing to run them on"
+        )
     modules = current_modules(kb_dir, chosen_records, generated, False, say)
     target = next(iter(chosen_records.values())).target.file
     changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
     in_memory = changed_py == [target] and patched[target] is not None
-    data["run"]["mode"] = "in memory over the release (one vLLM import)" if in_memory else "patched tree of links (one vLLM import per side)"
+    data["run"]["mode"] = (
+        "in memory over the release (one vLLM import)"
+        if in_memory
+        else "patched tree of links (one vLLM import per side)"
+    )
     # The outermost folder --work makes (None: it is there): an interrupted review removes it.
-    made = next((f for f in reversed([Path(work), *Path(work).parents]) if not f.exists()), None) if work is not None else None
+    made = (
+        next((f for f in reversed([Path(work), *Path(work).parents]) if not f.exists()), None)
+        if work is not None
+        else None
+    )
     workspace = _workspace(work)
     workers = _Workers(say)
     try:
-        equivalent = {k: v for r in chosen_records.values() for k, v in r.equivalent_mutants.items()}
+        equivalent = {
+            k: v for r in chosen_records.values() for k, v in r.equivalent_mutants.items()
+        }
         added = next((f.added_lines() for f in in_tree if f.path == target), set())
         mutants, data["mutants_left_out"] = (
-            plan_mutants(target, patched[target], added, equivalent, max_mutants, workspace) if patched.get(target) else ([], 0)
+            plan_mutants(target, patched[target], added, equivalent, max_mutants, workspace)
+            if patched.get(target)
+            else ([], 0)
         )
-        say(f"running {len(chosen_records)} record(s) before and after the change ({data['run']['mode']}), "
-            f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines")
+        say(
+            f"running {len(chosen_records)} record(s) before and after the change ({data['run']['mode']}), "
+            f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines"
+        )
         spec = {
             "modules": [str(modules[r.key]) for r in chosen_records.values()],
             "records": {str(r.key): str(p) for p, r in chosen_records.items()},
             "keyword": keyword,
             "target": target,
-            # The records' target module must import with the change (it imports what it needs of the rest).
-            "changed_modules": sorted({r.target.file for r in chosen_records.values() if patched.get(r.target.file) is not None}),
+            # The records' target module must import with the change (it imports what it needs of
+            # the rest).
+            "changed_modules": sorted(
+                {
+                    r.target.file
+                    for r in chosen_records.values()
+                    if patched.get(r.target.file) is not None
+                }
+            ),
             "timeout": timeout,
             "jobs": jobs,
             "lands_in": window_end,
@@ -287,16 +376,26 @@ def review(
         if in_memory:
             source_file = workspace / "patched.py.txt"
             source_file.write_text(patched[target], encoding="utf-8")
-            paths = {"both": _spec(workspace, spec, ["unpatched", "patched"], {"path": target, "source_file": str(source_file)})}
+            paths = {
+                "both": _spec(
+                    workspace,
+                    spec,
+                    ["unpatched", "patched"],
+                    {"path": target, "source_file": str(source_file)},
+                )
+            }
             workers.start(paths["both"], release_trees.environment(base.pythonpath, env))
         else:
-            overlay = tree.overlay(base.tree, {p: t for p, t in patched.items()}, workspace / "tree")
+            overlay = tree.overlay(
+                base.tree, {p: t for p, t in patched.items()}, workspace / "tree"
+            )
             paths = {
                 "unpatched": _spec(workspace, {**spec, "mutants": []}, ["unpatched"], None),
                 "patched": _spec(workspace, spec, ["patched"], None),
             }
             workers.start(paths["unpatched"], release_trees.environment(base.pythonpath, env))
-            # The overlay's vllm/_version.py is its release's: it gets that release's VLLM_CACHE_ROOT.
+            # The overlay's vllm/_version.py is its release's: it gets that release's
+            # VLLM_CACHE_ROOT.
             workers.start(paths["patched"], release_trees.environment(overlay, env))
         workers.wait()
         for name, spec_path in paths.items():
@@ -311,19 +410,29 @@ def review(
                 f"{diff_path}: with the change, {', '.join(spec['changed_modules'])} does not import on {base.label}: {error}. "
                 "The change needs code outside the diff: add those files to the diff, or review it onto a later release (--onto)"
             )
-        sides = {side: {**outcome, "folder": str(workspace / name)} for name, r in results.items() for side, outcome in r["sides"].items()}
+        sides = {
+            side: {**outcome, "folder": str(workspace / name)}
+            for name, r in results.items()
+            for side, outcome in r["sides"].items()
+        }
         mutant_results = [m for r in results.values() for m in r.get("mutants", [])]
         data["records"] = [
-            compare.record_effect(record, sides, base.version, window_end, known, own=record.key == own)
+            compare.record_effect(
+                record, sides, base.version, window_end, known, own=record.key == own
+            )
             for record in chosen_records.values()
         ]
         data["mutants"] = compare.mutant_entries(mutants, mutant_results)
         data["run"]["seconds"] = round(time.monotonic() - started, 1)
-        data["run"]["sides_s"] = {side: outcome.get("duration_s") for side, outcome in sides.items()}
+        data["run"]["sides_s"] = {
+            side: outcome.get("duration_s") for side, outcome in sides.items()
+        }
         return data
     except BaseException as error:
         workers.stop()
-        if isinstance(error, KeyboardInterrupt) and work is not None:  # interrupted: --work as it was (not there, or empty)
+        if (
+            isinstance(error, KeyboardInterrupt) and work is not None
+        ):  # interrupted: --work as it was (not there, or empty)
             shutil.rmtree(made or workspace, ignore_errors=True)
             if made is None:
                 workspace.mkdir()
@@ -334,11 +443,15 @@ def review(
 
 
 def own_record(own: int | None, diff_path: Path, records: dict) -> int | None:
-    """The PR whose diff is reviewed: ``own`` (checked: the KB has a record of it), else one its file name gives."""
+    """The PR whose diff is reviewed: ``own`` (checked: the KB has a record of it), else one its
+    file name gives."""
     numbers = {r.key: r for r in records.values() if r.pr is not None}
     if own is not None:
         if own not in numbers:
-            raise ReviewError(f"--pr {own}: the KB has no record of PR #{own} (its record explains the diff's stated changes)")
+            raise ReviewError(
+                f"--pr {own}: the KB has no record of PR #{own} (its record "
+                "explains the diff's stated changes)"
+            )
         return own
     match = re.fullmatch(r"(?:pr-)?([1-9][0-9]{0,8})", Path(diff_path).stem)
     if match and int(match.group(1)) in numbers and numbers[int(match.group(1))].is_open:
@@ -347,21 +460,29 @@ def own_record(own: int | None, diff_path: Path, records: dict) -> int | None:
 
 
 def _check_work(work: Path | None, tree: Path) -> None:
-    """--work must not lie in the sources the diff is applied to (their files are read, never written)."""
+    """--work must not lie in the sources the diff is applied to (their files are read, never
+    written)."""
     if work is None:
         return
     resolved, tree = Path(work).resolve(), Path(tree).resolve()
     if resolved == tree or tree in resolved.parents or resolved in tree.parents:
-        raise ReviewError(f"--work {work}: inside (or holding) the vLLM sources the diff is applied to ({tree}); give a folder apart from them")
+        raise ReviewError(
+            f"--work {work}: inside (or holding) the vLLM sources the diff is "
+            f"applied to ({tree}); give a folder apart from them"
+        )
 
 
 def _workspace(work: Path | None) -> Path:
-    """``work`` (kept: each side's evidence and snapshots, for a look), else a temp folder removed at the end."""
+    """``work`` (kept: each side's evidence and snapshots, for a look), else a temp folder removed
+    at the end."""
     if work is None:
         return Path(tempfile.mkdtemp(prefix="gdn-review-review-"))
     work = Path(work)
     if work.exists() and any(work.iterdir()):
-        raise ReviewError(f"--work {work}: not empty (give a new or empty folder; an earlier run's files would be mixed in)")
+        raise ReviewError(
+            f"--work {work}: not empty (give a new or empty folder; an "
+            "earlier run's files would be mixed in)"
+        )
     work.mkdir(parents=True, exist_ok=True)
     return work
 
@@ -371,7 +492,18 @@ def _spec(workspace: Path, spec: dict, sides: list[str], in_memory: dict | None)
     out = workspace / name
     out.mkdir()
     path = out / "spec.json"
-    path.write_text(json.dumps({**spec, "sides": sides, "in_memory": in_memory, "out_dir": str(out), "result": f"result-{name}.json"}), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                **spec,
+                "sides": sides,
+                "in_memory": in_memory,
+                "out_dir": str(out),
+                "result": f"result-{name}.json",
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -383,7 +515,9 @@ def write(data: dict, folder: Path, markdown: str) -> list[Path]:
     folder = Path(folder)
     if not REPORT_NAME.match(str(data.get("name", ""))):
         raise ReviewError(
-            f"report name {data.get('name')!r}: use letters, digits, '_', '.' and '-' (it becomes a file name in {folder}); say one with --name"
+            f"report name {data.get('name')!r}: use letters, digits, '_', '.' "
+            f"and '-' (it becomes a file name in {folder}); say one with "
+            "--name"
         )
     md, js = folder / f"{data['name']}.md", folder / f"{data['name']}.json"
     atomic_write(js, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
@@ -408,8 +542,18 @@ def load(path: Path) -> dict:
 # What a review's JSON holds at its top: a shard comes from a job that read an
 # untrusted diff, so the job that comments checks it before using any of it.
 _SHAPE = {
-    "name": str, "diff_sha256": str, "onto": str, "source": str, "lands_in": str, "files": list,
-    "impact": list, "carried": list, "records": list, "mutants": list, "mutants_left_out": int, "run": dict,
+    "name": str,
+    "diff_sha256": str,
+    "onto": str,
+    "source": str,
+    "lands_in": str,
+    "files": list,
+    "impact": list,
+    "carried": list,
+    "records": list,
+    "mutants": list,
+    "mutants_left_out": int,
+    "run": dict,
 }
 
 
@@ -419,23 +563,34 @@ def check_shape(data: dict, path: Path) -> None:
 
     for key, kind in _SHAPE.items():
         if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
-            raise ReviewError(f"{path}: field {key!r}: expected {kind.__name__}, got {type(data.get(key)).__name__}")
+            raise ReviewError(
+                f"{path}: field {key!r}: expected {kind.__name__}, got "
+                f"{type(data.get(key)).__name__}"
+            )
     if not re.fullmatch(r"[0-9a-f]{64}", data["diff_sha256"]):
         raise ReviewError(f"{path}: field 'diff_sha256': not a sha256 in hex")
     if not REPORT_NAME.match(data["name"]):
-        raise ReviewError(f"{path}: field 'name': {data['name'][:80]!r} is not a report name (letters, digits, '_', '.', '-')")
+        raise ReviewError(
+            f"{path}: field 'name': {data['name'][:80]!r} is not a report "
+            "name (letters, digits, '_', '.', '-')"
+        )
     for key in ("onto", "lands_in"):
         if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", data[key]):
             raise ReviewError(f"{path}: field {key!r}: {data[key][:80]!r} is not a release (X.Y.Z)")
     for key in ("files", "impact", "carried", "records", "mutants"):
         for index, item in enumerate(data[key]):
             if not isinstance(item, dict):
-                raise ReviewError(f"{path}: field '{key}[{index}]': expected an object, got {type(item).__name__}")
+                raise ReviewError(
+                    f"{path}: field '{key}[{index}]': expected an object, got {type(item).__name__}"
+                )
     try:
         render.markdown(data)
         render.findings(data)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-        raise ReviewError(f"{path}: not a review as gdn-review writes it: {type(error).__name__}: {str(error)[:200]}") from None
+        raise ReviewError(
+            f"{path}: not a review as gdn-review writes it: "
+            f"{type(error).__name__}: {str(error)[:200]}"
+        ) from None
 
 
 def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:

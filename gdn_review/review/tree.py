@@ -24,12 +24,15 @@ def _materialise(folder: Path, original: Path) -> None:
     folder.mkdir()
     if original.is_dir():
         for entry in original.iterdir():
-            if entry.name != "__pycache__":  # bytecode of the unpatched files must not shadow the patched ones
+            if (
+                entry.name != "__pycache__"
+            ):  # bytecode of the unpatched files must not shadow the patched ones
                 os.symlink(entry, folder / entry.name)
 
 
 def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
-    """``dest`` holding ``base``'s tree with ``patched`` (relative path -> text, None: deleted) in place.
+    """``dest`` holding ``base``'s tree with ``patched`` (relative path -> text, None: deleted) in
+    place.
 
     Every name is checked again here (a plain relative path; each folder on its
     way a real folder of the overlay once made), so nothing is written outside
@@ -41,14 +44,23 @@ def overlay(base: Path, patched: dict[str, str | None], dest: Path) -> Path:
     for relative, text in sorted(patched.items()):
         problem = unified_diff.path_problem(relative)
         if problem:
-            raise unified_diff.PatchError(f"{unified_diff.shown_path(relative)}: refused: {problem}")
+            raise unified_diff.PatchError(
+                f"{unified_diff.shown_path(relative)}: refused: {problem}"
+            )
         parts = relative.split("/")
         folder, original = dest, base
         for part in parts[:-1]:
             folder, original = folder / part, original / part
             _materialise(folder, original)
-            if folder.is_symlink() or folder.resolve().parent != (folder.parent.resolve()) or root not in folder.resolve().parents:
-                raise unified_diff.PatchError(f"{unified_diff.shown_path(relative)}: refused: {folder} is not a folder of the overlay")
+            if (
+                folder.is_symlink()
+                or folder.resolve().parent != (folder.parent.resolve())
+                or root not in folder.resolve().parents
+            ):
+                raise unified_diff.PatchError(
+                    f"{unified_diff.shown_path(relative)}: refused: {folder} is not a "
+                    "folder of the overlay"
+                )
         target = folder / parts[-1]
         if target.is_symlink() or target.exists():
             target.unlink()

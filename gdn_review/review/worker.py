@@ -32,7 +32,8 @@ def say(line: str) -> None:
 
 
 def _children(bodies: dict, timeout: float, on_result=lambda name, result: None) -> dict[str, dict]:
-    """Run every body in its own forked child (``common.forked``), all at once; each one's result, or how it ended."""
+    """Run every body in its own forked child (``common.forked``), all at once; each one's result,
+    or how it ended."""
     from gdn_review.harness import mutation
 
     results: dict[str, dict] = {}
@@ -41,7 +42,9 @@ def _children(bodies: dict, timeout: float, on_result=lambda name, result: None)
         results[name] = result
         on_result(name, result)
 
-    forked.run(list(bodies.items()), len(bodies), timeout, finished, prepare=mutation.single_threaded)
+    forked.run(
+        list(bodies.items()), len(bodies), timeout, finished, prepare=mutation.single_threaded
+    )
     return results
 
 
@@ -74,7 +77,8 @@ def import_check(spec: dict) -> dict:
 
 
 def as_shipped(spec: dict) -> None:
-    """The change as it would ship: ranges read as of the release it lands in; claims keep their ranges."""
+    """The change as it would ship: ranges read as of the release it lands in; claims keep their
+    ranges."""
     from gdn_review.harness.release_ranges import (
         CLAIMS_ON_ANY_RELEASE,
         RANGES_AS_RELEASE,
@@ -103,7 +107,16 @@ def side_body(spec: dict, side: str):
             _load_patch(spec)
             as_shipped(spec)
         evidence = out / f"evidence-{side}.json"
-        args = [*spec["modules"], "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--gdn-evidence", str(evidence)]
+        args = [
+            *spec["modules"],
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--gdn-evidence",
+            str(evidence),
+        ]
         if spec.get("keyword"):
             args += ["-k", spec["keyword"]]
         code = int(pytest.main(args))
@@ -111,9 +124,19 @@ def side_body(spec: dict, side: str):
         for number, record_path in spec["records"].items():
             record = load_record(Path(record_path))
             target = out / f"snapshot-{side}-{number}.json"
-            target.write_text(snapshot_files.dumps(snapshot_files.document(record.key, snapshot_take.take(record.case_inputs()))), encoding="utf-8")
+            target.write_text(
+                snapshot_files.dumps(
+                    snapshot_files.document(record.key, snapshot_take.take(record.case_inputs()))
+                ),
+                encoding="utf-8",
+            )
             snapshots[number] = target.name
-        return {"status": "ran", "pytest_exit": code, "evidence": evidence.name if evidence.exists() else None, "snapshots": snapshots}
+        return {
+            "status": "ran",
+            "pytest_exit": code,
+            "evidence": evidence.name if evidence.exists() else None,
+            "snapshots": snapshots,
+        }
 
     return body
 
@@ -134,7 +157,9 @@ def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
     class Job:
         def __init__(self, entry):
             self.entry = entry
-            self.code = mutation.compile_source(spec["target"], Path(entry["source_file"]).read_text(encoding="utf-8"))
+            self.code = mutation.compile_source(
+                spec["target"], Path(entry["source_file"]).read_text(encoding="utf-8")
+            )
 
     results: list[dict] = []
     total = len(spec["mutants"])
@@ -149,7 +174,13 @@ def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
         try:
             jobs.append(Job(entry))
         except SyntaxError as error:
-            results.append({"id": entry["id"], "status": "error", "reason": f"does not compile: line {error.lineno}: {error.msg}"})
+            results.append(
+                {
+                    "id": entry["id"],
+                    "status": "error",
+                    "reason": f"does not compile: line {error.lineno}: {error.msg}",
+                }
+            )
     runner.run_forked(jobs, spec["target"], args, spec["jobs"], spec["timeout"], finished)
     return results
 
@@ -190,11 +221,17 @@ def main(spec_path: str) -> int:
     gc.freeze()  # children share what is loaded; keep the collector off it
 
     def finished(side, outcome):
-        ran = f", pytest exit {outcome['pytest_exit']}" if "pytest_exit" in outcome else f": {outcome.get('reason', '')}"
+        ran = (
+            f", pytest exit {outcome['pytest_exit']}"
+            if "pytest_exit" in outcome
+            else f": {outcome.get('reason', '')}"
+        )
         say(f"{side}: {outcome['status']}{ran} ({outcome.get('duration_s', 0):.0f} s)")
 
     # The sides run side by side, each in its own child with its own timeout.
-    result["sides"] = _children({side: side_body(spec, side) for side in spec["sides"]}, spec["timeout"], finished)
+    result["sides"] = _children(
+        {side: side_body(spec, side) for side in spec["sides"]}, spec["timeout"], finished
+    )
     patched = result["sides"].get("patched", {})
     if spec["mutants"] and patched.get("status") == "ran" and patched.get("evidence"):
         result["mutants"] = run_mutants(spec, out / patched["evidence"])

@@ -71,11 +71,15 @@ class CaseTiming:
 
 def _median_ratio(base_sets, head_sets) -> float:
     """Geometric mean over cases of head median / base median."""
-    logs = [math.log(statistics.median(h) / statistics.median(b)) for b, h in zip(base_sets, head_sets)]
+    logs = [
+        math.log(statistics.median(h) / statistics.median(b)) for b, h in zip(base_sets, head_sets)
+    ]
     return math.exp(sum(logs) / len(logs))
 
 
-def bootstrap_ratio(base_sets: list[list[int]], head_sets: list[list[int]], resamples: int, rng: random.Random) -> tuple[float, float]:
+def bootstrap_ratio(
+    base_sets: list[list[int]], head_sets: list[list[int]], resamples: int, rng: random.Random
+) -> tuple[float, float]:
     """95% percentile interval of the (pooled) head/base ratio of medians."""
     ratios = []
     for _ in range(resamples):
@@ -96,15 +100,21 @@ def verdict(low: float, high: float) -> str:
 
 
 def platform_for(device: str, env: dict) -> str:
-    """vLLM's platform for a worker timing ``device``: the device's own, except a bundle's CUDA tensors on the CPU platform."""
-    if device == "cuda" and env.get(CUDA_ON_CPU_PLATFORM) == "1" and env.get("VLLM_TARGET_DEVICE") == "cpu":
+    """vLLM's platform for a worker timing ``device``: the device's own, except a bundle's CUDA
+    tensors on the CPU platform."""
+    if (
+        device == "cuda"
+        and env.get(CUDA_ON_CPU_PLATFORM) == "1"
+        and env.get("VLLM_TARGET_DEVICE") == "cpu"
+    ):
         return "cpu"
     return device
 
 
 class _Worker:
     def __init__(self, release: str, device: str, cases: dict, pythonpath: Path | None = None):
-        """``pythonpath``: the folder holding this side's vllm/ (a patched copy); None: the release itself."""
+        """``pythonpath``: the folder holding this side's vllm/ (a patched copy); None: the release
+        itself."""
         if pythonpath is None:
             pythonpath = release_trees.tree(release)
         env = release_trees.environment(pythonpath)
@@ -112,7 +122,11 @@ class _Worker:
         self.release = release
         self.process = interrupts.popen(
             [sys.executable, "-m", "gdn_review.harness.timing"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
         )
         self.cases, self.device = cases, device
 
@@ -129,7 +143,9 @@ class _Worker:
         except BrokenPipeError:
             line = ""
         if not line:
-            raise BenchError(f"the timing worker for vLLM {self.release} stopped (exit {self.process.poll()})")
+            raise BenchError(
+                f"the timing worker for vLLM {self.release} stopped (exit {self.process.poll()})"
+            )
         return json.loads(line)
 
     def close(self) -> None:
@@ -173,7 +189,10 @@ def bench(
         timings = {case: CaseTiming(case, [], []) for case in cases}
         # Calls per case per round: about round_seconds of build() each, 5 to 200 calls.
         repeats = {
-            case: max(5, min(200, int(round_seconds * 1e9 / max(1, max(w.warm_ns[case] for w in workers)))))
+            case: max(
+                5,
+                min(200, int(round_seconds * 1e9 / max(1, max(w.warm_ns[case] for w in workers)))),
+            )
             for case in cases
         }
         rng = random.Random(seed)
@@ -184,7 +203,9 @@ def bench(
             for case in cases:
                 for worker in order:
                     samples = worker.ask({"case": case, "repeats": repeats[case]})["ns"]
-                    target = timings[case].base_ns if worker is workers[0] else timings[case].head_ns
+                    target = (
+                        timings[case].base_ns if worker is workers[0] else timings[case].head_ns
+                    )
                     target.extend(samples)
             elapsed = time.monotonic() - started
             if rounds < min_rounds:
@@ -206,8 +227,12 @@ def bench(
         for worker in workers:
             worker.close()
     per_case = [timing.summary(resamples, rng) for timing in timings.values()]
-    low, high = bootstrap_ratio([t.base_ns for t in timings.values()], [t.head_ns for t in timings.values()], resamples, rng)
-    pooled = _median_ratio([t.base_ns for t in timings.values()], [t.head_ns for t in timings.values()])
+    low, high = bootstrap_ratio(
+        [t.base_ns for t in timings.values()], [t.head_ns for t in timings.values()], resamples, rng
+    )
+    pooled = _median_ratio(
+        [t.base_ns for t in timings.values()], [t.head_ns for t in timings.values()]
+    )
     return {
         "base": base,
         "head": head,
@@ -224,13 +249,22 @@ def bench(
 
 
 def write_evidence(path: Path, results: dict[int, dict]) -> None:
-    """Bench results as an evidence file the report merges (no tests, a ``bench`` part per record)."""
+    """Bench results as an evidence file the report merges (no tests, a ``bench`` part per
+    record)."""
     from gdn_review.run import evidence_file
 
     first = next(iter(results.values()))
-    by_record = {str(number): result for number, result in sorted(results.items(), key=lambda item: key_order(item[0]))}
+    by_record = {
+        str(number): result
+        for number, result in sorted(results.items(), key=lambda item: key_order(item[0]))
+    }
     finished = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-    evidence_file.write(path, evidence_file.bench_document(by_record, finished, first["environments"].get(first["head"], {})))
+    evidence_file.write(
+        path,
+        evidence_file.bench_document(
+            by_record, finished, first["environments"].get(first["head"], {})
+        ),
+    )
 
 
 def latency_records(records: dict, named: bool) -> list[tuple[Path, object, object]]:
@@ -247,7 +281,8 @@ DIFF_SIDE = "+diff"  # the head side of an open PR: its base release with its di
 
 
 def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
-    """(base, head, diff) to time for one record: ``--releases``, else the latency check's, else the record's releases.
+    """(base, head, diff) to time for one record: ``--releases``, else the latency check's, else the
+    record's releases.
 
     An open PR (its change in no release) is timed as its base release against
     ``BASE+diff``: the same release with the PR's diff beside the record
@@ -257,7 +292,9 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
         try:
             base, head = (part.strip() for part in pair.split(","))
         except ValueError:
-            raise BenchError(f"--releases takes BASE,HEAD (two release numbers), got {pair!r}") from None
+            raise BenchError(
+                f"--releases takes BASE,HEAD (two release numbers), got {pair!r}"
+            ) from None
         return base, head, None
     base, head = record.latency_releases()
     if base and not head and record.is_open:
@@ -271,7 +308,9 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
             )
         return base, base + DIFF_SIDE, diff
     if not base or not head:
-        raise BenchError(f"{path}: the record has no base and head release; give --releases BASE,HEAD")
+        raise BenchError(
+            f"{path}: the record has no base and head release; give --releases BASE,HEAD"
+        )
     return base, head, None
 
 
@@ -288,7 +327,8 @@ def bench_records(
     show: Callable[[str], None] = print,
     apply_diff: Callable[..., tuple[Path, Path]] | None = None,
 ) -> dict[int, dict]:
-    """``gdn-review bench``: time each chosen record's cases between its two releases; write the evidence.
+    """``gdn-review bench``: time each chosen record's cases between its two releases; write the
+    evidence.
 
     ``say`` gets progress, ``show`` the result table of each record.
     ``apply_diff(diff, release, folder, say)``: (the release's files, the same
@@ -304,7 +344,11 @@ def bench_records(
     if case_ids and len(chosen) > 1:
         raise BenchError("--case needs a single --record")
     planned = []
-    for path, record, latency in chosen:  # every record's sides and cases first: bad input stops before any timing
+    for (
+        path,
+        record,
+        latency,
+    ) in chosen:  # every record's sides and cases first: bad input stops before any timing
         try:
             base, head, diff = sides(path, record, pair)
         except DiffNeeded as error:
@@ -319,7 +363,10 @@ def bench_records(
             raise BenchError(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
         planned.append((path, record, base, head, diff, {c: cases[c] for c in wanted}))
     if not planned:
-        raise BenchError("no record to time: each one with a latency claim is an open PR without its diff stored (see above)")
+        raise BenchError(
+            "no record to time: each one with a latency claim is an open PR "
+            "without its diff stored (see above)"
+        )
     results = {}
     for path, record, base, head, diff, cases in planned:
         stamp = record_sha256(path)  # the record as it is when its timing starts
@@ -328,13 +375,30 @@ def bench_records(
             paths = None
             if diff is not None:
                 if apply_diff is None:
-                    raise BenchError(f"{record.label}: timing its diff needs a function that applies it (review.diff_side.release_with_diff)")
-                say(f"{record.label}: its diff {diff} applied onto a copy of vLLM {base}'s files (both sides load that copy)")
+                    raise BenchError(
+                        f"{record.label}: timing its diff needs a function that applies "
+                        "it (review.diff_side.release_with_diff)"
+                    )
+                say(
+                    f"{record.label}: its diff {diff} applied onto a copy of vLLM "
+                    f"{base}'s files (both sides load that copy)"
+                )
                 unpatched, patched = apply_diff(diff, base, folder, say=say)
                 paths = {"base": unpatched, "head": patched}
-            say(f"{record.label}: timing build() on {len(cases)} case(s): vLLM {base} (base) vs {head} (head), {device}")
-            result = bench(cases, base, head, device=device, max_seconds=max_seconds,
-                           tolerance=tolerance, say=lambda line: say(f"  {line}"), paths=paths)
+            say(
+                f"{record.label}: timing build() on {len(cases)} case(s): vLLM "
+                f"{base} (base) vs {head} (head), {device}"
+            )
+            result = bench(
+                cases,
+                base,
+                head,
+                device=device,
+                max_seconds=max_seconds,
+                tolerance=tolerance,
+                say=lambda line: say(f"  {line}"),
+                paths=paths,
+            )
         finally:
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -351,13 +415,27 @@ def bench_records(
 
 
 def result_lines(key: int | str, result: dict) -> list[str]:
-    """One record's bench as a table: per case both medians and the ratio with its interval, then pooled."""
+    """One record's bench as a table: per case both medians and the ratio with its interval, then
+    pooled."""
     base, head = result["base"], result["head"]
-    lines = [f"{key_label(key)}  {'case':<28} {base + ' µs':>12} {head + ' µs':>12} {'head/base':>10}  95% interval"]
+    lines = [
+        f"{key_label(key)}  {'case':<28} {base + ' µs':>12} "
+        f"{head + ' µs':>12} {'head/base':>10}  95% interval"
+    ]
     for row in result["cases"]:
         low, high = row["ci95"]
-        lines.append(f"         {row['case']:<28} {row['base_median_us']:>12.1f} {row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
+        lines.append(
+            f"         {row['case']:<28} {row['base_median_us']:>12.1f} "
+            f"{row['head_median_us']:>12.1f} {row['ratio']:>10.3f}  "
+            f"[{low:.3f}, {high:.3f}]"
+        )
     low, high = result["pooled"]["ci95"]
-    lines.append(f"         {'pooled (geometric mean)':<28} {'':>12} {'':>12} {result['pooled']['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]")
-    lines.append(f"         verdict: {result['verdict']} ({result['rounds']} rounds, {result['seconds']} s, stopped: {result['stopped']})")
+    lines.append(
+        f"         {'pooled (geometric mean)':<28} {'':>12} {'':>12} "
+        f"{result['pooled']['ratio']:>10.3f}  [{low:.3f}, {high:.3f}]"
+    )
+    lines.append(
+        f"         verdict: {result['verdict']} ({result['rounds']} "
+        f"rounds, {result['seconds']} s, stopped: {result['stopped']})"
+    )
     return lines

@@ -39,7 +39,13 @@ PARTS = ("mutation", "diff")  # what other commands add to a file of tests
 RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
 OUTCOMES = RAN | {"skipped", "deselected", "not run"}
 MUTANT_STATUSES = (
-    "killed", "survived", "not reached", "timeout", "error", "not applicable", "equivalent",
+    "killed",
+    "survived",
+    "not reached",
+    "timeout",
+    "error",
+    "not applicable",
+    "equivalent",
 )
 VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -67,7 +73,8 @@ def write(path: Path, data: dict) -> None:
 
 
 def promote(staged: Path, path: Path) -> None:
-    """Make a staged evidence file (written aside while a run was going) the file at ``path``, in one rename."""
+    """Make a staged evidence file (written aside while a run was going) the file at ``path``, in
+    one rename."""
     import os
 
     os.replace(staged, path)
@@ -88,7 +95,8 @@ def set_mutation(path: Path, section: dict) -> None:
 
 
 def bench_document(results: dict[str, dict], finished_at: str, environment: dict) -> dict:
-    """A file of bench results: no tests, a ``bench`` part per record (``results`` keyed by record)."""
+    """A file of bench results: no tests, a ``bench`` part per record (``results`` keyed by
+    record)."""
     return {"finished_at": finished_at, "environment": environment, "tests": [], "bench": results}
 
 
@@ -101,7 +109,8 @@ def read(path: Path) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise EvidenceError(
-            f"{path}: no such evidence file (run `gdn-review run` or pytest on generated_tests/ first)"
+            f"{path}: no such evidence file (run `gdn-review run` or pytest "
+            "on generated_tests/ first)"
         ) from None
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise EvidenceError(f"{path}: cannot read evidence: {error}") from None
@@ -126,7 +135,8 @@ def release_of(data: dict) -> str | None:
 
 
 def with_bench(path: Path, say: Callable[[str], None] = lambda line: None) -> tuple[Path, ...]:
-    """The evidence files a report reads: ``path``, plus the last `gdn-review bench` results where there are some."""
+    """The evidence files a report reads: ``path``, plus the last `gdn-review bench` results where
+    there are some."""
     if BENCH_PATH.exists() and Path(path) != BENCH_PATH:
         say(f"with latency evidence from {BENCH_PATH} (gdn-review bench)")
         return (Path(path), BENCH_PATH)
@@ -134,7 +144,8 @@ def with_bench(path: Path, say: Callable[[str], None] = lambda line: None) -> tu
 
 
 def tests_release(path: Path) -> str:
-    """The vLLM release the tests of the file at ``path`` ran on; EvidenceError when it does not say."""
+    """The vLLM release the tests of the file at ``path`` ran on; EvidenceError when it does not
+    say."""
     release = release_of(read(path))
     if not release:
         raise EvidenceError(f"{path}: the evidence does not name the vLLM release it ran on")
@@ -142,7 +153,8 @@ def tests_release(path: Path) -> str:
 
 
 def take_tests(path: Path) -> dict | None:
-    """The document of a session's file that is cut up per record (``record_slice``); the file is removed.
+    """The document of a session's file that is cut up per record (``record_slice``); the file is
+    removed.
 
     None where the session wrote none (it crashed before its end).
     """
@@ -160,10 +172,13 @@ def record_slice(data: dict, key) -> dict:
     """A document cut down to one record's tests (and its claim and risk index)."""
     prefix = f"{key}:"
     tests = [t for t in data.get("tests", []) if t.get("record") == key]
-    ran_alone = 1 if any(t["outcome"] in {"failed", "error"} for t in tests) else (0 if tests else 5)
+    ran_alone = (
+        1 if any(t["outcome"] in {"failed", "error"} for t in tests) else (0 if tests else 5)
+    )
     return {
         **data,
-        # pytest's code as if the session had held this record alone: 1 when one of its tests failed.
+        # pytest's code as if the session had held this record alone: 1 when one of its tests
+        # failed.
         "pytest_exit_status": ran_alone,
         "tests": tests,
         "claims": {k: v for k, v in data.get("claims", {}).items() if k.startswith(prefix)},
@@ -188,7 +203,8 @@ def take_parts(path: Path) -> dict:
 
 
 def carry_over(path: Path, parts: dict) -> list[str]:
-    """Put ``parts`` (from ``take_parts``) back into the new file at ``path``; what was kept or dropped, as lines.
+    """Put ``parts`` (from ``take_parts``) back into the new file at ``path``; what was kept or
+    dropped, as lines.
 
     Of a kind the new run produced itself, only the records it did not measure are carried over.
     """
@@ -212,7 +228,8 @@ def carry_over(path: Path, parts: dict) -> list[str]:
         for number, info in dropped:
             was = info.get("release") if isinstance(info, dict) else "?"
             lines.append(
-                f"evidence: dropped the {kind} results of record {number} (vLLM {was}; this run is on {release})"
+                f"evidence: dropped the {kind} results of record {number} (vLLM "
+                f"{was}; this run is on {release})"
             )
         if not kept:
             continue
@@ -234,7 +251,10 @@ def _merged_mutation(old: dict, new: dict | None, kept: list[tuple[str, dict]]) 
     section.setdefault("mutants", [])
     numbers = {number for number, _ in kept}
     for number, info in kept:
-        section["records"][number] = {**info, "finished_at": info.get("finished_at") or old.get("finished_at")}
+        section["records"][number] = {
+            **info,
+            "finished_at": info.get("finished_at") or old.get("finished_at"),
+        }
     section["mutants"] += [
         m for m in old.get("mutants", []) if isinstance(m, dict) and str(m.get("record")) in numbers
     ]
@@ -246,7 +266,8 @@ def _merged_mutation(old: dict, new: dict | None, kept: list[tuple[str, dict]]) 
 
 @dataclasses.dataclass
 class Evidence:
-    """Evidence files merged: each test keeps the index of the file (``environment``) it came from."""
+    """Evidence files merged: each test keeps the index of the file (``environment``) it came
+    from."""
 
     tests: list[dict]
     environments: list[dict]
@@ -254,14 +275,19 @@ class Evidence:
     sources: list[str]
     mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
     mutation: dict = dataclasses.field(default_factory=dict)  # record -> release, gone hunks, notes
-    bench: dict = dataclasses.field(default_factory=dict)  # record -> device -> `gdn-review bench` result
+    bench: dict = dataclasses.field(
+        default_factory=dict
+    )  # record -> device -> `gdn-review bench` result
     diff: dict = dataclasses.field(default_factory=dict)  # record -> the open PR's diff side
     # Per file (as environments): record -> the sha256 of its file when the tests ran ({}: unknown).
     record_hashes: list[dict] = dataclasses.field(default_factory=list)
 
     def tests_record_hash(self, environment: int, key) -> str | None:
-        """The sha256 of record ``key``'s file when the tests of file ``environment`` ran (None: unknown)."""
-        hashes = self.record_hashes[environment] if 0 <= environment < len(self.record_hashes) else {}
+        """The sha256 of record ``key``'s file when the tests of file ``environment`` ran (None:
+        unknown)."""
+        hashes = (
+            self.record_hashes[environment] if 0 <= environment < len(self.record_hashes) else {}
+        )
         return hashes.get(str(key))
 
 
@@ -280,7 +306,8 @@ def _merge(merged: Evidence, data: dict, path: Path) -> None:
         _hash_problem(v) or v is None for v in record_hashes.values()
     ):
         raise EvidenceError(
-            f"{path}: 'record_sha256' must map each record to the sha256 (hex) of its file when the tests ran"
+            f"{path}: 'record_sha256' must map each record to the sha256 "
+            "(hex) of its file when the tests ran"
         )
     merged.record_hashes.append({str(number): digest for number, digest in record_hashes.items()})
     merged.environments.append(data.get("environment") or {})
@@ -300,14 +327,25 @@ def _merge(merged: Evidence, data: dict, path: Path) -> None:
             raise EvidenceError(f"{path}: diff.{number}: {problem}")
         merged.diff[str(number)] = side
     for number, result in (data.get("bench") or {}).items():
-        if not (isinstance(result, dict) and isinstance(result.get("pooled"), dict)
-                and isinstance(result.get("cases"), list)):
-            raise EvidenceError(f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)")
+        if not (
+            isinstance(result, dict)
+            and isinstance(result.get("pooled"), dict)
+            and isinstance(result.get("cases"), list)
+        ):
+            raise EvidenceError(
+                f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)"
+            )
         if _hash_problem(result.get("record_sha256")):
-            raise EvidenceError(f"{path}: bench.{number}: {_hash_problem(result.get('record_sha256'))}")
-        # Per device; a later file wins. The file's time is the result's (a report says each part's age).
+            raise EvidenceError(
+                f"{path}: bench.{number}: {_hash_problem(result.get('record_sha256'))}"
+            )
+        # Per device; a later file wins. The file's time is the result's (a report says each part's
+        # age).
         finished = result.get("finished_at") or str(data.get("finished_at", ""))
-        merged.bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {**result, "finished_at": finished}
+        merged.bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {
+            **result,
+            "finished_at": finished,
+        }
 
 
 def _merge_mutation(merged: Evidence, section, path: Path, index: int) -> None:
@@ -322,7 +360,9 @@ def _merge_mutation(merged: Evidence, section, path: Path, index: int) -> None:
         if not isinstance(info, dict):
             raise EvidenceError(f"{path}: mutation.records.{number}: expected an object")
         if _hash_problem(info.get("record_sha256")):
-            raise EvidenceError(f"{path}: mutation.records.{number}: {_hash_problem(info.get('record_sha256'))}")
+            raise EvidenceError(
+                f"{path}: mutation.records.{number}: {_hash_problem(info.get('record_sha256'))}"
+            )
         finished = info.get("finished_at") or section.get("finished_at")
         merged.mutation[str(number)] = {**info, "finished_at": finished}
 
@@ -338,7 +378,8 @@ def _hash_problem(value) -> str | None:
 
 
 def _diff_problem(side) -> str | None:
-    """What is wrong with one record's diff side (written by `gdn-review run` from a review of the PR's diff)."""
+    """What is wrong with one record's diff side (written by `gdn-review run` from a review of the
+    PR's diff)."""
     if not isinstance(side, dict) or not isinstance(side.get("claims"), dict):
         return "expected an object with 'claims' (claim id -> verdict, reason, measured)"
     for key in ("release", "diff", "finished_at"):
@@ -356,15 +397,24 @@ def _diff_problem(side) -> str | None:
         return "'moved' must be a count"
     name = re.compile(r"[A-Za-z0-9_.-]{1,80}")
     for index, row in enumerate(side.get("unexplained") or []):
-        if not (isinstance(row, dict) and isinstance(row.get("case"), str) and name.fullmatch(row["case"])
-                and isinstance(row.get("fields"), list)
-                and all(isinstance(f, str) and name.fullmatch(f) for f in row["fields"])):
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("case"), str)
+            and name.fullmatch(row["case"])
+            and isinstance(row.get("fields"), list)
+            and all(isinstance(f, str) and name.fullmatch(f) for f in row["fields"])
+        ):
             return f"unexplained[{index}]: expected a case id and its field names"
     for claim_id, row in side["claims"].items():
-        if (not isinstance(row, dict) or row.get("verdict") not in VERDICTS + ("not run",)
-                or not isinstance(row.get("reason", ""), str)):
+        if (
+            not isinstance(row, dict)
+            or row.get("verdict") not in VERDICTS + ("not run",)
+            or not isinstance(row.get("reason", ""), str)
+        ):
             return f"claims.{claim_id}: expected an object with a verdict ({', '.join(VERDICTS)})"
-        if not isinstance(row.get("measured", ""), str) or not isinstance(row.get("failing", []), list):
+        if not isinstance(row.get("measured", ""), str) or not isinstance(
+            row.get("failing", []), list
+        ):
             return f"claims.{claim_id}: 'measured' must be a string and 'failing' a list"
     return None
 
@@ -375,8 +425,13 @@ def _mutant_problem(mutant) -> str | None:
     if not is_record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
         return "'record' (a PR number or a contract id) and 'id' (string) are required"
     if mutant.get("status") not in MUTANT_STATUSES:
-        return f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MUTANT_STATUSES)})"
-    if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(mutant.get("risks", []), list):
+        return (
+            f"unknown status {mutant.get('status')!r} (expected one of "
+            f"{', '.join(MUTANT_STATUSES)})"
+        )
+    if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(
+        mutant.get("risks", []), list
+    ):
         return "'killed_by' must be an object and 'risks' a list"
     return None
 
@@ -391,9 +446,13 @@ def _test_problem(test) -> str | None:
         if not isinstance(test.get(key), str):
             return f"{key!r} must be a string, got {test.get(key)!r}"
     if test["outcome"] not in OUTCOMES:
-        return f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(OUTCOMES))})"
+        return (
+            f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(OUTCOMES))})"
+        )
     risks = test.get("risks", [])
-    if risks is not None and not (isinstance(risks, list) and all(isinstance(r, str) for r in risks)):
+    if risks is not None and not (
+        isinstance(risks, list) and all(isinstance(r, str) for r in risks)
+    ):
         return f"'risks' must be a list of ids, got {risks!r}"
     for key in ("measured", "expected"):
         if test.get(key) is not None and not isinstance(test[key], dict):

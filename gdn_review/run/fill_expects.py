@@ -1,4 +1,5 @@
-"""Write the missing ``expect`` blocks of a record's cases into its YAML: ``gdn-review snapshot --fill-expects``.
+"""Write the missing ``expect`` blocks of a record's cases into its YAML: ``gdn-review snapshot
+--fill-expects``.
 
 The record's cases are measured once (one subprocess, every case, as
 ``snapshot`` does, with every part the harness measures only when asked: the
@@ -21,7 +22,8 @@ fields fails no claim. ``--print`` shows each case's complete block instead, eve
 field measured (what ``snapshot --as-expect`` prints), to choose from.
 
 The YAML is edited as text, so its comments and layout stay: the block goes
-after the case's last line, indented as the case's keys. The result is loaded and validated again, and must state
+after the case's last line, indented as the case's keys. The result is loaded and validated again,
+and must state
 exactly the planned expects, before it replaces the file (temp file and
 rename); nothing is half-written.
 """
@@ -52,30 +54,56 @@ class Filled:
 
 
 def needing_expect(record, case_ids: list[str] | None = None) -> list[str]:
-    """Cases without an expect that an equivalence check names (or ``case_ids``), in the record's order."""
+    """Cases without an expect that an equivalence check names (or ``case_ids``), in the record's
+    order."""
     if case_ids:
         known = {c.id for c in record.cases}
         unknown = [c for c in case_ids if c not in known]
         if unknown:
-            raise SnapshotError(f"no case {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
+            raise SnapshotError(
+                f"no case {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})"
+            )
         stated = [c for c in case_ids if record.case(c).expect]
         if stated:
-            raise SnapshotError(f"case {', '.join(map(repr, stated))} already states an expect: edit it by hand (or print the measured one with --as-expect)")
+            raise SnapshotError(
+                f"case {', '.join(map(repr, stated))} already states an expect: "
+                "edit it by hand (or print the measured one with --as-expect)"
+            )
         wanted = set(case_ids)
     else:
-        wanted = {c for claim in record.claims if claim.check.kind == "equivalence" for c in claim.check.cases}
+        wanted = {
+            c
+            for claim in record.claims
+            if claim.check.kind == "equivalence"
+            for c in claim.check.cases
+        }
     return [case.id for case in record.cases if case.id in wanted and not case.expect]
 
 
 def fill_expects(
-    kb_dir: Path, key: int | str, version: str | None = None, case_ids: list[str] | None = None,
-    write: bool = True, say: Callable[[str], None] = print,
+    kb_dir: Path,
+    key: int | str,
+    version: str | None = None,
+    case_ids: list[str] | None = None,
+    write: bool = True,
+    say: Callable[[str], None] = print,
 ) -> Filled:
-    """Measure the record's cases on ``version`` (default: ``default_release``) and write (or only plan) the missing expects."""
+    """Measure the record's cases on ``version`` (default: ``default_release``) and write (or only
+    plan) the missing expects."""
     path, record = snapshot_take.record_file(kb_dir, key)
     wanted = needing_expect(record, case_ids)
     if not wanted:  # nothing to measure
-        return Filled(path, version or "", "", {}, {}, [f"{path}: no case needs an expect (every case an equivalence check names states one); name another with --case ID"])
+        return Filled(
+            path,
+            version or "",
+            "",
+            {},
+            {},
+            [
+                f"{path}: no case needs an expect (every case an equivalence "
+                "check names states one); name another with --case ID"
+            ],
+        )
     chosen_note = None
     if version is None:
         version, chosen_note = default_release(record, wanted)
@@ -87,10 +115,16 @@ def fill_expects(
         if measured is None:
             left[case_id] = f"does not apply to vLLM {release} (its releases range)"
         elif snapshot_take.no_metadata(measured) is not None:
-            left[case_id] = f"gives no metadata on vLLM {release}: {snapshot_take.no_metadata(measured)}"
+            left[case_id] = (
+                f"gives no metadata on vLLM {release}: {snapshot_take.no_metadata(measured)}"
+            )
         else:
             # Printed: every field measured, to choose from; written: what the case needs.
-            expects[case_id] = needed_expect(record, case_id, measured) if write else snapshot_take.full_expect(measured)
+            expects[case_id] = (
+                needed_expect(record, case_id, measured)
+                if write
+                else snapshot_take.full_expect(measured)
+            )
             notes += _missing_notes(record, case_id, measured, release)
             notes += _deviation_notes(record, case_id, release)
     filled = Filled(path, release, data["device"], expects, left, notes)
@@ -103,7 +137,8 @@ def fill_expects(
 
 
 def case_fields(record, case_id: str) -> dict[str, str]:
-    """The fields beyond the core ones that case ``case_id``'s expect needs -> who asks for it, in ``ExpectField`` order."""
+    """The fields beyond the core ones that case ``case_id``'s expect needs -> who asks for it, in
+    ``ExpectField`` order."""
     import typing
 
     from gdn_review.kb.models import CoreExpectField, ExpectField
@@ -127,25 +162,38 @@ def case_fields(record, case_id: str) -> dict[str, str]:
         else:  # equivalence: what the claim compares of its other cases
             for other in check.cases:
                 if other != case_id:
-                    ask(check.compared(record.case(other).expect), f"claim {claim.id} compares it of case {other}")
+                    ask(
+                        check.compared(record.case(other).expect),
+                        f"claim {claim.id} compares it of case {other}",
+                    )
     core = set(typing.get_args(CoreExpectField))
-    return {field: asked[field] for field in typing.get_args(ExpectField) if field in asked and field not in core}
+    return {
+        field: asked[field]
+        for field in typing.get_args(ExpectField)
+        if field in asked and field not in core
+    }
 
 
 def needed_expect(record, case_id: str, measured: dict) -> dict:
-    """The expect to write for a case from its snapshot: the core fields and those ``case_fields`` names."""
+    """The expect to write for a case from its snapshot: the core fields and those ``case_fields``
+    names."""
     others = {field: measured[field] for field in case_fields(record, case_id) if field in measured}
     return {**snapshot_take.core_expect(measured), **others}
 
 
 def _missing_notes(record, case_id: str, measured: dict, release: str) -> list[str]:
-    """A field the case needs that its snapshot does not hold (a field no release has, an open PR's)."""
-    return [f"case {case_id}: {field} ({who}) is not measured on vLLM {release}: state it by hand"
-            for field, who in case_fields(record, case_id).items() if field not in measured]
+    """A field the case needs that its snapshot does not hold (a field no release has, an open
+    PR's)."""
+    return [
+        f"case {case_id}: {field} ({who}) is not measured on vLLM {release}: state it by hand"
+        for field, who in case_fields(record, case_id).items()
+        if field not in measured
+    ]
 
 
 def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
-    """The release an expect should be measured on when none is given, and why (None: the installed one).
+    """The release an expect should be measured on when none is given, and why (None: the installed
+    one).
 
     An expectation measured on the release the suite then runs can never fail
     there, so it comes from the release the claims speak of: the base release
@@ -154,25 +202,37 @@ def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
     of both kinds name need ``--release`` (or ``--case`` per kind).
     """
     befores = {
-        claim.before for claim in record.claims
+        claim.before
+        for claim in record.claims
         if claim.check.kind == "equivalence" and set(claim.check.cases) & set(wanted)
     }
     base, head = record.target.base_release, record.target.head_release
     if befores == {"holds"} and base:
-        return base, f"measured on vLLM {base}, the base release: a claim of no change (before: holds) expects what the release without the PR builds"
+        return (
+            base,
+            f"measured on vLLM {base}, the base release: a claim of no change "
+            "(before: holds) expects what the release without the PR builds",
+        )
     if befores == {"fails"} and head:
-        return head, f"measured on vLLM {head}, the head release: a fix or improvement (before: fails) expects what the PR builds"
+        return (
+            head,
+            f"measured on vLLM {head}, the head release: a fix or improvement "
+            "(before: fails) expects what the PR builds",
+        )
     if {"holds", "fails"} <= befores:
         raise SnapshotError(
             f"{record.label}: the cases to fill are named by claims of no change (before: holds, measured on {base}) and by "
             f"fixes (before: fails, measured on {head}): give --release, or fill them with --case ID per kind"
         )
-    return None, ("measured on the installed vLLM: no claim naming these cases states `before`; an expect measured on the "
-                  "release the suite runs cannot fail there, so read it through (or give --release)")
+    return None, (
+        "measured on the installed vLLM: no claim naming these cases states `before`; an expect measured on the "
+        "release the suite runs cannot fail there, so read it through (or give --release)"
+    )
 
 
 def _deviation_notes(record, case_id: str, release: str) -> list[str]:
-    """A known deviation of this case on this release: the measured expect is the deviating value."""
+    """A known deviation of this case on this release: the measured expect is the deviating
+    value."""
     notes = []
     for claim in record.claims:
         if claim.check.kind != "equivalence" or case_id not in claim.check.cases:
@@ -180,8 +240,10 @@ def _deviation_notes(record, case_id: str, release: str) -> list[str]:
         for deviation in claim.known_deviations:
             in_range = release_range.contains(deviation.releases, release)
             if (not deviation.cases or case_id in deviation.cases) and in_range:
-                notes.append(f"case {case_id}: claim {claim.id} has a known deviation on vLLM {release} ({deviation.reason.strip()[:80]}); "
-                             "its expect is what this release measures: state what the claim expects instead")
+                notes.append(
+                    f"case {case_id}: claim {claim.id} has a known deviation on vLLM {release} ({deviation.reason.strip()[:80]}); "
+                    "its expect is what this release measures: state what the claim expects instead"
+                )
     return notes
 
 
@@ -190,7 +252,8 @@ def _block_lines(expect: dict, indent: int) -> list[str]:
 
 
 def _last_line(node: yaml.Node, lines: list[str]) -> int:
-    """0-based index of the last line that holds part of ``node`` (not the comments or blank lines after it)."""
+    """0-based index of the last line that holds part of ``node`` (not the comments or blank lines
+    after it)."""
     if isinstance(node, yaml.ScalarNode):
         if node.style in ("|", ">"):  # a block scalar ends where the next token starts
             end = node.end_mark.line - (1 if node.end_mark.column == 0 else 0)
@@ -207,7 +270,8 @@ def _last_line(node: yaml.Node, lines: list[str]) -> int:
 
 
 def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
-    """``text`` with an ``expect:`` block after each named case's last line (an empty ``expect`` replaced)."""
+    """``text`` with an ``expect:`` block after each named case's last line (an empty ``expect``
+    replaced)."""
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
@@ -215,19 +279,28 @@ def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
     cases = next((value for key, value in root.value if key.value == "cases"), None)
     edits: list[tuple[int, int, list[str]]] = []  # (first line, lines replaced, new lines)
     for index, node in enumerate(cases.value if isinstance(cases, yaml.SequenceNode) else []):
-        keys = {key.value: (key, value) for key, value in node.value} if isinstance(node, yaml.MappingNode) else {}
+        keys = (
+            {key.value: (key, value) for key, value in node.value}
+            if isinstance(node, yaml.MappingNode)
+            else {}
+        )
         case_id = keys.get("id", (None, None))[1]
         if case_id is None or case_id.value not in expects:
             continue
         where = f"{file}:{node.start_mark.line + 1}:{node.start_mark.column + 1}: cases[{index}]"
         if node.flow_style:
-            raise SnapshotError(f"{where}: case {case_id.value!r} is written in flow style ({{...}}): write it as a block mapping to fill its expect")
+            raise SnapshotError(
+                f"{where}: case {case_id.value!r} is written in flow style "
+                f"({{...}}): write it as a block mapping to fill its expect"
+            )
         indent = node.value[0][0].start_mark.column
         block = _block_lines(expects[case_id.value], indent)
         if "expect" in keys:  # `expect: {}` or `expect:` with nothing: that line is replaced
             key, value = keys["expect"]
             if _last_line(value, lines) != key.start_mark.line:
-                raise SnapshotError(f"{where}.expect: an empty expect over several lines: leave it out to fill it")
+                raise SnapshotError(
+                    f"{where}.expect: an empty expect over several lines: leave it out to fill it"
+                )
             edits.append((key.start_mark.line, 1, block))
         else:
             edits.append((_last_line(node, lines) + 1, 0, block))
@@ -237,16 +310,25 @@ def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
 
 
 def check_filled(new_text: str, file: str, before, expects: dict[str, dict]) -> None:
-    """The edited text loads, validates, states exactly the planned expects and changes nothing else."""
+    """The edited text loads, validates, states exactly the planned expects and changes nothing
+    else."""
     try:
         after = parse_record(new_text, file, expects_optional=True)
     except RecordErrors as failure:  # its lines are the edited text's, not the file's: say so
-        raise SnapshotError(f"{file}: the record with the measured expects would not load ({len(failure.errors)} error(s), first: "
-                            f"{str(failure.errors[0]).split(': ', 1)[-1]}); nothing was written: paste the blocks of --print by hand") from None
-    wrong = [case.id for case in after.cases if case.expect != expects.get(case.id, before.case(case.id).expect)]
+        raise SnapshotError(
+            f"{file}: the record with the measured expects would not load ({len(failure.errors)} error(s), first: "
+            f"{str(failure.errors[0]).split(': ', 1)[-1]}); nothing was written: paste the blocks of --print by hand"
+        ) from None
+    wrong = [
+        case.id
+        for case in after.cases
+        if case.expect != expects.get(case.id, before.case(case.id).expect)
+    ]
     if wrong or after.model_dump(exclude={"cases"}) != before.model_dump(exclude={"cases"}):
-        raise SnapshotError(f"{file}: the edited record would not state the measured expects of {', '.join(wrong) or 'its cases'} "
-                            "(an unusual layout?); nothing was written: paste the blocks of --print by hand")
+        raise SnapshotError(
+            f"{file}: the edited record would not state the measured expects of {', '.join(wrong) or 'its cases'} "
+            "(an unusual layout?); nothing was written: paste the blocks of --print by hand"
+        )
 
 
 def filled_lines(filled: Filled, written: bool) -> list[str]:
@@ -254,11 +336,15 @@ def filled_lines(filled: Filled, written: bool) -> list[str]:
     out = []
     if written:
         if filled.expects:
-            out.append(f"wrote the expect of {len(filled.expects)} case(s) into {filled.path}, measured on vLLM {filled.release} "
-                       f"({filled.device}): {', '.join(filled.expects)}; read them through (git diff)")
+            out.append(
+                f"wrote the expect of {len(filled.expects)} case(s) into {filled.path}, measured on vLLM {filled.release} "
+                f"({filled.device}): {', '.join(filled.expects)}; read them through (git diff)"
+            )
     else:
         for case_id, expect in filled.expects.items():
-            out.append(f"# expect of case {case_id}, measured on vLLM {filled.release} ({filled.device})")
+            out.append(
+                f"# expect of case {case_id}, measured on vLLM {filled.release} ({filled.device})"
+            )
             out += [line.rstrip("\n") for line in _block_lines(expect, 0)]
     out += [f"no expect for case {case_id}: it {why}" for case_id, why in filled.left.items()]
     out += [f"note: {note}" for note in filled.notes]

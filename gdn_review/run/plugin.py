@@ -47,7 +47,8 @@ def pytest_addoption(parser):
         "--gdn-evidence",
         default=None,
         metavar="PATH",
-        help=f"write the evidence JSON here (default: {evidence_file.DEFAULT_PATH}, only when a generated test ran)",
+        help="write the evidence JSON here (default: "
+        f"{evidence_file.DEFAULT_PATH}, only when a generated test ran)",
     )
     group.addoption("--gdn-no-evidence", action="store_true", help="write no evidence file")
 
@@ -67,7 +68,8 @@ CHANGE_APPLIED = "GDN_REVIEW_CHANGE_APPLIED"
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A pending claim's failure (an open PR's improvement, on a release without its change) is an xfail to pytest.
+    """A pending claim's failure (an open PR's improvement, on a release without its change) is an
+    xfail to pytest.
 
     The generated module lists such claims in PENDING. pytest (CI, ``mutate``'s
     baseline and its kills) sees an xfail; the evidence keeps the failure and
@@ -91,11 +93,15 @@ def pytest_runtest_makereport(item, call):
 
 def _generated_module(metafunc) -> bool:
     """A module gdn-review generated: it carries the record mark and lists its DEVICES."""
-    return hasattr(metafunc.module, "DEVICES") and metafunc.definition.get_closest_marker("record") is not None
+    return (
+        hasattr(metafunc.module, "DEVICES")
+        and metafunc.definition.get_closest_marker("record") is not None
+    )
 
 
 def pytest_generate_tests(metafunc):
-    """Parametrize a generated module's ``device`` fixture by its DEVICES (ids are the device names)."""
+    """Parametrize a generated module's ``device`` fixture by its DEVICES (ids are the device
+    names)."""
     if "device" not in metafunc.fixturenames or not _generated_module(metafunc):
         return
     params = [
@@ -181,9 +187,17 @@ def _reason(report) -> str:
 
 
 def _falsifying_example(report) -> str | None:
-    """The smallest failing batch Hypothesis found (its "Falsifying example" note, or the failing explicit example), as it printed it."""
+    """The smallest failing batch Hypothesis found (its "Falsifying example" note, or the failing
+    explicit example), as it printed it."""
     lines = [re.sub(r"^E {0,7}", "", line) for line in str(report.longrepr or "").splitlines()]
-    start = next((i for i, line in enumerate(lines) if re.match(r"(Falsifying|Failing explicit) example: ", line)), None)
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if re.match(r"(Falsifying|Failing explicit) example: ", line)
+        ),
+        None,
+    )
     if start is None:
         return None
     taken = []
@@ -195,13 +209,18 @@ def _falsifying_example(report) -> str | None:
 
 
 def _record_file(module, root: Path) -> Path | None:
-    """The record a generated module was rendered from (``kb/N.yaml``), or None where it cannot be found.
+    """The record a generated module was rendered from (``kb/N.yaml``), or None where it cannot be
+    found.
 
     The module names its record's file (SOURCE: ``<kb folder>/<file>``) and its
     snapshots folder relative to itself (SNAPSHOTS: ``<kb>/snapshots/N``), so the
     record lies two folders above that; else SOURCE from the rootdir.
     """
-    source, snapshots, file = getattr(module, "SOURCE", None), getattr(module, "SNAPSHOTS", None), getattr(module, "__file__", None)
+    source, snapshots, file = (
+        getattr(module, "SOURCE", None),
+        getattr(module, "SNAPSHOTS", None),
+        getattr(module, "__file__", None),
+    )
     if not isinstance(source, str):
         return None
     candidates = []
@@ -216,7 +235,9 @@ class EvidenceCollector:
     def __init__(self, config):
         self.config = config
         self.tests: dict[str, dict] = {}
-        self.record_hashes: dict[str, str] = {}  # record -> sha256 of its file when the tests were collected
+        self.record_hashes: dict[
+            str, str
+        ] = {}  # record -> sha256 of its file when the tests were collected
         self.started = datetime.datetime.now(datetime.timezone.utc)
 
     @pytest.hookimpl(trylast=True)
@@ -228,7 +249,8 @@ class EvidenceCollector:
                 self._hash_record(item, entry["record"])
 
     def _hash_record(self, item, record) -> None:
-        """The sha256 of the record the item's module came from, once per record (unknown: none kept)."""
+        """The sha256 of the record the item's module came from, once per record (unknown: none
+        kept)."""
         key = str(record)
         if key in self.record_hashes:
             return
@@ -262,7 +284,8 @@ class EvidenceCollector:
                 entry["outcome"], entry["reason"] = "error", _reason(report)
         elif report.when == "call":
             if getattr(report, "gdn_pending_failure", None) is not None:
-                # Failed as the open PR says it should (pytest saw an xfail): the evidence keeps the failure.
+                # Failed as the open PR says it should (pytest saw an xfail): the evidence keeps the
+                # failure.
                 entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
                 if getattr(report, "gdn_smallest_batch", None):
                     entry["smallest_batch"] = report.gdn_smallest_batch
@@ -283,10 +306,15 @@ class EvidenceCollector:
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.tests:
             return
-        path = Path(self.config.getoption("gdn_evidence") or self.config.rootpath / evidence_file.DEFAULT_PATH)
+        path = Path(
+            self.config.getoption("gdn_evidence")
+            or self.config.rootpath / evidence_file.DEFAULT_PATH
+        )
         document = {
             "started_at": self.started.isoformat(timespec="seconds"),
-            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
             "pytest_exit_status": int(exitstatus),
             "arguments": list(self.config.invocation_params.args),
             "environment": _environment(self.config.rootpath),
@@ -295,7 +323,9 @@ class EvidenceCollector:
             "risks": _index(self.tests.values(), lambda t: t["risks"]),
             "record_sha256": dict(sorted(self.record_hashes.items())),
         }
-        kept = evidence_file.take_parts(path)  # mutants and the diff side of earlier commands (same release: kept)
+        kept = evidence_file.take_parts(
+            path
+        )  # mutants and the diff side of earlier commands (same release: kept)
         evidence_file.write(path, document)
         kept_lines = evidence_file.carry_over(path, kept)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -322,7 +352,9 @@ def _git(root: Path, *args: str) -> str | None:
     import subprocess
 
     try:
-        out = interrupts.run_child(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        out = interrupts.run_child(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None

@@ -21,7 +21,9 @@ class StaleModules(Exception):
     """Generated modules disagree with their records (a check failed: exit 1)."""
 
     def __init__(self, paths: list[Path]):
-        super().__init__("generated tests are out of date: run `gdn-review generate` (or add --write)")
+        super().__init__(
+            "generated tests are out of date: run `gdn-review generate` (or add --write)"
+        )
         self.paths = paths
 
 
@@ -31,7 +33,11 @@ def load_records(kb_dir: Path, numbers: tuple[int, ...] = ()) -> dict[Path, Reco
     if numbers:
         missing = set(numbers) - {r.key for r in records.values()}
         if missing:
-            raise SelectionError(f"no record for {', '.join(map(key_label, sorted(missing, key=key_order)))} in {kb_dir}")
+            raise SelectionError(
+                "no record for "
+                f"{', '.join(map(key_label, sorted(missing, key=key_order)))} in "
+                f"{kb_dir}"
+            )
         records = {p: r for p, r in records.items() if r.key in numbers}
     if not records:
         raise SelectionError(f"no records (*.yaml) in {kb_dir}")
@@ -39,12 +45,18 @@ def load_records(kb_dir: Path, numbers: tuple[int, ...] = ()) -> dict[Path, Reco
 
 
 def current_modules(
-    kb_dir: Path, records: dict[Path, Record], out_dir: Path, write: bool, say: Callable[[str], None]
+    kb_dir: Path,
+    records: dict[Path, Record],
+    out_dir: Path,
+    write: bool,
+    say: Callable[[str], None],
 ) -> dict[int, Path]:
     """The generated module of each complete record, after checking (or regenerating) them."""
     plan = generate.plan(kb_dir, out_dir, generate.DEFAULT_TEMPLATES)
     if plan.foreign:
-        raise SelectionError(f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}")
+        raise SelectionError(
+            f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}"
+        )
     if plan.stale and not write:
         raise StaleModules(plan.stale)
     if plan.stale:
@@ -53,7 +65,9 @@ def current_modules(
     for path in plan.drafts:
         if path in records:
             say(f"warning: skipped draft {path}: it has open TODOs (see `gdn-review validate`)")
-    modules = {r.key: out_dir / generate.module_name(r) for p, r in records.items() if p not in plan.drafts}
+    modules = {
+        r.key: out_dir / generate.module_name(r) for p, r in records.items() if p not in plan.drafts
+    }
     if not modules:
         raise SelectionError("no complete record to run (only drafts)")
     return modules

@@ -1,4 +1,5 @@
-"""Stored full-metadata snapshots: ``kb/snapshots/<key>/<release>.json``, their format, reading and writing.
+"""Stored full-metadata snapshots: ``kb/snapshots/<key>/<release>.json``, their format, reading and
+writing.
 
 A snapshot holds every field ``build()`` returns, per case of a record, taken
 on one release (``snapshot_take``); each file names the release, the device
@@ -18,20 +19,16 @@ SNAPSHOT_FORMAT = "gdn-review-snapshot/1"
 FOLDER = "snapshots"
 
 
-
 def snapshot_dir(kb_dir: Path, key: int | str) -> Path:
     return Path(kb_dir) / FOLDER / str(key)
-
 
 
 def snapshot_path(kb_dir: Path, key: int | str, release: str) -> Path:
     return snapshot_dir(kb_dir, key) / f"{release}.json"
 
 
-
 def command_for(key: int | str, release: str) -> str:
     return f"gdn-review snapshot --record {key} --release {release}"
-
 
 
 def document(key: int | str, taken: dict) -> dict:
@@ -45,7 +42,6 @@ def document(key: int | str, taken: dict) -> dict:
     }
 
 
-
 def dumps(data: dict) -> str:
     """Deterministic JSON: one line per case (compact), so a diff names the cases that changed."""
     head = {k: v for k, v in sorted(data.items()) if k != "cases"}
@@ -56,11 +52,13 @@ def dumps(data: dict) -> str:
     lines.append(' "cases": {')
     for index, (case_id, metadata) in enumerate(cases):
         comma = "," if index < len(cases) - 1 else ""
-        lines.append(f"  {json.dumps(case_id)}: {json.dumps(metadata, sort_keys=True, separators=(',', ':'))}{comma}")
+        lines.append(
+            f"  {json.dumps(case_id)}: "
+            f"{json.dumps(metadata, sort_keys=True, separators=(',', ':'))}{comma}"
+        )
     lines.append(" }")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
 
 
 def load(path: Path) -> dict | None:
@@ -68,10 +66,13 @@ def load(path: Path) -> dict | None:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT or not isinstance(data.get("cases"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != SNAPSHOT_FORMAT
+        or not isinstance(data.get("cases"), dict)
+    ):
         return None
     return data
-
 
 
 def stored(kb_dir: Path, key: int | str) -> dict[str, dict]:
@@ -86,18 +87,33 @@ def stored(kb_dir: Path, key: int | str) -> dict[str, dict]:
     return found
 
 
-
 def differences(before: dict, after: dict) -> list[dict]:
     """Field-level differences between two snapshots' cases: [{case, field, before, after}]."""
     found = []
     for case_id in sorted(set(before) | set(after)):
         old, new = before.get(case_id), after.get(case_id)
         if old is None or new is None:
-            found.append({"case": case_id, "field": "(case)", "before": "absent" if old is None else "present", "after": "absent" if new is None else "present"})
+            found.append(
+                {
+                    "case": case_id,
+                    "field": "(case)",
+                    "before": "absent" if old is None else "present",
+                    "after": "absent" if new is None else "present",
+                }
+            )
             continue
         for field in sorted(set(old) | set(new)):
             if field not in old or field not in new:
-                found.append({"case": case_id, "field": field, "before": old.get(field, "(no such field)"), "after": new.get(field, "(no such field)")})
+                found.append(
+                    {
+                        "case": case_id,
+                        "field": field,
+                        "before": old.get(field, "(no such field)"),
+                        "after": new.get(field, "(no such field)"),
+                    }
+                )
             elif old[field] != new[field]:
-                found.append({"case": case_id, "field": field, "before": old[field], "after": new[field]})
+                found.append(
+                    {"case": case_id, "field": field, "before": old[field], "after": new[field]}
+                )
     return found

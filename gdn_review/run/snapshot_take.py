@@ -35,14 +35,16 @@ from gdn_review.common.files import atomic_write
 from gdn_review.kb.subjects import key_label
 from gdn_review.run.snapshot_files import document, dumps, load, snapshot_path
 
-
 # The harness's flags for the parts it measures only when asked (harness.case_build.build_case).
 MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
 
 
 def every_field(cases: dict[str, dict]) -> dict[str, dict]:
-    """These cases with every measuring flag set: their snapshots hold every field the harness can measure."""
-    return {case_id: {**case, **dict.fromkeys(MEASURE_FLAGS, True)} for case_id, case in cases.items()}
+    """These cases with every measuring flag set: their snapshots hold every field the harness can
+    measure."""
+    return {
+        case_id: {**case, **dict.fromkeys(MEASURE_FLAGS, True)} for case_id, case in cases.items()
+    }
 
 
 def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) -> dict:
@@ -67,10 +69,23 @@ def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) 
 
 
 def take_in_subprocess(
-    record_path: Path, pythonpath: Path | None, out: Path, device: str = "cpu", all_fields: bool = False,
+    record_path: Path,
+    pythonpath: Path | None,
+    out: Path,
+    device: str = "cpu",
+    all_fields: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Take a record's snapshots in a fresh interpreter whose vLLM is the tree at ``pythonpath`` (None: the installed)."""
-    command = [sys.executable, "-m", "gdn_review.run.snapshot_take", str(record_path), str(out), "--device", device]
+    """Take a record's snapshots in a fresh interpreter whose vLLM is the tree at ``pythonpath``
+    (None: the installed)."""
+    command = [
+        sys.executable,
+        "-m",
+        "gdn_review.run.snapshot_take",
+        str(record_path),
+        str(out),
+        "--device",
+        device,
+    ]
     if all_fields:
         command.append("--every-field")
     env = release_trees.environment(pythonpath)
@@ -82,18 +97,26 @@ class SnapshotError(Exception):
 
 
 def take_snapshots(
-    kb_dir: Path, key: int | str, versions: list[str], case_id: str | None, as_expect: bool,
+    kb_dir: Path,
+    key: int | str,
+    versions: list[str],
+    case_id: str | None,
+    as_expect: bool,
     say: Callable[[str], None] = print,
 ) -> list[str]:
-    """``gdn-review snapshot``: store (or, with ``as_expect``, print) the record's snapshots; lines to show."""
+    """``gdn-review snapshot``: store (or, with ``as_expect``, print) the record's snapshots; lines
+    to show."""
     from gdn_review.run.selection import load_records
 
     if as_expect:  # the case to print may state no expect yet
         record_path, record = record_file(kb_dir, key)
     else:
-        (record_path, record), = load_records(kb_dir, (key,)).items()
+        ((record_path, record),) = load_records(kb_dir, (key,)).items()
     if case_id and case_id not in {c.id for c in record.cases}:
-        raise SnapshotError(f"{record_path}: no case {case_id!r} (known: {', '.join(sorted(c.id for c in record.cases))})")
+        raise SnapshotError(
+            f"{record_path}: no case {case_id!r} (known: "
+            f"{', '.join(sorted(c.id for c in record.cases))})"
+        )
     shown = []
     for version in versions or [None]:
         data = take_release(record_path, version, say, all_fields=as_expect)
@@ -102,12 +125,15 @@ def take_snapshots(
             continue
         target = snapshot_path(kb_dir, key, data["release"])
         atomic_write(target, dumps(data))
-        shown.append(f"wrote {target} ({len(data['cases'])} cases, vLLM {data['release']}, {data['device']})")
+        shown.append(
+            f"wrote {target} ({len(data['cases'])} cases, vLLM {data['release']}, {data['device']})"
+        )
     return shown
 
 
 def record_file(kb_dir: Path, key: int | str):
-    """(path, record) of ``kb_dir/<key>.yaml`` (a PR's number or a contract's id), loaded with its cases' expects optional."""
+    """(path, record) of ``kb_dir/<key>.yaml`` (a PR's number or a contract's id), loaded with its
+    cases' expects optional."""
     from gdn_review.kb import load_record
 
     path = Path(kb_dir) / f"{key}.yaml"
@@ -116,10 +142,17 @@ def record_file(kb_dir: Path, key: int | str):
     return path, load_record(path, expects_optional=True)
 
 
-def take_release(record_path: Path, version: str | None, say: Callable[[str], None] = print, all_fields: bool = False) -> dict:
-    """The snapshot of every case of a record on ``version`` (default: the installed vLLM), in one subprocess.
+def take_release(
+    record_path: Path,
+    version: str | None,
+    say: Callable[[str], None] = print,
+    all_fields: bool = False,
+) -> dict:
+    """The snapshot of every case of a record on ``version`` (default: the installed vLLM), in one
+    subprocess.
 
-    ``all_fields``: with the parts the harness measures only when asked (for an expect, not to store).
+    ``all_fields``: with the parts the harness measures only when asked (for an expect, not to
+    store).
     """
     import tempfile
 
@@ -133,32 +166,47 @@ def take_release(record_path: Path, version: str | None, say: Callable[[str], No
         data = load(out) if done.returncode == 0 else None
         if data is None:
             say(done.stderr[-3000:])
-            raise SnapshotError(f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})")
+            raise SnapshotError(
+                f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})"
+            )
     return data
 
 
 def core_expect(measured: dict) -> dict:
-    """The core expect fields (what ``--fill-expects`` writes for every case) of one case's snapshot."""
+    """The core expect fields (what ``--fill-expects`` writes for every case) of one case's
+    snapshot."""
     import typing
 
     from gdn_review.kb.models import CoreExpectField
 
-    return {field: measured[field] for field in typing.get_args(CoreExpectField) if field in measured}
+    return {
+        field: measured[field] for field in typing.get_args(CoreExpectField) if field in measured
+    }
 
 
 def full_expect(measured: dict) -> dict:
-    """Every expect field the case's snapshot holds (what ``--as-expect`` prints): the core ones first, then the
-    others in ``ExpectField``'s order (raw tensors, layout, builder and server fields, a call's result)."""
+    """Every expect field the case's snapshot holds (what ``--as-expect`` prints): the core ones
+    first, then the
+    others in ``ExpectField``'s order (raw tensors, layout, builder and server fields, a call's
+    result)."""
     import typing
 
     from gdn_review.kb.models import ExpectField
 
     core = core_expect(measured)
-    return {**core, **{field: measured[field] for field in typing.get_args(ExpectField) if field in measured and field not in core}}
+    return {
+        **core,
+        **{
+            field: measured[field]
+            for field in typing.get_args(ExpectField)
+            if field in measured and field not in core
+        },
+    }
 
 
 def no_metadata(measured: dict) -> str | None:
-    """Why a case's snapshot holds no metadata (the release raised, or cannot run it); None: it holds some.
+    """Why a case's snapshot holds no metadata (the release raised, or cannot run it); None: it
+    holds some.
 
     A ``call`` case's snapshot states ``returned`` and ``raised`` (what the host function
     raised, or None): that is its metadata, not a failure.
@@ -171,26 +219,35 @@ def no_metadata(measured: dict) -> str | None:
 
 
 def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
-    """A case's complete ``expect`` block (YAML) from a snapshot (taken with ``all_fields``), to read through,
+    """A case's complete ``expect`` block (YAML) from a snapshot (taken with ``all_fields``), to
+    read through,
     trim to what the claims compare and paste into the record."""
     case = data["cases"].get(case_id)
     if case is None:
-        raise SnapshotError(f"case {case_id!r} does not apply to vLLM {version} (its releases range)")
+        raise SnapshotError(
+            f"case {case_id!r} does not apply to vLLM {version} (its releases range)"
+        )
     why = no_metadata(case)
     if why is not None:
         raise SnapshotError(f"case {case_id!r} gives no metadata on vLLM {version}: {why}")
-    head = (f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}): every field measured, "
-            "core ones first; read it through before pasting")
+    head = (
+        f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}): every field measured, "
+        "core ones first; read it through before pasting"
+    )
     return [head, *expect_block(full_expect(case))]
 
 
 def expect_block(expect: dict, indent: int = 0) -> list[str]:
-    """``expect:`` and one line per field, its value in flow style (``spec_state_cells: [[[1, 1]]]``), indented."""
+    """``expect:`` and one line per field, its value in flow style (``spec_state_cells: [[[1,
+    1]]]``), indented."""
     import yaml
 
     lines = [" " * indent + "expect:"]
     for field, value in expect.items():
-        lines.append(" " * (indent + 2) + yaml.safe_dump({field: value}, default_flow_style=True, width=1 << 30).strip()[1:-1])
+        lines.append(
+            " " * (indent + 2)
+            + yaml.safe_dump({field: value}, default_flow_style=True, width=1 << 30).strip()[1:-1]
+        )
     return lines
 
 
@@ -200,13 +257,29 @@ def expect_block(expect: dict, indent: int = 0) -> list[str]:
 
 def pytest_addoption(parser):
     group = parser.getgroup("gdn-review-snapshot", "gdn-review full-metadata snapshots")
-    group.addoption("--gdn-snapshot-record", action="append", default=[], metavar="RECORD.yaml", help="take this record's case snapshots at the end of the session (repeatable, one --gdn-snapshot-out each)")
-    group.addoption("--gdn-snapshot-out", action="append", default=[], metavar="PATH", help="where the snapshot JSON of the record given at the same position goes")
+    group.addoption(
+        "--gdn-snapshot-record",
+        action="append",
+        default=[],
+        metavar="RECORD.yaml",
+        help="take this record's case snapshots at the end of the session "
+        "(repeatable, one --gdn-snapshot-out each)",
+    )
+    group.addoption(
+        "--gdn-snapshot-out",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="where the snapshot JSON of the record given at the same position goes",
+    )
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    record_paths, outs = config.getoption("gdn_snapshot_record"), config.getoption("gdn_snapshot_out")
+    record_paths, outs = (
+        config.getoption("gdn_snapshot_record"),
+        config.getoption("gdn_snapshot_out"),
+    )
     if len(record_paths) != len(outs):
         raise pytest.UsageError("--gdn-snapshot-record and --gdn-snapshot-out go in pairs")
     from gdn_review.kb import load_record
@@ -225,7 +298,11 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("record")
     parser.add_argument("out")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--every-field", action="store_true", help="also the parts measured only when a case asks (for an expect)")
+    parser.add_argument(
+        "--every-field",
+        action="store_true",
+        help="also the parts measured only when a case asks (for an expect)",
+    )
     args = parser.parse_args(argv)
     record = load_record(Path(args.record), expects_optional=True)  # a snapshot needs no expect
     taken = take(record.case_inputs(), args.device, all_fields=args.every_field)
