@@ -161,7 +161,8 @@ MATRIX_RECORD = MINIMAL.replace(
     "risks:\n",
     "  - id: plain\n    text: A decode.\n    rows:\n      - {seq_len: 5, query_len: 1}\n"
     "related:\n"
-    "  - number: 9\n    title: Later change\n    relation: changes-claim\n    from_release: 0.31.0\n"
+    "  - number: 9\n    title: Later change\n    relation: "
+    "changes-claim\n    from_release: 0.31.0\n"
     "    changes:\n      - cases: [spec]\n        fields: [num_decodes]\n"
     "risks:\n",
 )

@@ -57,7 +57,8 @@ gc.freeze()  # what the baseline made is shared with every child: keep the colle
 for ident, edits in settings["mutants"].items():
     source = original
     for find, replace, count in edits:
-        assert source.count(find) == count, f"{ident}: edit does not apply {count} time(s): {find!r}"
+        applies = source.count(find) == count
+        assert applies, f"{ident}: edit does not apply {count} time(s): {find!r}"
         source = source.replace(find, replace)
     out = os.path.join(settings["scratch"], ident + ".out")
     pid = os.fork()
@@ -81,7 +82,8 @@ for ident, edits in settings["mutants"].items():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-    results[ident] = {"returncode": code, "stdout": open(out, encoding="utf-8", errors="replace").read()}
+    printed = open(out, encoding="utf-8", errors="replace").read()
+    results[ident] = {"returncode": code, "stdout": printed}
 json.dump(results, open(settings["result"], "w", encoding="utf-8"))
 """
 

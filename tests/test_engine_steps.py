@@ -95,8 +95,13 @@ import json, sys
 from gdn_review import harness
 case = json.loads(sys.argv[1])
 run = harness.build_case("cpu", case)
-print(json.dumps({"ge": harness.op_counts(run, {"aten.ge": 1}, "step")["aten.ge"], "calls": len(run.call_ops),
-                  "tables": run.metadata["group_state_tables"], "differ": run.metadata["group_differences"], "path": run.metadata["path"]}))
+print(json.dumps({
+    "ge": harness.op_counts(run, {"aten.ge": 1}, "step")["aten.ge"],
+    "calls": len(run.call_ops),
+    "tables": run.metadata["group_state_tables"],
+    "differ": run.metadata["group_differences"],
+    "path": run.metadata["path"],
+}))
 """
 
 
@@ -271,7 +276,8 @@ def test_a_step_the_harness_cannot_run_as_a_runner_would_is_a_record_error(write
     record = STEP_RECORD.replace(
         "    needs: [spec_decode_src_indices]\n",
         "    entry: capture\n    step:\n      groups: 1\n"
-        "      before_builds:\n        - {method: compute, arguments: [block_table]}\n    expect: {group_differences: []}\n",
+        "      before_builds:\n        - {method: compute, arguments: "
+        "[block_table]}\n    expect: {group_differences: []}\n",
     )
     with pytest.raises(RecordErrors) as caught:
         load_record(

@@ -81,11 +81,13 @@ target:
   head_release: 0.29.0
 claims:
   - id: C1
-    text: After a larger batch filled the FULL-graph buffers, a padded FULL-graph build keeps the eager build's rows.
+    text: After a larger batch filled the FULL-graph buffers, a padded FULL-graph build
+      keeps the eager build's rows.
     check:
       kind: differential
       pairs: [[eager_spec, full_spec_after]]
-      fields: [num_spec_decodes, spec_query_start_loc, num_accepted_tokens, spec_state_indices_tensor]
+      fields: [num_spec_decodes, spec_query_start_loc, num_accepted_tokens,
+        spec_state_indices_tensor]
       compare: prefix
   - id: C2
     text: Capture and the re-gather read no device tensor on the host.
@@ -164,7 +166,9 @@ risks:
       - id: regather_reads_device
         releases: ">=0.33"
         find: "            spec_indices = blk_table[: m.num_spec_decodes, : self.num_spec + 1]\\n"
-        replace: "            spec_indices = blk_table[: m.num_spec_decodes, : self.num_spec + 1]\\n            assert blk_table.sum().item() > 0\\n"
+        replace: |2
+                      spec_indices = blk_table[: m.num_spec_decodes, : self.num_spec + 1]
+                      assert blk_table.sum().item() > 0
 """
 
 
@@ -768,7 +772,8 @@ def test_inlined_harness_files_pass_ruff():
         done = _ruff(*command, *settings, *files)
         assert done.returncode == 0, (
             f"the export copies these files into vLLM test modules; fix with "
-            f"`ruff format --config {RUFF_CONFIG.relative_to(ROOT)} gdn_review/harness/`:\n{done.stdout}{done.stderr}"
+            f"`ruff format --config {RUFF_CONFIG.relative_to(ROOT)} "
+            f"gdn_review/harness/`:\n{done.stdout}{done.stderr}"
         )
 
 
@@ -986,7 +991,10 @@ from gdn_review.mutation import catalogue_for
 scratch, jobs = Path(sys.argv[1]), int(sys.argv[2])
 # A path, or path::id,id: a contract record has no record mutants, so the whole file's
 # broad mutants named here (`mutate --whole-file` ids) stand in.
-paths = [(Path(a.split("::")[0]), a.split("::")[1].split(",") if "::" in a else None) for a in sys.argv[3:]]
+paths = [
+    (Path(a.split("::")[0]), a.split("::")[1].split(",") if "::" in a else None)
+    for a in sys.argv[3:]
+]
 release = str(harness.vllm_release())
 plan = []
 for path, wanted in paths:
@@ -997,8 +1005,11 @@ for path, wanted in paths:
         from gdn_review.mutation import guard
 
         source = open(loader.target_path(found.target_file), encoding="utf-8").read()
-        mutants = [m for m in guard.catalogue(source, found.target_file, guard.Notes()) if m.id in wanted]
-        assert len(mutants) == len(wanted), f"{path}: not every named mutant exists on vLLM {release}"
+        broad = guard.catalogue(source, found.target_file, guard.Notes())
+        mutants = [m for m in broad if m.id in wanted]
+        assert len(mutants) == len(wanted), (
+            f"{path}: not every named mutant exists on vLLM {release}"
+        )
     for mutant in mutants:
         mutant.code = loader.compile_source(found.target_file, mutant.source)
     folder = path.parent / "snapshots" / str(record.key)
@@ -1007,21 +1018,36 @@ for path, wanted in paths:
     for module in (generated, exported):
         module.parent.mkdir(parents=True, exist_ok=True)
     # (an absolute snapshot folder: the generated module joins it to its own folder)
-    generated.write_text(generate.render_module(record, f"kb/{path.name}", snapshot_dir=str(folder)), encoding="utf-8")
-    exported.write_text(export.render(record, f"kb/{path.name}", release, snapshot_folder=folder), encoding="utf-8")
+    source_name = f"kb/{path.name}"
+    generated.write_text(
+        generate.render_module(record, source_name, snapshot_dir=str(folder)), encoding="utf-8"
+    )
+    exported.write_text(
+        export.render(record, source_name, release, snapshot_folder=folder), encoding="utf-8"
+    )
     plan.append((record.key, found, mutants, generated, exported))
 
 started = time.monotonic()
 # The generated suites' baseline, in this process, as `gdn-review mutate` runs it.
 code, _ = runner.baseline([str(p[3]) for p in plan], scratch / "baseline.json")
-results = {"release": release, "generated_baseline": code, "baseline_s": round(time.monotonic() - started, 1), "records": {}}
+results = {
+    "release": release,
+    "generated_baseline": code,
+    "baseline_s": round(time.monotonic() - started, 1),
+    "records": {},
+}
 unmutated = open(loader.target_path(plan[0][1].target_file), encoding="utf-8").read()
 for number, found, mutants, generated, exported in plan:
     # The exported module runs in children only, first unmutated: imported here, its own
     # builder cache would keep the builders of the unmutated class.
-    original = types.SimpleNamespace(id="(unmutated)", code=loader.compile_source(found.target_file, unmutated))
-    entry = results["records"][str(number)] = {"mutants": [m.id for m in mutants], "generated": {}, "exported": {}}
-    for side, module, chosen in (("generated", generated, mutants), ("exported", exported, [original, *mutants])):
+    original = types.SimpleNamespace(
+        id="(unmutated)", code=loader.compile_source(found.target_file, unmutated)
+    )
+    entry = results["records"][str(number)] = {
+        "mutants": [m.id for m in mutants], "generated": {}, "exported": {}
+    }
+    sides = (("generated", generated, mutants), ("exported", exported, [original, *mutants]))
+    for side, module, chosen in sides:
         began = time.monotonic()
         runner.run_forked(chosen, found.target_file, [str(module)], jobs, 600,
                           lambda m, r, side=side, entry=entry: entry[side].__setitem__(m.id, r))
@@ -1129,7 +1155,8 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
                 continue
             killed_total += 1
             assert exported["status"] == "killed", (
-                f"PR {number}: mutant {mutant} is killed by the generated module ({sorted(generated['killed_by'])}) "
+                f"PR {number}: mutant {mutant} is killed by the generated module "
+                f"({sorted(generated['killed_by'])}) "
                 f"but not by the exported one: {exported}"
             )
             by_exported = {keys.get(key, key) for key in exported["killed_by"]}

@@ -320,7 +320,7 @@ def test_a_case_needs_the_fields_its_expect_and_the_claims_naming_it_state():
 
 
 @pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
-def test_filling_writes_the_layout_and_raw_state_indices_the_claims_compare_measured_on_the_real_builder(
+def test_filling_writes_the_layout_and_raw_indices_the_claims_compare_measured_on_the_builder(
     write_record,
 ):
     kb = write_record(STAGING)

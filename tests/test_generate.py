@@ -17,7 +17,8 @@ GOLDEN = ROOT / "tests" / "golden"
 def test_golden_modules_are_up_to_date():
     plan = generate.plan(GOLDEN / "kb", GOLDEN / "generated")
     assert not plan.stale and not plan.foreign, (
-        f"golden files differ: {[str(p) for p in plan.stale]}; after an intended template change run "
+        f"golden files differ: {[str(p) for p in plan.stale]}; after an "
+        "intended template change run "
         "scripts/regenerate-goldens and review the diff"
     )
     assert plan.unchanged == [GOLDEN / "generated" / "test_pr_1.py"]

@@ -26,7 +26,8 @@ LATER = (
     .replace("head_release: 0.29.0", "head_release: 0.31.0")
     .replace("url: https://example.invalid/pr/7", "url: https://example.invalid/pr/9")
     .replace(
-        "  - number: 9\n    title: Later change\n    relation: changes-claim\n    from_release: 0.31.0\n"
+        "  - number: 9\n    title: Later change\n    relation: "
+        "changes-claim\n    from_release: 0.31.0\n"
         "    changes:\n      - cases: [spec]\n        fields: [num_decodes]\n",
         "  - number: 11\n    title: Cosmetic refactor\n    relation: "
         "same-area\n    from_release: 0.31.0\n",

@@ -97,7 +97,9 @@ def test_other_claims_keep_their_plain_source_and_a_long_quote_is_cut():
 
 def test_a_strangers_description_only_ever_becomes_strings():
     body = (
-        "build() takes ~900µs': {a: *x, b: !!python/object/apply:os.system [echo pwned]} # not a comment\n\n"
+        "build() takes ~900µs': {a: *x, b: "
+        "!!python/object/apply:os.system [echo pwned]} # not a "
+        "comment\n\n"
         "Only the gathers stay per-group in build(). \"quoted\" 'too' `code`: |\n  - item"
     )
     data = {

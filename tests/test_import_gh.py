@@ -381,7 +381,8 @@ def test_a_traceback_in_a_review_is_a_risk_before_plain_concerns(tmp_path):
 PR_52297 = FIXTURES / "pr-52297.json"
 _STAYS_SENTENCE = "Only the block_table dependent state index gathers stay per-group in build()."
 _ONCE_PER_STEP = (
-    "Compute the batch level GDN spec decode metadata once per step in `compute_spec_metadata` and store it on "
+    "Compute the batch level GDN spec decode metadata once per step "
+    "in `compute_spec_metadata` and store it on "
     "model_specific_attn_metadata, instead of recomputing it inside each GDN group's build()."
 )
 _PROFILING = (

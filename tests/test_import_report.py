@@ -375,7 +375,8 @@ def test_arbitrary_text_gives_a_draft_or_a_clear_refusal(text):
     st.text(
         alphabet=st.sampled_from(
             list(
-                "#-*`:：。.!?()（）[]/ \n\t\r1234567890PRabc风险影响标题仓库合并时间原文链接\ufeff\x85\u2028"
+                "#-*`:：。.!?()（）[]/ \n\t\r1234567890PRabc"
+                "风险影响标题仓库合并时间原文链接\ufeff\x85\u2028"
             )
         )
     )

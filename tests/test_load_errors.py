@@ -65,7 +65,8 @@ TABLE = [
         ),
         [
             "7.yaml:20:9: claims[1].id: duplicate id 'C1'",
-            "7.yaml:22:40: claims[1].check.cases[0]: case 'spec' states no expect: an equivalence check needs expected fields; "
+            "7.yaml:22:40: claims[1].check.cases[0]: case 'spec' states no "
+            "expect: an equivalence check needs expected fields; "
             "run gdn-review snapshot --record 7 --fill-expects",
         ],
     ),

@@ -70,7 +70,8 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
     hang = (
         "      - id: hang\n"
         '        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0"\n'
-        "        replace: \"spec_sequence_masks_cpu = [__import__('time').sleep(3600) for _ in iter(int, 1)]\"\n"
+        '        replace: "spec_sequence_masks_cpu = '
+        "[__import__('time').sleep(3600) for _ in iter(int, 1)]\"\n"
     )
     anchor = "      - id: ge_to_gt\n"
     (kb / "52078.yaml").write_text(text.replace(anchor, hang + anchor), encoding="utf-8")
@@ -145,7 +146,7 @@ def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
         ), ident
 
 
-def test_a_mutant_no_test_executes_reads_not_reached_and_a_survivor_that_ran_survived_and_fails_the_run(
+def test_a_mutant_no_test_executes_is_not_reached_and_a_survivor_that_ran_fails_the_run(
     tmp_path,
 ):
     # One run for both: a weakened selection (C1's op counts on one case) and --fail-on survived.

@@ -176,7 +176,8 @@ def test_case_inputs_expand_chains_and_mark_layout_cases():
         "expect: {path: non_spec, num_decodes: 1}", "expect: {path: non_spec, persistent_views: []}"
     )
     text = text.replace("    after: [a]\n", "    after: [c]\n") + (
-        "  - id: c\n    text: C case.\n    after: [d]\n    rows:\n      - {seq_len: 9, query_len: 1}\n"
+        "  - id: c\n    text: C case.\n    after: [d]\n    rows:\n      "
+        "- {seq_len: 9, query_len: 1}\n"
         "  - id: d\n    text: D case.\n    rows:\n      - {seq_len: 9, query_len: 1}\n"
     )
     inputs = parse_record(text, "7.yaml").case_inputs()

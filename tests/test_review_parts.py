@@ -68,7 +68,8 @@ def test_a_hunk_that_matches_nowhere_names_the_file_hunk_and_line():
 def test_git_headers_new_and_deleted_files_and_no_newline_at_end():
     text = (
         "diff --git a/vllm/new.py b/vllm/new.py\nnew file mode 100644\nindex 0000000..1111111\n"
-        "--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = 2\n\\ No newline at end of file\n"
+        "--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1,2 @@\n+a = 1\n+b = "
+        "2\n\\ No newline at end of file\n"
         "diff --git a/vllm/old.py b/vllm/old.py\ndeleted file mode 100644\n"
         "--- a/vllm/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone = True\n"
     )

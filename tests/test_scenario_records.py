@@ -45,7 +45,8 @@ def test_a_capture_case_must_not_state_drafts():
         )
     )
     assert errors(text) == [
-        "7.yaml:26:45: cases[0].rows[0].drafted: a capture case derives drafted from the query lengths "
+        "7.yaml:26:45: cases[0].rows[0].drafted: a capture case derives "
+        "drafted from the query lengths "
         "(build_for_cudagraph_capture); leave drafted out"
     ]
 
@@ -62,7 +63,8 @@ def test_a_capture_case_must_fit_the_graph_buffers():
         )
     )
     assert errors(text) == [
-        "7.yaml:27:7: cases[0].rows: capture asserts 3 requests and 9 tokens <= decode_cudagraph_max_bs 6 "
+        "7.yaml:27:7: cases[0].rows: capture asserts 3 requests and 9 "
+        "tokens <= decode_cudagraph_max_bs 6 "
         "(max_num_seqs * (k + 1), capped by max_cudagraph_capture_size)"
     ]
 
@@ -113,8 +115,10 @@ def test_a_target_symbol_no_check_reaches_is_named():
     )
     symbol = "GDNAttentionMetadataBuilder.build_for_cudagraph_capture"
     assert errors(with_cases(capture, symbol=symbol)) == [
-        "7.yaml:10:11: target.symbol: no check reaches GDNAttentionMetadataBuilder.build_for_cudagraph_capture: "
-        "check a case with `entry: capture` (or the invariant capture_matches_build); build() alone never calls it"
+        "7.yaml:10:11: target.symbol: no check reaches "
+        "GDNAttentionMetadataBuilder.build_for_cudagraph_capture: "
+        "check a case with `entry: capture` (or the invariant "
+        "capture_matches_build); build() alone never calls it"
     ]
     parse_record(
         with_cases(capture, symbol=symbol, checked="spec, cap"), "7.yaml"

@@ -215,7 +215,10 @@ def test_a_crash_is_stored_as_what_the_release_raised():
 PROXY_ON_CAPTURE = """
 import json
 from gdn_review import harness
-case = {"speculative_tokens": 2, "entry": "capture", "rows": [{"seq_len": 3, "query_len": 3}] * 2, "padded_rows": 1}
+case = {
+    "speculative_tokens": 2, "entry": "capture", "rows": [{"seq_len": 3, "query_len": 3}] * 2,
+    "padded_rows": 1,
+}
 print(json.dumps(harness.count_device_origin_reads("cpu", case)))
 """
 

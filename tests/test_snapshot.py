@@ -116,7 +116,10 @@ module = importlib.util.module_from_spec(spec)
 sys.modules[name] = module
 exec(compile(source.replace(find, replace), spec.origin, "exec"), module.__dict__)
 import pytest
-sys.exit(pytest.main(["generated_tests/test_pr_52078.py", "-q", "-p", "no:cacheprovider", "--gdn-no-evidence", "-k", "cpu", "-rf"]))
+sys.exit(pytest.main([
+    "generated_tests/test_pr_52078.py", "-q", "-p", "no:cacheprovider", "--gdn-no-evidence",
+    "-k", "cpu", "-rf",
+]))
 """
 
 

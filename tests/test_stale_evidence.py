@@ -82,7 +82,8 @@ def test_an_edited_record_makes_every_part_measured_before_the_edit_stale(tmp_pa
         "--record 1`",
     ]
     assert data["next_steps"][1] == (
-        f"Stale: the mutation results of PR #1 were measured on an earlier version of {record} (edited since); "
+        "Stale: the mutation results of PR #1 were measured on an "
+        f"earlier version of {record} (edited since); "
         "run `gdn-review mutate --record 1`."
     )
     mutants = next(part for part in data["parts"] if part.startswith("mutants:"))

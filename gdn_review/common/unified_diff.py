@@ -412,7 +412,8 @@ def _mismatch(
             )
             break
     return (
-        f"{name}:{hunk.line}: {file.path}: hunk {hunk.number} ({hunk.header.strip()}) does not apply: {detail}; "
+        f"{name}:{hunk.line}: {file.path}: hunk {hunk.number} "
+        f"({hunk.header.strip()}) does not apply: {detail}; "
         "the same lines are nowhere else in the file either"
     )
 

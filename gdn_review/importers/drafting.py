@@ -95,11 +95,14 @@ _SENTENCE = re.compile(
 # Sentences of three shapes get a hint of their own (and a source that quotes them),
 # in place of the general hint of the same kind above (_CHECKABLE's entry at _REPLACES).
 LATENCY_HINT = (
-    "latency: a latency claim, measured by `gdn-review bench` (build() timed A/B, base release against head, "
-    "on named cases: check {kind: latency, cases: [...]}); an end-to-end throughput figure needs a serving benchmark"
+    "latency: a latency claim, measured by `gdn-review bench` "
+    "(build() timed A/B, base release against head, "
+    "on named cases: check {kind: latency, cases: [...]}); an "
+    "end-to-end throughput figure needs a serving benchmark"
 )
 MOVES_HINT = (
-    "op_budget: what moves: the computation it names is counted once per step (an op budget per step), "
+    "op_budget: what moves: the computation it names is counted once "
+    "per step (an op budget per step), "
     "not once per group's build()"
 )
 STAYS_HINT = (
@@ -110,8 +113,8 @@ STAYS_HINT = (
 _TIMING = re.compile(
     r"(?<![\w.])~?\d+(?:[.,]\d+)?\s?(?:µs|μs|us|ms|ns|microseconds?|milliseconds?)(?![A-Za-z])"
 )
-# A percentage or a factor (61%, 1.5x) is one when the sentence speaks of speed (improves 61%, 吞吐量约有
-# 1% 的提升).
+# A percentage or a factor (61%, 1.5x) is one when the sentence speaks of speed
+# (improves 61%, 吞吐量约有 1% 的提升).
 _FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:%|[x×](?![\w]))")
 _SPEED_WORDS = (
     "throughput",
@@ -135,13 +138,17 @@ _SPEED_WORDS = (
 )
 # What moves out of each group's build() (computed once per step instead), lowercase.
 _MOVES = re.compile(
-    r"\bmov(?:e|es|ed|ing)\b.{0,120}?\bout of\b|\b(?:once|one time) (?:per|each|a) (?:step|batch|forward|iteration)\b"
-    r"|\binstead of (?:re-?)?comput\w*\b.{0,60}?\b(?:in|inside|for|per) (?:each|every)\b|\bhoist(?:s|ed|ing)?\b"
+    r"\bmov(?:e|es|ed|ing)\b.{0,120}?\bout of\b|\b(?:once|one time) "
+    r"(?:per|each|a) (?:step|batch|forward|iteration)\b"
+    r"|\binstead of "
+    r"(?:re-?)?comput\w*\b.{0,60}?\b(?:in|inside|for|per) "
+    r"(?:each|every)\b|\bhoist(?:s|ed|ing)?\b"
     r"|\bone level up\b|移出|每步一次|每个 ?step 一次"
 )
 # What stays in each group's build(), lowercase.
 _STAYS = re.compile(
-    r"\b(?:stay|stays|stayed|remain|remains|is kept|are kept|keep|keeps)\b.{0,40}?\bper[- ]?(?:group|layer|build)\b"
+    r"\b(?:stay|stays|stayed|remain|remains|is kept|are "
+    r"kept|keep|keeps)\b.{0,40}?\bper[- ]?(?:group|layer|build)\b"
     r"|\bper[- ]?group\b.{0,40}?\b(?:stay|stays|remain|remains)\b|仍在每个|保留在每个"
 )
 _REPLACES = {LATENCY_HINT: 3, MOVES_HINT: 1, STAYS_HINT: 0}  # the general hint each one replaces

@@ -247,8 +247,11 @@ def _thread(data: dict) -> list[tuple[str, str, list[str], bool, list[str]]]:
 # What makes a comment carry a concrete failure: an error message, a traceback, a crash or a failing
 # shape.
 _FAILURE = re.compile(
-    r"Traceback \(most recent call last\)|\b[A-Z][A-Za-z]*(?:Error|Exception)\b|illegal (?:memory )?address|illegal memory access|"
-    r"\bIMA\b|\bcrash(?:es|ed)?\b|segfault|\bmust be contiguous\b|\bexpected\b.{0,60}\bgot\b|torch\.Size\(|\bNaN\b|\bXid\b",
+    r"Traceback \(most recent call "
+    r"last\)|\b[A-Z][A-Za-z]*(?:Error|Exception)\b|illegal (?:memory "
+    r")?address|illegal memory access|"
+    r"\bIMA\b|\bcrash(?:es|ed)?\b|segfault|\bmust be "
+    r"contiguous\b|\bexpected\b.{0,60}\bgot\b|torch\.Size\(|\bNaN\b|\bXid\b",
     re.IGNORECASE | re.DOTALL,
 )
 

@@ -209,8 +209,8 @@ _META_LABELS = {
 
 
 def read_metadata(blocks: list[_Block]) -> dict[str, tuple[str, int]]:
-    """Labelled lines (``- 仓库：``, ``- Repository:``...): field -> (value, line); the first of each
-    counts."""
+    """Labelled lines (``- 仓库：``, ``- Repository:``...): field -> (value, line);
+    the first of each counts."""
     found: dict[str, tuple[str, int]] = {}
     for block in blocks:
         label, value = _label(block.text)

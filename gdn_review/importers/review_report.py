@@ -111,13 +111,15 @@ def _pull_request(
         repo = f"{pull.group(1)}/{pull.group(2)}"
     else:
         raise ReportImportError(
-            f"{source}: PR #{number}: no repository: expected a line like '- 仓库：`vllm-project/vllm`' or '- Repository: vllm-project/vllm', "
+            f"{source}: PR #{number}: no repository: expected a line like '- "
+            "仓库：`vllm-project/vllm`' or '- Repository: vllm-project/vllm', "
             "or a link ('- 原文链接：' / '- Link:') to .../<owner>/<name>/pull/<number>"
         )
     title = _unquote(meta["title"][0]) if "title" in meta else ""
     if not title:
         raise ReportImportError(
-            f"{source}: PR #{number}: no title: expected a line like '- 标题：...' or '- Title: ...'"
+            f"{source}: PR #{number}: no title: expected a line like '- 标题：...' "
+            "or '- Title: ...'"
         )
     pr = {"number": number, "repo": repo, "title": title}
     if "merged_at" in meta:

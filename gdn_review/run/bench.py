@@ -302,9 +302,12 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
         if diff is None:
             number = record.key
             raise DiffNeeded(
-                f"{path}: {record.label} is open, so no release has its change: bench times vLLM {base} against {base} "
-                f"with the PR's diff, which is not stored; put it beside the record as {Path(path).with_suffix('.diff')} "
-                f"(`gh pr diff {number} > {Path(path).with_suffix('.diff')}`), or give --releases BASE,HEAD"
+                f"{path}: {record.label} is open, so no release has its change: "
+                f"bench times vLLM {base} against {base} "
+                "with the PR's diff, which is not stored; put it beside the "
+                f"record as {Path(path).with_suffix('.diff')} "
+                f"(`gh pr diff {number} > {Path(path).with_suffix('.diff')}`), or "
+                "give --releases BASE,HEAD"
             )
         return base, base + DIFF_SIDE, diff
     if not base or not head:

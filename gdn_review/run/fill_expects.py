@@ -221,11 +221,14 @@ def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
         )
     if {"holds", "fails"} <= befores:
         raise SnapshotError(
-            f"{record.label}: the cases to fill are named by claims of no change (before: holds, measured on {base}) and by "
-            f"fixes (before: fails, measured on {head}): give --release, or fill them with --case ID per kind"
+            f"{record.label}: the cases to fill are named by claims of no "
+            f"change (before: holds, measured on {base}) and by "
+            f"fixes (before: fails, measured on {head}): give --release, or "
+            "fill them with --case ID per kind"
         )
     return None, (
-        "measured on the installed vLLM: no claim naming these cases states `before`; an expect measured on the "
+        "measured on the installed vLLM: no claim naming these cases "
+        "states `before`; an expect measured on the "
         "release the suite runs cannot fail there, so read it through (or give --release)"
     )
 
@@ -241,7 +244,8 @@ def _deviation_notes(record, case_id: str, release: str) -> list[str]:
             in_range = release_range.contains(deviation.releases, release)
             if (not deviation.cases or case_id in deviation.cases) and in_range:
                 notes.append(
-                    f"case {case_id}: claim {claim.id} has a known deviation on vLLM {release} ({deviation.reason.strip()[:80]}); "
+                    f"case {case_id}: claim {claim.id} has a known deviation on vLLM "
+                    f"{release} ({deviation.reason.strip()[:80]}); "
                     "its expect is what this release measures: state what the claim expects instead"
                 )
     return notes
@@ -316,8 +320,10 @@ def check_filled(new_text: str, file: str, before, expects: dict[str, dict]) -> 
         after = parse_record(new_text, file, expects_optional=True)
     except RecordErrors as failure:  # its lines are the edited text's, not the file's: say so
         raise SnapshotError(
-            f"{file}: the record with the measured expects would not load ({len(failure.errors)} error(s), first: "
-            f"{str(failure.errors[0]).split(': ', 1)[-1]}); nothing was written: paste the blocks of --print by hand"
+            f"{file}: the record with the measured expects would not load "
+            f"({len(failure.errors)} error(s), first: "
+            f"{str(failure.errors[0]).split(': ', 1)[-1]}); nothing was "
+            "written: paste the blocks of --print by hand"
         ) from None
     wrong = [
         case.id
@@ -326,7 +332,8 @@ def check_filled(new_text: str, file: str, before, expects: dict[str, dict]) -> 
     ]
     if wrong or after.model_dump(exclude={"cases"}) != before.model_dump(exclude={"cases"}):
         raise SnapshotError(
-            f"{file}: the edited record would not state the measured expects of {', '.join(wrong) or 'its cases'} "
+            f"{file}: the edited record would not state the measured expects "
+            f"of {', '.join(wrong) or 'its cases'} "
             "(an unusual layout?); nothing was written: paste the blocks of --print by hand"
         )
 
@@ -337,7 +344,8 @@ def filled_lines(filled: Filled, written: bool) -> list[str]:
     if written:
         if filled.expects:
             out.append(
-                f"wrote the expect of {len(filled.expects)} case(s) into {filled.path}, measured on vLLM {filled.release} "
+                f"wrote the expect of {len(filled.expects)} case(s) into "
+                f"{filled.path}, measured on vLLM {filled.release} "
                 f"({filled.device}): {', '.join(filled.expects)}; read them through (git diff)"
             )
     else:

@@ -231,7 +231,8 @@ def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
     if why is not None:
         raise SnapshotError(f"case {case_id!r} gives no metadata on vLLM {version}: {why}")
     head = (
-        f"# expect of case {case_id}, measured on vLLM {version} ({data['device']}): every field measured, "
+        f"# expect of case {case_id}, measured on vLLM {version} "
+        f"({data['device']}): every field measured, "
         "core ones first; read it through before pasting"
     )
     return [head, *expect_block(full_expect(case))]
