@@ -2,12 +2,10 @@
 
 Each parses its options, calls its stage (mutation, bench, matrix, bundle),
 prints and picks the exit code; ``gdn_review.cli`` adds them to the group.
-``interruptible`` (also on ``review``) turns SIGINT/SIGTERM into exit 130/143.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
@@ -21,6 +19,7 @@ from gdn_review.cli.support import (
     exit_codes,
     exit_for,
     fail_on_option,
+    interruptible,
     kb_option,
     print_written,
     say,
@@ -30,24 +29,6 @@ from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import key_label, key_short
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
-
-
-def interruptible(command):
-    """SIGINT or SIGTERM stops the run (``common.interrupts``): its processes stopped, one line
-    said, exit 130 or 143."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        from gdn_review.common import interrupts
-
-        try:
-            with interrupts.handled():
-                return command(*args, **kwargs)
-        except interrupts.Interrupted as stop:
-            say(f"interrupted by {stop.name}: its processes are stopped; nothing was written")
-            sys.exit(stop.exit_code)
-
-    return wrapper
 
 
 @click.command()

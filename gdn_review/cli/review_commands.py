@@ -10,12 +10,12 @@ from pathlib import Path
 
 import click
 
-from gdn_review.cli.long_runs import interruptible
 from gdn_review.cli.support import (
     RECORD_KEY,
     exit_codes,
     exit_for,
     fail_on_option,
+    interruptible,
     kb_option,
     print_written,
     say,
