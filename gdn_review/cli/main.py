@@ -15,7 +15,10 @@ import click
 
 from gdn_review import generate as generator
 from gdn_review.cli import authoring as cli_authoring
-from gdn_review.cli import long_runs as cli_long_runs
+from gdn_review.cli import bench_command as cli_bench
+from gdn_review.cli import bundle_command as cli_bundle
+from gdn_review.cli import matrix_commands as cli_matrix
+from gdn_review.cli import mutate_command as cli_mutate
 from gdn_review.cli import review_commands as cli_review
 from gdn_review.cli.support import (
     EXIT_BAD_INPUT,
@@ -559,11 +562,11 @@ def snapshot_command(
 
 
 for _command in (
-    cli_long_runs.mutate,
-    cli_long_runs.bench_command,
-    cli_long_runs.matrix_command,
-    cli_long_runs.history_command,
-    cli_long_runs.bundle_command,
+    cli_mutate.mutate,
+    cli_bench.bench_command,
+    cli_matrix.matrix_command,
+    cli_matrix.history_command,
+    cli_bundle.bundle_command,
     cli_review.review_command,
     cli_review.review_merge_command,
     cli_authoring.find_release_command,
