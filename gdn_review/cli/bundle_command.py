@@ -107,11 +107,12 @@ def bundle_command(
 
     \b
     Examples:
-      gdn-review bundle --out /tmp/gdn-bundle                 # for the GPU machine (Python 3.12)
-      gdn-review bundle --out /tmp/b --dry-run                # for this Python, then run it here offline
-      gdn-review bundle --out /tmp/b --dry-run --dry-run-python ~/torch-2.11/bin/python   # over another torch
+      gdn-review bundle --out /tmp/gdn-bundle   # for the GPU machine (Python 3.12)
+      gdn-review bundle --out /tmp/b --dry-run  # for this Python, then run it here offline
+      # the dry run over another torch
+      gdn-review bundle --out /tmp/b --dry-run --dry-run-python ~/torch-2.11/bin/python
       gdn-review bundle --out /tmp/b --record 52078 --vllm 0.28.0 --vllm 0.29.0
-      /tmp/gdn-bundle/run.sh /tmp/gpu-evidence                # on the GPU machine
+      /tmp/gdn-bundle/run.sh /tmp/gpu-evidence  # on the GPU machine
     """
     from gdn_review.export import bundle
 

@@ -44,10 +44,10 @@ def main() -> None:
       gdn-review mutate                   # plant every risk's mutants; mutation-verified coverage
       gdn-review bench                    # build() latency A/B for the latency claims
       gdn-review matrix --record 52078    # before/after the PR on every release since
-      gdn-review review pr.diff           # a change (gh pr diff N) against the whole KB before it merges
+      gdn-review review pr.diff           # a change (gh pr diff N) against the whole KB, pre-merge
       gdn-review report --format json     # verdicts from the last run's evidence
       gdn-review import report.md         # a review report -> draft kb/N.yaml
-      gdn-review find-release "LINE"      # which release first has a line of gdn_attn.py: base/head_release
+      gdn-review find-release "LINE"      # first release with a gdn_attn.py line: base/head_release
       gdn-review snapshot --record N --fill-expects   # write the missing expect blocks, measured
     """
 

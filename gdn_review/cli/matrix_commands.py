@@ -138,7 +138,8 @@ def matrix_command(
       gdn-review matrix --record 52078
       gdn-review matrix --record 56531 --vllm 0.31.0 --vllm 0.32.0
       gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
-      gdn-review matrix --all --since 0.28.0       # the whole KB, 0.28.0 to the installed release; writes reports/history.md
+      # the whole KB, 0.28.0 to the installed release; writes reports/history.md
+      gdn-review matrix --all --since 0.28.0
     """
     from gdn_review.matrix import matrix, matrix_report
     from gdn_review.review import diff_side

@@ -202,7 +202,8 @@ def snapshot_command(
       gdn-review snapshot --record 52078                       # the installed release
       gdn-review snapshot --record 52078 --release 0.31.0 --release 0.32.0
       gdn-review snapshot --record 56531 --case all_zero_drafts --release 0.32.0 --as-expect
-      gdn-review snapshot --record 52078 --fill-expects        # every case an equivalence check names that has no expect
+      # every case an equivalence check names that has no expect
+      gdn-review snapshot --record 52078 --fill-expects
       gdn-review snapshot --record 52078 --fill-expects --print --release 0.29.0
     """
     from gdn_review.run import snapshot_take

@@ -167,7 +167,8 @@ def run(
       gdn-review run -k pure_spec_decode          # one case; other claims: "unverified: not run"
       gdn-review run --record 52078 --write
       gdn-review run --fail-on fails,unverified,uncovered -- -x
-      gdn-review run --record 53542 --fail-on fails,pending   # an open PR: pending claims fail the run
+      # an open PR: its pending claims fail the run
+      gdn-review run --record 53542 --fail-on fails,pending
     """
     from gdn_review.report import kb_run, verdicts
     from gdn_review.review import diff_side
