@@ -69,7 +69,8 @@ def find_release_command(
       gdn-review find-release "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"
       gdn-review find-release "if num_spec_decodes == 0:" --from 0.28.0 --to 0.33.0 --offline
       gdn-review find-release "_stage_spec_decode(" --fixed-string
-      printf 'if num_spec_decodes == 0:\\n    num_spec_decodes = 0\\n' | gdn-review find-release -    # two lines: first in 0.32.0 (#56531)
+      # two lines, LINE from stdin: first in 0.32.0 (#56531)
+      printf 'if num_spec_decodes == 0:\\n    num_spec_decodes = 0\\n' | gdn-review find-release -
     """
     from gdn_review.matrix import release_finder
 

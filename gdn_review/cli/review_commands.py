@@ -10,12 +10,12 @@ from pathlib import Path
 
 import click
 
-from gdn_review.cli.long_runs import interruptible
 from gdn_review.cli.support import (
     RECORD_KEY,
     exit_codes,
     exit_for,
     fail_on_option,
+    interruptible,
     kb_option,
     print_written,
     say,
@@ -193,10 +193,9 @@ def review_command(
     automatic mutants of the lines the diff adds run against those tests.
     The report (markdown for a PR comment, and JSON) says which claims'
     verdicts changed (for the PR's own record first: "the PR's own claims:
-    k hold, m pending, n fail", and the cases that fail), every field that moved with the PR that
-    explains it,
-    and the survivors among the mutants; it is appended to
-    GITHUB_STEP_SUMMARY when that is set.
+    k hold, m pending, n fail", and the cases that fail), every field that
+    moved with the PR that explains it, and the survivors among the
+    mutants; it is appended to GITHUB_STEP_SUMMARY when that is set.
 
     Exit 0 ok, 1 what --fail-on names, 2 bad input (a diff that does not
     apply, a change whose module no longer imports on that release), 130
@@ -208,9 +207,11 @@ def review_command(
       gdn-review review pr-52297.diff                       # onto the installed release
       gdn-review review pr-52297.diff --onto 0.32.0 --record 56531
       gdn-review review pr-52297.diff --max-mutants 0 -k C1  # claims C1 only, no mutants
-      gdn-review review pr.diff --shard 1/3 --out shards/1   # then: gdn-review review-merge shards/*/pr.json
-      gdn-review review pr-55404.diff --draft 55404         # also reports/review/55404.yaml, a draft record
-      gdn-review review kb/53542.diff --pr 53542            # an open PR's diff with its own record: "the PR's own claims: ..."
+      gdn-review review pr.diff --shard 1/3 --out shards/1   # one shard of 3; with all 3 done:
+      gdn-review review-merge shards/*/pr.json
+      gdn-review review pr-55404.diff --draft 55404         # and a draft: reports/review/55404.yaml
+      # an open PR's diff with its own record: "the PR's own claims: ..."
+      gdn-review review kb/53542.diff --pr 53542
     """
     from gdn_review.common import interrupts
     from gdn_review.review import orchestrate

@@ -1,5 +1,5 @@
-"""What every command shares: exit codes, turning a stage's errors into them, --fail-on, printing
-reports."""
+"""What every command shares: exit codes, turning a stage's errors into them, stopping a long run
+on SIGINT or SIGTERM, --fail-on, printing reports."""
 
 from __future__ import annotations
 
@@ -85,6 +85,24 @@ def exit_codes(command):
             if isinstance(error, _input_errors()):
                 raise BadInput(str(error)) from None
             raise
+
+    return wrapper
+
+
+def interruptible(command):
+    """SIGINT or SIGTERM stops the run (``common.interrupts``): its processes stopped, one line
+    said, exit 130 or 143."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from gdn_review.common import interrupts
+
+        try:
+            with interrupts.handled():
+                return command(*args, **kwargs)
+        except interrupts.Interrupted as stop:
+            say(f"interrupted by {stop.name}: its processes are stopped; nothing was written")
+            sys.exit(stop.exit_code)
 
     return wrapper
 

@@ -1,0 +1,265 @@
+"""The click commands of the records across vLLM releases: ``matrix`` and ``history``.
+
+``matrix`` runs the records' generated tests on every release; ``history`` writes the
+builder's history page from the matrix runs already made. Each parses its options, calls
+``gdn_review.matrix``, prints and picks the exit code; ``cli/main.py`` adds them to the group.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review.cli.support import (
+    RECORD_KEY,
+    exit_codes,
+    exit_for,
+    fail_on_option,
+    interruptible,
+    kb_option,
+    print_written,
+    say,
+)
+from gdn_review.kb.subjects import key_label, key_short
+from gdn_review.run import evidence_file
+
+
+@click.command(name="matrix")
+@kb_option
+@click.option(
+    "--record",
+    "numbers",
+    multiple=True,
+    type=RECORD_KEY,
+    help="PR number of a record (repeatable).",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Every record that is not a draft, in one pool of release runs; "
+    "also writes the history page.",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="X.Y.Z",
+    help="Leave out releases older than this (the history's window, e.g. 0.28.0).",
+)
+@click.option(
+    "--vllm",
+    "versions",
+    multiple=True,
+    metavar="X.Y.Z",
+    help="A release to run (repeatable).  [default: the record's base and "
+    "head release and every release after it up to the installed one]",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]",
+)
+@click.option(
+    "-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run')."
+)
+@click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option(
+    "--work",
+    "work_dir",
+    default=None,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where evidence, snapshots and logs per release go.  [default: "
+    ".gdn-review/matrix-N; with several records WORK/matrix-N]",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    default="reports/matrix",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where the reports go.",
+)
+@click.option(
+    "--history",
+    "history_path",
+    default=None,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --all: where the history page goes.  [default: reports/history.md]",
+)
+@fail_on_option(("fails", "unverified", "uncovered", "drift"), "drift")
+@exit_codes
+@interruptible
+def matrix_command(
+    kb_dir,
+    numbers,
+    every,
+    since,
+    versions,
+    jobs,
+    keyword,
+    out_dir,
+    write,
+    work_dir,
+    reports_dir,
+    history_path,
+    fail_on,
+) -> None:
+    """Run records' generated tests on the release without the PR, the release with it, and every
+    later one.
+
+    Each release runs in its own subprocess with that release's Python sources
+    (from the release cache, fetched once) first on PYTHONPATH over the
+    installed torch; releases run in parallel. On the base release every claim
+    runs whatever its range, so the report says per claim whether the check
+    discriminates (fails before the PR, holds after it) or, for a claim of no
+    change, is preserved. Every case's full metadata is compared between
+    consecutive releases; each difference is attributed to a PR
+    (target.changes, related[].changes) or shown as unexplained drift.
+
+    With --all, every record runs and reports/history.md says, release by
+    release, which PRs changed the builder, what moved and each claim's
+    verdict since (`gdn-review history` renders it again without running).
+
+    Exit 0 ok, 1 what --fail-on names, 2 bad input (unknown record or release).
+
+    \b
+    Examples:
+      gdn-review matrix --record 52078
+      gdn-review matrix --record 56531 --vllm 0.31.0 --vllm 0.32.0
+      gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
+      # the whole KB, 0.28.0 to the installed release; writes reports/history.md
+      gdn-review matrix --all --since 0.28.0
+    """
+    from gdn_review.matrix import matrix, matrix_report
+    from gdn_review.review import diff_side
+
+    if bool(numbers) == every:
+        raise click.UsageError("give --record N (repeatable) or --all")
+    if history_path is not None and not every:
+        raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
+    chosen = fail_on
+    reports, written, history_data = matrix.run_records(
+        kb_dir,
+        list(numbers),
+        list(versions),
+        jobs,
+        keyword,
+        out_dir,
+        write,
+        work_dir,
+        reports_dir,
+        say=click.echo,
+        since=since,
+        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(
+            path, record, release, evidence_path, kb_dir, out_dir, say=say
+        ),
+        history_path=(history_path or Path("reports/history.md")) if every else None,
+    )
+    for report_data in reports:
+        if len(reports) > 1:
+            click.echo(f"{key_label(report_data['number'])}:")
+        click.echo(
+            "\n".join(
+                ("  " if len(reports) > 1 else "") + line
+                for line in matrix_report.summary_lines(report_data)
+            )
+        )
+    if history_data is not None:
+        for number, why in history_data["missing"].items():
+            say(f"history: left out {key_short(number)}: {why}")
+        click.echo(_history_line(history_data))
+    print_written(written)
+    sys.exit(exit_for(matrix_report.tripped(chosen, reports, history_data)))
+
+
+def _history_line(data: dict) -> str:
+    releases = data["releases"]
+    prs = sum(len(r["prs"]) for r in data["per_release"])
+    return (
+        f"history: {len(releases)} releases ({releases[0]} .. "
+        f"{releases[-1]}), {prs} PRs, {len(data['unexplained'])} "
+        "unexplained change(s)"
+    )
+
+
+@click.command(name="history")
+@kb_option
+@click.option(
+    "--since",
+    default=None,
+    metavar="X.Y.Z",
+    help="Leave out releases older than this.  [default: every release the matrix runs have]",
+)
+@click.option(
+    "--work",
+    "work_dir",
+    default=".gdn-review",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where the matrix runs are (WORK/matrix-N).",
+)
+@click.option(
+    "--bench",
+    "bench_path",
+    default=str(evidence_file.BENCH_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="`gdn-review bench`'s results (latency per record), if any.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    default="reports/history.md",
+    show_default=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Where the page goes.",
+)
+@click.option(
+    "--matrix-reports",
+    "matrix_reports",
+    default="reports/matrix",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The records' matrix reports, which the page links.",
+)
+@fail_on_option(("drift",), "drift")
+@exit_codes
+def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_reports, fail_on) -> None:
+    """Write the builder's history from the matrix runs already made (runs nothing).
+
+    Per release: the PRs that first shipped in it (records by their head
+    release, related PRs by from_release, each relation checked against the
+    matrix: the cases it says it changed moved, or none moved), what moved in
+    every record's cases and which PR explains it, metadata fields that came
+    or went, op counts and build() latency; then every claim's verdict on
+    every release.
+
+    Exit 0 ok, 1 an unexplained change (with --fail-on drift, the default),
+    2 no matrix run to read or an unreadable bench file.
+
+    \b
+    Examples:
+      gdn-review matrix --all --since 0.28.0       # runs the matrices, then writes the page
+      gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
+      gdn-review history --work /tmp/runs --out /tmp/history.md --fail-on none
+    """
+    from gdn_review.matrix import history, matrix_report
+
+    chosen = fail_on
+    data, path = history.write_page(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
+    for number, why in data["missing"].items():
+        say(f"left out {key_short(number)}: {why}")
+    click.echo(_history_line(data))
+    click.echo(f"wrote {path}")
+    sys.exit(exit_for(matrix_report.tripped(chosen, history=data)))

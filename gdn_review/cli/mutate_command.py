@@ -1,0 +1,318 @@
+"""``gdn-review mutate``: plant each risk's bug in vLLM's real builder, check a test fails.
+
+The command parses its options, calls the mutation stage (a record's mutants, or with
+``--whole-file`` the score of the whole target file), prints and picks the exit code;
+``cli/main.py`` adds it to the group.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review.cli.support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    RECORD_KEY,
+    exit_codes,
+    exit_for,
+    fail_on_option,
+    interruptible,
+    kb_option,
+    say,
+    show_reports,
+)
+from gdn_review.common import fail_conditions
+from gdn_review.run import evidence_file
+from gdn_review.run.selection import current_modules, load_records
+
+
+@click.command()
+@kb_option
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id (repeatable).",
+)
+@click.option("--risk", "risk", default=None, metavar="ID", help="Only the mutants of this risk.")
+@click.option(
+    "--mutant",
+    "patterns",
+    multiple=True,
+    metavar="ID",
+    help="Only this mutant (repeatable; shell patterns such as 'auto.*').",
+)
+@click.option(
+    "--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing."
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Mutants run at once.  [default: CPU count]",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a mutant may run before its process is killed (status: timeout).",
+)
+@click.option(
+    "-k",
+    "keyword",
+    default=None,
+    help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).",
+)
+@click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Use only releases already in the cache (automatic mutants need "
+    "the base and head releases).",
+)
+@click.option(
+    "--evidence",
+    "evidence_path",
+    default=str(evidence_file.DEFAULT_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where the evidence JSON (tests and mutants) goes.",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where reports go.",
+)
+@fail_on_option(fail_conditions.REPORT, "fails,survived")
+@click.option(
+    "--whole-file",
+    is_flag=True,
+    help="Score the whole target file against every record's tests "
+    "(reports/guard.md + .json), not a record's PR hunks.",
+)
+@click.option(
+    "--release",
+    default=None,
+    metavar="X.Y.Z",
+    help="With --whole-file: score this release from the release cache "
+    "(fetched once) instead of the installed one.",
+)
+@click.option(
+    "--min-score",
+    type=click.FloatRange(0, 100),
+    default=95.0,
+    show_default=True,
+    help="With --whole-file: exit 1 below this percentage of detected mutants.",
+)
+@exit_codes
+@interruptible
+def mutate(
+    kb_dir,
+    numbers,
+    risk,
+    patterns,
+    list_only,
+    jobs,
+    timeout,
+    keyword,
+    out_dir,
+    write,
+    offline,
+    evidence_path,
+    reports_dir,
+    fail_on,
+    whole_file,
+    release,
+    min_score,
+) -> None:
+    """Plant each risk's bug in vLLM's real builder and check a generated test fails.
+
+    Mutants come from the record (exact find/replace edits under each risk) and
+    from the PR's diff (standard operators on the lines the PR added, mapped by
+    content onto the loaded release; the base and head releases are fetched once
+    into the release cache). vLLM is imported once; each mutant runs in a forked
+    child on CPU, its source compiled in memory: vLLM's files are never written.
+    The unmutated suite runs first and must pass; its evidence, with every
+    mutant's result, goes to --evidence, and the reports show the kill matrix.
+
+    \b
+    Examples:
+      gdn-review mutate --list                     # every mutant, with its id and state
+      gdn-review mutate --record 52078             # run them all; reports/52078.md
+      gdn-review mutate --risk R1 --jobs 2
+      gdn-review mutate --mutant 'auto.or_to_and.*'
+      gdn-review mutate -k C1 --fail-on survived   # how much the C1 tests alone catch
+      gdn-review mutate --whole-file               # the whole file: reports/guard.md
+      gdn-review mutate --whole-file --release 0.31.0 --jobs 2
+    """
+    import collections
+
+    from gdn_review.cli.progress import MutationProgress
+
+    if whole_file:
+        if risk or keyword or list_only:
+            raise click.UsageError(
+                "--whole-file runs every record's tests against every mutant: "
+                "--risk, -k and --list do not apply"
+            )
+        sys.exit(
+            _whole_file(
+                kb_dir,
+                numbers,
+                patterns,
+                jobs,
+                timeout,
+                out_dir,
+                write,
+                offline,
+                reports_dir,
+                release,
+                min_score,
+            )
+        )
+    if release:
+        raise click.UsageError(
+            "--release applies to --whole-file (a record's mutants run on "
+            "the installed release; see `gdn-review matrix`)"
+        )
+
+    from gdn_review import mutation
+    from gdn_review.report import report as reporting
+    from gdn_review.report import verdicts
+
+    records = load_records(kb_dir, numbers)
+    catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
+    if list_only:
+        click.echo("\n".join(mutation.listing_lines(catalogues)))
+        return
+    modules = current_modules(
+        kb_dir,
+        {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}},
+        out_dir,
+        write,
+        say,
+    )
+    say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
+    progress = MutationProgress(say)
+    try:
+        entries = mutation.mutate(
+            catalogues,
+            modules,
+            keyword,
+            jobs or os.cpu_count() or 1,
+            timeout,
+            evidence_path,
+            progress.start,
+            progress.advance,
+        )
+    except mutation.MutationError as error:  # the baseline failed: a check, not the input
+        progress.stop()
+        say(str(error))
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        progress.stop()
+        raise
+    progress.stop()
+    counts = collections.Counter(e["status"] for e in entries)
+    say(
+        "[3/3] "
+        + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run")
+        + f"; evidence {evidence_path}"
+    )
+    paths = evidence_file.with_bench(evidence_path, say)
+    written, reports = reporting.write_reports(
+        records, evidence_file.load(list(paths)), reports_dir
+    )
+    show_reports(reports, written)
+    sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
+
+
+def _whole_file(
+    kb_dir,
+    numbers,
+    patterns,
+    jobs,
+    timeout,
+    out_dir,
+    write,
+    offline,
+    reports_dir,
+    release,
+    min_score,
+) -> int:
+    """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the
+    exit code."""
+    from gdn_review.cli.progress import MutationProgress
+    from gdn_review.mutation import guard, whole_file
+
+    records = load_records(kb_dir, numbers)
+    modules = current_modules(kb_dir, records, out_dir, write, say)
+    options = [
+        "--kb",
+        str(kb_dir),
+        "--generated",
+        str(out_dir),
+        "--reports",
+        str(reports_dir),
+        "--timeout",
+        str(timeout),
+        "--min-score",
+        str(min_score),
+        *(f"--record={n}" for n in numbers),
+        *(f"--mutant={p}" for p in patterns),
+        *([f"--jobs={jobs}"] if jobs else []),
+    ]
+    progress = MutationProgress(say)
+    try:
+        scored = whole_file.score_and_write(
+            kb_dir,
+            records,
+            modules,
+            reports_dir,
+            release,
+            options,
+            not offline,
+            patterns,
+            jobs or os.cpu_count() or 1,
+            timeout,
+            progress.start,
+            progress.advance,
+            say,
+        )
+    except (
+        guard.GuardError
+    ) as error:  # the baseline failed, or another tracer is active: a check, not the input
+        progress.stop()
+        say(str(error))
+        return EXIT_FAILED
+    finally:
+        progress.stop()
+    if scored.child_exit is not None:
+        return scored.child_exit
+    data, score = scored.data, scored.data["score"]
+    say(
+        f"[3/3] score {score['percent']}% ({score['detected']} of {score['scored']}); "
+        + ", ".join(f"{n} {s}" for s, n in score["counts"].items())
+        + f"; {data['duration_s']} s"
+    )
+    say(f"wrote {scored.written[0]} and {scored.written[1]}")
+    for note in data["notes"]:
+        say(f"note: {note}")
+    return EXIT_FAILED if scored.below(min_score) else EXIT_OK

@@ -1,0 +1,240 @@
+"""The click commands that carry one record in or out: ``import``, ``export`` and ``snapshot``.
+
+``import`` drafts a record from a review report or gh's JSON of a PR, ``export`` writes a
+record's checks as a standalone module for vLLM's tests, ``snapshot`` stores the metadata
+build() returns for a record's cases (and fills its missing ``expect`` blocks). Each parses
+its options, calls its stage, prints and picks the exit code; ``cli/main.py`` adds them to
+the group.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review.cli.support import EXIT_FAILED, RECORD_KEY, exit_codes, kb_option, say
+
+
+@click.command(name="import")
+@click.argument(
+    "report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option(
+    "--out",
+    "out_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Where the draft goes: a file named <number>.yaml, or a folder "
+    "(made if needed).  [default: kb/<number>.yaml]",
+)
+@click.option("--force", is_flag=True, help="Replace the file if it exists.")
+@click.option(
+    "--diff",
+    "diff_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="What `gh pr diff N` wrote: the target file and symbol come from "
+    "its hunks (with gh's JSON only).",
+)
+@exit_codes
+def import_command(
+    report_path: Path, out_path: Path | None, force: bool, diff_path: Path | None
+) -> None:
+    """Turn a review report (markdown) or gh's JSON of a PR into a draft record.
+
+    From a report: the PR's metadata, summary, motivation, implementation, key
+    files, code snippets, discussion, risks and related PRs. From gh's JSON (a
+    .json file, or one starting with '{'): the PR's metadata, claims from its
+    title and body, risks from reviews and comments that raise a concern,
+    #NNNNN references as related PRs; --diff gives the target file and
+    symbol. Each sentence that states a checkable effect becomes a claim with
+    a TODO check; the target releases are left open. Complete the draft by
+    hand, then validate it.
+
+    \b
+    Examples:
+      gdn-review import report.md                     # -> kb/<number>.yaml
+      gdn-review import report.md --out /tmp/drafts   # -> /tmp/drafts/<number>.yaml
+      gdn-review import report.md --force             # replace an existing record
+      gh pr view 55404 --json number,title,body,mergedAt,url,files,reviews,comments > pr.json
+      gh pr diff 55404 > pr.diff
+      gdn-review import pr.json --diff pr.diff        # gh's JSON and diff -> kb/55404.yaml
+      gdn-review validate                             # lists the draft's open TODOs
+    """
+    from gdn_review.importers import write_draft
+    from gdn_review.kb import load_record, open_items
+
+    path = write_draft(report_path, out_path, force, diff_path)
+    click.echo(
+        f"wrote {path} (draft: {len(open_items(load_record(path)))} open "
+        "TODOs; run gdn-review validate)"
+    )
+
+
+@click.command(name="export")
+@kb_option
+@click.option(
+    "--record",
+    "key",
+    default=None,
+    type=RECORD_KEY,
+    help="The record to export: a PR's number or a contract's id.",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Export every complete record, one module each (contract records included).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder the module is written to.",
+)
+@click.option(
+    "--vllm-release",
+    "release",
+    default=None,
+    metavar="X.Y.Z",
+    help="Release whose known deviations become strict xfails.  [default: the installed vLLM]",
+)
+@exit_codes
+def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str | None) -> None:
+    """Export a record's checks as one standalone test module for vLLM's tests/.
+
+    The module (test_gdn_pr_N.py, test_gdn_contract_<id>.py) imports only the
+    standard library, pytest, torch and vLLM, so it runs in vLLM's own CI
+    without gdn-review and without network. Claims and cases outside the target
+    release are left out; known deviations of that release are strict xfails.
+
+    \b
+    Examples:
+      gdn-review export --record 52078 --out /tmp/x
+      cd /tmp/x && python -m pytest -q test_gdn_pr_52078.py
+      gdn-review export --all --out ~/vllm/tests/v1/attention --vllm-release 0.33.0
+    """
+    from gdn_review.export.export import export, export_all
+
+    if (key is None) == (not every):
+        raise click.UsageError("give --record N (one record) or --all (every complete record)")
+    if every:
+        for path, skipped in export_all(kb_dir, out_dir, release):
+            click.echo(f"wrote {path}" if skipped is None else f"skipped {path}: {skipped}")
+        return
+    path = export(kb_dir, key, out_dir, release)
+    click.echo(f"wrote {path} (run: python -m pytest {path})")
+
+
+@click.command(name="snapshot")
+@kb_option
+@click.option(
+    "--record",
+    "key",
+    required=True,
+    type=RECORD_KEY,
+    help="The record: a PR's number or a contract's id.",
+)
+@click.option(
+    "--release",
+    "versions",
+    multiple=True,
+    metavar="X.Y.Z",
+    help="Release to snapshot (repeatable; from the release cache unless "
+    "installed).  [default: the installed vLLM]",
+)
+@click.option(
+    "--case",
+    "case_id",
+    default=None,
+    metavar="ID",
+    help="With --as-expect: the case to print; with --fill-expects: fill only this case.",
+)
+@click.option(
+    "--as-expect",
+    is_flag=True,
+    help="Print the case's `expect` block (YAML) instead of storing the snapshot.",
+)
+@click.option(
+    "--fill-expects",
+    is_flag=True,
+    help="Measure every case once and write each missing `expect` block "
+    "into the record (comments kept).",
+)
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    help="With --fill-expects: print all the blocks instead of writing them.",
+)
+@exit_codes
+def snapshot_command(
+    kb_dir: Path,
+    key: int | str,
+    versions,
+    case_id: str | None,
+    as_expect: bool,
+    fill_expects: bool,
+    print_only: bool,
+) -> None:
+    """Store the full metadata build() returns for every case of a record, per release.
+
+    The snapshot of release V goes to kb/snapshots/N/V.json (the release, the
+    device and this command are named in it). Generated tests compare the
+    loaded release's build() with it field by field; a release without a stored
+    snapshot is skipped with this command as the hint. Each release is taken in
+    its own interpreter (its sources first on PYTHONPATH).
+
+    --fill-expects measures every case once and writes an `expect` block (the
+    fields --as-expect prints) into the record for each case that an
+    equivalence check names and that states none, after the case's last line,
+    comments kept; the record is validated again before it is replaced. It
+    measures on the release the claims speak of: the base release for a claim
+    of no change (before: holds), the head release for a fix (before: fails);
+    --release chooses another.
+
+    \b
+    Examples:
+      gdn-review snapshot --record 52078                       # the installed release
+      gdn-review snapshot --record 52078 --release 0.31.0 --release 0.32.0
+      gdn-review snapshot --record 56531 --case all_zero_drafts --release 0.32.0 --as-expect
+      # every case an equivalence check names that has no expect
+      gdn-review snapshot --record 52078 --fill-expects
+      gdn-review snapshot --record 52078 --fill-expects --print --release 0.29.0
+    """
+    from gdn_review.run import snapshot_take
+
+    if fill_expects or print_only:
+        if not fill_expects or as_expect or len(versions) > 1:
+            raise click.UsageError(
+                "--fill-expects takes at most one --release and --case ID, and "
+                "--print; not --as-expect"
+            )
+        from gdn_review.run import fill_expects as filling
+
+        filled = filling.fill_expects(
+            kb_dir,
+            key,
+            versions[0] if versions else None,
+            [case_id] if case_id else None,
+            not print_only,
+            say,
+        )
+        for line in filling.filled_lines(filled, written=not print_only):
+            click.echo(line)
+        if (
+            filled.left and not filled.expects
+        ):  # every case asked for gave no metadata on that release
+            sys.exit(EXIT_FAILED)
+        return
+
+    if as_expect and (not case_id or len(versions) > 1):
+        raise click.UsageError("--as-expect needs --case ID and at most one --release")
+    for line in snapshot_take.take_snapshots(
+        kb_dir, key, list(versions), case_id, as_expect, say=say
+    ):
+        click.echo(line)

@@ -1,0 +1,192 @@
+"""The click commands that check the KB on the installed vLLM: ``run`` and ``report``.
+
+``run`` runs the generated suite and writes the reports; ``report`` writes them again from
+evidence already measured. Each parses its options, calls its stage (``report.kb_run``,
+``report.report``), prints and picks the exit code; ``cli/main.py`` adds them to the group.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from gdn_review.cli.support import (
+    EXIT_FAILED,
+    RECORD_KEY,
+    exit_codes,
+    exit_for,
+    fail_on_option,
+    kb_option,
+    say,
+    show_reports,
+)
+from gdn_review.common import fail_conditions
+from gdn_review.run import evidence_file
+from gdn_review.run.selection import current_modules, load_records
+
+
+@click.command()
+@kb_option
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id (repeatable).",
+)
+@click.option(
+    "--evidence",
+    "evidence_paths",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help=f"Evidence JSON (repeatable; default {evidence_file.DEFAULT_PATH}).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where reports go.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "json"]),
+    default="markdown",
+    show_default=True,
+)
+@fail_on_option(fail_conditions.REPORT, "fails")
+@exit_codes
+def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_on: str) -> None:
+    """Write a risk report per record from evidence, plus reports/index.md.
+
+    Each report says, claim by claim, holds / fails / known deviation / not
+    applicable / unverified (with the reason and measured values), and, risk
+    by risk, uncovered / targeted / passing with what is missing.
+
+    \b
+    Examples:
+      gdn-review report
+      gdn-review report --record 52078 --evidence cpu.json --evidence gpu.json
+      gdn-review report --format json --out /tmp/reports
+      gdn-review report --fail-on fails,uncovered      # for CI
+    """
+    from gdn_review.report import report as reporting
+    from gdn_review.report import verdicts
+
+    records = load_records(kb_dir, numbers)
+    paths = evidence_paths or evidence_file.with_bench(evidence_file.DEFAULT_PATH, say)
+    written, reports = reporting.write_reports(
+        records, evidence_file.load(list(paths)), out_dir, fmt
+    )
+    show_reports(reports, written, fmt)
+    sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@kb_option
+@click.option(
+    "--record",
+    "numbers",
+    type=RECORD_KEY,
+    multiple=True,
+    help="Only this record: a PR's number or a contract's id (repeatable).",
+)
+@click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
+@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@click.option(
+    "-k",
+    "keyword",
+    default=None,
+    help="pytest -k expression: run only matching tests (others are reported 'not run').",
+)
+@click.option(
+    "--evidence",
+    "evidence_path",
+    default=str(evidence_file.DEFAULT_PATH),
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Where the evidence JSON goes.",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    default="reports",
+    show_default=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where reports go.",
+)
+@click.option(
+    "--no-diff",
+    is_flag=True,
+    help="Skip the diff side: an open PR's diff stored beside its record "
+    "(kb/N.diff) is not applied.",
+)
+@fail_on_option(fail_conditions.REPORT, "fails")
+@click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
+@exit_codes
+def run(
+    kb_dir,
+    numbers,
+    out_dir,
+    write,
+    keyword,
+    evidence_path,
+    reports_dir,
+    no_diff,
+    fail_on,
+    pytest_args,
+) -> None:
+    """Check the generated tests are current, run them on the installed vLLM, write reports.
+
+    Exit 0 when every claim that was checked holds or is a known deviation;
+    1 when a claim fails (or whatever --fail-on adds); 2 on bad input.
+    Arguments after `--` go to pytest.
+
+    A record of an open PR: its improvement claims (before: fails) read
+    **pending** on a release without the change (exit 0 unless --fail-on
+    pending). Where the PR's diff lies beside the record (kb/N.diff, as
+    `gh pr diff N` writes it), the record's tests also run with the diff
+    applied to a copy of the release's files, and the report reads each
+    claim against it. Mutation results and the diff side in the evidence
+    file are kept when this run is on the same vLLM release.
+
+    \b
+    Examples:
+      gdn-review run
+      gdn-review run -k pure_spec_decode          # one case; other claims: "unverified: not run"
+      gdn-review run --record 52078 --write
+      gdn-review run --fail-on fails,unverified,uncovered -- -x
+      # an open PR: its pending claims fail the run
+      gdn-review run --record 53542 --fail-on fails,pending
+    """
+    from gdn_review.report import kb_run, verdicts
+    from gdn_review.review import diff_side
+
+    records = load_records(kb_dir, numbers)
+    modules = current_modules(kb_dir, records, out_dir, write, say)
+    done = kb_run.check_kb(
+        kb_dir,
+        records,
+        modules,
+        evidence_path,
+        reports_dir,
+        keyword,
+        pytest_args,
+        diff_sides=None if no_diff else diff_side,
+        generated=out_dir,
+        say=click.echo,
+    )
+    show_reports(done.reports, done.written)
+    code = exit_for(verdicts.tripped(done.reports, fail_on))
+    sys.exit(EXIT_FAILED if done.collected_nothing else code)
