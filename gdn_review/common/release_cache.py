@@ -155,14 +155,11 @@ def compile_bytecode(release: Release) -> None:
 def ensure(
     version: str, root: Path | None = None, say: Callable[[str], None] | None = None
 ) -> Release:
-    """The cache entry of ``version``, fetched and unpacked first if needed; its bytecode written
-    once."""
-    release = _ensure(version, root, say)
-    compile_bytecode(release)
-    return release
+    """The cache entry of ``version``, fetched and unpacked first if needed.
 
-
-def _ensure(version: str, root: Path | None, say: Callable[[str], None] | None) -> Release:
+    Its files are only read here; ``release_trees.tree`` writes their bytecode once for the
+    processes that import them.
+    """
     version = _checked_version(version)
     root = root or cache_root()
     hit = cached(version, root)

@@ -56,7 +56,9 @@ def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = N
     version = release_cache.checked_version(version)
     if version == release_cache.installed():
         return None
-    return entry(version, fetch, say).path
+    release = entry(version, fetch, say)
+    release_cache.compile_bytecode(release)  # once: every process that imports it reads it
+    return release.path
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:

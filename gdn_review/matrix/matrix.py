@@ -151,7 +151,7 @@ def fetch(
         if release_cache.cached(item.version) is None:
             downloaded.append(item.version)
         try:
-            paths[item.version] = release_trees.entry(item.version, say=say).path
+            paths[item.version] = release_trees.tree(item.version, say=say)
         except release_trees.ReleaseError as error:
             raise MatrixError(str(error)) from None
     return paths, downloaded

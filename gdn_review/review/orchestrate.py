@@ -94,12 +94,12 @@ def onto_release(onto: str | None, vllm_src: Path | None, say: Callable[[str], N
         raise ReviewError(
             "no vLLM is importable here: say which release to apply the change onto with --onto"
         )
-    entry = release_trees.entry(
-        version, say=say
-    )  # the installed release's files are copied in once
+    # The installed release's files are copied into the release cache once.
+    entry = release_trees.entry(version, say=say)
     if version == installed:
         return Onto(version, entry.path, None, f"vLLM {version} (installed)")
-    return Onto(version, entry.path, entry.path, f"vLLM {version} (release cache)")
+    tree = release_trees.tree(version, say=say)  # its children import it: bytecode written once
+    return Onto(version, entry.path, tree, f"vLLM {version} (release cache)")
 
 
 def _source_version(folder: Path) -> str | None:
