@@ -210,7 +210,8 @@ def risk_coverage(
     if set_aside:
         tests = [t for t in tests if t["claim"] not in pending]
         missing.append(
-            f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending (the PR's change is not in this release): "
+            f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending "
+            "(the PR's change is not in this release): "
             "judged on the record's other tests"
         )
         if not tests:
