@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.matrix import history, matrix, matrix_files
+from gdn_review.matrix import history, matrix, matrix_files, release_plan
 from gdn_review.report import report
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import load_records
@@ -396,7 +396,7 @@ def test_an_open_prs_releases_after_its_base_are_later(write_record):
         )
     )
     record = load_records(kb)[kb / "7.yaml"]
-    assert [(p.version, p.role) for p in matrix.plan(record, "0.30.0")] == [
+    assert [(p.version, p.role) for p in release_plan.plan(record, "0.30.0")] == [
         ("0.28.0", "base"),
         ("0.29.0", "later"),
         ("0.30.0", "later"),
@@ -417,7 +417,7 @@ def test_a_module_that_breaks_in_a_shared_session_leaves_the_others_their_tests(
     broken.parent.mkdir()
     broken.write_text("raise RuntimeError('this module does not import')\n", encoding="utf-8")
     (kb / "8.yaml").write_text(MINIMAL.replace("number: 7", "number: 8"), encoding="utf-8")
-    item = matrix.Planned("0.33.0", "later", True)
+    item = release_plan.Planned("0.33.0", "later", True)
     outs = [tmp_path / "w7", tmp_path / "w8"]
     for out in outs:
         out.mkdir()
