@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from gdn_review.common import release_cache
 from gdn_review.kb import is_draft, load_kb  # noqa: E402
-from gdn_review.matrix import matrix  # noqa: E402
+from gdn_review.matrix import matrix, release_plan  # noqa: E402
 from gdn_review.run import evidence_file  # noqa: E402
 from gdn_review.run.selection import current_modules  # noqa: E402
 
@@ -52,7 +52,7 @@ def main() -> int:
     for shared in (True, False):
         with tempfile.TemporaryDirectory(prefix="gdn-matrix-bench-") as scratch:
             work = [
-                matrix.Job(r, p, modules[r.pr.number], Path(scratch) / f"matrix-{r.pr.number}", matrix.plan(r, installed, None, options.since))
+                matrix.Job(r, p, modules[r.pr.number], Path(scratch) / f"matrix-{r.pr.number}", release_plan.plan(r, installed, None, options.since))
                 for p, r in sorted(records.items(), key=lambda item: item[1].pr.number)
             ]
             started = time.monotonic()

@@ -347,14 +347,14 @@ def test_cuda_on_the_cpu_platform_needs_both_settings(monkeypatch):
 
 def test_matrix_plans_from_the_cache_where_no_vllm_is_installed():
     from gdn_review.kb import load_kb
-    from gdn_review.matrix import matrix, matrix_files
+    from gdn_review.matrix import matrix_files, release_plan
 
     record = next(r for r in load_kb(ROOT / "kb").values() if r.key == 52078)
-    planned = matrix.plan(record, None, ["0.33.0", "0.28.0", "0.29.0"])
+    planned = release_plan.plan(record, None, ["0.33.0", "0.28.0", "0.29.0"])
     assert [(p.version, p.role, p.installed) for p in planned] == [
         ("0.28.0", "base", False),
         ("0.29.0", "head", False),
         ("0.33.0", "later", False),
     ]
     with pytest.raises(matrix_files.MatrixError, match="no vLLM is importable here"):
-        matrix.plan(record, None)
+        release_plan.plan(record, None)

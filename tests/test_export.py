@@ -1002,10 +1002,10 @@ for path, wanted in paths:
     found = catalogue_for(path, record, fetch=False, say=lambda _: None)
     mutants = [m for m in found.runnable() if m.origin == "record"]
     if wanted:
-        from gdn_review.mutation import guard
+        from gdn_review.mutation import guard, guard_notes
 
         source = open(loader.target_path(found.target_file), encoding="utf-8").read()
-        broad = guard.catalogue(source, found.target_file, guard.Notes())
+        broad = guard.catalogue(source, found.target_file, guard_notes.Notes())
         mutants = [m for m in broad if m.id in wanted]
         assert len(mutants) == len(wanted), (
             f"{path}: not every named mutant exists on vLLM {release}"

@@ -14,7 +14,7 @@ import pytest
 from gdn_review.kb import RecordErrors, load_kb
 from gdn_review.kb.changes import contract_problems, load_changes
 from gdn_review.kb.load import parse_record
-from gdn_review.mutation import guard, operators
+from gdn_review.mutation import guard, guard_lines, guard_notes, operators
 from tests.conftest import ROOT, vllm_files_digest
 
 SOURCE = textwrap.dedent('''
@@ -49,7 +49,7 @@ SOURCE = textwrap.dedent('''
 
 
 def _edits(source: str, broad: bool) -> dict[str, set[str]]:
-    lines = set(guard.scope(source)) if broad else set(range(1, len(source.splitlines()) + 1))
+    lines = set(guard_lines.scope(source)) if broad else set(range(1, len(source.splitlines()) + 1))
     found: dict[str, set[str]] = {}
     for mutant in operators.automatic_mutants(source, lines, broad=broad):
         found.setdefault(mutant.operator, set()).add(f"{mutant.before} -> {mutant.after}")
@@ -85,7 +85,7 @@ def test_pr_hunk_mutants_keep_the_narrow_set():
 
 
 def test_scope_is_builder_methods_and_module_functions_without_docstrings():
-    scope = guard.scope(SOURCE)
+    scope = guard_lines.scope(SOURCE)
     functions = set(scope.values())
     assert functions == {
         "helper",
@@ -95,7 +95,7 @@ def test_scope_is_builder_methods_and_module_functions_without_docstrings():
     }
     docstring = next(i for i, line in enumerate(SOURCE.splitlines(), 1) if "Not mutated" in line)
     assert docstring not in scope
-    assert guard.construction_functions(SOURCE) == {
+    assert guard_lines.construction_functions(SOURCE) == {
         "FakeMetadataBuilder.__init__",
         "FakeMetadataBuilder._setup",
     }
@@ -104,7 +104,7 @@ def test_scope_is_builder_methods_and_module_functions_without_docstrings():
 def _mutant(source: str, operator: str, before: str):
     found = next(
         m
-        for m in guard.catalogue(source, "x.py", guard.Notes())
+        for m in guard.catalogue(source, "x.py", guard_notes.Notes())
         if m.operator == operator and before in m.diff
     )
     return found
@@ -121,17 +121,17 @@ def test_plan_runs_a_mutant_only_under_the_tests_that_execute_its_edit():
         _mutant(SOURCE, "swap_args1", "torch.where"),
         _mutant(SOURCE, "const_plus1", "[0] * self.n"),
     ]
-    notes = guard.Notes(
-        unreachable=[guard.Unreachable("return torch.where", "CUDA only", "notes.yaml:1")]
+    notes = guard_notes.Notes(
+        unreachable=[guard_notes.Unreachable("return torch.where", "CUDA only", "notes.yaml:1")]
     )
-    unreachable, unmatched = guard.unreachable_lines(SOURCE, notes)
+    unreachable, unmatched = guard_notes.unreachable_lines(SOURCE, notes)
     assert unreachable == {ret: "CUDA only"} and not unmatched
-    work = guard.plan(mutants, SOURCE, by_test, unreachable, guard.scope(SOURCE))
+    work = guard.plan(mutants, SOURCE, by_test, unreachable, guard_lines.scope(SOURCE))
     assert work.tests[mutants[0].id] == ["t::a", "t::c"]
     assert work.decided[mutants[1].id] == ("unreachable here", "CUDA only")
     # _setup is construction: builders are cached, so every test (None) runs it.
     assert mutants[2].id in work.decided or work.tests[mutants[2].id] is None
-    work = guard.plan(mutants, SOURCE, by_test, {}, guard.scope(SOURCE))
+    work = guard.plan(mutants, SOURCE, by_test, {}, guard_lines.scope(SOURCE))
     assert work.decided[mutants[1].id][0] == "not reached"
 
 
@@ -159,7 +159,7 @@ def test_bad_notes_name_file_line_and_field(tmp_path):
         "unreachable:\n  - find: x\nequivalent:\n  auto.a.b.c: ''\nextra: 1\n", encoding="utf-8"
     )
     with pytest.raises(RecordErrors) as failure:
-        guard.load_notes(notes)
+        guard_notes.load_notes(notes)
     messages = [str(e) for e in failure.value.errors]
     assert (
         f"{notes}:2:5: unreachable[0]: expected `find` (a statement's "
@@ -293,9 +293,9 @@ def test_elsewhere_notes_list_a_reached_mutant_apart(tmp_path):
         encoding="utf-8",
     )
     with pytest.raises(RecordErrors, match="already under equivalent"):
-        guard.load_notes(notes)
+        guard_notes.load_notes(notes)
     notes.write_text(f"elsewhere:\n  {ident}: only CUDA shows it\n", encoding="utf-8")
-    found = {m.id: m for m in guard.catalogue(SOURCE, "x.py", guard.load_notes(notes))}
+    found = {m.id: m for m in guard.catalogue(SOURCE, "x.py", guard_notes.load_notes(notes))}
     assert (found[ident].status, found[ident].reason) == ("unreachable here", "only CUDA shows it")
 
 
@@ -386,15 +386,15 @@ def test_an_unreachable_note_after_a_line_marks_only_that_branchs_statement():
         """)
     lines = source.splitlines()
     asserts = [i for i, line in enumerate(lines, 1) if "assert x" in line]
-    note = guard.Unreachable(
+    note = guard_notes.Unreachable(
         "assert x is not None", "kernel_b is CUDA only", "notes.yaml:1", after='if backend == "b":'
     )
-    marked, unmatched = guard.unreachable_lines(source, guard.Notes(unreachable=[note]))
+    marked, unmatched = guard_notes.unreachable_lines(source, guard_notes.Notes(unreachable=[note]))
     assert set(marked) == {asserts[1]} and not unmatched
-    missing = guard.Unreachable(
+    missing = guard_notes.Unreachable(
         "assert x is not None", "r", "notes.yaml:2", after='if backend == "c":'
     )
-    _, unmatched = guard.unreachable_lines(source, guard.Notes(unreachable=[missing]))
+    _, unmatched = guard_notes.unreachable_lines(source, guard_notes.Notes(unreachable=[missing]))
     assert unmatched and "after 'if backend == \"c\":'" in unmatched[0]
 
 
@@ -405,12 +405,12 @@ def test_the_line_map_says_under_which_configurations_each_line_ran():
         "generated_tests/test_pr_1.py::test_C2_invariant[cpu-partition]": {2, 4},
     }
     modules = {"#1": Path("generated_tests/test_pr_1.py")}
-    configured = guard.test_configurations(
+    configured = guard_lines.test_configurations(
         by_test, modules, {"#1": {"server": "flashinfer + align prefix caching"}}
     )
     assert configured[next(iter(by_test))] == "flashinfer + align prefix caching"
-    rows = guard.line_map(
-        source, guard.scope(source), {"m": {2, 3, 4}}, {"m": "#1"}, {}, by_test, configured
+    rows = guard_lines.line_map(
+        source, guard_lines.scope(source), {"m": {2, 3, 4}}, {"m": "#1"}, {}, by_test, configured
     )
     by_line = {row["line"]: row["configurations"] for row in rows}
     assert by_line[3] == ["flashinfer + align prefix caching"]

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.matrix import history, matrix, matrix_files
+from gdn_review.matrix import history, history_sources, matrix, matrix_files, release_plan
 from gdn_review.report import report
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import load_records
@@ -115,7 +115,7 @@ def kb_and_work(tmp_path, write_record):
 def test_each_release_lists_its_prs_what_moved_and_who_explains_it(kb_and_work):
     kb, work = kb_and_work
     records = load_records(kb)
-    data = history.history_data(records, history.load_matrices(records, work))
+    data = history.history_data(records, history_sources.load_matrices(records, work))
     assert data["releases"] == ["0.28.0", "0.29.0", "0.30.0", "0.31.0"]
     by_version = {r["version"]: r for r in data["per_release"]}
     assert [p["number"] for p in by_version["0.29.0"]["prs"]] == [7]
@@ -136,7 +136,7 @@ def test_each_release_lists_its_prs_what_moved_and_who_explains_it(kb_and_work):
 def test_a_relation_is_checked_against_the_matrix_of_the_record_that_names_it(kb_and_work):
     kb, work = kb_and_work
     records = load_records(kb)
-    data = history.history_data(records, history.load_matrices(records, work))
+    data = history.history_data(records, history_sources.load_matrices(records, work))
     prs = {p["number"]: p for p in data["per_release"][-1]["prs"]}
     (said_by_7,) = prs[9]["named_by"]
     assert said_by_7["checked"].startswith("confirmed: 1 case(s) of #7 moved 0.30.0 → 0.31.0")
@@ -153,12 +153,8 @@ def test_a_relation_that_claims_no_change_is_contradicted_when_a_case_moves(kb_a
     data["cases"]["spec"]["num_decodes"] = 5
     snapshot.write_text(json.dumps(data), encoding="utf-8")
     records = load_records(kb)
-    prs = {
-        p["number"]: p
-        for p in history.history_data(records, history.load_matrices(records, work))["per_release"][
-            -1
-        ]["prs"]
-    }
+    page = history.history_data(records, history_sources.load_matrices(records, work))
+    prs = {p["number"]: p for p in page["per_release"][-1]["prs"]}
     assert prs[11]["named_by"][0]["checked"].startswith("contradicted: 1 case(s) of #9 moved")
 
 
@@ -166,7 +162,7 @@ def test_the_page_shows_verdicts_per_release_op_counts_and_a_chart(kb_and_work):
     kb, work = kb_and_work
     records = load_records(kb)
     text = report.render_history(
-        history.history_data(records, history.load_matrices(records, work))
+        history.history_data(records, history_sources.load_matrices(records, work))
     )
     for version in ("0.28.0", "0.29.0", "0.30.0", "0.31.0"):
         assert f"## vLLM {version}\n" in text
@@ -186,7 +182,9 @@ def test_since_leaves_out_older_releases_and_a_record_without_a_matrix_run_is_na
     kb, work = kb_and_work
     (work / "matrix-9" / "matrix.json").unlink()
     records = load_records(kb)
-    data = history.history_data(records, history.load_matrices(records, work), since="0.30.0")
+    data = history.history_data(
+        records, history_sources.load_matrices(records, work), since="0.30.0"
+    )
     assert data["releases"] == ["0.30.0", "0.31.0"]
     assert list(data["missing"]) == [9] and "gdn-review matrix --record 9" in data["missing"][9]
 
@@ -248,7 +246,7 @@ def test_a_field_that_appears_is_unattributed_until_a_noted_change_adds_it(kb_an
     kb, work = kb_and_work
     _add_field(work, "0.31.0")
     records = load_records(kb)
-    data = history.history_data(records, history.load_matrices(records, work))
+    data = history.history_data(records, history_sources.load_matrices(records, work))
     assert [(u["to"], u["fields"]) for u in data["unexplained"] if u["record"] is None] == [
         ("0.31.0", ["new_field"])
     ]
@@ -263,7 +261,7 @@ def test_a_field_that_appears_is_unattributed_until_a_noted_change_adds_it(kb_an
     from gdn_review.kb.changes import load_changes
 
     data = history.history_data(
-        records, history.load_matrices(records, work), changes=load_changes(kb)
+        records, history_sources.load_matrices(records, work), changes=load_changes(kb)
     )
     assert [u for u in data["unexplained"] if u["record"] is None] == []
     last = data["per_release"][-1]
@@ -397,7 +395,7 @@ def test_an_open_prs_releases_after_its_base_are_later(write_record):
         )
     )
     record = load_records(kb)[kb / "7.yaml"]
-    assert [(p.version, p.role) for p in matrix.plan(record, "0.30.0")] == [
+    assert [(p.version, p.role) for p in release_plan.plan(record, "0.30.0")] == [
         ("0.28.0", "base"),
         ("0.29.0", "later"),
         ("0.30.0", "later"),
@@ -418,7 +416,7 @@ def test_a_module_that_breaks_in_a_shared_session_leaves_the_others_their_tests(
     broken.parent.mkdir()
     broken.write_text("raise RuntimeError('this module does not import')\n", encoding="utf-8")
     (kb / "8.yaml").write_text(MINIMAL.replace("number: 7", "number: 8"), encoding="utf-8")
-    item = matrix.Planned("0.33.0", "later", True)
+    item = release_plan.Planned("0.33.0", "later", True)
     outs = [tmp_path / "w7", tmp_path / "w8"]
     for out in outs:
         out.mkdir()
@@ -498,10 +496,10 @@ def test_a_run_whose_record_changed_since_or_that_ran_part_of_it_is_left_out(kb_
         data["keyword"] = "C1" if number == 9 else None
         path.write_text(json.dumps(data), encoding="utf-8")
     records = load_records(kb)
-    matrices = history.load_matrices(records, work)
+    matrices = history_sources.load_matrices(records, work)
     assert list(matrices.reports) == [7] and "only part of the record ran" in matrices.missing[9]
     (kb / "7.yaml").write_text(
         (kb / "7.yaml").read_text(encoding="utf-8") + "# edited\n", encoding="utf-8"
     )
-    with pytest.raises(history.HistoryError):  # nothing current is left to read
-        history.load_matrices(load_records(kb), work)
+    with pytest.raises(history_sources.HistoryError):  # nothing current is left to read
+        history_sources.load_matrices(load_records(kb), work)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.common import release_cache
 from gdn_review.kb import load_record
-from gdn_review.matrix import matrix, matrix_files, matrix_report
+from gdn_review.matrix import matrix, matrix_files, matrix_report, release_plan
 from gdn_review.report import report, verdicts
 from tests.conftest import (
     MATRIX_RECORD,
@@ -79,7 +79,7 @@ def matrix_folder(tmp_path, write_record):
 
 
 def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installed_one():
-    assert matrix.default_releases("0.28.0", "0.29.0", "0.33.0") == [
+    assert release_plan.default_releases("0.28.0", "0.29.0", "0.33.0") == [
         "0.28.0",
         "0.29.0",
         "0.30.0",
@@ -87,27 +87,31 @@ def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installe
         "0.32.0",
         "0.33.0",
     ]
-    assert matrix.default_releases("0.31.0", "0.32.0", "0.33.0") == ["0.31.0", "0.32.0", "0.33.0"]
-    assert matrix.default_releases("0.31.0", "0.32.0", "0.33.1") == [
+    assert release_plan.default_releases("0.31.0", "0.32.0", "0.33.0") == [
+        "0.31.0",
+        "0.32.0",
+        "0.33.0",
+    ]
+    assert release_plan.default_releases("0.31.0", "0.32.0", "0.33.1") == [
         "0.31.0",
         "0.32.0",
         "0.33.0",
         "0.33.1",
     ]
     with pytest.raises(matrix_files.MatrixError, match="base_release"):
-        matrix.default_releases(None, "0.29.0", "0.33.0")
+        release_plan.default_releases(None, "0.29.0", "0.33.0")
 
 
 def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
     record = load_record(write_record(MATRIX_RECORD) / "7.yaml")
-    planned = matrix.plan(record, "0.33.0")
+    planned = release_plan.plan(record, "0.33.0")
     assert [(p.version, p.role, p.installed) for p in planned][:2] == [
         ("0.28.0", "base", False),
         ("0.29.0", "head", False),
     ]
     assert planned[-1].installed and planned[-1].role == "later"
     with pytest.raises(matrix_files.MatrixError, match="not a release number"):
-        matrix.plan(record, "0.33.0", ["banana"])
+        release_plan.plan(record, "0.33.0", ["banana"])
 
 
 def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
@@ -115,7 +119,9 @@ def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
     fake = release_cache.Release("0.28.0", tmp_path, "w.whl", "0")
     monkeypatch.setattr(release_cache, "cached", lambda version, root=None: fake)
     monkeypatch.setattr(release_cache, "ensure", lambda version, root=None, say=None: fake)
-    paths, downloaded = matrix.fetch(matrix.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print)
+    paths, downloaded = matrix.fetch(
+        release_plan.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print
+    )
     assert downloaded == [] and paths == {"0.28.0": tmp_path, "0.29.0": None}
 
 

@@ -141,7 +141,7 @@ def matrix_command(
       # the whole KB, 0.28.0 to the installed release; writes reports/history.md
       gdn-review matrix --all --since 0.28.0
     """
-    from gdn_review.matrix import matrix, matrix_report
+    from gdn_review.matrix import matrix_command, matrix_report
     from gdn_review.review import diff_side
 
     if bool(numbers) == every:
@@ -149,7 +149,7 @@ def matrix_command(
     if history_path is not None and not every:
         raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
     chosen = fail_on
-    reports, written, history_data = matrix.run_records(
+    reports, written, history_data = matrix_command.run_records(
         kb_dir,
         list(numbers),
         list(versions),

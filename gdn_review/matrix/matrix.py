@@ -15,8 +15,9 @@ the record's own PR (``target.changes``) or a related PR (``related[].changes``)
 that first shipped between them, or shown as unexplained drift.
 
 Evidence per release, the snapshots and ``matrix.json`` (which release ran
-how) go to one folder; ``report.matrix_data`` turns them into the release x
-claim table, the discrimination verdicts and the drift section.
+how) go to one folder; ``matrix_report.matrix_data`` turns them into the release x
+claim table, the discrimination verdicts and the drift section. Which releases run
+is release_plan.py's; the command's flow, matrix_command.py's.
 """
 
 from __future__ import annotations
@@ -37,13 +38,8 @@ from packaging.version import Version
 
 from gdn_review.common import fast_exit, interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
-from gdn_review.matrix.matrix_files import (
-    MATRIX_FORMAT,
-    MatrixError,
-    load_matrix,
-    matrix_folder_name,
-    write_matrix,
-)
+from gdn_review.matrix.matrix_files import MATRIX_FORMAT, MatrixError, write_matrix
+from gdn_review.matrix.release_plan import Planned, default_jobs, plan
 from gdn_review.run import evidence_file
 
 CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"  # read by harness.claim_in_range
@@ -54,87 +50,6 @@ PYTEST_HELD = (
     "if os.environ.get('GDN_REVIEW_HOLD') == 'matrix-pytest':\n"
     "    from gdn_review.common.interrupts import hold; hold('matrix-pytest')\n"
 ) + fast_exit.PYTEST
-
-
-@dataclasses.dataclass
-class Planned:
-    version: str
-    role: str  # base, head, later, earlier
-    installed: bool
-
-
-def default_releases(base: str | None, head: str | None, installed: str | None) -> list[str]:
-    """Base, head, and every minor release X.Y.0 after the head up to the installed one.
-
-    An open PR (no head release yet) runs on its base release and every later one.
-    """
-    if not base:
-        raise MatrixError("the record names no target.base_release: give releases with --vllm")
-    if installed is None:
-        raise MatrixError(
-            "no vLLM is importable here to end the default range: give releases with --vllm"
-        )
-    head = head or base
-    chosen = [Version(base), Version(head)]
-    top = Version(installed)
-    chosen += release_cache.minor_releases_after(Version(head), top)
-    if top not in chosen and top > Version(head):
-        chosen.append(top)
-    return [str(v) for v in sorted(set(chosen))]
-
-
-def plan(
-    record, installed: str | None, requested: list[str] | None = None, since: str | None = None
-) -> list[Planned]:
-    """The releases to run for a record; ``since``: none older than that (a history's window)."""
-    base, head = record.target.base_release, record.target.head_release
-    if record.contract is not None:
-        # A contract has no base: it runs from the first release its range names (as a head) on.
-        base, head = None, record.contract.first_release
-        if not requested and head is None:
-            raise MatrixError(
-                f"{record.label} names no lower bound in contract.releases: give "
-                "releases with --vllm"
-            )
-    versions = requested or default_releases(head if base is None else base, head, installed)
-    if since:
-        versions = [v for v in versions if Version(v) >= Version(since)]
-        if not versions:
-            raise MatrixError(f"{record.label}: no release of its matrix is at or after {since}")
-    checked = set()
-    for version in versions:
-        try:
-            checked.add(release_cache.checked_version(version))
-        except release_cache.ReleaseError as error:
-            raise MatrixError(str(error)) from None
-    planned = []
-    for version in sorted(checked, key=Version):
-        if base and Version(version) == Version(base):
-            role = "base"
-        elif head and Version(version) == Version(head):
-            role = "head"
-        elif (head or base) and Version(version) > Version(
-            head or base
-        ):  # an open PR (no head yet): after its base
-            role = "later"
-        else:
-            role = "earlier"
-        planned.append(
-            Planned(version, role, installed is not None and Version(version) == Version(installed))
-        )
-    return planned
-
-
-def default_jobs() -> int:
-    """Releases run at once: one per CPU, at most one per 2 GiB of available memory."""
-    cpus = os.cpu_count() or 1
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            info = dict(line.split(":", 1) for line in handle)
-        available_gib = int(info["MemAvailable"].split()[0]) / (1 << 20)
-        return max(1, min(cpus, int(available_gib // 2)))
-    except (OSError, KeyError, ValueError):
-        return max(1, min(cpus, 2))
 
 
 def fetch(
@@ -508,95 +423,3 @@ def _remove_new(before: dict[Path, set[str] | None]) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-
-
-def run_records(
-    kb_dir: Path,
-    numbers: list[int],
-    versions: list[str],
-    jobs: int | None,
-    keyword: str | None,
-    generated: Path,
-    write: bool,
-    work_dir: Path | None,
-    reports_dir: Path,
-    say: Callable[[str], None] = print,
-    since: str | None = None,
-    diff_side: Callable | None = None,
-    history_path: Path | None = None,
-) -> tuple[list[dict], list[Path], dict | None]:
-    """``gdn-review matrix``: run the records on their releases, write their reports; their data,
-    the
-    files written and the history page's data (None: no page).
-
-    ``numbers`` empty: every record that is not a draft. With several records
-    the release runs share one pool and each record's work goes to
-    ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
-    ``diff_side(record_path, record, release, evidence_path)``: after the runs,
-    called for each record of an open PR on its base release's evidence (the
-    review stage adds the PR's diff side there, when the diff is stored).
-    ``history_path``: also write the builder's history page there, from these runs.
-    """
-    from gdn_review.kb import is_draft
-    from gdn_review.matrix import matrix_report
-    from gdn_review.report import report as reporting
-    from gdn_review.run.selection import current_modules, load_records
-
-    every = load_records(kb_dir)
-    known = {r.key for r in every.values()}
-    records = (
-        load_records(kb_dir, tuple(numbers))
-        if numbers
-        else {p: r for p, r in every.items() if not is_draft(r)}
-    )
-    for record_path, record in records.items():
-        if is_draft(record):
-            raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
-    if not records:
-        raise MatrixError(f"{kb_dir}: no record to run")
-    modules = current_modules(kb_dir, records, generated, write, say)
-    installed = release_cache.installed()
-    single = len(records) == 1 and bool(
-        numbers
-    )  # --work is then the record's own folder, as before
-    root = work_dir if work_dir and not single else Path(".gdn-review")
-    work = []
-    for record_path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
-        number = record.key
-        folder = work_dir if single and work_dir else root / matrix_folder_name(number)
-        work.append(
-            Job(
-                record,
-                record_path,
-                modules[number],
-                folder,
-                plan(record, installed, versions or None, since),
-            )
-        )
-    run_matrices(work, installed, jobs, keyword, say)
-    for job in work:
-        if diff_side is not None and job.record.is_open and job.record.target.base_release:
-            entry = next(
-                (
-                    e
-                    for e in load_matrix(job.out_dir)["releases"]
-                    if e["version"] == job.record.target.base_release and e.get("evidence_path")
-                ),
-                None,
-            )
-            if entry is not None:
-                diff_side(
-                    job.record_path, job.record, entry["version"], Path(entry["evidence_path"])
-                )
-    reports = [
-        matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work
-    ]
-    written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
-    if history_path is None:
-        return reports, written, None
-    from gdn_review.matrix import history
-
-    data, page = history.write_page(
-        kb_dir, root, evidence_file.BENCH_PATH, history_path, since, reports_dir
-    )
-    return reports, written + [page], data

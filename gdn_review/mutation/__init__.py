@@ -79,13 +79,16 @@ def catalogue_for(
     head_text = loaded if head == release else sources.get(head)
     if record.contract is not None:
         notes.append(
-            "a contract record has no PR diff, so no automatic mutants: its risks' mutants are its own, "
+            "a contract record has no PR diff, so no automatic mutants: its risks' mutants "
+            "are its own, "
             "and `gdn-review mutate --whole-file` scores the whole file"
         )
     elif record.is_open:
         notes.append(
-            f"{record.label} is {state_words(record.state)}: no release has its lines, so its automatic mutants come from its diff "
-            f"(`gdn-review review kb/{record.key}.diff --pr {record.key}` runs them against the KB's tests)"
+            f"{record.label} is {state_words(record.state)}: no release has its lines, "
+            "so its automatic mutants come from its diff "
+            f"(`gdn-review review kb/{record.key}.diff --pr {record.key}` runs them "
+            "against the KB's tests)"
         )
     elif base_text is None or head_text is None:
         missing = (
@@ -104,8 +107,10 @@ def catalogue_for(
             step = len(operators.pr_hunks(base_text, head_text))
             kept = len(own_hunks(record, operators.pr_hunks(base_text, head_text)))
             notes.append(
-                f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} are this PR's and give "
-                f"automatic mutants; the other {step - kept} are other PRs' (kb/history/changes.yaml)"
+                f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} "
+                "are this PR's and give "
+                f"automatic mutants; the other {step - kept} are other PRs' "
+                "(kb/history/changes.yaml)"
             )
         known = {m.id for m in auto}
         for risk in record.risks:
@@ -338,7 +343,8 @@ def mutate(
         if code != 0 or not staged.exists():
             staged.unlink(missing_ok=True)
             raise MutationError(
-                f"the generated suite does not pass without mutants (pytest exit {code}): a kill would mean nothing; "
+                f"the generated suite does not pass without mutants (pytest exit {code}): "
+                "a kill would mean nothing; "
                 "fix the suite or the record first (gdn-review run shows the failures)"
             )
         entries = _run_mutants(

@@ -6,13 +6,14 @@ class methods and module-level functions -- not only a PR's hunks -- and runs
 them against every complete record's generated module at once, in-process
 with forked children as ``mutate`` does. Stages, each a plain function:
 
-- ``scope``: the lines the score covers, with their function;
-- ``load_notes``: ``kb/guard/notes.yaml``, what the score must not count (equivalent
-  mutants with their reason, statements CPU cannot reach with theirs);
+- ``scope`` (guard_lines.py): the lines the score covers, with their function;
+- ``load_notes`` (guard_notes.py): ``kb/guard/notes.yaml``, what the score must not count
+  (equivalent mutants with their reason, statements CPU cannot reach with theirs);
 - ``catalogue``: the mutants of the loaded release's file;
 - ``score_whole_file``: the baseline (traced per test), then each mutant under only the
   tests that execute its edit, stopping at the first failure;
-- ``markdown``: ``reports/guard.md`` from the JSON ``run`` returns.
+- ``markdown`` (report/guard_report.py): ``reports/guard.md`` from the JSON
+  ``score_whole_file`` returns.
 
 Why a mutant runs only under the tests that execute its edit: the tests are
 deterministic, so a test that never executes the edited statement runs as it
@@ -24,224 +25,26 @@ in the baseline may not be the one that does in the child; a mutant of
 
 from __future__ import annotations
 
-import ast
 import collections
 import dataclasses
 import time
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from gdn_review.common import interrupts
-from gdn_review.kb import RecordError, RecordErrors
-from gdn_review.kb.load import locate
 from gdn_review.mutation import operators
 from gdn_review.mutation.catalogue import Mutant, edit_diff
+from gdn_review.mutation.guard_lines import (
+    construction_functions,
+    line_map,
+    scope,
+    test_configurations,
+)
+from gdn_review.mutation.guard_notes import Notes, unreachable_lines
 
 GUARD_FORMAT = "gdn-review-guard/1"
 DETECTED = ("killed", "timeout")  # a mutant that hangs the suite is caught too
 SCORED = ("killed", "timeout", "survived", "not reached")
-
-
-@dataclasses.dataclass
-class Unreachable:
-    find: str  # text of the first line of the statement(s) CPU cannot reach
-    reason: str
-    where: str  # file:line of the note, for messages
-    # Only the first such statement after the first line that starts with this text
-    # (a line the file repeats, e.g. an assert, in one branch only); None: every one.
-    after: str | None = None
-
-
-@dataclasses.dataclass
-class Notes:
-    """``kb/guard/notes.yaml``: what the score must not count, each with its reason."""
-
-    equivalent: dict[str, str] = dataclasses.field(default_factory=dict)
-    unreachable: list[Unreachable] = dataclasses.field(default_factory=list)
-    # Mutants of lines CPU does reach whose effect only CUDA or another backend can see.
-    elsewhere: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-def load_notes(path: Path) -> Notes:
-    """The guard notes; RecordErrors at file:line:col for anything malformed. No file: no notes."""
-    path = Path(path)
-    if not path.exists():
-        return Notes()
-    text = path.read_text(encoding="utf-8")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise RecordErrors(
-            [RecordError(str(path), line, column, "", f"not valid YAML: {error}")]
-        ) from None
-    errors: list[RecordError] = []
-
-    def error(loc: tuple, field: str, message: str, at_key: bool = False) -> None:
-        line, column = locate(root, loc, at_key=at_key)
-        errors.append(RecordError(str(path), line, column, field, message))
-
-    if not isinstance(data, dict):
-        error((), "", "expected a mapping with `equivalent` and `unreachable`")
-        raise RecordErrors(errors)
-    for key in sorted(set(data) - {"equivalent", "unreachable", "elsewhere"}):
-        error(
-            (key,), key, "unknown field (allowed: equivalent, unreachable, elsewhere)", at_key=True
-        )
-    notes = Notes()
-    for section, why in (
-        ("equivalent", "why the mutant cannot change behaviour"),
-        ("elsewhere", "which device or backend can tell it apart"),
-    ):
-        entries = data.get(section) or {}
-        if not isinstance(entries, dict):
-            error((section,), section, f"expected a mapping: mutant id -> {why}")
-            continue
-        for ident, reason in entries.items():
-            if not (isinstance(ident, str) and ident.startswith("auto.")):
-                error(
-                    (section, ident),
-                    f"{section}.{ident}",
-                    "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)",
-                )
-            elif not (isinstance(reason, str) and reason.strip()):
-                error((section, ident), f"{section}.{ident}", f"say {why}")
-            elif ident in notes.equivalent:
-                error(
-                    (section, ident),
-                    f"{section}.{ident}",
-                    "already under equivalent: a mutant is one or the other",
-                )
-            else:
-                getattr(notes, section)[ident] = " ".join(reason.split())
-    unreachable = data.get("unreachable") or []
-    if not isinstance(unreachable, list):
-        error(("unreachable",), "unreachable", "expected a list of {find, reason}")
-        unreachable = []
-    for index, entry in enumerate(unreachable):
-        field = f"unreachable[{index}]"
-        if not isinstance(entry, dict) or not {"find", "reason"} <= set(entry) <= {
-            "find",
-            "reason",
-            "after",
-        }:
-            error(
-                ("unreachable", index),
-                field,
-                "expected `find` (a statement's first line), `reason` and "
-                "optionally `after` (a line before it)",
-            )
-            continue
-        if not all(isinstance(entry[k], str) and entry[k].strip() for k in entry):
-            error(
-                ("unreachable", index), field, "`find`, `reason` and `after` are non-empty strings"
-            )
-            continue
-        line, _ = locate(root, ("unreachable", index))
-        after = entry["after"].strip() if "after" in entry else None
-        notes.unreachable.append(
-            Unreachable(
-                entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}", after
-            )
-        )
-    if errors:
-        raise RecordErrors(errors)
-    return notes
-
-
-def _is_builder(node: ast.ClassDef) -> bool:
-    return node.name.endswith("MetadataBuilder")
-
-
-def scope(source: str) -> dict[int, str]:
-    """Line -> qualified function, for every line of a statement in a builder method or module-level
-    function.
-
-    Docstrings are left out (no behaviour); a nested function belongs to its outer one.
-    """
-    tree = ast.parse(source)
-    lines: dict[int, str] = {}
-
-    def cover(function: ast.FunctionDef, name: str) -> None:
-        body = function.body
-        if (
-            body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            body = body[1:]
-        for statement in body:
-            for line in range(statement.lineno, statement.end_lineno + 1):
-                lines[line] = name
-
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            cover(node, node.name)
-        elif isinstance(node, ast.ClassDef) and _is_builder(node):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    cover(item, f"{node.name}.{item.name}")
-    return lines
-
-
-def construction_functions(source: str) -> set[str]:
-    """``__init__`` of each builder class and the methods it calls on ``self`` (they run once per
-    cached builder)."""
-    found: set[str] = set()
-    for node in ast.parse(source).body:
-        if not (isinstance(node, ast.ClassDef) and _is_builder(node)):
-            continue
-        for item in node.body:
-            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                found.add(f"{node.name}.__init__")
-                for call in ast.walk(item):
-                    if (
-                        isinstance(call, ast.Call)
-                        and isinstance(call.func, ast.Attribute)
-                        and isinstance(call.func.value, ast.Name)
-                        and call.func.value.id == "self"
-                    ):
-                        found.add(f"{node.name}.{call.func.attr}")
-    return found
-
-
-def statement_spans(source: str) -> list[tuple[int, int]]:
-    """(first, last) line of every statement, to resolve an ``unreachable`` note to whole
-    statements."""
-    return [
-        (n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)
-    ]
-
-
-def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[str]]:
-    """Line -> reason for the statements each note names, and the notes that name nothing here."""
-    text_lines = [line.strip() for line in source.splitlines()]
-    spans = statement_spans(source)
-    marked: dict[int, str] = {}
-    unmatched = []
-    for note in notes.unreachable:
-        starts = [i + 1 for i, line in enumerate(text_lines) if line.startswith(note.find)]
-        if note.after is not None:
-            anchor = next(
-                (i + 1 for i, line in enumerate(text_lines) if line.startswith(note.after)), None
-            )
-            starts = [] if anchor is None else [line for line in starts if line > anchor][:1]
-        covered = [(a, b) for a, b in spans if a in starts]
-        if not covered:
-            where = "" if note.after is None else f" after {note.after!r}"
-            unmatched.append(
-                f"{note.where}: no statement of this release starts with {note.find!r}{where}"
-            )
-            continue
-        for first, last in covered:
-            for line in range(first, last + 1):
-                marked.setdefault(line, note.reason)
-    return marked, unmatched
 
 
 def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
@@ -333,79 +136,6 @@ def ordered_args(args: list[str], first_files: list[str]) -> list[str]:
     files = [a for a in args if a.endswith(".py")]
     rest = [a for a in args if not a.endswith(".py")]
     return sorted(files, key=lambda f: Path(f).name not in first_files) + rest
-
-
-def test_configurations(
-    by_test: dict[str, set[int]],
-    modules: dict[str, Path],
-    configurations: dict[str, dict[str, str]],
-) -> dict[str, str]:
-    """Test id -> the configuration its case ran under (``configurations``: record -> case ->
-    label);
-    a test of no named case (an invariant's random batches) ran as CPU resolves the builder."""
-    record_of = {Path(path).name: name for name, path in modules.items()}
-    found = {}
-    for nodeid in by_test:
-        path, _, name = nodeid.partition("::")
-        case = name.rsplit("[", 1)[-1].rstrip("]").split("-", 1)[-1] if "[" in name else ""
-        found[nodeid] = configurations.get(record_of.get(Path(path).name, ""), {}).get(
-            case, "CPU default"
-        )
-    return found
-
-
-def line_map(
-    source: str,
-    scope_lines: dict[int, str],
-    by_module: dict[str, set[int]],
-    records: dict[str, str],
-    unreachable: dict[int, str],
-    by_test: dict[str, set[int]] | None = None,
-    configured: dict[str, str] | None = None,
-) -> list[dict]:
-    """Per line of the scope that holds code: its function, the records whose tests execute it and
-    under which
-    configurations (``configured``: test id -> its case's configuration), or why none can."""
-    # A statement's lines as the trace reports them: a multi-line statement's line events
-    # may come from any of its lines (a compound statement: its header's).
-    spans: dict[int, range] = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.stmt):
-            body = getattr(node, "body", None)
-            last = (
-                body[0].lineno - 1
-                if isinstance(body, list) and body and body[0].lineno > node.lineno
-                else node.end_lineno
-            )
-            spans[node.lineno] = range(node.lineno, max(node.lineno, last) + 1)
-    rows = []
-    text = source.splitlines()
-    for line in sorted(scope_lines):
-        if line not in spans:
-            continue
-        reached_by = sorted(
-            records[module]
-            for module, lines in by_module.items()
-            if module in records and any(at in lines for at in spans[line])
-        )
-        under = sorted(
-            {
-                (configured or {}).get(nodeid, "CPU default")
-                for nodeid, lines in (by_test or {}).items()
-                if any(at in lines for at in spans[line])
-            }
-        )
-        rows.append(
-            {
-                "line": line,
-                "function": scope_lines[line],
-                "code": text[line - 1].strip()[:90],
-                "records": reached_by,
-                "configurations": under,
-                "unreachable": unreachable.get(line) if not reached_by else None,
-            }
-        )
-    return rows
 
 
 def score(entries: list[dict]) -> dict:

@@ -20,7 +20,7 @@ from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.kb.server_config import configuration_label
 from gdn_review.kb.subjects import key_order, key_short
-from gdn_review.mutation import guard
+from gdn_review.mutation import guard, guard_notes
 from gdn_review.report import guard_report
 
 
@@ -67,7 +67,7 @@ def score_and_write(
                 say,
             )
         )
-    notes = guard.load_notes(Path(kb_dir) / "guard" / "notes.yaml")
+    notes = guard_notes.load_notes(Path(kb_dir) / "guard" / "notes.yaml")
     target = next(iter(records.values())).target.file
     source = (root / target).read_text(encoding="utf-8")
     say(

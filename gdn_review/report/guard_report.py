@@ -17,13 +17,15 @@ def markdown(data: dict) -> str:
         f"# What the KB guards in {code(data['target'])} on vLLM {text(data['release'])}",
         "",
         "Every broad automatic mutant of the file's builder methods and module-level functions "
-        f"(`gdn-review mutate --whole-file`), run against the generated suite of {len(data['records'])} "
+        "(`gdn-review mutate --whole-file`), run against the generated suite of "
+        f"{len(data['records'])} "
         f"record(s): {', '.join(text(r) for r in data['records'])}.",
         "",
     ]
     percent = "n/a" if score["percent"] is None else f"{score['percent']}%"
     lines += [
-        f"**Score: {percent}** ({score['detected']} of {score['scored']} non-equivalent mutants that CPU can reach "
+        f"**Score: {percent}** ({score['detected']} of {score['scored']} non-equivalent "
+        "mutants that CPU can reach "
         "were detected: killed, or timed out).",
         "",
         "| status | mutants |",
@@ -67,9 +69,12 @@ def markdown(data: dict) -> str:
         "## Line map",
         "",
         "Which records' tests execute each line of the scope (construction lines are credited to "
-        "the first record that built that builder in the run), and under which configurations of the builder: "
-        "CPU default (as this machine resolves it), or configured as a GPU server configures it (the prefill "
-        "backend vLLM resolves there, align prefix caching, the V2 runner's aligned indices, a FULL graph mode, "
+        "the first record that built that builder in the run), and under which configurations "
+        "of the builder: "
+        "CPU default (as this machine resolves it), or configured as a GPU server configures it "
+        "(the prefill "
+        "backend vLLM resolves there, align prefix caching, the V2 runner's aligned indices, "
+        "a FULL graph mode, "
         "a host function called on its own); no kernel runs under any of them.",
         "",
         "| line | function | code | reached by | configurations |",

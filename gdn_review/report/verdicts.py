@@ -1,7 +1,8 @@
 """What the evidence says: a verdict per claim, coverage per risk, what trips --fail-on.
 
 Plain functions over evidence and records; no markdown, no files written
-(report_contents.py words these results into a report, report.py renders it).
+(report_contents.py, with claim_rows.py, risk_rows.py and next_steps.py, words
+these results into a report; report.py renders it).
 A verdict is only as strong as what ran: a claim holds when every test that
 could run for it ran and passed; a claim of which only some tests ran (the
 others deselected) stays unverified; tests skipped for want of CUDA are named
@@ -209,7 +210,8 @@ def risk_coverage(
     if set_aside:
         tests = [t for t in tests if t["claim"] not in pending]
         missing.append(
-            f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending (the PR's change is not in this release): "
+            f"claim{'s' if len(set_aside) > 1 else ''} {', '.join(set_aside)} pending "
+            "(the PR's change is not in this release): "
             "judged on the record's other tests"
         )
         if not tests:

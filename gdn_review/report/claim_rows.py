@@ -1,0 +1,334 @@
+"""A report's claim rows: each claim's verdict in words, with what its check is, what was
+measured, on which releases and devices, under which server configuration.
+
+verdicts.py decides what a claim's tests say; this module words it per claim (a latency
+claim from `gdn-review bench`'s results); report_contents.py gathers the rows into a report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from gdn_review.kb import Record
+from gdn_review.kb.subjects import state_words
+from gdn_review.report.verdicts import (
+    LATENCY_VERDICTS,
+    claim_verdict,
+    label_of,
+    pending_verdict,
+    plural,
+    verdicts_by_device,
+)
+from gdn_review.run.evidence_file import RAN, Evidence
+
+
+def _compact(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_compact(v)}" for k, v in value.items())
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def _per(record: Record, check) -> str:
+    """What a count is per: a build(), or (on engine steps) a step or its busiest call."""
+    steps = [
+        c
+        for c in check.cases
+        if any(case.id == c and case.step is not None for case in record.cases)
+    ]
+    if not steps:
+        return "per build()" if check.kind == "op_budget" else "per call"
+    return "per engine step" if check.per == "step" else "per call of a step"
+
+
+def _check_summary(claim, record: Record) -> str:
+    check = claim.check
+    if check.kind == "op_budget":
+        budget = ", ".join(f"{op} ≤ {limit}" for op, limit in check.budget.items())
+        return f"op_budget: {budget} {_per(record, check)} on {plural(len(check.cases), 'case')}"
+    if check.kind == "equivalence":
+        return f"equivalence: expected metadata on {plural(len(check.cases), 'case')}"
+    if check.kind == "invariant":
+        return (
+            f"invariant: {len(check.properties)} properties on random valid "
+            "batches (Hypothesis) and every named case"
+        )
+    if check.kind == "latency":
+        return (
+            "latency: build() A/B between releases on "
+            f"{plural(len(check.cases), 'case')} (gdn-review bench)"
+        )
+    if check.kind == "gpu_sync":
+        return (
+            f"gpu_sync: ≤ {check.max_syncs} host-device syncs {_per(record, check)} "
+            f"on {plural(len(check.cases), 'case')} "
+            "(CUDA, the authority; on CPU its proxy: device-origin reads)"
+        )
+    if check.kind == "differential":
+        return (
+            f"differential: {plural(len(check.pairs), 'pair')} of scenarios "
+            f"agree on {', '.join(check.fields)} ({check.compare})"
+        )
+    return "TODO: no check yet"
+
+
+def _measured_summary(claim, ran: list[dict]) -> str:
+    if not ran:
+        return "not measured"
+    counts = Counter(t["outcome"] for t in ran)
+    as_expected = counts["passed"]
+    parts = [f"{as_expected}/{len(ran)} as expected"]
+    if counts["xfailed"]:
+        parts.append(f"{counts['xfailed']} known deviation")
+    if claim.check.kind == "op_budget":
+        for op, limit in claim.check.budget.items():
+            values = sorted(
+                {
+                    t["measured"][op]
+                    for t in ran
+                    if isinstance(t.get("measured"), dict)
+                    and isinstance(t["measured"].get(op), int)
+                }
+            )
+            if values:
+                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+                parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
+    if claim.check.kind == "gpu_sync":
+        for device, key, name in (
+            ("cuda", "syncs", "CUDA syncs"),
+            ("cpu", "device_origin_reads", "CPU proxy: device-origin reads"),
+        ):
+            values = sorted(
+                {
+                    t["measured"][key]
+                    for t in ran
+                    if t.get("device") == device
+                    and isinstance(t.get("measured"), dict)
+                    and key in t["measured"]
+                }
+            )
+            if values:
+                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+                parts.append(f"{name}: measured {shown}, budget ≤ {claim.check.max_syncs}")
+    return "; ".join(parts)
+
+
+MECHANISM = (
+    "build() latency is the mechanism the claim names; the "
+    "end-to-end throughput figure needs a serving benchmark"
+)
+
+
+def not_measured(claim, record: Record | None, key, path: Path | None = None) -> str:
+    """Why a latency claim has no bench result, advising only a command that can run.
+
+    An open PR is timed against its diff (``kb/N.diff``): where none is stored
+    beside the record (or the record's file ``path`` is not known), the claim
+    is measured once it is, or once the change is released.
+    """
+    if record is None:
+        return f"not measured: run `gdn-review bench --record {key}`"
+    base = claim.check.base or record.target.base_release
+    head = claim.check.head or record.target.head_release
+    if base and not head and record.is_open:
+        beside = Path(path).with_suffix(".diff") if path is not None else None
+        diff = str(beside) if beside is not None else f"kb/{key}.diff"
+        if beside is not None and beside.is_file() and not beside.is_symlink():
+            return (
+                f"not measured: run `gdn-review bench --record {key}` (vLLM "
+                f"{base} against {base} with the PR's diff, {diff})"
+            )
+        return (
+            f"not measured: {record.label} is {state_words(record.state)}, so no release has "
+            "its change; the latency claim is measured "
+            f"once the PR's diff is stored beside the record (`gh pr diff {key} > {diff}`, "
+            f"then `gdn-review bench --record {key}`) "
+            "or the change is released"
+        )
+    if not base or not head:
+        return (
+            "not measured: the record has no base and head release; "
+            f"`gdn-review bench --record {key} --releases BASE,HEAD` times "
+            "two releases"
+        )
+    return f"not measured: run `gdn-review bench --record {key}`"
+
+
+def latency_claim(
+    claim,
+    key: int | str,
+    results: dict | None,
+    record: Record | None = None,
+    path: Path | None = None,
+) -> dict:
+    """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review
+    bench` per device.
+
+    Where the bench ran on CUDA too, CUDA's verdict is the claim's (the claim is
+    about a GPU server); every device's numbers are shown. ``path``: the
+    record's file, where an open PR's diff would lie beside it (None: not known).
+    """
+    if not results:
+        return {
+            "verdict": "unverified",
+            "reason": not_measured(claim, record, key, path),
+            "measured": "not measured",
+            "vllm": "—",
+            "devices": "—",
+            "tests": [],
+            "by_device": {},
+        }
+    devices = sorted(results, key=lambda device: (device != "cuda", device))
+    reasons, measured, rows, by_device = [], [], [], {}
+    for device in devices:
+        result = results[device]
+        low, high = result["pooled"]["ci95"]
+        pooled = (
+            f"head/base {result['pooled']['ratio']:.3f} (95% interval "
+            f"{low:.3f}–{high:.3f}) over "
+            f"{plural(len(result['cases']), 'case')}"
+        )
+        by_device[device] = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
+        reasons.append(
+            f"{result.get('verdict')}: build() on {result['head']} vs "
+            f"{result['base']}, {pooled}, {device}"
+        )
+        measured.append(pooled if len(devices) == 1 else f"{device}: {pooled}")
+        rows += [
+            {
+                "label": row["case"],
+                "device": device,
+                "outcome": "measured",
+                "measured": f"{result['base']}: {row['base_median_us']} µs, {result['head']}: "
+                f"{row['head_median_us']} µs (median)",
+                "expected": "head/base < 1",
+                "reason": f"head/base {row['ratio']:.3f} [{row['ci95'][0]:.3f}, "
+                f"{row['ci95'][1]:.3f}], {row['samples'][0]}+{row['samples'][1]} "
+                "samples",
+            }
+            for row in result["cases"]
+        ]
+    first = results[devices[0]]
+    return {
+        "verdict": by_device[devices[0]],
+        "reason": "; ".join(reasons) + f"; {MECHANISM}",
+        "measured": "; ".join(measured),
+        "tests": rows,
+        "vllm": f"{first['base']} → {first['head']}",
+        "devices": _device_cell(by_device),
+        "by_device": by_device,
+    }
+
+
+def _device_cell(by_device: dict[str, str], ran: bool = True) -> str:
+    """``cpu: holds; cuda: unverified``: each device's verdict; one device whose tests ran: just its
+    name."""
+    if len(by_device) == 1 and ran:
+        return next(iter(by_device))
+    return "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—"
+
+
+def configurations(record: Record, claim, ran: list[dict]) -> str:
+    """How the claim's cases configured the builder as a GPU server would, in words ("" when
+    none did): every report line of such a run names it. On CUDA vLLM resolves the prefill
+    backend itself (no override); the backend it resolved is what the tests measured."""
+    names = set(getattr(claim.check, "cases", []) or [])
+    words = sorted({w for c in record.cases if c.id in names and (w := c.configuration())})
+    if any(t.get("device") == "cuda" for t in ran):
+        resolved = sorted(
+            {
+                str(t["measured"]["prefill_backend_resolved"])
+                for t in ran
+                if isinstance(t.get("measured"), dict)
+                and "prefill_backend_resolved" in t["measured"]
+            }
+        )
+        words.append(
+            "on CUDA the backend vLLM resolved itself"
+            + (f": {', '.join(resolved)}" if resolved else "")
+        )
+    return "; ".join(words)
+
+
+def tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
+    """The releases tests ran on, and those a "not applicable: vLLM X has no ..." skip names."""
+    found = {release_of(evidence, t) for t in tests if t["outcome"] in RAN}
+    for test in tests:
+        reason = test.get("reason") or ""
+        if test["outcome"] == "skipped" and reason.startswith("not applicable: vLLM "):
+            found.add(reason.removeprefix("not applicable: vLLM ").split(" ", 1)[0].rstrip("'s"))
+    return sorted(found)
+
+
+def release_of(evidence: Evidence, test: dict) -> str:
+    env = evidence.environments[test["environment"]]
+    version = env.get("vllm_version", "?")
+    return (
+        version if env.get("vllm_source", "").startswith("installed") else f"{version} (unpacked)"
+    )
+
+
+def claim_rows(
+    record: Record,
+    evidence: Evidence,
+    mine: list[dict],
+    with_change: bool = False,
+    path: Path | None = None,
+) -> list[dict]:
+    """Each claim's row, from ``mine``: the record's tests (those that did not run named too).
+
+    ``with_change`` and ``path`` as ``report_contents.report_data`` takes them.
+    """
+    claims = []
+    for claim in record.claims:
+        tests = [t for t in mine if t["claim"] == claim.id]
+        ran = [t for t in tests if t["outcome"] in RAN]
+        verdict, reason = claim_verdict(claim, tests)
+        tested = tested_on(evidence, tests)
+        verdict, reason = pending_verdict(record, claim, verdict, reason, tested, with_change)
+        configured = configurations(record, claim, ran)
+        if configured:
+            reason = f"{reason} [{configured}]"
+        by_device = {
+            device: pending_verdict(record, claim, v, "", tested, with_change)[0]
+            for device, v in verdicts_by_device(claim, tests).items()
+        }
+        claims.append(
+            {
+                "id": claim.id,
+                "text": claim.text,
+                "check": _check_summary(claim, record),
+                "kind": claim.check.kind,
+                "releases": claim.releases or "all",
+                "verdict": verdict,
+                "reason": reason,
+                "measured": _measured_summary(claim, ran),
+                "vllm": ", ".join(sorted({release_of(evidence, t) for t in ran})) or "—",
+                # a CUDA-only claim here: "cuda: unverified"
+                "devices": _device_cell(by_device, bool(ran)),
+                "by_device": by_device,
+                "note": claim.note,
+                "tests": [
+                    {
+                        "label": label_of(t),
+                        "device": t.get("device") or "?",
+                        "outcome": t["outcome"],
+                        "measured": _compact(t.get("measured")),
+                        "expected": _compact(t.get("expected")),
+                        "reason": t.get("reason") or "",
+                    }
+                    for t in sorted(
+                        tests, key=lambda t: (t.get("device") or "", label_of(t), t["nodeid"])
+                    )
+                    if t["outcome"] in RAN or claim.check.kind == "gpu_sync"
+                ],
+            }
+        )
+        if claim.check.kind == "latency":
+            claims[-1].update(
+                latency_claim(claim, record.key, evidence.bench.get(str(record.key)), record, path)
+            )
+    return claims
