@@ -36,7 +36,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review.importers.review_report import ReportImportError
     from gdn_review.matrix import matrix_files
     from gdn_review.mutation import guard
-    from gdn_review.review.orchestrate import ReviewError
+    from gdn_review.review.review_files import ReviewError
     from gdn_review.run import bench, selection, snapshot_take, suite
 
     return (
