@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 
 from gdn_review.cli import main
 from gdn_review.export import bundle as bundling
-from gdn_review.export import bundle_run
+from gdn_review.export import bundle_dry_run, bundle_run, bundle_wheels
 from gdn_review.generate import environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,24 +25,24 @@ def _names(distributions) -> set[str]:
 
 
 def test_baseline_stops_at_what_the_bundle_carries():
-    baseline = _names(bundling.baseline_distributions())
+    baseline = _names(bundle_wheels.baseline_distributions())
     assert {"torch", "transformers", "pytest", "hypothesis", "numpy"} <= baseline
     # pydantic comes with transformers' typer here, but the GPU machine is not known to have it.
-    assert not baseline & _names(bundling.CARRIED)
+    assert not baseline & _names(bundle_wheels.CARRIED)
 
 
 def test_carried_pins_are_what_vllm_needs_beyond_the_baseline_at_installed_versions():
     import importlib.metadata
 
-    pins = {canonicalize_name(pin.name): pin.version for pin in bundling.carried_pins()}
-    assert set(map(canonicalize_name, bundling.CARRIED)) <= set(pins)
+    pins = {canonicalize_name(pin.name): pin.version for pin in bundle_wheels.carried_pins()}
+    assert set(map(canonicalize_name, bundle_wheels.CARRIED)) <= set(pins)
     assert "pydantic-core" in pins  # pydantic's own requirement comes along
-    assert not set(pins) & _names(bundling.baseline_distributions())
+    assert not set(pins) & _names(bundle_wheels.baseline_distributions())
     assert pins["pydantic"] == importlib.metadata.version("pydantic")
 
 
 def test_platform_arguments_name_the_python_and_every_manylinux():
-    arguments = bundling._platform_arguments("3.12")
+    arguments = bundle_wheels._platform_arguments("3.12")
     assert arguments[arguments.index("--python-version") + 1] == "3.12"
     assert {"cp312", "abi3", "none"} <= {
         arguments[i + 1] for i, a in enumerate(arguments) if a == "--abi"
@@ -58,7 +58,7 @@ def _manifest(**changes) -> dict:
     manifest = {
         "created_at": "2026-11-29T00:00:00Z",
         "python": "3.12",
-        "baseline": list(bundling.BASELINE),
+        "baseline": list(bundle_wheels.BASELINE),
         "releases": ["0.28.0", "0.29.0", "0.33.0"],
         "records": [
             {
@@ -152,8 +152,8 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     wheel = tmp_path / "cache" / "w-1-py3-none-any.whl"
     wheel.parent.mkdir()
     wheel.write_bytes(b"x" * 4096)
-    monkeypatch.setattr(bundling, "carried_pins", lambda: [bundling.Pin("w", "1")])
-    monkeypatch.setattr(bundling, "fetch_wheels", lambda pins, python, say: [wheel])
+    monkeypatch.setattr(bundle_wheels, "carried_pins", lambda: [bundle_wheels.Pin("w", "1")])
+    monkeypatch.setattr(bundle_wheels, "fetch_wheels", lambda pins, python, say: [wheel])
     monkeypatch.setattr(bundling.release_trees, "entry", lambda version, say=None: version)
     monkeypatch.setattr(
         bundling,
@@ -163,7 +163,7 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     from gdn_review.kb import load_kb
 
     records = load_kb(ROOT / "kb")
-    with pytest.raises(bundling.BundleError, match=r"over the limit of 0\.1 MiB \(project"):
+    with pytest.raises(bundle_wheels.BundleError, match=r"over the limit of 0\.1 MiB \(project"):
         bundling.write_bundle(
             tmp_path / "out",
             records,
@@ -203,7 +203,7 @@ def test_a_latency_claim_needs_its_releases_carried(tmp_path):
 
     records = load_kb(ROOT / "kb")
     with pytest.raises(
-        bundling.BundleError, match="latency claim's releases 0.28.0 are not carried"
+        bundle_wheels.BundleError, match="latency claim's releases 0.28.0 are not carried"
     ):
         bundling.write_bundle(
             tmp_path / "out",
@@ -272,7 +272,7 @@ def test_default_bundle_for_the_gpu_machine_is_within_60_mib(tmp_path):
 
 @pytest.mark.slow
 def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
-    if not bundling.no_network_prefix():
+    if not bundle_dry_run.no_network_prefix():
         pytest.skip(
             "unshare -rn is not permitted here, so the network cannot be cut for the dry run"
         )

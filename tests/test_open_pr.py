@@ -287,6 +287,7 @@ def test_review_takes_the_pr_number_from_the_diffs_name_only_for_an_open_record(
     write_record, tmp_path
 ):
     from gdn_review.review import orchestrate
+    from gdn_review.review.review_files import ReviewError
     from gdn_review.run.selection import load_records
 
     kb = write_record(OPEN)
@@ -297,7 +298,7 @@ def test_review_takes_the_pr_number_from_the_diffs_name_only_for_an_open_record(
     merged = load_records(write_record(MINIMAL, "7.yaml"))
     assert orchestrate.own_record(None, Path("7.diff"), merged) is None
     assert orchestrate.own_record(7, Path("x.diff"), merged) == 7
-    with pytest.raises(orchestrate.ReviewError, match="no record of PR #9"):
+    with pytest.raises(ReviewError, match="no record of PR #9"):
         orchestrate.own_record(9, Path("x.diff"), merged)
 
 

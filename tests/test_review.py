@@ -198,9 +198,9 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
         record["moved"] for record in data["records"]
     ):  # --draft: the moved cases, measured with the change
         from gdn_review.kb import is_draft, load_record
-        from gdn_review.review import orchestrate
+        from gdn_review.review import review_files
 
-        draft = load_record(orchestrate.write_draft(data, ROOT / "kb", 99999, folder))
+        draft = load_record(review_files.write_draft(data, ROOT / "kb", 99999, folder))
         assert is_draft(draft) and draft.target.base_release == old
         moved = [(r["number"], row["case"]) for r in data["records"] for row in r["moved"]]
         assert (

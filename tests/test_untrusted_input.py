@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from gdn_review.cli import main
 from gdn_review.common import unified_diff
 from gdn_review.report import markdown
-from gdn_review.review import orchestrate, render, tree
+from gdn_review.review import render, review_files, tree
+from gdn_review.review.onto_release import Onto
 from tests.conftest import ROOT
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
@@ -235,7 +236,7 @@ def test_the_overlay_itself_writes_nothing_outside_its_folder(tmp_path, vllm_src
 
 
 def test_reading_the_release_through_a_climbing_name_is_refused(vllm_src, sentinel):
-    onto = orchestrate.Onto("0.33.0", vllm_src.resolve(), vllm_src.resolve(), "test")
+    onto = Onto("0.33.0", vllm_src.resolve(), vllm_src.resolve(), "test")
     with pytest.raises(unified_diff.PatchError, match="a '..' part"):
         onto.read(escape_to(sentinel, vllm_src))
 
@@ -455,7 +456,7 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 def hostile_review() -> dict:
     name = "vllm/" + HOSTILE.replace("\n", " ") + ".py"
     return {
-        "format": orchestrate.REVIEW_FORMAT,
+        "format": review_files.REVIEW_FORMAT,
         "name": "pr-1",
         "diff_sha256": "0" * 64,
         "onto": "0.33.0",
@@ -677,8 +678,8 @@ def test_the_prs_own_claims_and_their_failing_cases_show_hostile_text_as_text():
             }
         ],
     }
-    with pytest.raises(orchestrate.ReviewError):
-        orchestrate.check_shape(bad, Path("shard.json"))
+    with pytest.raises(review_files.ReviewError):
+        review_files.check_shape(bad, Path("shard.json"))
 
 
 def test_thread_text_drafted_into_risks_and_related_notes_shows_as_text_in_the_report(tmp_path):

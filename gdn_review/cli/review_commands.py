@@ -38,9 +38,9 @@ def _shard(value: str | None) -> tuple[int, int] | None:
 
 
 def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
-    from gdn_review.review import orchestrate, render
+    from gdn_review.review import render, review_files
 
-    written = orchestrate.write(data, out_dir, render.markdown(data))
+    written = review_files.write(data, out_dir, render.markdown(data))
     click.echo(render.headline(data))
     print_written(written[:1])
     click.echo(f"json     {written[1]}")
@@ -214,7 +214,7 @@ def review_command(
       gdn-review review kb/53542.diff --pr 53542
     """
     from gdn_review.common import interrupts
-    from gdn_review.review import orchestrate
+    from gdn_review.review import orchestrate, review_files
 
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
@@ -242,7 +242,7 @@ def review_command(
     if draft_number:
         click.echo(
             "draft    "
-            f"{orchestrate.write_draft(data, kb_dir, draft_number, out_dir)} "
+            f"{review_files.write_draft(data, kb_dir, draft_number, out_dir)} "
             "(fill its TODOs, then move it into kb/)"
         )
     _finish(data, out_dir, fail_on)
@@ -268,12 +268,12 @@ def review_merge_command(shards, out_dir, name, fail_on) -> None:
       gdn-review review-merge shards/*/pr-52297.json
       gdn-review review-merge pr-1-shard1.json pr-1-shard2.json --name pr-1 --out reports/review
     """
-    from gdn_review.review import orchestrate, render
+    from gdn_review.review import render, review_files
 
     try:
-        data = render.merge([orchestrate.load(path) for path in shards])
+        data = render.merge([review_files.load(path) for path in shards])
     except ValueError as error:
-        raise orchestrate.ReviewError(str(error)) from None
+        raise review_files.ReviewError(str(error)) from None
     if name:
         data["name"] = name
     _finish(data, out_dir or Path("reports") / "review", fail_on)

@@ -31,12 +31,12 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from gdn_review import mutation
     from gdn_review.common import release_cache
     from gdn_review.common.unified_diff import PatchError
-    from gdn_review.export import bundle
+    from gdn_review.export import bundle_wheels
     from gdn_review.export.export import ExportError
     from gdn_review.importers.review_report import ReportImportError
     from gdn_review.matrix import matrix_files
     from gdn_review.mutation import guard
-    from gdn_review.review.orchestrate import ReviewError
+    from gdn_review.review.review_files import ReviewError
     from gdn_review.run import bench, selection, snapshot_take, suite
 
     return (
@@ -49,7 +49,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
         guard.GuardError,
         release_cache.ReleaseError,
         bench.BenchError,
-        bundle.BundleError,
+        bundle_wheels.BundleError,
         matrix_files.MatrixError,
         snapshot_take.SnapshotError,
         ExportError,

@@ -20,6 +20,8 @@ from typing import Callable
 
 from gdn_review.common import unified_diff
 from gdn_review.review import orchestrate
+from gdn_review.review.onto_release import onto_release
+from gdn_review.review.review_files import ReviewError
 
 
 def wanted(records: dict) -> dict[Path, Path]:
@@ -106,7 +108,7 @@ def release_with_diff(
     """
     from gdn_review.review import tree
 
-    onto = orchestrate.onto_release(release, None, say)
+    onto = onto_release(release, None, say)
     _, files = unified_diff.read_diff_file(
         diff
     )  # PatchError: a file name that leaves vLLM's tree, or no diff
@@ -114,7 +116,7 @@ def release_with_diff(
         f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))
     ]
     if not in_tree:
-        raise orchestrate.ReviewError(
+        raise ReviewError(
             f"{diff}: the diff changes no file of vLLM's Python package: nothing to time"
         )
     unified_diff.confine(in_tree, onto.tree, str(diff))

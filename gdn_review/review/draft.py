@@ -104,8 +104,10 @@ def write_draft(review: dict, records: dict[int, object], number: int, path: Pat
     not."""
     data = draft_data(review, records, number)
     header = (
-        f"# Draft record of PR #{number}, written by gdn-review review from {review['name']} onto vLLM {review['onto']}.\n"
-        "# The cases and expect blocks were measured with the change; the title and claims are TODOs.\n"
+        f"# Draft record of PR #{number}, written by gdn-review review from {review['name']} "
+        f"onto vLLM {review['onto']}.\n"
+        "# The cases and expect blocks were measured with the change; "
+        "the title and claims are TODOs.\n"
     )
     text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
     try:

@@ -1,20 +1,20 @@
 """``gdn-review review DIFF``: the whole KB against a vLLM release with a change applied.
 
 The diff is applied to a copy of the release's Python files (the release
-cache's entry, or a vLLM source folder): never to the installed vLLM and never
-to the cache itself. Before anything runs, what the hunks touch is said per
+cache's entry, or a vLLM source folder: ``onto_release``): never to the
+installed vLLM and never to the cache itself. Before anything runs, what the hunks touch is said per
 record (``impact``). Then one worker per vLLM tree (``worker``) runs each
 selected record's generated module and snapshots on the release as it is and
 with the change, and the automatic mutants of the change's added lines; a
 change of the target module alone is loaded in memory over the release (one
 vLLM import for everything), a change of several files runs on a patched tree
-of links (``tree``). What moved is compared in ``compare`` and written as
-markdown for a PR comment and JSON (``render``).
+of links (``tree``). What moved is compared in ``compare`` and rendered as
+markdown for a PR comment (``render``); the command writes it and the JSON
+through ``review_files``, which also reads a shard's JSON back for merging.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -28,88 +28,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from packaging.version import Version
-
 from gdn_review.common import interrupts, release_cache, release_trees, unified_diff
-from gdn_review.common.files import atomic_write
 from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
 from gdn_review.review import compare, impact, tree
-
-REVIEW_FORMAT = "gdn-review-review/1"
-
-
-class ReviewError(Exception):
-    """Bad input for a review (a diff that does not apply, a module that no longer imports): exit
-    2."""
-
-
-@dataclasses.dataclass
-class Onto:
-    """The release a change is applied onto."""
-
-    version: str
-    tree: Path  # folder holding vllm/ (read; never written)
-    pythonpath: Path | None  # None: the installed vLLM, imported as it is
-    label: str
-
-    def read(self, relative: str) -> str | None:
-        """The release's text of ``relative`` (None: no such file); PatchError for a name that
-        leaves the tree."""
-        try:
-            return unified_diff.inside(self.tree, relative).read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-
-
-def next_minor(version: str) -> str:
-    parsed = Version(version)
-    return f"{parsed.major}.{parsed.minor + 1}.0"
-
-
-def onto_release(onto: str | None, vllm_src: Path | None, say: Callable[[str], None]) -> Onto:
-    """The sources to apply the change to: --vllm-src, else release --onto (default: the installed
-    one)."""
-    if vllm_src is not None:
-        folder = Path(vllm_src)
-        if not (folder / "vllm" / "__init__.py").is_file():
-            raise ReviewError(
-                f"--vllm-src {folder}: no vllm/__init__.py under it (give the "
-                "folder that holds vllm/)"
-            )
-        version = onto or _source_version(folder)
-        if version is None:
-            raise ReviewError(
-                f"--vllm-src {folder}: cannot tell its release (no "
-                "vllm/_version.py): say it with --onto"
-            )
-        return Onto(
-            release_cache.checked_version(version),
-            folder.resolve(),
-            folder.resolve(),
-            f"vLLM source {folder} ({version})",
-        )
-    installed = release_cache.installed()
-    version = release_cache.checked_version(onto) if onto else installed
-    if version is None:
-        raise ReviewError(
-            "no vLLM is importable here: say which release to apply the change onto with --onto"
-        )
-    # The installed release's files are copied into the release cache once.
-    entry = release_trees.entry(version, say=say)
-    if version == installed:
-        return Onto(version, entry.path, None, f"vLLM {version} (installed)")
-    tree = release_trees.tree(version, say=say)  # its children import it: bytecode written once
-    return Onto(version, entry.path, tree, f"vLLM {version} (release cache)")
-
-
-def _source_version(folder: Path) -> str | None:
-    text = (
-        (folder / "vllm" / "_version.py").read_text(encoding="utf-8")
-        if (folder / "vllm" / "_version.py").is_file()
-        else ""
-    )
-    match = re.search(r"""version\s*=\s*['"]([0-9][^'"+]*)""", text)
-    return Version(match.group(1)).base_version if match else None
+from gdn_review.review.onto_release import next_minor, onto_release
+from gdn_review.review.review_files import REVIEW_FORMAT, ReviewError
 
 
 def classify(files: list[unified_diff.FileDiff], targets: set[str]) -> list[dict]:
@@ -348,7 +271,8 @@ def review(
             else ([], 0)
         )
         say(
-            f"running {len(chosen_records)} record(s) before and after the change ({data['run']['mode']}), "
+            f"running {len(chosen_records)} record(s) before and after the change "
+            f"({data['run']['mode']}), "
             f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines"
         )
         spec = {
@@ -407,8 +331,10 @@ def review(
         error = next((r["import_error"] for r in results.values() if r.get("import_error")), None)
         if error:
             raise ReviewError(
-                f"{diff_path}: with the change, {', '.join(spec['changed_modules'])} does not import on {base.label}: {error}. "
-                "The change needs code outside the diff: add those files to the diff, or review it onto a later release (--onto)"
+                f"{diff_path}: with the change, {', '.join(spec['changed_modules'])} "
+                f"does not import on {base.label}: {error}. "
+                "The change needs code outside the diff: add those files to the diff, "
+                "or review it onto a later release (--onto)"
             )
         sides = {
             side: {**outcome, "folder": str(workspace / name)}
@@ -505,101 +431,3 @@ def _spec(workspace: Path, spec: dict, sides: list[str], in_memory: dict | None)
         encoding="utf-8",
     )
     return path
-
-
-REPORT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-
-def write(data: dict, folder: Path, markdown: str) -> list[Path]:
-    """``folder/<name>.md`` and ``.json``, each written whole or not at all."""
-    folder = Path(folder)
-    if not REPORT_NAME.match(str(data.get("name", ""))):
-        raise ReviewError(
-            f"report name {data.get('name')!r}: use letters, digits, '_', '.' "
-            f"and '-' (it becomes a file name in {folder}); say one with "
-            "--name"
-        )
-    md, js = folder / f"{data['name']}.md", folder / f"{data['name']}.json"
-    atomic_write(js, json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
-    atomic_write(md, markdown)
-    return [md, js]
-
-
-def load(path: Path) -> dict:
-    """A review's JSON (a shard's, for merging), or ReviewError naming the file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReviewError(f"{path}: no such file") from None
-    except ValueError as error:
-        raise ReviewError(f"{path}: not JSON: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != REVIEW_FORMAT:
-        raise ReviewError(f"{path}: not a gdn-review review (expected format {REVIEW_FORMAT!r})")
-    check_shape(data, path)
-    return data
-
-
-# What a review's JSON holds at its top: a shard comes from a job that read an
-# untrusted diff, so the job that comments checks it before using any of it.
-_SHAPE = {
-    "name": str,
-    "diff_sha256": str,
-    "onto": str,
-    "source": str,
-    "lands_in": str,
-    "files": list,
-    "impact": list,
-    "carried": list,
-    "records": list,
-    "mutants": list,
-    "mutants_left_out": int,
-    "run": dict,
-}
-
-
-def check_shape(data: dict, path: Path) -> None:
-    """ReviewError naming the file and field unless ``data`` has a review's shape and renders."""
-    from gdn_review.review import render
-
-    for key, kind in _SHAPE.items():
-        if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
-            raise ReviewError(
-                f"{path}: field {key!r}: expected {kind.__name__}, got "
-                f"{type(data.get(key)).__name__}"
-            )
-    if not re.fullmatch(r"[0-9a-f]{64}", data["diff_sha256"]):
-        raise ReviewError(f"{path}: field 'diff_sha256': not a sha256 in hex")
-    if not REPORT_NAME.match(data["name"]):
-        raise ReviewError(
-            f"{path}: field 'name': {data['name'][:80]!r} is not a report "
-            "name (letters, digits, '_', '.', '-')"
-        )
-    for key in ("onto", "lands_in"):
-        if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", data[key]):
-            raise ReviewError(f"{path}: field {key!r}: {data[key][:80]!r} is not a release (X.Y.Z)")
-    for key in ("files", "impact", "carried", "records", "mutants"):
-        for index, item in enumerate(data[key]):
-            if not isinstance(item, dict):
-                raise ReviewError(
-                    f"{path}: field '{key}[{index}]': expected an object, got {type(item).__name__}"
-                )
-    try:
-        render.markdown(data)
-        render.findings(data)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-        raise ReviewError(
-            f"{path}: not a review as gdn-review writes it: "
-            f"{type(error).__name__}: {str(error)[:200]}"
-        ) from None
-
-
-def write_draft(data: dict, kb_dir: Path, number: int, folder: Path) -> Path:
-    """``folder/<number>.yaml``: a draft record of the reviewed change (see ``review.draft``)."""
-    from gdn_review.review import draft
-    from gdn_review.run.selection import load_records
-
-    records = {r.key: r for r in load_records(kb_dir).values()}
-    try:
-        return draft.write_draft(data, records, number, Path(folder) / f"{number}.yaml")
-    except draft.DraftError as error:
-        raise ReviewError(str(error)) from None

@@ -97,7 +97,8 @@ def own_claims_line(data: dict) -> str | None:
     if own is None:
         return None
     line = (
-        f"**The PR's own claims** ({_name(own['number'])}, with its diff onto {text(data['onto'])}): "
+        f"**The PR's own claims** ({_name(own['number'])}, "
+        f"with its diff onto {text(data['onto'])}): "
         f"{len(own['hold'])} hold, {len(own['pending'])} pending, {len(own['fail'])} fail"
     )
     if own["fail"]:
@@ -118,7 +119,8 @@ def markdown(data: dict) -> str:
     )
     for item in data["impact"]:
         lines.append(
-            f"**Record {_name(item['number'])}** ({code(item['record'])}, {code(item['target'])}): the hunks change "
+            f"**Record {_name(item['number'])}** ({code(item['record'])}, "
+            f"{code(item['target'])}): the hunks change "
             f"{', '.join(code(s) for s in item['symbols']) or 'nothing'}"
             + (
                 f"; the target reaches {', '.join(code(s) for s in item['reaches_target'])}"
@@ -149,7 +151,8 @@ def markdown(data: dict) -> str:
         else:
             lines.append("")
             lines.append(
-                f"**Unexplained change**: no recorded PR first shipped after {text(data['onto'])}, by {text(data['lands_in'])}; "
+                f"**Unexplained change**: no recorded PR first shipped after "
+                f"{text(data['onto'])}, by {text(data['lands_in'])}; "
                 "no record says what this change is for."
             )
         lines.append("")
@@ -167,12 +170,14 @@ def _record_section(record: dict, data: dict) -> list[str]:
         lines.append(f"- **{text(side)} side did not finish**: {text(why)}")
     if record["carries_pr"]:
         lines.append(
-            f"- This change carries the record's own PR: {_name(record['number'])} first shipped after {text(data['onto'])}, "
+            f"- This change carries the record's own PR: {_name(record['number'])} "
+            f"first shipped after {text(data['onto'])}, "
             f"by {text(data['lands_in'])}; its claims below are read against the record's `before`."
         )
     if record.get("own"):
         lines.append(
-            "- This diff is the record's own PR: its stated changes (`target.changes`, its cases' `expect`) explain what moves, "
+            "- This diff is the record's own PR: its stated changes "
+            "(`target.changes`, its cases' `expect`) explain what moves, "
             "and its claims are read with the change in (pending on the release as it is)."
         )
     changed = [c for c in record["claims"] if c["changed"]]

@@ -1,0 +1,168 @@
+"""A bundle's dry run: its run.sh run here on CPU, as the GPU machine would run it, in a bare
+environment (a venv with BASELINE's packages linked from an installed copy, this interpreter's or
+another's, and nothing else) and with no network where ``unshare -rn`` works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from gdn_review.common import interrupts
+from gdn_review.export import bundle_wheels
+from gdn_review.export.bundle_wheels import BundleError
+
+
+def bare_environment(destination: Path, say: Callable[[str], None] = print) -> Path:
+    """A venv that has BASELINE (and its requirements) from this environment, and nothing else; its
+    python.
+
+    The packages are linked file by file from their installed copies (no
+    download, seconds): the stand-in for a machine with only PyTorch.
+    """
+    destination = Path(destination)
+    shared = destination / "site"
+    count = 0
+    for distribution in bundle_wheels.baseline_distributions().values():
+        for entry in distribution.files or []:
+            name = str(entry)
+            if name.startswith(".."):
+                continue  # scripts and data outside site-packages
+            source = Path(distribution.locate_file(entry)).resolve()
+            if not source.is_file():
+                continue
+            link = shared / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(source)
+                count += 1
+    interrupts.run_child(
+        [sys.executable, "-m", "venv", "--clear", str(destination / "venv")],
+        check=True,
+        env=_plain_environment(),
+    )
+    python = destination / "venv" / "bin" / "python"
+    purelib = interrupts.run_child(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "bare-baseline.pth").write_text(f"{shared}\n", encoding="utf-8")
+    say(
+        f"bare environment {destination}: {len(bundle_wheels.baseline_distributions())} "
+        f"distributions ({count} files linked)"
+    )
+    return python
+
+
+def _plain_environment() -> dict[str, str]:
+    """PATH and HOME only: nothing of this environment's PYTHONPATH, pip settings or caches leaks
+    in."""
+    return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+
+
+def no_network_prefix() -> list[str]:
+    """``unshare -rn`` where it works (a new network namespace with no interfaces up), else
+    nothing."""
+    unshare = shutil.which("unshare")
+    if (
+        unshare
+        and interrupts.run_child(
+            [unshare, "-rn", "true"], capture_output=True, check=False
+        ).returncode
+        == 0
+    ):
+        return [unshare, "-rn"]
+    return []
+
+
+def _bare_environment_from(
+    source_python: str, destination: Path, say: Callable[[str], None]
+) -> Path:
+    """``bare_environment`` made from another interpreter's packages (another torch), in that
+    interpreter."""
+    # This project's gdn_review goes first on that interpreter's path (it has none of its own).
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from gdn_review.export.bundle_dry_run import bare_environment; "
+        "print(bare_environment(Path(sys.argv[1])))"
+    )
+    project = str(Path(__file__).resolve().parents[2])
+    done = interrupts.run_child(
+        [source_python, "-c", code, str(destination), project],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=_plain_environment(),
+    )
+    if done.returncode != 0:
+        raise BundleError(
+            f"{source_python} could not make the bare environment: {done.stderr.strip()[-500:]}"
+        )
+    lines = done.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        say(line)
+    return Path(lines[-1])
+
+
+def dry_run(
+    bundle_dir: Path,
+    work: Path,
+    bench_seconds: int = 5,
+    source_python: str | None = None,
+    say: Callable[[str], None] = print,
+) -> tuple[int, Path, bool]:
+    """Run ``bundle_dir/run.sh`` on this machine's CPU in a bare environment, with no network if
+    possible.
+
+    The bare environment links the packages of ``source_python`` (default: this
+    interpreter), e.g. a venv with the GPU machine's torch. Returns (run.sh's
+    exit code, its OUT folder, whether the network was cut).
+    """
+    manifest = json.loads((Path(bundle_dir) / "bundle.json").read_text(encoding="utf-8"))
+    source_python = source_python or sys.executable
+    version = interrupts.run_child(
+        [
+            source_python,
+            "-c",
+            "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    if manifest["python"] != version:
+        raise BundleError(
+            f"the bundle's wheels are for Python {manifest['python']}, "
+            f"{source_python} is {version or 'not runnable'}: make it with "
+            f"--python {version}"
+        )
+    if source_python == sys.executable:
+        python = bare_environment(Path(work) / "bare", say=say)
+    else:
+        python = _bare_environment_from(source_python, Path(work) / "bare", say)
+    out = Path(work) / "evidence"
+    environment = (
+        _plain_environment()
+        | {
+            "PYTHON": str(python),
+            "GDN_BUNDLE_BENCH_SECONDS": str(bench_seconds),
+            "PIP_CONFIG_FILE": os.devnull,  # no index or find-links of this machine's pip
+            "TMPDIR": str(work),
+        }
+        | interrupts.hold_environment()
+    )
+    prefix = no_network_prefix()
+    say(
+        f"dry run: {bundle_dir}/run.sh on CPU, "
+        f"{'no network (unshare -rn)' if prefix else 'network not cut (no unshare here)'}"
+    )
+    code = interrupts.run_child(
+        [*prefix, "bash", str(Path(bundle_dir) / "run.sh"), str(out)], env=environment, check=False
+    ).returncode
+    return code, out, bool(prefix)
