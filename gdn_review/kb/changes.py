@@ -20,8 +20,8 @@ from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from gdn_review.common import release_range
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.load import duplicate_keys, field_path, locate, read_yaml
 from gdn_review.kb.models import Release, Strict, Text
+from gdn_review.kb.yaml_source import duplicate_keys, field_path, locate, read_yaml
 
 CHANGES_FILE = Path("history") / "changes.yaml"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from gdn_review.kb.errors import RecordError
-from gdn_review.kb.load import field_path, locate
 from gdn_review.kb.models import Record
+from gdn_review.kb.yaml_source import field_path, locate
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:

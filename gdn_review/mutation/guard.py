@@ -35,7 +35,7 @@ import yaml
 
 from gdn_review.common import interrupts
 from gdn_review.kb import RecordError, RecordErrors
-from gdn_review.kb.load import locate
+from gdn_review.kb.yaml_source import locate
 from gdn_review.mutation import operators
 from gdn_review.mutation.catalogue import Mutant, edit_diff
 
