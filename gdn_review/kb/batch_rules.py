@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from gdn_review.kb.models import Case, Row
+from gdn_review.kb.cases import Case, Row
 
 Loc = tuple  # inside the case, e.g. ("rows", 2, "query_len")
 Rule = Callable[[Case], Iterator[tuple[Loc, str]]]

@@ -97,7 +97,7 @@ class HostCall(Strict):
 
 
 class ServerFields(Strict):
-    """The fields of a case that configure the builder as a GPU server would (kb.models.Case has
+    """The fields of a case that configure the builder as a GPU server would (kb.cases.Case has
     them)."""
 
     call: HostCall | None = Field(
