@@ -44,7 +44,8 @@ class Row(Strict):
     accepted: Annotated[int, Field(ge=0)] = Field(
         default=1,
         description="tokens the row accepted at the previous step (1..k+1; 1 without speculation); "
-        "0: a speculating row whose previous async step was discarded (vLLM writes its valid sampled count, 0)",
+        "0: a speculating row whose previous async step was discarded (vLLM writes its valid "
+        "sampled count, 0)",
     )
     prefilling: bool | None = Field(
         default=None,
@@ -53,8 +54,9 @@ class Row(Strict):
     )
     host_seq_len: Annotated[int, Field(ge=1)] | None = Field(
         default=None,
-        description="the host's (optimistic) length of the sequence, vLLM's seq_lens_cpu_upper_bound; at least seq_len; "
-        "null: seq_len plus the case's host_seq_len_offset",
+        description="the host's (optimistic) length of the sequence, vLLM's "
+        "seq_lens_cpu_upper_bound; at least seq_len; null: seq_len plus the case's "
+        "host_seq_len_offset",
     )
 
 
@@ -118,13 +120,14 @@ class Case(ServerFields):
     )
     block_table_offset: Annotated[int, Field(ge=10000, multiple_of=10000)] | None = Field(
         default=None,
-        description="added to every block-table entry (a multiple of 10000: an entry still names its row), "
-        "so a build's state ids differ from those of builds before it",
+        description="added to every block-table entry (a multiple of 10000: an entry still names "
+        "its row), so a build's state ids differ from those of builds before it",
     )
     entry: Entry | None = Field(
         default=None,
-        description="build (default), capture (build_for_cudagraph_capture: drafts from the query lengths), "
-        "update_block_table (re-gather of this case's build with the second block table: entries + 10000)",
+        description="build (default), capture (build_for_cudagraph_capture: drafts from the query "
+        "lengths), update_block_table (re-gather of this case's build with the second block table: "
+        "entries + 10000)",
     )
     no_is_prefilling: bool | None = Field(
         default=None,
@@ -138,8 +141,8 @@ class Case(ServerFields):
     needs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] | None = (
         Field(
             default=None,
-            description="metadata fields or builder attributes the case needs (of a later release or an open PR); "
-            "a release without one reads 'not applicable: vLLM X has no <name>'",
+            description="metadata fields or builder attributes the case needs (of a later release "
+            "or an open PR); a release without one reads 'not applicable: vLLM X has no <name>'",
         )
     )
     after: Annotated[list[Id], Field(min_length=1)] | None = Field(
@@ -149,18 +152,21 @@ class Case(ServerFields):
     )
     second_builder: SecondBuilder | None = Field(
         default=None,
-        description="entry update_block_table only: the re-gather runs on another builder of the same settings "
-        "(another KV-cache group), whose buffers are its own; `after` builds on it first",
+        description="entry update_block_table only: the re-gather runs on another builder of the "
+        "same settings (another KV-cache group), whose buffers are its own; `after` builds on it "
+        "first",
     )
     step: Step | None = Field(
         default=None,
-        description="one engine step on this batch: each KV-cache group's build() on its own builder and block table, "
-        "after the methods a PR adds (before_builds), as the runner calls them; checks count per step or per call",
+        description="one engine step on this batch: each KV-cache group's build() on its own "
+        "builder and block table, after the methods a PR adds (before_builds), as the runner calls "
+        "them; checks count per step or per call",
     )
     allow_impossible: Text | None = Field(
         default=None,
         description="why this batch is one vLLM never produces, on purpose (a robustness check); "
-        "the batch rules are not applied to it, and a case that breaks none of them must not say this",
+        "the batch rules are not applied to it, and a case that breaks none of them must not say "
+        "this",
     )
     expect: dict[ExpectField, PlainValue] = Field(default_factory=dict)
 

@@ -31,7 +31,8 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
             items.append(
                 (
                     ("target", field),
-                    f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "
+                    f"TODO: {field} is not set (which vLLM release "
+                    f"{'lacks' if field == 'base_release' else 'first has'} the PR? "
                     '`gdn-review find-release "<a line the PR added>"` prints both)',
                 )
             )

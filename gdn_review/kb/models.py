@@ -35,7 +35,7 @@ from gdn_review.kb.subjects import (
     PullRequest,
     state_words,
 )
-from gdn_review.kb.types import (  # noqa: F401  (re-exported: the KB's modules import them from here)
+from gdn_review.kb.types import (  # noqa: F401  (re-exported: KB modules import them from here)
     CoreExpectField,
     ExpectField,
     Id,
@@ -77,13 +77,15 @@ class Target(Strict):
     )
     moved: list[ContractMove] = Field(
         default_factory=list,
-        description="untied kb/history/changes.yaml entries (no PR known) that moved some of this record's cases and fields "
-        "between releases: explains the matrix's drift, as contract.moved does",
+        description="untied kb/history/changes.yaml entries (no PR known) that moved some of this "
+        "record's cases and fields between releases: explains the matrix's drift, as "
+        "contract.moved does",
     )
     own_hunks: list[Text] | None = Field(
         default=None,
-        description="when the base->head step also carries other PRs' changes of the file: a line (stripped) of each of this "
-        "PR's hunks; only those hunks give automatic mutants ([]: the PR does not change the file). Default: every hunk",
+        description="when the base->head step also carries other PRs' changes of the file: a line "
+        "(stripped) of each of this PR's hunks; only those hunks give automatic mutants ([]: the "
+        "PR does not change the file). Default: every hunk",
     )
 
 
@@ -97,8 +99,8 @@ class KnownDeviation(Strict):
     measured: str | None = None
     expect: dict[str, PlainValue] | None = Field(
         default=None,
-        description="what the deviating build measures now: op counts (op_budget) or metadata fields "
-        "(equivalence); a run that measures anything else fails instead of xfailing",
+        description="what the deviating build measures now: op counts (op_budget) or metadata "
+        "fields (equivalence); a run that measures anything else fails instead of xfailing",
     )
     instead: InvariantProperty | None = Field(
         default=None,
@@ -223,8 +225,8 @@ class Record(Strict):
     )
     equivalent_mutants: dict[Id, Text] = Field(
         default_factory=dict,
-        description="automatic mutants (by id, see `gdn-review mutate --list`) that cannot change behaviour, "
-        "and why; they are reported as equivalent and not run",
+        description="automatic mutants (by id, see `gdn-review mutate --list`) that cannot change "
+        "behaviour, and why; they are reported as equivalent and not run",
     )
 
     @model_validator(mode="after")

@@ -54,8 +54,9 @@ def record_problems(
         problems.append(
             (
                 ("target", "head_release"),
-                f"pr.state is {record.state}: the PR's change is in no release, so it has no head_release "
-                "(leave it out; once the PR ships, set pr.state: merged and head_release together)",
+                f"pr.state is {record.state}: the PR's change is in no release, so it has no "
+                "head_release (leave it out; once the PR ships, set pr.state: merged and "
+                "head_release together)",
             )
         )
 
@@ -119,8 +120,9 @@ def record_problems(
                     problems.append(
                         (
                             base + ("cases", c_index),
-                            f"case {case_id!r} states no expect: an equivalence check needs expected fields; "
-                            f"run gdn-review snapshot --record {record.key} --fill-expects",
+                            f"case {case_id!r} states no expect: an equivalence check needs "
+                            f"expected fields; run gdn-review snapshot --record {record.key} "
+                            "--fill-expects",
                         )
                     )
                 elif case_id in case_ids and not check.compared(record.case(case_id).expect):
@@ -230,8 +232,9 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
             problems.append(
                 (
                     ("rows",),
-                    f"capture asserts {requests} requests and {tokens} tokens <= decode_cudagraph_max_bs {limit} "
-                    "(max_num_seqs * (k + 1), capped by max_cudagraph_capture_size)",
+                    f"capture asserts {requests} requests and {tokens} tokens <= "
+                    f"decode_cudagraph_max_bs {limit} (max_num_seqs * (k + 1), capped by "
+                    "max_cudagraph_capture_size)",
                 )
             )
     for index, row in enumerate(case.rows):
