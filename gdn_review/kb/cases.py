@@ -183,7 +183,6 @@ class Case(ServerFields):
 
     def configuration(self) -> str | None:
         """How the case configures and calls the builder beyond one build() as CPU resolves it, in
-        words
-        (a GPU server's configuration, an engine step); None: neither."""
+        words (a GPU server's configuration, an engine step); None: neither."""
         parts = [words for words in (configuration_words(self), step_words(self)) if words]
         return "; ".join(parts) or None

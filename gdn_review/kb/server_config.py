@@ -168,8 +168,7 @@ def _configuration_parts(case) -> list[tuple[str | None, str]]:
 
 def configuration_label(case) -> str:
     """A short name of how the case configures the builder (the guard's line map): "CPU default"
-    when
-    it is as this machine resolves it."""
+    when it is as this machine resolves it."""
     if case.call is not None:
         return f"host call {case.call.function.rsplit('.', 1)[-1]}"
     shorts = [short for short, _ in _configuration_parts(case) if short]
