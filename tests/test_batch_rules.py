@@ -18,7 +18,7 @@ from gdn_review.kb.batch_rules import (
     case_problems,
     runner_order,
 )
-from gdn_review.kb.models import Case
+from gdn_review.kb.cases import Case
 from tests.conftest import MINIMAL, ROOT
 
 CASE_BODY = MINIMAL[MINIMAL.index("    text: Two spec decodes.\n") : MINIMAL.index("risks:\n")]

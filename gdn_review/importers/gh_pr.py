@@ -36,7 +36,7 @@ from gdn_review.importers.drafting import (
     sentences,
 )
 from gdn_review.importers.report_sections import parse_markdown
-from gdn_review.kb.load import ENTRY_SYMBOLS
+from gdn_review.kb.record_rules import ENTRY_SYMBOLS
 
 ORIGIN = "the PR's JSON"
 _PULL = re.compile(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from gdn_review.kb.models import Case, Row
+from gdn_review.kb.cases import Case, Row
 
 Loc = tuple  # inside the case, e.g. ("rows", 2, "query_len")
 Rule = Callable[[Case], Iterator[tuple[Loc, str]]]
@@ -102,8 +102,8 @@ def spec_query_len(case: Case) -> Iterator[tuple[Loc, str]]:
             yield (
                 ("rows", i, "query_len"),
                 (
-                    f"query_len {row.query_len} of a speculating row > speculative_tokens + 1 = {k + 1}: "
-                    "a speculating row computes one new token and its drafts"
+                    f"query_len {row.query_len} of a speculating row > speculative_tokens + 1 = "
+                    f"{k + 1}: a speculating row computes one new token and its drafts"
                 ),
             )
 
@@ -195,8 +195,9 @@ def runner_order(case: Case) -> Iterator[tuple[Loc, str]]:
         yield (
             ("rows", index),
             (
-                f"no vLLM model runner puts this row after rows[0..{index - 1}]: V1 orders decodes, then extends of a "
-                "sequence with context, then first chunks (seq_len == query_len); V2 orders rows with drafts first, then by query_len"
+                f"no vLLM model runner puts this row after rows[0..{index - 1}]: V1 orders "
+                "decodes, then extends of a sequence with context, then first chunks (seq_len == "
+                "query_len); V2 orders rows with drafts first, then by query_len"
             ),
         )
 

@@ -20,8 +20,8 @@ from pydantic import Field, StringConstraints, ValidationError, model_validator
 
 from gdn_review.common import release_range
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.load import duplicate_keys, field_path, locate, read_yaml
 from gdn_review.kb.models import Release, Strict, Text
+from gdn_review.kb.yaml_source import duplicate_keys, field_path, locate, read_yaml
 
 CHANGES_FILE = Path("history") / "changes.yaml"
 
@@ -149,9 +149,8 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
 
 def contract_problems(records: dict, changes: list[BuilderChange]) -> list[RecordError]:
     """A contract's ``covers`` must name changes.yaml entries that no PR is tied to, inside its
-    release range;
-    a record's ``moved`` entries (contract.moved, target.moved) must name untied entries and its own
-    cases."""
+    release range; a record's ``moved`` entries (contract.moved, target.moved) must name untied
+    entries and its own cases."""
     by_id = {change.id: change for change in changes if change.id}
     problems = []
     for path, record in records.items():

@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 
 from gdn_review.kb.errors import RecordError
-from gdn_review.kb.load import field_path, locate
 from gdn_review.kb.models import Record
+from gdn_review.kb.yaml_source import field_path, locate
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:
@@ -31,7 +31,8 @@ def open_items(record: Record) -> list[tuple[tuple, str]]:
             items.append(
                 (
                     ("target", field),
-                    f"TODO: {field} is not set (which vLLM release {'lacks' if field == 'base_release' else 'first has'} the PR? "
+                    f"TODO: {field} is not set (which vLLM release "
+                    f"{'lacks' if field == 'base_release' else 'first has'} the PR? "
                     '`gdn-review find-release "<a line the PR added>"` prints both)',
                 )
             )

@@ -44,8 +44,8 @@ class SecondBuilder(Strict):
     )
     aligned_state_indices: StateIndices | None = Field(
         default=None,
-        description="model_runner v2: the aligned state indices the V2 runner hands that group's builder "
-        "(mamba_aligned_state_indices), one row per request",
+        description="model_runner v2: the aligned state indices the V2 runner hands that group's "
+        "builder (mamba_aligned_state_indices), one row per request",
     )
 
 
@@ -97,7 +97,7 @@ class HostCall(Strict):
 
 
 class ServerFields(Strict):
-    """The fields of a case that configure the builder as a GPU server would (kb.models.Case has
+    """The fields of a case that configure the builder as a GPU server would (kb.cases.Case has
     them)."""
 
     call: HostCall | None = Field(
@@ -107,8 +107,9 @@ class ServerFields(Strict):
     )
     resolved_prefill_backend: ResolvedBackend | None = Field(
         default=None,
-        description="the GDN prefill backend vLLM resolves on the server's GPU: vLLM's _resolve_gdn_prefill_backend "
-        "returns it while the builder is constructed (off CUDA; on CUDA vLLM resolves with no override)",
+        description="the GDN prefill backend vLLM resolves on the server's GPU: vLLM's "
+        "_resolve_gdn_prefill_backend returns it while the builder is constructed (off CUDA; on "
+        "CUDA vLLM resolves with no override)",
     )
     prefix_caching: PrefixCaching | None = Field(
         default=None,
@@ -128,8 +129,9 @@ class ServerFields(Strict):
     )
     aligned_state_indices: StateIndices | None = Field(
         default=None,
-        description="model_runner v2 in align mode: the aligned state indices the V2 runner precomputes and hands the "
-        "builder (mamba_aligned_state_indices) before each build, one row per request (padded rows included)",
+        description="model_runner v2 in align mode: the aligned state indices the V2 runner "
+        "precomputes and hands the builder (mamba_aligned_state_indices) before each build, one "
+        "row per request (padded rows included)",
     )
 
 
@@ -146,8 +148,9 @@ def _configuration_parts(case) -> list[tuple[str | None, str]]:
         parts.append(
             (
                 "align prefix caching",
-                f"prefix caching in align mode (block {case.block_size or 16}, checkpoint alignment "
-                f"{caching.prefill_checkpoint_alignment}, {caching.num_prefill_checkpoint_blocks} checkpoint block)",
+                f"prefix caching in align mode (block {case.block_size or 16}, checkpoint "
+                f"alignment {caching.prefill_checkpoint_alignment}, "
+                f"{caching.num_prefill_checkpoint_blocks} checkpoint block)",
             )
         )
     if case.model_runner == "v2" or case.aligned_state_indices is not None:
@@ -165,8 +168,7 @@ def _configuration_parts(case) -> list[tuple[str | None, str]]:
 
 def configuration_label(case) -> str:
     """A short name of how the case configures the builder (the guard's line map): "CPU default"
-    when
-    it is as this machine resolves it."""
+    when it is as this machine resolves it."""
     if case.call is not None:
         return f"host call {case.call.function.rsplit('.', 1)[-1]}"
     shorts = [short for short, _ in _configuration_parts(case) if short]
@@ -250,8 +252,9 @@ def server_problems(case) -> list[tuple[tuple, str]]:
             problems.append(
                 (
                     loc,
-                    f"{len(indices)} rows of aligned indices for {requests} requests: the V2 runner hands one per request "
-                    "(compute_aligned_state_indices returns aligned_state_indices[:, :num_reqs])",
+                    f"{len(indices)} rows of aligned indices for {requests} requests: the V2 "
+                    "runner hands one per request (compute_aligned_state_indices returns "
+                    "aligned_state_indices[:, :num_reqs])",
                 )
             )
         widths = {len(row) for row in indices}

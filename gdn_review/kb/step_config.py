@@ -35,8 +35,9 @@ class StepCall(Strict):
     )
     arguments: list[PythonName] = Field(
         default_factory=list,
-        description="build()'s arguments it takes, by name (common_attn_metadata, num_accepted_tokens, "
-        "num_decode_draft_tokens_cpu, common_prefix_len); empty: those its signature names",
+        description="build()'s arguments it takes, by name (common_attn_metadata, "
+        "num_accepted_tokens, num_decode_draft_tokens_cpu, common_prefix_len); empty: those its "
+        "signature names",
     )
     result_as: PythonName | None = Field(
         default=None,

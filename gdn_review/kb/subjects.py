@@ -29,8 +29,9 @@ class PullRequest(Strict):
     source_report: str | None = None
     state: Literal["merged", "open", "closed"] = Field(
         default="merged",
-        description="open: not merged when the record was written (no head release yet; its improvement claims read pending); "
-        "closed: closed unmerged (its change is in no release). Once merged: state merged and target.head_release",
+        description="open: not merged when the record was written (no head release yet; its "
+        "improvement claims read pending); closed: closed unmerged (its change is in no release). "
+        "Once merged: state merged and target.head_release",
     )
 
     @model_validator(mode="after")

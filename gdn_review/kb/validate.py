@@ -66,7 +66,7 @@ def relation_problems(records: dict[Path, Record]) -> list:
     """A relation's from_release must be the head release of the named PR's own record (one release
     per PR in the history)."""
     from gdn_review.kb import RecordError
-    from gdn_review.kb.load import locate, read_yaml
+    from gdn_review.kb.yaml_source import locate, read_yaml
 
     heads = {
         record.key: (path, record.target.head_release)

@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from gdn_review.common import release_range
 from gdn_review.kb import Record, RecordError
-from gdn_review.kb.load import locate
+from gdn_review.kb.yaml_source import locate
 from gdn_review.mutation import operators
 
 RUNNABLE = None  # status of a mutant that still has to run

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from gdn_review.kb import RecordError, RecordErrors
-from gdn_review.kb.load import locate
+from gdn_review.kb.yaml_source import locate
 
 
 @dataclasses.dataclass

@@ -1,0 +1,128 @@
+"""A knowledge-base YAML file read, and where a field of it is: ``file:line:col``.
+
+YAML is read with the safe loader only, aliases refused, every failure said for
+people. The node tree (which keeps line numbers) is what the loader's errors and
+every other stage's point into: ``locate`` gives the line and column of a field,
+``field_path`` its dotted path, ``duplicate_keys`` the keys plain YAML silently
+collapses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gdn_review.kb.errors import RecordError, RecordErrors
+
+Loc = tuple[Any, ...]
+
+
+def field_path(loc: Loc) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int, int]:
+    """1-based line and column of the YAML node at ``loc`` (or its nearest ancestor)."""
+    if root is None:
+        return 1, 1
+    node = root
+    for position, item in enumerate(loc):
+        last = position == len(loc) - 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(item):
+                    node = key if (last and at_key) else value
+                    break
+            # An item not found (a union tag, a missing key) leaves us at the parent.
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(item, int) and item < len(node.value)
+        ):
+            node = node.value[item]
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _aliases(text: str) -> list[yaml.Token]:
+    """Alias tokens (``*name``): records are written out in full, never by reference."""
+    return [
+        token
+        for token in yaml.scan(text, Loader=yaml.SafeLoader)
+        if isinstance(token, yaml.AliasToken)
+    ]
+
+
+def duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            if key.value in seen:
+                found.append((path + (key.value,), key))
+            seen.add(key.value)
+            duplicate_keys(value, path + (key.value,), found)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            duplicate_keys(item, path + (index,), found)
+
+
+def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (line numbers) and the plain data of a KB file's YAML; RecordErrors naming
+    file:line:col otherwise.
+
+    Safe loader only; aliases refused (KB files are written out in full); every
+    way YAML can fail (syntax, a refused tag, nesting, an unreadable value) is
+    said for people, never raised as a traceback.
+    """
+    try:
+        aliases = _aliases(text)
+        if aliases:
+            mark = aliases[0].start_mark
+            raise RecordErrors(
+                [
+                    RecordError(
+                        file,
+                        mark.line + 1,
+                        mark.column + 1,
+                        "",
+                        "YAML aliases (*name) are not allowed in the knowledge base: "
+                        "write the value out",
+                    )
+                ]
+            )
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        problem = error.problem or "unreadable YAML"
+        if error.context:
+            where = error.context_mark
+            started = (
+                f" (started at line {where.line + 1}, column {where.column + 1})"
+                if where and where != mark
+                else ""
+            )
+            problem = f"{error.context}{started}: {problem}"
+        # A constructor error is a tag the safe loader refuses (records are plain data).
+        what = (
+            "unsupported YAML tag"
+            if isinstance(error, yaml.constructor.ConstructorError)
+            else "YAML syntax error"
+        )
+        raise RecordErrors([RecordError(file, line, column, "", f"{what}: {problem}")]) from None
+    except yaml.YAMLError as error:
+        raise RecordErrors([RecordError(file, 1, 1, "", f"YAML error: {error}")]) from None
+    except RecursionError:
+        raise RecordErrors(
+            [RecordError(file, 1, 1, "", "YAML nested too deeply to be a knowledge-base file")]
+        ) from None
+    except ValueError as error:  # e.g. an integer with thousands of digits
+        raise RecordErrors(
+            [RecordError(file, 1, 1, "", f"YAML value cannot be read: {str(error)[:200]}")]
+        ) from None
+    return root, data
