@@ -330,3 +330,22 @@ def test_no_underscore_name_is_used_across_modules():
     assert not offenders, "underscore names used across modules:\n" + "\n".join(
         sorted(set(offenders))
     )
+
+
+def test_the_project_passes_its_own_ruff_settings():
+    """``ruff check`` and ``ruff format --check`` of gdn_review/ and tests/ with pyproject.toml's
+    settings (line length 100; the harness at vLLM's 88, gdn_review/harness/ruff.toml)."""
+    import subprocess
+
+    from tests.conftest import ROOT, dev_tool
+
+    ruff = dev_tool("ruff", "ruff")
+    for command in (["check"], ["format", "--check"]):
+        done = subprocess.run(
+            [ruff, *command, "--no-cache", "gdn_review", "tests"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"ruff {' '.join(command)}:\n{done.stdout}{done.stderr}"
