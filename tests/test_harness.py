@@ -146,9 +146,14 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
         "from gdn_review import harness\n"
         "harness.make_builder(harness.BuilderSettings(speculative_tokens=1))\n"
         "me = str(os.getpid())\n"
-        "kids = [p for p in os.listdir('/proc') if p.isdigit() and "
-        "open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == "
-        "me]\n"
+        # Any process on the machine may end between the listing and the read: one that is
+        # gone is no child of ours.
+        "def parent(pid):\n"
+        "    try:\n"
+        "        return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+        "    except (OSError, IndexError):\n"
+        "        return None\n"
+        "kids = [p for p in os.listdir('/proc') if p.isdigit() and parent(p) == me]\n"
         "print('children', len(kids))\n"
     )
     env = {
