@@ -63,11 +63,18 @@ def _manifest(**changes) -> dict:
         "records": [
             {
                 "record": 52078,
+                "label": "PR #52078",
                 "file": "52078.yaml",
                 "releases": ["0.28.0", "0.29.0", "0.33.0"],
                 "bench": {"base": "0.28.0", "head": "0.29.0"},
             },
-            {"record": 56531, "file": "56531.yaml", "releases": ["0.33.0"], "bench": None},
+            {
+                "record": 56531,
+                "label": "PR #56531",
+                "file": "56531.yaml",
+                "releases": ["0.33.0"],
+                "bench": None,
+            },
         ],
         "wheels": [{"name": "pydantic", "version": "2", "file": "p.whl", "sha256": "0"}],
     }
@@ -96,7 +103,15 @@ def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
 
 def test_run_script_without_a_latency_claim_has_no_bench(tmp_path):
     manifest = _manifest(
-        records=[{"record": 56531, "file": "56531.yaml", "releases": ["0.33.0"], "bench": None}]
+        records=[
+            {
+                "record": 56531,
+                "label": "PR #56531",
+                "file": "56531.yaml",
+                "releases": ["0.33.0"],
+                "bench": None,
+            }
+        ]
     )
     script = environment().get_template("bundle/run.sh.j2").render(manifest=manifest, max_mib=60)
     assert "gdn_review.cli bench" not in script and "bench.json" not in script
@@ -276,9 +291,10 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
         pytest.skip(
             "unshare -rn is not permitted here, so the network cannot be cut for the dry run"
         )
-    # A small selection keeps CI short: one record on the two releases of its latency claim
-    # (probes, matrix, bench and report all run; the default bundle's size is checked above).
-    selection = ["--record", "52078", "--vllm", "0.28.0", "--vllm", "0.29.0"]
+    # A small selection keeps CI short: one record on the two releases of its latency claim,
+    # its C1 tests (probes, matrix, bench and report all run; the default bundle's size is
+    # checked above).
+    selection = ["--record", "52078", "--vllm", "0.28.0", "--vllm", "0.29.0", "-k", "C1"]
     result = CliRunner().invoke(
         main,
         [

@@ -22,7 +22,8 @@ def test_validate_bundled_kb_ok():
     result = run("validate", "--kb", str(ROOT / "kb"))
     assert result.exit_code == 0, result.output
     for path, record in load_kb(ROOT / "kb").items():
-        counts = f"{len(record.claims)} claims, {len(record.cases)} cases, {len(record.risks)} risks"
+        claims, cases, risks = len(record.claims), len(record.cases), len(record.risks)
+        counts = f"{claims} claims, {cases} cases, {risks} risks"
         assert f"ok     {path}  {record.label}: {counts}" in result.output, result.output
 
 

@@ -188,13 +188,11 @@ STEP_RECORD = textwrap.dedent(
 
 
 def _run_generated(kb: Path, tmp_path: Path) -> Path:
+    """The KB's generated modules in one pytest session (one vLLM import); its evidence."""
+    from gdn_review import generate
+
     out = tmp_path / "generated"
-    subprocess.run(
-        [sys.executable, "-m", "gdn_review.cli", "generate", "--kb", str(kb), "--out", str(out)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+    generate.apply(generate.plan(kb, out))
     evidence = tmp_path / "evidence.json"
     done = subprocess.run(
         [
@@ -223,30 +221,36 @@ def _run_generated(kb: Path, tmp_path: Path) -> Path:
 def test_needs_on_one_case_leaves_the_records_invariant_holding_and_a_failure_names_its_case(
     write_record, tmp_path
 ):
-    kb = write_record(STEP_RECORD)
-    data = report_data(
-        load_record(kb / "7.yaml"), evidence_file.load([_run_generated(kb, tmp_path)])
+    # Record 7: an invariant with a case that needs what only the PR adds. Record 8: the same
+    # invariant failing on a named case. Both in one session.
+    failing = (
+        STEP_RECORD.replace("number: 7", "number: 8")
+        .replace("properties: [partition, counts_add_up]", "properties: [fallback_condition]")
+        .replace(
+            "      - {seq_len: 20, query_len: 3, drafted: 2}\n"
+            "      - {seq_len: 40, query_len: 8}\n",
+            "      - {seq_len: 20, query_len: 1, drafted: 0}\n      - "
+            "{seq_len: 9, query_len: 1, drafted: 0}\n",
+            1,
+        )
     )
-    claim = data["claims"][0]
+    write_record(STEP_RECORD)
+    kb = write_record(failing, name="8.yaml")
+    evidence = _run_generated(kb, tmp_path)
+    claim = report_data(load_record(kb / "7.yaml"), evidence_file.load([evidence]))["claims"][0]
     # Before, the needs case skipped the whole invariant: "pending" for a claim of no change.
     assert claim["verdict"] == "holds", claim
     # An invariant that fails on a named case names it and its rows (report and review show the
     # first line).
-    failing = STEP_RECORD.replace(
-        "properties: [partition, counts_add_up]", "properties: [fallback_condition]"
-    ).replace(
-        "      - {seq_len: 20, query_len: 3, drafted: 2}\n      - {seq_len: 40, query_len: 8}\n",
-        "      - {seq_len: 20, query_len: 1, drafted: 0}\n      - "
-        "{seq_len: 9, query_len: 1, drafted: 0}\n",
-        1,
-    )
-    kb = write_record(failing)
-    evidence = _run_generated(kb, tmp_path / "failing")
     tests = json.loads(evidence.read_text(encoding="utf-8"))["tests"]
-    reason = next(t["reason"] for t in tests if t.get("claim") == "C1" and t["outcome"] == "failed")
+    reason = next(
+        t["reason"]
+        for t in tests
+        if t.get("record") == 8 and t.get("claim") == "C1" and t["outcome"] == "failed"
+    )
     assert "fallback_condition fails on case plain: path 'spec'" in reason, reason
     assert "rows (seq_len, query_len, drafted) [(20, 1, 0), (9, 1, 0)], k = 2" in reason
-    shown = report_data(load_record(kb / "7.yaml"), evidence_file.load([evidence]))["claims"][0]
+    shown = report_data(load_record(kb / "8.yaml"), evidence_file.load([evidence]))["claims"][0]
     assert (
         shown["verdict"] == "fails" and "fallback_condition fails on case plain" in shown["reason"]
     ), shown

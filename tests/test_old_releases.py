@@ -40,49 +40,33 @@ def _pytest_on(release: str, *args: str, cwd=ROOT) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("release, later", [("0.29.0", ">=0.31"), ("0.31.0", ">=0.32")])
-def test_the_generated_suite_passes_or_skips_run_directly_on_an_older_release(
-    release, later, tmp_path
+@pytest.mark.parametrize(
+    "release, later, exported",
+    [("0.29.0", ">=0.31", True), ("0.31.0", ">=0.32", False)],
+    ids=["0.29.0", "0.31.0"],
+)
+def test_the_generated_suite_and_exported_modules_pass_or_skip_on_an_older_release(
+    release, later, exported, tmp_path
 ):
-    done = _pytest_on(release, "generated_tests", "--gdn-evidence", str(tmp_path / "evidence.json"))
+    """One pytest session per release (one vLLM import): the generated suite, and on 0.29.0 also the
+    modules exported for 0.33.0 of a contract and of #56960."""
+    folders = ["generated_tests"]
+    if exported:
+        from gdn_review.export.export import export
+
+        for record in ("update_block_table", 56960):
+            export(ROOT / "kb", record, tmp_path / "exported", "0.33.0")
+        folders.append(str(tmp_path / "exported"))
+    done = _pytest_on(release, *folders, "--gdn-evidence", str(tmp_path / "evidence.json"))
     tail = done.stdout[-4000:] + done.stderr[-2000:]
     assert done.returncode == 0, tail
-    assert (
-        " failed" not in done.stdout.splitlines()[-1]
-        and " error" not in done.stdout.splitlines()[-1]
-    ), tail
+    last = done.stdout.splitlines()[-1]
+    assert " failed" not in last and " error" not in last, tail
     # What the release lacks is said, not failed: claims of a later release skip, naming it.
     assert f"covers vLLM {later}; loaded {release}" in done.stdout, tail
-
-
-@pytest.mark.slow
-def test_an_exported_module_skips_the_claims_and_cases_outside_their_releases_on_an_older_release(
-    tmp_path,
-):
-    for record in ("update_block_table", "56960"):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gdn_review.cli",
-                "export",
-                "--record",
-                record,
-                "--out",
-                str(tmp_path),
-                "--vllm-release",
-                "0.33.0",
-            ],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-    done = _pytest_on("0.29.0", str(tmp_path), cwd=tmp_path)
-    tail = done.stdout[-4000:] + done.stderr[-2000:]
-    assert done.returncode == 0, tail
-    assert "not applicable: claim C1 covers vLLM >=0.31; loaded 0.29.0" in done.stdout, (
-        tail
-    )  # the contract's range
-    assert "not applicable: claim C1 covers vLLM >=0.32; loaded 0.29.0" in done.stdout, (
-        tail
-    )  # #56960's claim range
+    if exported:  # an exported module carries its record's ranges: the contract's, #56960's claim's
+        skipped = [line for line in done.stdout.splitlines() if "/exported/test_gdn_" in line]
+        for module, bound in (("contract_update_block_table", "0.31"), ("pr_56960", "0.32")):
+            said = f"test_gdn_{module}.py"
+            reason = f"not applicable: claim C1 covers vLLM >={bound}; loaded 0.29.0"
+            assert any(said in line and reason in line for line in skipped), tail

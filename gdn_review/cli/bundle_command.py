@@ -86,10 +86,27 @@ from gdn_review.run.selection import load_records
     "packages (e.g. a venv with the GPU machine's torch 2.11).  "
     "[default: this one]",
 )
+@click.option(
+    "-k",
+    "keyword",
+    default=None,
+    help="With --dry-run: only the generated tests this pytest -k expression selects run "
+    "(on the GPU machine: GDN_BUNDLE_KEYWORD).",
+)
 @exit_codes
 @interruptible
 def bundle_command(
-    kb_dir, out_dir, numbers, versions, python, max_mib, force, dry_run, work_dir, source_python
+    kb_dir,
+    out_dir,
+    numbers,
+    versions,
+    python,
+    max_mib,
+    force,
+    dry_run,
+    work_dir,
+    source_python,
+    keyword,
 ) -> None:
     """Write an offline bundle that runs the generated checks and the bench on a GPU machine.
 
@@ -112,13 +129,14 @@ def bundle_command(
       # the dry run over another torch
       gdn-review bundle --out /tmp/b --dry-run --dry-run-python ~/torch-2.11/bin/python
       gdn-review bundle --out /tmp/b --record 52078 --vllm 0.28.0 --vllm 0.29.0
+      gdn-review bundle --out /tmp/b --record 52078 --dry-run -k "C1 or snapshot"
       /tmp/gdn-bundle/run.sh /tmp/gpu-evidence  # on the GPU machine
     """
     from gdn_review.export import bundle
 
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    if source_python and not dry_run:
-        raise click.UsageError("--dry-run-python goes with --dry-run")
+    if (source_python or keyword) and not dry_run:
+        raise click.UsageError("--dry-run-python and -k go with --dry-run")
     python = python or (here if dry_run else bundle.DEFAULT_PYTHON)
     if dry_run and python != here:
         raise click.UsageError(
@@ -137,6 +155,7 @@ def bundle_command(
         work_dir,
         source_python,
         say=say,
+        keyword=keyword,
     )
     if ran is None:
         click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")

@@ -149,7 +149,15 @@ def write_bundle(
                     f"{path}: the latency claim's releases {', '.join(absent)} are "
                     "not carried (add --vllm)"
                 )
-        plan.append({"record": record.key, "file": path.name, "releases": runs, "bench": bench})
+        plan.append(
+            {
+                "record": record.key,
+                "label": record.label,
+                "file": path.name,
+                "releases": runs,
+                "bench": bench,
+            }
+        )
     first_case = next(iter(module_context(ordered[0][1], ordered[0][0].name)["cases"].items()))
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -283,10 +291,11 @@ def make_bundle(
     work_dir: Path | None,
     source_python: str | None,
     say: Callable[[str], None] = print,
+    keyword: str | None = None,
 ) -> tuple[int, Path, bool] | None:
-    """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``, run
-    it
-    here and return (run.sh's exit code, its OUT folder, whether the network was cut).
+    """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``,
+    run it here (only the generated tests ``keyword`` selects, where given) and return (run.sh's
+    exit code, its OUT folder, whether the network was cut).
 
     Interrupted, it leaves no folder it made (the bundle, the dry run's work folder): they are
     moved into ``trash()`` at once and deleted there.
@@ -313,7 +322,9 @@ def make_bundle(
             return None
         work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))
         made += [] if work_dir else [work]
-        return bundle_dry_run.dry_run(out_dir, work, source_python=source_python, say=say)
+        return bundle_dry_run.dry_run(
+            out_dir, work, source_python=source_python, say=say, keyword=keyword
+        )
     except KeyboardInterrupt:
         _discard(made)
         raise

@@ -116,13 +116,15 @@ def dry_run(
     bench_seconds: int = 5,
     source_python: str | None = None,
     say: Callable[[str], None] = print,
+    keyword: str | None = None,
 ) -> tuple[int, Path, bool]:
     """Run ``bundle_dir/run.sh`` on this machine's CPU in a bare environment, with no network if
     possible.
 
     The bare environment links the packages of ``source_python`` (default: this
     interpreter), e.g. a venv with the GPU machine's torch. Returns (run.sh's
-    exit code, its OUT folder, whether the network was cut).
+    exit code, its OUT folder, whether the network was cut). ``keyword``: only the generated
+    tests that pytest's ``-k`` selects run (``GDN_BUNDLE_KEYWORD``).
     """
     manifest = json.loads((Path(bundle_dir) / "bundle.json").read_text(encoding="utf-8"))
     source_python = source_python or sys.executable
@@ -152,6 +154,7 @@ def dry_run(
         | {
             "PYTHON": str(python),
             "GDN_BUNDLE_BENCH_SECONDS": str(bench_seconds),
+            "GDN_BUNDLE_KEYWORD": keyword or "",
             "PIP_CONFIG_FILE": os.devnull,  # no index or find-links of this machine's pip
             "TMPDIR": str(work),
         }

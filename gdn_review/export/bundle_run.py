@@ -211,6 +211,11 @@ def summarise(bundle: dict, out: Path) -> dict:
     }
 
 
+def as_key(text: str) -> int | str:
+    """A record's key as JSON keeps it (a string), back as the record's key (a PR's number: int)."""
+    return int(text) if text.isdigit() else text
+
+
 def main(argv: list[str]) -> int:
     action, bundle_dir, out = argv[0], Path(argv[1]), Path(argv[2])
     if action == "probe":
@@ -232,11 +237,11 @@ def main(argv: list[str]) -> int:
             lines += probe_lines(version, attempt)
     for number, runs in summary["matrices"].items():
         for run in runs or [{"version": "?", "summary": "no matrix result"}]:
-            lines.append(f"{key_label(number)} on vLLM {run['version']}: {run['summary']}")
+            lines.append(f"{key_label(as_key(number))} on vLLM {run['version']}: {run['summary']}")
     for number, result in (summary["bench"] or {}).items():
         low, high = result["pooled"]["ci95"]
         lines.append(
-            f"{key_label(number)} bench on {result['device']}: head/base "
+            f"{key_label(as_key(number))} bench on {result['device']}: head/base "
             f"{result['pooled']['ratio']:.3f} [{low:.3f}, {high:.3f}]: "
             f"{result['verdict']}"
         )

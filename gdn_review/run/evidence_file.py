@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Callable
 
 from gdn_review.common.files import atomic_write
-from gdn_review.kb.subjects import is_record_key
 
 FORMAT = "gdn-review-evidence/1"
 DEFAULT_PATH = Path(".gdn-review") / "evidence.json"
@@ -420,6 +419,8 @@ def _diff_problem(side) -> str | None:
 
 
 def _mutant_problem(mutant) -> str | None:
+    from gdn_review.kb.subjects import is_record_key  # only a report reads: the plugin stays light
+
     if not isinstance(mutant, dict):
         return f"expected an object, got {type(mutant).__name__}"
     if not is_record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
@@ -438,6 +439,8 @@ def _mutant_problem(mutant) -> str | None:
 
 def _test_problem(test) -> str | None:
     """What is wrong with one test entry, or None."""
+    from gdn_review.kb.subjects import is_record_key  # only a report reads: the plugin stays light
+
     if not isinstance(test, dict):
         return f"expected an object, got {type(test).__name__}"
     if not is_record_key(test.get("record")):
