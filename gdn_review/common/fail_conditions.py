@@ -1,10 +1,9 @@
 """``--fail-on``: one vocabulary of what makes a command exit 1, and reading the option against it.
 
-Each stage says which of these conditions its result can trip (its
-``FAIL_ON``) and computes in one function what in its result trips the chosen
-ones (``report.verdicts.tripped``, ``matrix.matrix_report.tripped``,
-``review.render.tripped``): a line per finding. The command line only reads
-the option against the stage's list, prints the lines and picks the exit code.
+Each stage says which of these conditions its result can trip (its ``FAIL_ON``) and computes in one
+function what in its result trips the chosen ones (``report.verdicts.tripped``,
+``matrix.matrix_report.tripped``, ``review.render.tripped``): a line per finding. The command line
+only reads the option against the stage's list, prints the lines and picks the exit code.
 """
 
 from __future__ import annotations

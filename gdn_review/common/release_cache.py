@@ -141,15 +141,19 @@ def compile_bytecode(release: Release) -> None:
     marker = release.path / f".bytecode-{sys.implementation.cache_tag}"
     if marker.exists():
         return
-    import compileall
+    from gdn_review.common import interrupts
 
-    try:
-        compileall.compile_dir(
-            release.path / "vllm", quiet=2
-        )  # serially: the caller may hold threads (torch), no fork
+    # In a child with one worker per CPU (compileall -j 0): no fork of a caller that may hold
+    # threads (torch), and every CPU at work.
+    done = interrupts.run_child(
+        [sys.executable, "-m", "compileall", "-q", "-j", "0", str(release.path / "vllm")],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode == 0:
         marker.touch()
-    except OSError:  # a read-only cache: each process compiles in memory, as before
-        pass
+    # Otherwise (a read-only cache, a file that does not compile): each process compiles in
+    # memory, as before.
 
 
 def ensure(

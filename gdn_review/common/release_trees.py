@@ -33,10 +33,8 @@ def entry(
     root: Path | None = None,
 ) -> release_cache.Release:
     """The release cache's entry of ``version``: the installed release's files copied in (once),
-    another
-    release's fetched (once; with ``fetch`` off, ReleaseError where it is not cached). ``root``:
-    another
-    release cache than the default one."""
+    another release's fetched (once; with ``fetch`` off, ReleaseError where it is not cached).
+    ``root``: another release cache than the default one."""
     version = release_cache.checked_version(version)
     if version == release_cache.installed():
         return release_cache.adopt_installed(root, say=say)

@@ -437,8 +437,7 @@ def apply(files: list[FileDiff], read: callable, name: str = "DIFF") -> dict[str
 
 def stored_beside(record_path: Path) -> Path | None:
     """The PR's diff stored beside its record (``kb/N.diff`` beside ``kb/N.yaml``, as ``gh pr diff
-    N``
-    writes it), or None; a link or anything but a regular file there is refused (PatchError)."""
+    N`` writes it), or None; a link or anything but a regular file there is refused (PatchError)."""
     path = Path(record_path).with_suffix(".diff")
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise PatchError(

@@ -259,9 +259,8 @@ def trash() -> Path:
 
 def _discard(folders: list[Path], seconds: float = 3.0) -> None:
     """Take folders away at once: each moved into the trash (a rename), then deleted there for at
-    most
-    ``seconds``; what a slow disk leaves, the next bundle command deletes. On another file system:
-    deleted in place."""
+    most ``seconds``; what a slow disk leaves, the next bundle command deletes. On another file
+    system: deleted in place."""
     moved = []
     for folder in filter(Path.exists, folders):
         target = trash() / f"{folder.name}.{os.getpid()}.{time.monotonic_ns()}"

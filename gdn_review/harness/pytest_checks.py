@@ -48,8 +48,7 @@ def known_deviation(
     disappears.
 
     Only a failed assertion counts as the deviation (raises=AssertionError): a crash
-    fails.
-    Returns the deviation that applies (None when none does).
+    fails. Returns the deviation that applies (None when none does).
     """
     deviation = active_deviation(deviations, selector, value)
     if deviation is not None:
@@ -82,8 +81,8 @@ def check_deviation_unchanged(deviation: dict | None, measured: dict) -> None:
 
 def prepare_device(device: str, cases) -> str:
     """The device build() runs on, for a module's ``device`` fixture: skip when it
-    cannot be used,
-    else make the builders of ``cases`` once (every test of the module reuses them)."""
+    cannot be used, else make the builders of ``cases`` once (every test of the module
+    reuses them)."""
     reason = device_skip_reason(device)
     if reason:
         pytest.skip(reason)

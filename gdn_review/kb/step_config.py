@@ -1,14 +1,13 @@
 """A case's engine step: several KV-cache groups' calls on one batch, as the runner makes them.
 
 vLLM's runners build attention metadata once per KV-cache group and step
-(``gpu_model_runner._build_attention_metadata``, ``gpu/attn_utils.build_attn_metadata``):
-each group gets a copy of the step's common metadata with its own block table,
-and its own builder, whose buffers are its own. A PR that changes *how* the
-builder is called (a computation moved out of ``build()`` into a per-step call,
-metadata shared by the groups) is stated on such a step. ``step`` names the
-groups and the methods a PR adds, called once per step before the groups'
-builds; a release without such a method reads "vLLM X has no ..." (pending for
-an open PR). What a step measures per group is in ``STEP_EXPECT_FIELDS``.
+(``gpu_model_runner._build_attention_metadata``, ``gpu/attn_utils.build_attn_metadata``): each group
+gets a copy of the step's common metadata with its own block table, and its own builder, whose
+buffers are its own. A PR that changes *how* the builder is called (a computation moved out of
+``build()`` into a per-step call, metadata shared by the groups) is stated on such a step. ``step``
+names the groups and the methods a PR adds, called once per step before the groups' builds; a
+release without such a method reads "vLLM X has no ..." (pending for an open PR). What a step
+measures per group is in ``STEP_EXPECT_FIELDS``.
 """
 
 from __future__ import annotations

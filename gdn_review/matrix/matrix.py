@@ -56,19 +56,16 @@ def fetch(
     planned: list[Planned], say: Callable[[str], None]
 ) -> tuple[dict[str, Path | None], list[str]]:
     """Each release's folder for PYTHONPATH (None: the installed one) and the versions downloaded
-    now."""
-    paths: dict[str, Path | None] = {}
-    downloaded = []
-    for item in planned:
-        if item.installed:
-            paths[item.version] = None
-            continue
-        if release_cache.cached(item.version) is None:
-            downloaded.append(item.version)
-        try:
-            paths[item.version] = release_trees.tree(item.version, say=say)
-        except release_trees.ReleaseError as error:
-            raise MatrixError(str(error)) from None
+    now; the releases not at hand are fetched side by side (downloads and unpacking overlap)."""
+    paths: dict[str, Path | None] = {item.version: None for item in planned if item.installed}
+    wanted = [item.version for item in planned if not item.installed]
+    downloaded = [version for version in wanted if release_cache.cached(version) is None]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted)))) as pool:
+            found = pool.map(lambda version: release_trees.tree(version, say=say), wanted)
+            paths.update(zip(wanted, found))
+    except release_trees.ReleaseError as error:
+        raise MatrixError(str(error)) from None
     return paths, downloaded
 
 

@@ -379,8 +379,7 @@ FAIL_ON = (
 
 def tripped(chosen: set[str], reports: list[dict] = (), history: dict | None = None) -> list[str]:
     """What a matrix run (its records' ``reports``, and with ``--all`` the ``history`` page's data)
-    or the
-    history page alone trips among the chosen --fail-on conditions, a line each.
+    or the history page alone trips among the chosen --fail-on conditions, a line each.
 
     drift: a case's field that moved between releases with no recorded change behind it
     (per record), and a metadata field that came or went with none (the history's own).

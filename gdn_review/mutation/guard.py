@@ -168,8 +168,7 @@ def score_whole_file(
     written).
 
     ``modules``: record name -> generated module; ``configurations``: record name -> case id -> how
-    the
-    case configures the builder (``kb.server_config.configuration_label``), for the line map.
+    the case configures the builder (``kb.server_config.configuration_label``), for the line map.
     """
     import fnmatch
     import tempfile

@@ -75,8 +75,8 @@ def test_configurations(
     configurations: dict[str, dict[str, str]],
 ) -> dict[str, str]:
     """Test id -> the configuration its case ran under (``configurations``: record -> case ->
-    label);
-    a test of no named case (an invariant's random batches) ran as CPU resolves the builder."""
+    label); a test of no named case (an invariant's random batches) ran as CPU resolves the
+    builder."""
     record_of = {Path(path).name: name for name, path in modules.items()}
     found = {}
     for nodeid in by_test:
@@ -98,8 +98,8 @@ def line_map(
     configured: dict[str, str] | None = None,
 ) -> list[dict]:
     """Per line of the scope that holds code: its function, the records whose tests execute it and
-    under which
-    configurations (``configured``: test id -> its case's configuration), or why none can."""
+    under which configurations (``configured``: test id -> its case's configuration), or why none
+    can."""
     # A statement's lines as the trace reports them: a multi-line statement's line events
     # may come from any of its lines (a compound statement: its header's).
     spans: dict[int, range] = {}

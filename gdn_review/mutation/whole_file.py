@@ -54,9 +54,8 @@ def score_and_write(
     say: Callable[[str], None] = print,
 ) -> Scored:
     """Score the target file of the loaded vLLM, or of ``release`` in a child (``child_options``:
-    the
-    command's own options for it); GuardError when the score cannot be measured (a check failed),
-    ReleaseError when the release cannot be had (bad input)."""
+    the command's own options for it); GuardError when the score cannot be measured (a check
+    failed), ReleaseError when the release cannot be had (bad input)."""
     loaded, root = release_cache.loaded()
     if release and release != loaded:
         return Scored(

@@ -76,8 +76,7 @@ def write_reports(
 
 def summary_lines(reports: list[dict]) -> list[str]:
     """A line per record: its claims by verdict and its risks by coverage; under it, each part of
-    its
-    evidence measured on an earlier version of the record."""
+    its evidence measured on an earlier version of the record."""
     lines = []
     for data in reports:
         claims = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)

@@ -21,11 +21,9 @@ states what the claims compare, so that an unrelated change of, say, the server
 fields fails no claim. ``--print`` shows each case's complete block instead, every
 field measured (what ``snapshot --as-expect`` prints), to choose from.
 
-The YAML is edited as text, so its comments and layout stay: the block goes
-after the case's last line, indented as the case's keys. The result is loaded and validated again,
-and must state
-exactly the planned expects, before it replaces the file (temp file and
-rename); nothing is half-written.
+The YAML is edited as text, so its comments and layout stay: the block goes after the case's last
+line, indented as the case's keys. The result is loaded and validated again, and must state exactly
+the planned expects, before it replaces the file (temp file and rename); nothing is half-written.
 """
 
 from __future__ import annotations

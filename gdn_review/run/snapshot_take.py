@@ -186,9 +186,8 @@ def core_expect(measured: dict) -> dict:
 
 def full_expect(measured: dict) -> dict:
     """Every expect field the case's snapshot holds (what ``--as-expect`` prints): the core ones
-    first, then the
-    others in ``ExpectField``'s order (raw tensors, layout, builder and server fields, a call's
-    result)."""
+    first, then the others in ``ExpectField``'s order (raw tensors, layout, builder and server
+    fields, a call's result)."""
     import typing
 
     from gdn_review.kb.models import ExpectField
@@ -220,8 +219,7 @@ def no_metadata(measured: dict) -> str | None:
 
 def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
     """A case's complete ``expect`` block (YAML) from a snapshot (taken with ``all_fields``), to
-    read through,
-    trim to what the claims compare and paste into the record."""
+    read through, trim to what the claims compare and paste into the record."""
     case = data["cases"].get(case_id)
     if case is None:
         raise SnapshotError(
