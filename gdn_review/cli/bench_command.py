@@ -10,20 +10,16 @@ from pathlib import Path
 
 import click
 
-from gdn_review.cli.support import RECORD_KEY, exit_codes, interruptible, kb_option, say
+from gdn_review.cli.support import exit_codes, interruptible, kb_option, records_option, say
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import load_records
 
 
 @click.command(name="bench")
 @kb_option
-@click.option(
-    "--record",
-    "numbers",
-    type=RECORD_KEY,
-    multiple=True,
-    help="Only this record: a PR's number or a contract's id "
-    "(repeatable).  [default: every record with a latency claim]",
+@records_option(
+    "Only this record: a PR's number or a contract's id (repeatable).  "
+    "[default: every record with a latency claim]"
 )
 @click.option(
     "--releases",

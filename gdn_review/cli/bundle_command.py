@@ -14,10 +14,10 @@ import click
 from gdn_review.cli.support import (
     EXIT_FAILED,
     EXIT_OK,
-    RECORD_KEY,
     exit_codes,
     interruptible,
     kb_option,
+    records_option,
     say,
 )
 from gdn_review.run.selection import load_records
@@ -32,13 +32,7 @@ from gdn_review.run.selection import load_records
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder to write (must not exist or be empty, unless --force).",
 )
-@click.option(
-    "--record",
-    "numbers",
-    multiple=True,
-    type=RECORD_KEY,
-    help="A record to carry (repeatable).  [default: every record that is not a draft]",
-)
+@records_option("A record to carry (repeatable).  [default: every record that is not a draft]")
 @click.option(
     "--vllm",
     "versions",

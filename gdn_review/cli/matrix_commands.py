@@ -13,28 +13,25 @@ from pathlib import Path
 import click
 
 from gdn_review.cli.support import (
-    RECORD_KEY,
     exit_codes,
     exit_for,
     fail_on_option,
+    generated_option,
     interruptible,
     kb_option,
     print_written,
+    records_option,
     say,
+    write_option,
 )
+from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import key_label, key_short
 from gdn_review.run import evidence_file
 
 
 @click.command(name="matrix")
 @kb_option
-@click.option(
-    "--record",
-    "numbers",
-    multiple=True,
-    type=RECORD_KEY,
-    help="PR number of a record (repeatable).",
-)
+@records_option()
 @click.option(
     "--all",
     "every",
@@ -65,15 +62,8 @@ from gdn_review.run import evidence_file
 @click.option(
     "-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run')."
 )
-@click.option(
-    "--generated",
-    "out_dir",
-    default="generated_tests",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of generated modules.",
-)
-@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@generated_option
+@write_option
 @click.option(
     "--work",
     "work_dir",
@@ -97,7 +87,7 @@ from gdn_review.run import evidence_file
     type=click.Path(path_type=Path, dir_okay=False),
     help="With --all: where the history page goes.  [default: reports/history.md]",
 )
-@fail_on_option(("fails", "unverified", "uncovered", "drift"), "drift")
+@fail_on_option(fail_conditions.MATRIX, "drift")
 @exit_codes
 @interruptible
 def matrix_command(
@@ -233,7 +223,7 @@ def _history_line(data: dict) -> str:
     type=click.Path(path_type=Path, file_okay=False),
     help="The records' matrix reports, which the page links.",
 )
-@fail_on_option(("drift",), "drift")
+@fail_on_option(fail_conditions.HISTORY, "drift")
 @exit_codes
 def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_reports, fail_on) -> None:
     """Write the builder's history from the matrix runs already made (runs nothing).

@@ -16,14 +16,16 @@ import click
 from gdn_review.cli.support import (
     EXIT_FAILED,
     EXIT_OK,
-    RECORD_KEY,
     exit_codes,
     exit_for,
     fail_on_option,
+    generated_option,
     interruptible,
     kb_option,
+    records_option,
     say,
     show_reports,
+    write_option,
 )
 from gdn_review.common import fail_conditions
 from gdn_review.run import evidence_file
@@ -32,13 +34,7 @@ from gdn_review.run.selection import current_modules, load_records
 
 @click.command()
 @kb_option
-@click.option(
-    "--record",
-    "numbers",
-    type=RECORD_KEY,
-    multiple=True,
-    help="Only this record: a PR's number or a contract's id (repeatable).",
-)
+@records_option()
 @click.option("--risk", "risk", default=None, metavar="ID", help="Only the mutants of this risk.")
 @click.option(
     "--mutant",
@@ -69,15 +65,8 @@ from gdn_review.run.selection import current_modules, load_records
     default=None,
     help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).",
 )
-@click.option(
-    "--generated",
-    "out_dir",
-    default="generated_tests",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of generated modules.",
-)
-@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@generated_option
+@write_option
 @click.option(
     "--offline",
     is_flag=True,

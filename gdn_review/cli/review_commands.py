@@ -11,13 +11,13 @@ from pathlib import Path
 import click
 
 from gdn_review.cli.support import (
-    RECORD_KEY,
     exit_codes,
     exit_for,
     fail_on_option,
     interruptible,
     kb_option,
     print_written,
+    records_option,
     say,
 )
 from gdn_review.common import fail_conditions
@@ -64,14 +64,9 @@ def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.",
 )
-@click.option(
-    "--record",
-    "numbers",
-    type=RECORD_KEY,
-    multiple=True,
-    help="Only this record: a PR's number or a contract's id "
-    "(repeatable).  [default: every record whose target file the "
-    "diff changes]",
+@records_option(
+    "Only this record: a PR's number or a contract's id (repeatable).  "
+    "[default: every record whose target file the diff changes]"
 )
 @click.option(
     "--lands-in",

@@ -14,13 +14,15 @@ import click
 
 from gdn_review.cli.support import (
     EXIT_FAILED,
-    RECORD_KEY,
     exit_codes,
     exit_for,
     fail_on_option,
+    generated_option,
     kb_option,
+    records_option,
     say,
     show_reports,
+    write_option,
 )
 from gdn_review.common import fail_conditions
 from gdn_review.run import evidence_file
@@ -29,13 +31,7 @@ from gdn_review.run.selection import current_modules, load_records
 
 @click.command()
 @kb_option
-@click.option(
-    "--record",
-    "numbers",
-    type=RECORD_KEY,
-    multiple=True,
-    help="Only this record: a PR's number or a contract's id (repeatable).",
-)
+@records_option()
 @click.option(
     "--evidence",
     "evidence_paths",
@@ -88,22 +84,9 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @kb_option
-@click.option(
-    "--record",
-    "numbers",
-    type=RECORD_KEY,
-    multiple=True,
-    help="Only this record: a PR's number or a contract's id (repeatable).",
-)
-@click.option(
-    "--generated",
-    "out_dir",
-    default="generated_tests",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of generated modules.",
-)
-@click.option("--write", is_flag=True, help="Regenerate stale modules instead of stopping at them.")
+@records_option()
+@generated_option
+@write_option
 @click.option(
     "-k",
     "keyword",

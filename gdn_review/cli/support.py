@@ -188,3 +188,23 @@ def print_written(written: list[Path], fmt: str = "markdown") -> None:
             for path in written:
                 stream.write(path.read_text(encoding="utf-8") + "\n")
         click.echo(f"appended to GITHUB_STEP_SUMMARY ({summary})")
+
+
+def records_option(
+    help_text: str = "Only this record: a PR's number or a contract's id (repeatable).",
+):
+    """``--record`` (repeatable): the records a command works on."""
+    return click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help=help_text)
+
+
+generated_option = click.option(
+    "--generated",
+    "out_dir",
+    default="generated_tests",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder of generated modules.",
+)
+write_option = click.option(
+    "--write", is_flag=True, help="Regenerate stale modules instead of stopping at them."
+)
