@@ -5,6 +5,7 @@ another's, and nothing else) and with no network where ``unshare -rn`` works.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -40,6 +41,14 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
             if not link.exists():
                 link.symlink_to(source)
                 count += 1
+            # A machine with PyTorch installed has its bytecode: without it, every fresh
+            # process of the dry run (PYTHONDONTWRITEBYTECODE) would compile torch again.
+            if source.suffix == ".py":
+                compiled = Path(importlib.util.cache_from_source(str(source)))
+                cached = Path(importlib.util.cache_from_source(str(link)))
+                if compiled.is_file() and not cached.exists():
+                    cached.parent.mkdir(exist_ok=True)
+                    cached.symlink_to(compiled)
     interrupts.run_child(
         [sys.executable, "-m", "venv", "--clear", str(destination / "venv")],
         check=True,
