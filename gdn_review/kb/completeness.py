@@ -13,7 +13,7 @@ import yaml
 
 from gdn_review.kb.errors import RecordError
 from gdn_review.kb.models import Record
-from gdn_review.kb.yaml_source import field_path, locate
+from gdn_review.kb.yaml_source import SAFE_LOADER, field_path, locate
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:
@@ -54,7 +54,7 @@ def incomplete(path: Path, record: Record) -> list[RecordError]:
     items = open_items(record)
     if not items:
         return []
-    root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     errors = []
     for loc, message in items:
         line, column = locate(root, loc)

@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from gdn_review.common import release_range
 from gdn_review.kb import Record, RecordError
-from gdn_review.kb.yaml_source import locate
+from gdn_review.kb.yaml_source import SAFE_LOADER, locate
 from gdn_review.mutation import operators
 
 RUNNABLE = None  # status of a mutant that still has to run
@@ -116,7 +116,7 @@ def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[R
 
 def _yaml_root(path: Path):
     try:
-        return yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        return yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
     except (OSError, yaml.YAMLError):
         return None
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from gdn_review.kb import RecordError, RecordErrors
-from gdn_review.kb.yaml_source import locate
+from gdn_review.kb.yaml_source import SAFE_LOADER, locate
 
 
 @dataclasses.dataclass
@@ -45,8 +45,8 @@ def load_notes(path: Path) -> Notes:
         return Notes()
     text = path.read_text(encoding="utf-8")
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text) or {}
+        root = yaml.compose(text, Loader=SAFE_LOADER)
+        data = yaml.load(text, Loader=SAFE_LOADER) or {}
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -37,6 +37,7 @@ import yaml
 from gdn_review.common import release_range
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
+from gdn_review.kb.yaml_source import SAFE_LOADER
 from gdn_review.run import snapshot_take
 from gdn_review.run.snapshot_take import SnapshotError
 
@@ -277,7 +278,7 @@ def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = yaml.compose(text, Loader=SAFE_LOADER)
     cases = next((value for key, value in root.value if key.value == "cases"), None)
     edits: list[tuple[int, int, list[str]]] = []  # (first line, lines replaced, new lines)
     for index, node in enumerate(cases.value if isinstance(cases, yaml.SequenceNode) else []):
