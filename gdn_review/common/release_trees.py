@@ -12,6 +12,7 @@ other module sets ``PYTHONPATH`` or fetches a release. Nothing here imports vLLM
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from pathlib import Path
 from typing import Callable, Mapping
@@ -19,7 +20,7 @@ from typing import Callable, Mapping
 from gdn_review.common import release_cache, vllm_cache
 from gdn_review.common.release_cache import ReleaseError
 
-__all__ = ["ReleaseError", "entry", "environment", "tree"]
+__all__ = ["ReleaseError", "entry", "environment", "tree", "trees"]
 
 # The VLLM_CACHE_ROOT a parent set for a child (harness.environment leaves it to the child as its
 # own).
@@ -57,6 +58,27 @@ def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = N
     release = entry(version, fetch, say)
     release_cache.compile_bytecode(release)  # once: every process that imports it reads it
     return release.path
+
+
+def trees(
+    versions: list[str], say: Callable[[str], None] | None = None, compiled: bool = True
+) -> dict[str, Path | None]:
+    """``tree`` of each version, the releases not at hand fetched side by side (at most four
+    downloads at once: downloading and unpacking overlap); the first ReleaseError is raised.
+    ``compiled`` off: only fetched (a caller that reads a file of each needs no bytecode)."""
+
+    def one(version: str) -> Path | None:
+        if compiled:
+            return tree(version, say=say)
+        if release_cache.checked_version(version) == release_cache.installed():
+            return None
+        return entry(version, say=say).path
+
+    wanted = list(dict.fromkeys(versions))
+    if not wanted:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, len(wanted))) as pool:
+        return dict(zip(wanted, pool.map(one, wanted)))
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -61,9 +61,7 @@ def fetch(
     wanted = [item.version for item in planned if not item.installed]
     downloaded = [version for version in wanted if release_cache.cached(version) is None]
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted)))) as pool:
-            found = pool.map(lambda version: release_trees.tree(version, say=say), wanted)
-            paths.update(zip(wanted, found))
+        paths.update(release_trees.trees(wanted, say=say))
     except release_trees.ReleaseError as error:
         raise MatrixError(str(error)) from None
     return paths, downloaded

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import interrupts, release_cache
+from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.mutation import operators
@@ -191,6 +191,21 @@ def catalogues(
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
+    if fetch:  # the PRs' base and head releases not at hand, fetched side by side first
+        try:
+            release_trees.trees(
+                [
+                    version
+                    for record in records.values()
+                    if not is_draft(record)
+                    for version in (record.target.base_release, record.target.head_release)
+                    if version
+                ],
+                say=say,
+                compiled=False,
+            )
+        except release_trees.ReleaseError:
+            pass  # each record's own read below says which release it lacks and why
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             say(f"warning: skipped draft {path}: it has open TODOs")
