@@ -127,35 +127,6 @@ def cached_versions(root: Path | None = None) -> list[str]:
     return [str(v) for v in sorted(found)]
 
 
-def compile_bytecode(release: Release) -> None:
-    """Write the entry's bytecode once, so a process that imports the release does not compile it
-    again.
-
-    Every matrix, review and snapshot process puts an entry first on PYTHONPATH;
-    where PYTHONDONTWRITEBYTECODE is set (as on CI machines) each one compiled
-    vLLM's ~2,700 modules anew (seconds per process). The bytecode sits in
-    ``__pycache__`` beside the sources, checked by their size and mtime as
-    usual; the manifest lists sources only, the bundle packs none of it, and a
-    tree of links under review drops it for the folders it patches.
-    """
-    marker = release.path / f".bytecode-{sys.implementation.cache_tag}"
-    if marker.exists():
-        return
-    from gdn_review.common import interrupts
-
-    # In a child with one worker per CPU (compileall -j 0): no fork of a caller that may hold
-    # threads (torch), and every CPU at work.
-    done = interrupts.run_child(
-        [sys.executable, "-m", "compileall", "-q", "-j", "0", str(release.path / "vllm")],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode == 0:
-        marker.touch()
-    # Otherwise (a read-only cache, a file that does not compile): each process compiles in
-    # memory, as before.
-
-
 def ensure(
     version: str, root: Path | None = None, say: Callable[[str], None] | None = None
 ) -> Release:

@@ -55,9 +55,7 @@ def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = N
     version = release_cache.checked_version(version)
     if version == release_cache.installed():
         return None
-    release = entry(version, fetch, say)
-    release_cache.compile_bytecode(release)  # once: every process that imports it reads it
-    return release.path
+    return entry(version, fetch, say).path
 
 
 def trees(
@@ -92,6 +90,12 @@ def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> d
     if folder is None:
         return env
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
+    if Path(folder).resolve().is_relative_to(release_cache.cache_root().resolve()):
+        # A release cache entry's bytecode is written beside its sources by the first process that
+        # imports each module (a builder imports about 600 of its 2,500; where
+        # PYTHONDONTWRITEBYTECODE is set, as on CI machines, every process compiled them anew).
+        # An overlay of links (review) stays read-only: the release's files are never written.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     package = Path(folder) / "vllm"
     if env.get("VLLM_CACHE_ROOT") in (
         None,
