@@ -149,3 +149,19 @@ def test_the_installed_release_is_adopted_as_a_verified_entry_without_compiled_f
     assert entry.source("vllm/v1/attention/backends/gdn_attn.py") == installed.read_text(
         encoding="utf-8"
     )
+
+
+def test_a_child_on_a_cached_release_writes_its_bytecode_and_one_on_an_overlay_does_not(
+    tmp_path, monkeypatch
+):
+    from gdn_review.common import release_trees
+
+    monkeypatch.setenv("GDN_REVIEW_CACHE", str(tmp_path / "cache"))
+    entry = release_cache.cache_root() / "0.29.0"
+    overlay = tmp_path / "review" / "patched"
+    for folder in (entry, overlay):
+        (folder / "vllm").mkdir(parents=True)
+    base = {"PATH": "/usr/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    assert "PYTHONDONTWRITEBYTECODE" not in release_trees.environment(entry, base)
+    assert release_trees.environment(overlay, base)["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert release_trees.environment(None, base)["PYTHONDONTWRITEBYTECODE"] == "1"

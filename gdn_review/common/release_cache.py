@@ -132,8 +132,8 @@ def ensure(
 ) -> Release:
     """The cache entry of ``version``, fetched and unpacked first if needed.
 
-    Its files are only read here; ``release_trees.tree`` writes their bytecode once for the
-    processes that import them.
+    Its files are only read here; a child on the entry writes their bytecode as it imports
+    them (``release_trees.environment``).
     """
     version = _checked_version(version)
     root = root or cache_root()

@@ -58,25 +58,14 @@ def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = N
     return entry(version, fetch, say).path
 
 
-def trees(
-    versions: list[str], say: Callable[[str], None] | None = None, compiled: bool = True
-) -> dict[str, Path | None]:
+def trees(versions: list[str], say: Callable[[str], None] | None = None) -> dict[str, Path | None]:
     """``tree`` of each version, the releases not at hand fetched side by side (at most four
-    downloads at once: downloading and unpacking overlap); the first ReleaseError is raised.
-    ``compiled`` off: only fetched (a caller that reads a file of each needs no bytecode)."""
-
-    def one(version: str) -> Path | None:
-        if compiled:
-            return tree(version, say=say)
-        if release_cache.checked_version(version) == release_cache.installed():
-            return None
-        return entry(version, say=say).path
-
+    downloads at once: downloading and unpacking overlap); the first ReleaseError is raised."""
     wanted = list(dict.fromkeys(versions))
     if not wanted:
         return {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, len(wanted))) as pool:
-        return dict(zip(wanted, pool.map(one, wanted)))
+        return dict(zip(wanted, pool.map(lambda version: tree(version, say=say), wanted)))
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -202,7 +202,6 @@ def catalogues(
                     if version
                 ],
                 say=say,
-                compiled=False,
             )
         except release_trees.ReleaseError:
             pass  # each record's own read below says which release it lacks and why
