@@ -3,8 +3,10 @@ gh's fixtures of a real PR, the dev extra's tools, and pytest settings."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
+import io
 import json
 import shutil
 import textwrap
@@ -123,6 +125,22 @@ def vllm_files_digest() -> str:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def in_process_pytest(*args: str) -> tuple[int, str]:
+    """pytest on ``args`` in this process: its exit code and what it printed.
+
+    For generated modules on the installed vLLM, which this worker has loaded already (a fresh
+    process would import it again, about 10 s). Not for a release tree, a mutated builder or
+    anything read at import: those need a fresh process.
+    """
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        # importlib mode: two tests' modules of the same name in different folders do not clash.
+        code = pytest.main(
+            ["-p", "no:cacheprovider", "-p", "no:randomly", "--import-mode=importlib", *args]
+        )
+    return int(code), printed.getvalue()
 
 
 # gh's output for a real PR (#55404): what `gh pr view --json ...` and `gh pr diff` write.

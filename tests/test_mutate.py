@@ -77,8 +77,8 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
     (kb / "52078.yaml").write_text(text.replace(anchor, hang + anchor), encoding="utf-8")
     generated = tmp_path / "generated"
     before = vllm_files_digest()
-    # The timeout is far above what the other mutant's few tests take (about a second), so a
-    # loaded machine cannot turn its kill into a timeout; only the hang reaches it.
+    # Ten times what the other mutant's few tests take (about a second): a loaded machine cannot
+    # turn its kill into a timeout, only the hang reaches it, and the worker idles no longer.
     done = mutate(
         "--kb",
         str(kb),
@@ -94,7 +94,7 @@ def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
         "--jobs",
         "1",
         "--timeout",
-        "20",
+        "10",
         "--fail-on",
         "fails",
         tmp_path=tmp_path,

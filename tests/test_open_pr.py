@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import tripped
 from gdn_review.review import render
 from gdn_review.run import evidence_file
-from tests.conftest import MINIMAL, ROOT
+from tests.conftest import MINIMAL, ROOT, in_process_pytest
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 OPEN = (
@@ -477,7 +476,9 @@ def test_a_hostile_diff_beside_an_open_record_stops_run_before_anything_runs(
 
 
 @pytest.mark.slow
-def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(tmp_path):
+def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
+    tmp_path, monkeypatch
+):
     """kb/53542.yaml, kb/51508.yaml and kb/40738.yaml on the installed vLLM: exit 0, improvement
     claims pending, the rest holding.
 
@@ -551,28 +552,17 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(tm
     ]
     assert test["outcome"] == "failed" and "accepted counts outside 1..3" in test["reason"]
     assert "stale_zero_accept" in test["smallest_batch"]
-    applied = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(ROOT / "generated_tests" / "test_pr_51508.py"),
-            "-q",
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "C1 and cpu",
-            "--gdn-no-evidence",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "GDN_REVIEW_CHANGE_APPLIED": "51508"},
+    # Where the PR's change is applied (the plugin reads the variable as each test ends), C1's
+    # failure counts: pytest on the generated module here, with this worker's vLLM.
+    monkeypatch.setenv("GDN_REVIEW_CHANGE_APPLIED", "51508")
+    code, printed = in_process_pytest(
+        str(ROOT / "generated_tests" / "test_pr_51508.py"),
+        "-q",
+        "-k",
+        "C1 and cpu",
+        "--gdn-no-evidence",
     )
-    assert applied.returncode == 1, applied.stdout[-2000:]
+    assert code == 1, printed[-2000:]
 
 
 def test_a_review_with_the_prs_own_record_reads_its_failing_claim_as_failing_not_pending(

@@ -188,15 +188,11 @@ def test_case_inputs_expand_chains_and_mark_layout_cases():
     assert harness_build.needs_own_builder(inputs["b"])
 
 
-@pytest.mark.slow
 def test_a_generated_equivalence_test_compares_only_the_claims_fields(tmp_path):
     """One case, two claims: `fields: [path]` passes though the case's num_decodes is wrong;
     the claim that compares every field fails on it. (The generated module, run by pytest.)"""
-    import subprocess
-    import sys
-
     from gdn_review import generate
-    from tests.conftest import ROOT
+    from tests.conftest import in_process_pytest
 
     text = RECORD.format(compare="fields: [path]", extra="").replace(
         "num_decodes: 1}", "num_decodes: 2}"
@@ -214,35 +210,17 @@ def test_a_generated_equivalence_test_compares_only_the_claims_fields(tmp_path):
         ),
         encoding="utf-8",
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:randomly",
-            "-p",
-            "no:cacheprovider",
-            str(module),
-            "-k",
-            "equivalence and cpu",
-            "-rA",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    code, printed = in_process_pytest(
+        "-q", str(module), "-k", "equivalence and cpu", "-rA", "--gdn-no-evidence"
     )
-    assert (
-        "PASSED" in done.stdout
-        and "test_C1_equivalence[cpu-a]" in done.stdout.split("PASSED", 1)[1]
-    ), done.stdout[-3000:]
-    assert (
-        "FAILED" in done.stdout
-        and "test_C2_equivalence[cpu-a]" in done.stdout.split("FAILED", 1)[1]
-    ), done.stdout[-3000:]
-    assert "num_decodes" in done.stdout
+    assert code == 1, printed[-3000:]
+    assert "PASSED" in printed and "test_C1_equivalence[cpu-a]" in printed.split("PASSED", 1)[1], (
+        printed[-3000:]
+    )
+    assert "FAILED" in printed and "test_C2_equivalence[cpu-a]" in printed.split("FAILED", 1)[1], (
+        printed[-3000:]
+    )
+    assert "num_decodes" in printed
 
 
 def test_a_case_that_states_the_reorder_threshold_reads_it_from_the_builder():

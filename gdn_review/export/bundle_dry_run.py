@@ -5,6 +5,7 @@ another's, and nothing else) and with no network where ``unshare -rn`` works.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -12,6 +13,8 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from gdn_review.common import interrupts
 from gdn_review.export import bundle_wheels
@@ -22,33 +25,32 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
     """A venv that has BASELINE (and its requirements) from this environment, and nothing else; its
     python.
 
-    The packages are linked file by file from their installed copies (no
-    download, seconds): the stand-in for a machine with only PyTorch.
+    The packages are linked from their installed copies (no download, seconds): the stand-in
+    for a machine with only PyTorch.
     """
     destination = Path(destination)
     shared = destination / "site"
+    shared.mkdir(parents=True, exist_ok=True)
+    baseline = bundle_wheels.baseline_distributions().values()
+    names = {canonicalize_name(d.metadata["Name"]) for d in baseline}
+    owners = _top_level_owners()
     count = 0
-    for distribution in bundle_wheels.baseline_distributions().values():
+    for distribution in baseline:
         for entry in distribution.files or []:
             name = str(entry)
             if name.startswith(".."):
                 continue  # scripts and data outside site-packages
-            source = Path(distribution.locate_file(entry)).resolve()
-            if not source.is_file():
+            top = Path(name).parts[0]
+            source = Path(distribution.locate_file(top))
+            if source.is_dir() and owners.get(source, set()) <= names:
+                # Only the baseline installed files here: one link brings the folder whole,
+                # bytecode too (tens of thousands of links took seconds of system time).
+                link = shared / top
+                if not link.is_symlink():
+                    link.symlink_to(source.resolve())
+                    count += 1
                 continue
-            link = shared / name
-            link.parent.mkdir(parents=True, exist_ok=True)
-            if not link.exists():
-                link.symlink_to(source)
-                count += 1
-            # A machine with PyTorch installed has its bytecode: without it, every fresh
-            # process of the dry run (PYTHONDONTWRITEBYTECODE) would compile torch again.
-            if source.suffix == ".py":
-                compiled = Path(importlib.util.cache_from_source(str(source)))
-                cached = Path(importlib.util.cache_from_source(str(link)))
-                if compiled.is_file() and not cached.exists():
-                    cached.parent.mkdir(exist_ok=True)
-                    cached.symlink_to(compiled)
+            count += _link_file(Path(distribution.locate_file(entry)), shared / name)
     interrupts.run_child(
         [sys.executable, "-m", "venv", "--clear", str(destination / "venv")],
         check=True,
@@ -64,9 +66,42 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
     Path(purelib, "bare-baseline.pth").write_text(f"{shared}\n", encoding="utf-8")
     say(
         f"bare environment {destination}: {len(bundle_wheels.baseline_distributions())} "
-        f"distributions ({count} files linked)"
+        f"distributions ({count} links)"
     )
     return python
+
+
+def _top_level_owners() -> dict[Path, set[str]]:
+    """Each top-level entry of an installed site-packages folder -> the distributions with files in
+    it (a namespace package or ``__pycache__`` has several)."""
+    owners: dict[Path, set[str]] = {}
+    for distribution in importlib.metadata.distributions():
+        name = canonicalize_name(distribution.metadata["Name"])
+        for entry in distribution.files or []:
+            if not str(entry).startswith(".."):
+                top = Path(distribution.locate_file(Path(str(entry)).parts[0]))
+                owners.setdefault(top, set()).add(name)
+    return owners
+
+
+def _link_file(source: Path, link: Path) -> int:
+    """Link one installed file and, for a module, its bytecode; how many files were linked.
+
+    A machine with PyTorch installed has its bytecode: without it, every fresh process of the
+    dry run (PYTHONDONTWRITEBYTECODE) would compile those modules again.
+    """
+    source = source.resolve()
+    if not source.is_file() or link.exists():
+        return 0
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(source)
+    if source.suffix == ".py":
+        compiled = Path(importlib.util.cache_from_source(str(source)))
+        cached = Path(importlib.util.cache_from_source(str(link)))
+        if compiled.is_file() and not cached.exists():
+            cached.parent.mkdir(exist_ok=True)
+            cached.symlink_to(compiled)
+    return 1
 
 
 def _plain_environment() -> dict[str, str]:
