@@ -4,7 +4,9 @@ comments kept."""
 from __future__ import annotations
 
 import re
+import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -319,9 +321,25 @@ def test_a_case_needs_the_fields_its_expect_and_the_claims_naming_it_state():
     ]
 
 
-@pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
+@pytest.fixture
+def snapshots_in_this_process(monkeypatch):
+    """The installed release's snapshots taken in this process, which has loaded it, not in a fresh
+    child (a vLLM import, about 10 s, each). What is done with a snapshot is the same; the child
+    itself is the first filling test's (above)."""
+    from gdn_review.run.snapshot_files import document, dumps
+
+    def take_here(record_path, pythonpath, out, device="cpu", all_fields=False):
+        assert pythonpath is None, "only the installed release is loaded here"
+        record = load_record(Path(record_path), expects_optional=True)
+        taken = snapshot_take.take(record.case_inputs(), device, all_fields=all_fields)
+        Path(out).write_text(dumps(document(record.key, taken)), encoding="utf-8")
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    monkeypatch.setattr(snapshot_take, "take_in_subprocess", take_here)
+
+
 def test_filling_writes_the_layout_and_raw_indices_the_claims_compare_measured_on_the_builder(
-    write_record,
+    write_record, snapshots_in_this_process
 ):
     kb = write_record(STAGING)
     result = CliRunner().invoke(
@@ -358,9 +376,8 @@ def test_filling_writes_the_layout_and_raw_indices_the_claims_compare_measured_o
     assert list(staged)[-2:] == ["spec_state_indices_tensor", "persistent_views"]
 
 
-@pytest.mark.slow  # one subprocess that imports vLLM and builds three cases (about 10 s)
 def test_as_expect_prints_every_field_measured_layout_raw_indices_builder_and_server_fields(
-    write_record,
+    write_record, snapshots_in_this_process
 ):
     import typing
 

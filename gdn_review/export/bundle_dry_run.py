@@ -157,7 +157,7 @@ def _bare_environment_from(
 def dry_run(
     bundle_dir: Path,
     work: Path,
-    bench_seconds: int = 5,
+    bench_seconds: int = 2,
     source_python: str | None = None,
     say: Callable[[str], None] = print,
     keyword: str | None = None,
@@ -168,7 +168,8 @@ def dry_run(
     The bare environment links the packages of ``source_python`` (default: this
     interpreter), e.g. a venv with the GPU machine's torch. Returns (run.sh's
     exit code, its OUT folder, whether the network was cut). ``keyword``: only the generated
-    tests that pytest's ``-k`` selects run (``GDN_BUNDLE_KEYWORD``).
+    tests that pytest's ``-k`` selects run (``GDN_BUNDLE_KEYWORD``). ``bench_seconds``: short,
+    as a dry run shows that the bench runs from the bundle, not what it measures.
     """
     manifest = json.loads((Path(bundle_dir) / "bundle.json").read_text(encoding="utf-8"))
     source_python = source_python or sys.executable

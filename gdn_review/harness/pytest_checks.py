@@ -7,6 +7,8 @@ raised here are reported at the calling test's line (``__tracebackhide__``).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from gdn_review.harness.case_build import prepare_builders
@@ -87,4 +89,10 @@ def prepare_device(device: str, cases) -> str:
     if reason:
         pytest.skip(reason)
     prepare_builders(device, cases)
+    # What is loaded now (torch, vLLM, the builders: millions of objects) lives to
+    # the end of the session: frozen, the collector's full passes no longer walk it.
+    # (Garbage first: frozen, it would never be freed; after the first freeze this
+    # collection is short.)
+    gc.collect()
+    gc.freeze()
     return device
