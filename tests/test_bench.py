@@ -59,7 +59,7 @@ def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
             "--case",
             "single_request",
             "--max-seconds",
-            "5",
+            "2",
             "--evidence",
             str(evidence),
         ],

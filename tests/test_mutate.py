@@ -63,49 +63,6 @@ def test_every_mutant_of_52078_is_killed_or_explained_and_vllm_is_untouched(tmp_
     assert report.count("**mutation-verified**") == 3
 
 
-def test_a_mutant_that_never_returns_times_out_and_the_next_one_runs(tmp_path):
-    kb = tmp_path / "kb"
-    kb.mkdir()
-    text = (ROOT / "kb" / "52078.yaml").read_text(encoding="utf-8")
-    hang = (
-        "      - id: hang\n"
-        '        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0"\n'
-        '        replace: "spec_sequence_masks_cpu = '
-        "[__import__('time').sleep(3600) for _ in iter(int, 1)]\"\n"
-    )
-    anchor = "      - id: ge_to_gt\n"
-    (kb / "52078.yaml").write_text(text.replace(anchor, hang + anchor), encoding="utf-8")
-    generated = tmp_path / "generated"
-    before = vllm_files_digest()
-    # Ten times what the other mutant's few tests take (about a second): a loaded machine cannot
-    # turn its kill into a timeout, only the hang reaches it, and the worker idles no longer.
-    done = mutate(
-        "--kb",
-        str(kb),
-        "--generated",
-        str(generated),
-        "--write",
-        "--mutant",
-        "hang",
-        "--mutant",
-        "ge_to_gt",
-        "-k",
-        "C3",
-        "--jobs",
-        "1",
-        "--timeout",
-        "10",
-        "--fail-on",
-        "fails",
-        tmp_path=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    found = mutants_of(tmp_path)
-    assert found["hang"]["status"] == "timeout" and "killed" in found["hang"]["reason"]
-    assert found["ge_to_gt"]["status"] == "killed"
-    assert vllm_files_digest() == before
-
-
 def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
     """Parity on a sample: a killed record mutant and a surviving automatic one under one selection,
     both ways."""
@@ -146,12 +103,13 @@ def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
         ), ident
 
 
-def test_a_mutant_no_test_executes_is_not_reached_and_a_survivor_that_ran_fails_the_run(
+def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fails_the_run(
     tmp_path,
 ):
-    # One run for both: a weakened selection (C1's op counts on one case) and --fail-on survived.
-    # plan_flashinfer_checkpoints runs only for prefill checkpoints, which never exist
-    # on CPU (no checkpoint alignment): no case's entry point executes it.
+    # One run for three (one vLLM import): a weakened selection (C1's op counts on one case)
+    # and --fail-on survived. plan_flashinfer_checkpoints runs only for prefill checkpoints,
+    # which no case of this selection makes: no case's entry point executes it. A mutant that
+    # never returns comes first: it times out, is killed, and the next ones still run.
     kb = tmp_path / "kb"
     kb.mkdir()
     text = (ROOT / "kb" / "52078.yaml").read_text(encoding="utf-8")
@@ -161,14 +119,28 @@ def test_a_mutant_no_test_executes_is_not_reached_and_a_survivor_that_ran_fails_
         '        find: "cu_starts.append(cu_starts[-1] + query_len // every_n_tokens)"\n'
         '        replace: "cu_starts.append(cu_starts[-1] + query_len // every_n_tokens + 1)"\n'
     )
+    hang = (
+        "      - id: hang\n"
+        '        find: "spec_sequence_masks_cpu = num_decode_draft_tokens_cpu >= 0"\n'
+        '        replace: "spec_sequence_masks_cpu = '
+        "[__import__('time').sleep(3600) for _ in iter(int, 1)]\"\n"
+    )
     anchor = "      - id: ge_to_gt\n"
-    (kb / "52078.yaml").write_text(text.replace(anchor, unreached + anchor), encoding="utf-8")
+    (kb / "52078.yaml").write_text(
+        text.replace(anchor, hang + unreached + anchor), encoding="utf-8"
+    )
+    before = vllm_files_digest()
+    # Ten times what the other mutants' few tests take (about a second): a loaded machine
+    # cannot turn their verdicts into timeouts, only the hang reaches it, and the worker
+    # idles no longer.
     done = mutate(
         "--kb",
         str(kb),
         "--generated",
         str(tmp_path / "generated"),
         "--write",
+        "--mutant",
+        "hang",
         "--mutant",
         "checkpoint_stride_off_by_one",
         "--mutant",
@@ -177,6 +149,8 @@ def test_a_mutant_no_test_executes_is_not_reached_and_a_survivor_that_ran_fails_
         "C1 and pure_spec_decode",
         "--jobs",
         "1",
+        "--timeout",
+        "10",
         "--fail-on",
         "survived",
         tmp_path=tmp_path,
@@ -184,6 +158,8 @@ def test_a_mutant_no_test_executes_is_not_reached_and_a_survivor_that_ran_fails_
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "fail-on: PR 52078 mutant ge_to_gt survived" in done.stderr
     found = mutants_of(tmp_path)
+    assert found["hang"]["status"] == "timeout" and "killed" in found["hang"]["reason"]
+    assert vllm_files_digest() == before
     # ge_to_gt's line runs under C1's case and no op count changes: a survivor that ran.
     assert (found["ge_to_gt"]["status"], found["ge_to_gt"]["reason"]) == ("survived", "")
     entry = found["checkpoint_stride_off_by_one"]
