@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -326,13 +325,10 @@ def snapshots_in_this_process(monkeypatch):
     """The installed release's snapshots taken in this process, which has loaded it, not in a fresh
     child (a vLLM import, about 10 s, each). What is done with a snapshot is the same; the child
     itself is the first filling test's (above)."""
-    from gdn_review.run.snapshot_files import document, dumps
 
     def take_here(record_path, pythonpath, out, device="cpu", all_fields=False):
         assert pythonpath is None, "only the installed release is loaded here"
-        record = load_record(Path(record_path), expects_optional=True)
-        taken = snapshot_take.take(record.case_inputs(), device, all_fields=all_fields)
-        Path(out).write_text(dumps(document(record.key, taken)), encoding="utf-8")
+        snapshot_take.write_snapshot(record_path, out, device, all_fields=all_fields)
         return subprocess.CompletedProcess([], 0, "", "")
 
     monkeypatch.setattr(snapshot_take, "take_in_subprocess", take_here)

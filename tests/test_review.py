@@ -147,12 +147,9 @@ def _unpatched_snapshot(work: Path, number: int) -> dict:
 TAKE_EVERY_RECORD = """
 import sys
 from pathlib import Path
-from gdn_review.kb import load_kb
-from gdn_review.run.snapshot_files import document, dumps
-from gdn_review.run.snapshot_take import take
-for record in load_kb(Path(sys.argv[1])).values():
-    taken = document(record.key, take(record.case_inputs()))
-    Path(sys.argv[2], f"{record.key}.json").write_text(dumps(taken), encoding="utf-8")
+from gdn_review.run.snapshot_take import write_snapshot
+for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
+    write_snapshot(path, Path(sys.argv[2], path.stem + ".json"))
 """
 
 

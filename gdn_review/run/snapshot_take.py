@@ -291,8 +291,6 @@ def pytest_sessionfinish(session, exitstatus):
 def _main(argv: list[str]) -> int:
     import argparse
 
-    from gdn_review.kb import load_record
-
     parser = argparse.ArgumentParser(prog="python -m gdn_review.run.snapshot_take")
     parser.add_argument("record")
     parser.add_argument("out")
@@ -303,10 +301,18 @@ def _main(argv: list[str]) -> int:
         help="also the parts measured only when a case asks (for an expect)",
     )
     args = parser.parse_args(argv)
-    record = load_record(Path(args.record), expects_optional=True)  # a snapshot needs no expect
-    taken = take(record.case_inputs(), args.device, all_fields=args.every_field)
-    atomic_write(Path(args.out), dumps(document(record.key, taken)))
+    write_snapshot(Path(args.record), Path(args.out), args.device, all_fields=args.every_field)
     return 0
+
+
+def write_snapshot(record_path: Path, out: Path, device: str = "cpu", all_fields: bool = False):
+    """A record's snapshots on the loaded vLLM, written to ``out`` (what the child of
+    ``take_in_subprocess`` does)."""
+    from gdn_review.kb import load_record
+
+    record = load_record(Path(record_path), expects_optional=True)  # a snapshot needs no expect
+    taken = take(record.case_inputs(), device, all_fields=all_fields)
+    atomic_write(Path(out), dumps(document(record.key, taken)))
 
 
 if __name__ == "__main__":
