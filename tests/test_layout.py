@@ -231,9 +231,9 @@ def _calls(tree: ast.AST):
 
 def test_child_processes_are_one_mechanism():
     """Children start through common/interrupts only; one module forks workers and waits on their
-    pipes;
-    one module sets PYTHONPATH (a release tree's environment); one module fetches releases into the
-    cache."""
+    pipes (and the preload server forks the Python children interrupts hands it);
+    two modules set PYTHONPATH (a release tree's environment, the preload server's); one module
+    fetches releases into the cache."""
     found: dict[str, set[str]] = defaultdict(set)
     for name, path in _modules().items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -270,10 +270,16 @@ def test_child_processes_are_one_mechanism():
     assert found["starts a child without common/interrupts"] <= {"gdn_review.common.interrupts"}, (
         found
     )
-    assert found["forks workers"] <= {"gdn_review.common.forked", "gdn_review.common.interrupts"}, (
-        found
-    )
-    assert found["sets PYTHONPATH"] <= {"gdn_review.common.release_trees"}, found
+    assert found["forks workers"] <= {
+        "gdn_review.common.forked",
+        "gdn_review.common.interrupts",
+        "gdn_review.common.preloaded",
+    }, found
+    # A release tree's children, and the preload server's own path (this checkout's gdn_review).
+    assert found["sets PYTHONPATH"] <= {
+        "gdn_review.common.release_trees",
+        "gdn_review.common.preloaded",
+    }, found
     assert found["fetches a release"] <= {"gdn_review.common.release_trees"}, found
 
 

@@ -23,12 +23,15 @@ ever, so a test signals the command at a known moment instead of sleeping.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+from gdn_review.common import preloaded
 
 HOLD, HOLD_READY = "GDN_REVIEW_HOLD", "GDN_REVIEW_HOLD_READY"
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -39,6 +42,10 @@ _received: int | None = None  # the first signal of this run
 _active = False  # handled() is on
 _finishing = False  # the run writes its output: signals are noted only
 _deferred = 0  # the main thread is starting a child: a signal waits until it is registered
+_preloaded: dict[int, int] = {}  # a preloaded command's pid -> the pipe that gives its child's pid
+_started: dict[str, tuple[int, int]] = {}  # preload servers this process started: pid, its pipe
+_asked: set[str] = set()  # signatures of Python children started fresh once already
+_server_lock = threading.Lock()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -81,6 +88,8 @@ def handled():
     finally:
         try:
             stop_all()
+            if _received is not None:
+                _stop_servers()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -121,15 +130,107 @@ def _starting():
 
 
 def popen(args, **kwargs) -> subprocess.Popen:
-    """``subprocess.Popen`` in a session of its own, registered until ``stop``."""
+    """``subprocess.Popen`` in a session of its own, registered until ``stop``.
+
+    A Python command of this interpreter runs in a child of the preload server
+    (``common/preloaded.py``: torch and the rest already imported) where it can.
+    """
     check()
     with _starting():
-        process = subprocess.Popen(args, start_new_session=True, **kwargs)
+        server = None
+        if preloaded.suits(args, kwargs):
+            env = os.environ if kwargs.get("env") is None else kwargs["env"]
+            server = preload_server(env, kwargs.get("cwd") or os.getcwd())
+        if server is None:
+            process = subprocess.Popen(args, start_new_session=True, **kwargs)
+        else:
+            if kwargs.get("env") is not None:  # its own children use the same servers
+                kwargs["env"] = {**kwargs["env"], preloaded.SERVERS: os.environ[preloaded.SERVERS]}
+            read, write = os.pipe()
+            try:
+                process = subprocess.Popen(
+                    preloaded.start_command(server, write, args),
+                    start_new_session=True,
+                    pass_fds=(write,),
+                    **kwargs,
+                )
+            except BaseException:
+                os.close(read)
+                raise
+            finally:
+                os.close(write)
+            _preloaded[process.pid] = read
         _children[process.pid] = process
     if _received is not None and not _finishing:  # a thread's child started as the run was stopping
         stop(process)
         check()
     return process
+
+
+def preload_server(env, cwd, *, now: bool = False) -> str | None:
+    """The name of a preload server for a child with environment ``env`` in folder ``cwd``: one
+    this process has (inherited, or started earlier) for their ``preloaded.signature``, else, the
+    second time that signature is asked for, one started now and handed down
+    (``preloaded.SERVERS``). None (a fresh interpreter) the first time: a server's imports cost
+    most of what it saves a child, so a one-off child does not start one; and None past
+    ``preloaded.MAX_STARTED``. ``now``: start one on the first ask (a process that knows many
+    children will follow, such as a test session). A server ends when the process that started
+    it does (its end of the pipe closes); the command that started it waits for its imports."""
+    signature = preloaded.signature(env, cwd)
+    with _server_lock:
+        known = preloaded.servers(os.environ)
+        if signature in known:
+            return known[signature]
+        if (signature not in _asked and not now) or len(_started) >= preloaded.MAX_STARTED:
+            _asked.add(signature)
+            return None
+        read, write = os.pipe()
+        listener, name = preloaded.listen()
+        try:
+            process = subprocess.Popen(
+                preloaded.server_command(listener.fileno(), read),
+                pass_fds=(read, listener.fileno()),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=cwd,
+                env=preloaded.server_environment(env),
+            )
+        except OSError:
+            os.close(write)
+            return None
+        finally:
+            os.close(read)
+            listener.close()
+        _started[name] = (process.pid, write)
+        os.environ[preloaded.SERVERS] = json.dumps({**known, signature: name})
+        return name
+
+
+def _stop_servers() -> None:
+    """Kill the preload servers this process started, with their monitors and children (an
+    interrupted run)."""
+    with _server_lock:
+        if not _started:
+            return
+        known = preloaded.servers(os.environ)
+        os.environ[preloaded.SERVERS] = json.dumps(
+            {signature: name for signature, name in known.items() if name not in _started}
+        )
+        for pid, write in _started.values():
+            _kill_tree(pid)
+            os.close(write)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        _started.clear()
+
+
+def _forget(pid: int) -> int | None:
+    """Forget a child; the pid of its preloaded child, if it has one."""
+    _children.pop(pid, None)
+    read = _preloaded.pop(pid, None)
+    return None if read is None else preloaded.read_pid(read)
 
 
 def run_child(
@@ -153,7 +254,7 @@ def run_child(
     except BaseException:
         stop(process)
         raise
-    _children.pop(process.pid, None)
+    _forget(process.pid)
     _check()  # killed by an interrupt: say so rather than return its exit code
     if check and process.returncode:
         raise subprocess.CalledProcessError(process.returncode, args, out, err)
@@ -171,6 +272,8 @@ def fork() -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _children.clear()
+            _preloaded.clear()
+            _started.clear()  # the parent's servers: still this child's to use, not to stop
             _received, _active, _finishing = None, False, False
         else:
             with contextlib.suppress(OSError):  # the child may have done it (or ended) already
@@ -195,7 +298,8 @@ def stop(child: int | subprocess.Popen) -> int | None:
     A child someone already reaped is only forgotten: its pid may be another process's by now.
     """
     pid = child if isinstance(child, int) else child.pid
-    process = _children.pop(pid, None)
+    process = _children.get(pid)
+    forked = _forget(pid)
     process = child if isinstance(child, subprocess.Popen) else process
     if process is not None and process.returncode is not None:
         return process.returncode
@@ -203,7 +307,7 @@ def stop(child: int | subprocess.Popen) -> int | None:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:  # reaped behind our back (os.waitpid on a Popen's pid, say)
         return None if process is None else process.poll()
-    _kill_tree(pid)
+    _kill_tree(pid, *([forked] if forked and forked != pid else []))
     if process is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=REAP_S)
@@ -241,30 +345,30 @@ def _process_table() -> dict[int, tuple[int, int, int, str]]:
     return table
 
 
-def _tree(root: int) -> set[int]:
-    """``root``, the processes of a session or group led by one of them, and their descendants."""
+def _tree(*roots: int) -> set[int]:
+    """``roots``, the processes of a session or group led by one of them, and their descendants."""
     table = _process_table()
     members: set[int] = set()
-    leaders = {root}
+    leaders = set(roots)
     grown = True
     while grown:
         grown = False
         for pid, (parent, group, session, state) in table.items():
             if pid in members or pid in (os.getpid(), 1) or state == "Z":
                 continue
-            if pid == root or parent in members or group in leaders or session in leaders:
+            if pid in roots or parent in members or group in leaders or session in leaders:
                 members.add(pid)
                 leaders.add(pid)
                 grown = True
     return members
 
 
-def _kill_tree(root: int) -> None:
-    """Stop the tree (a stopped process starts nothing), look again until it holds still, then kill
-    it."""
+def _kill_tree(*roots: int) -> None:
+    """Stop the trees (a stopped process starts nothing), look again until they hold still, then
+    kill them."""
     stopped: set[int] = set()
     for _ in range(20):
-        found = _tree(root) - stopped
+        found = _tree(*roots) - stopped
         if not found:
             break
         for pid in found:
