@@ -8,6 +8,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from gdn_review.common import interrupts
 from gdn_review.run import snapshot_files
 
 # No test may depend on the machine's speed: Hypothesis' per-example deadline and its
@@ -76,6 +78,14 @@ def write_record(tmp_path):
         return kb
 
     return write
+
+
+def pytest_configure(config):
+    """One preload server for the session, started here (the xdist controller, or the only
+    process): every worker inherits it, and so do the commands the tests run and their children
+    (common/preloaded.py)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        interrupts.preload_server(os.environ, os.getcwd(), now=True)
 
 
 def pytest_collection_modifyitems(items):

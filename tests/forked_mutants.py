@@ -16,9 +16,10 @@ also serves modules that must run without gdn-review (the export's).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from gdn_review.common import interrupts
 
 SCRIPT = r"""
 import importlib.abc, importlib.util, json, os, sys
@@ -116,7 +117,7 @@ def run_mutants(
         "refuse_gdn_review": refuse_gdn_review,
         "baseline_args": baseline_args,
     }
-    done = subprocess.run(
+    done = interrupts.run_child(
         [sys.executable, "-c", SCRIPT, json.dumps(settings)],
         cwd=cwd,
         env=env,

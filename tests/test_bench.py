@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
 
 import pytest
 
+from gdn_review.common import interrupts
 from gdn_review.run import bench
 from tests.conftest import ROOT
 
@@ -46,7 +46,7 @@ def test_pooled_ratio_is_the_geometric_mean_over_cases():
 @pytest.mark.slow
 def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
     evidence = tmp_path / "bench.json"
-    done = subprocess.run(
+    done = interrupts.run_child(
         [
             sys.executable,
             "-m",
@@ -92,7 +92,7 @@ def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
 
 
 def test_an_unknown_case_is_bad_input():
-    done = subprocess.run(
+    done = interrupts.run_child(
         [
             sys.executable,
             "-m",

@@ -10,11 +10,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import subprocess
 import sys
 
 import pytest
 
+from gdn_review.common import interrupts
 from gdn_review.kb import load_record
 from gdn_review.report import report
 from gdn_review.run import bench, evidence_file
@@ -67,7 +67,7 @@ def open_kb(write_record):
 
 
 def _bench(kb, *args):
-    return subprocess.run(
+    return interrupts.run_child(
         [sys.executable, "-m", "gdn_review.cli", "bench", "--kb", str(kb), "--record", "7", *args],
         cwd=ROOT,
         capture_output=True,

@@ -8,7 +8,6 @@ applied to a copy of it) has them, and read "not applicable" (pending) where it 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gdn_review import harness
-from gdn_review.common import release_cache, release_trees
+from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.kb import RecordErrors, load_record
 from gdn_review.report.report_contents import report_data
 from gdn_review.review import tree
@@ -123,7 +122,7 @@ def test_with_a_change_that_adds_the_method_it_runs_once_per_step_and_its_result
             "before_builds": [{"method": "compute_step_masks", "result_as": "step_masks"}],
         },
     )
-    done = subprocess.run(
+    done = interrupts.run_child(
         [sys.executable, "-c", STEP_SCRIPT, json.dumps(case)],
         cwd=ROOT,
         capture_output=True,

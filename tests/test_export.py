@@ -29,6 +29,7 @@ from click.testing import CliRunner
 
 from gdn_review import generate
 from gdn_review.cli import main
+from gdn_review.common import interrupts
 from gdn_review.export import export, export_context, export_helpers
 from gdn_review.generate.literals import RUFF
 from gdn_review.kb import load_record, parse_record
@@ -1111,7 +1112,7 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
     (scratch / "tmp").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
     env |= {"TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
+    done = interrupts.run_child(
         [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *arguments],
         cwd=ROOT,
         env=env,

@@ -4,13 +4,13 @@ run."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from gdn_review.common import interrupts
 from gdn_review.kb import RecordErrors, load_kb
 from gdn_review.kb.changes import contract_problems, load_changes
 from gdn_review.kb.load import parse_record
@@ -269,7 +269,7 @@ def test_whole_file_run_reaches_update_block_table_only_through_the_contract_rec
         "--jobs",
         "2",
     ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = interrupts.run_child(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert vllm_files_digest() == before
     data = json.loads((tmp_path / "guard.json").read_text(encoding="utf-8"))
@@ -319,7 +319,7 @@ def test_release_runs_in_a_child_on_that_release_and_writes_its_own_report(tmp_p
         "--min-score",
         "0",
     ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = interrupts.run_child(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not (tmp_path / "guard.json").exists()
     data = json.loads((tmp_path / "guard-0.32.0.json").read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gdn_review.common import interrupts
 from gdn_review.mutation import runner
 from tests.conftest import ROOT, vllm_files_digest
 
@@ -33,7 +34,7 @@ def mutate(*args: str, tmp_path: Path, timeout: float = 600) -> subprocess.Compl
         str(tmp_path / "reports"),
         *args,
     ]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return interrupts.run_child(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def mutants_of(tmp_path: Path) -> dict[str, dict]:

@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from gdn_review.common import release_trees
+from gdn_review.common import interrupts, release_trees
 from tests.conftest import ROOT
 
 
 def _pytest_on(release: str, *args: str, cwd=ROOT) -> subprocess.CompletedProcess:
     env = release_trees.environment(release_trees.tree(release))
-    return subprocess.run(
+    return interrupts.run_child(
         [
             sys.executable,
             "-m",

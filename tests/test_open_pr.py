@@ -7,13 +7,12 @@ import difflib
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_trees
+from gdn_review.common import interrupts, release_trees
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import tripped
@@ -340,7 +339,7 @@ def replay(tmp_path_factory):
     env = release_trees.environment(release_trees.tree("0.29.0"))
 
     def gdn(*args):
-        return subprocess.run(
+        return interrupts.run_child(
             [sys.executable, "-m", "gdn_review.cli", *map(str, args)],
             cwd=root,
             capture_output=True,
@@ -486,7 +485,7 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
     green), the evidence keeps the failure, the report says pending; where the PR's change is
     applied (the review's patched side), the failure counts.
     """
-    done = subprocess.run(
+    done = interrupts.run_child(
         [
             sys.executable,
             "-m",
@@ -524,7 +523,7 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
         "fails"
         not in (tmp_path / "reports" / "53542.md").read_text(encoding="utf-8").split("## Claims")[0]
     )
-    failing = subprocess.run(
+    failing = interrupts.run_child(
         [
             sys.executable,
             "-m",

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
+from gdn_review.common import interrupts
 from gdn_review.kb import load_kb, load_record
 from gdn_review.report import report, verdicts
 from gdn_review.run import evidence_file
@@ -360,7 +361,7 @@ def gdn_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, st
         str(tmp_path / "reports"),
         *args,
     ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = interrupts.run_child(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     text = (
         (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8")
         if (tmp_path / "reports" / "52078.md").exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_cache, release_trees
+from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.kb import load_kb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ STEP_RECORDS = (52078, 56531)
 
 
 def gdn(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return interrupts.run_child(
         [sys.executable, "-m", "gdn_review.cli", *args],
         cwd=ROOT,
         capture_output=True,
@@ -175,7 +175,7 @@ def release_drift(step_reviews, step_kb, tmp_path_factory):
         new: tmp_path_factory.mktemp(f"snapshot-{new}") for _, new in STEPS if new not in reviewed
     }
     for release, folder in others.items():
-        done = subprocess.run(
+        done = interrupts.run_child(
             [sys.executable, "-c", TAKE_EVERY_RECORD, str(step_kb / "kb"), str(folder)],
             env=release_trees.environment(release_trees.tree(release)),
             capture_output=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from gdn_review import harness
+from gdn_review.common import interrupts
 from gdn_review.harness.properties import FULL_GRAPH
 
 SPEC_PADDED = {
@@ -229,13 +230,12 @@ def test_the_cpu_proxy_tells_capture_before_and_after_pr_55404(release, reads):
     # 0.29.0: (num_accepted_tokens - 1).cpu(), a copy of a device tensor to the host;
     # 0.30.0: torch.diff(m.query_start_loc_cpu).sub_(1), host data only.
     import json
-    import subprocess
     import sys
 
     from gdn_review.common import release_trees
 
     env = release_trees.environment(release_trees.tree(release))
-    done = subprocess.run(
+    done = interrupts.run_child(
         [sys.executable, "-c", PROXY_ON_CAPTURE],
         env=env,
         capture_output=True,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 
 import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
+from gdn_review.common import interrupts
 from gdn_review.run import snapshot_files, snapshot_take
 from tests.conftest import ROOT
 
@@ -131,7 +131,7 @@ def test_a_change_of_one_prefill_field_fails_only_the_snapshot_tests():
 
     if str(harness.vllm_release()) != "0.33.0":
         pytest.skip("the edit is written for vLLM 0.33.0")
-    done = subprocess.run(
+    done = interrupts.run_child(
         [
             sys.executable,
             "-c",

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import unified_diff
+from gdn_review.common import interrupts, unified_diff
 from gdn_review.report import markdown
 from gdn_review.review import render, review_files, tree
 from gdn_review.review.onto_release import Onto
@@ -47,7 +46,7 @@ def gdn(*args):
 
 def gdn_process(*args):
     """The real command line in a fresh process (as CI and a reviewer run it)."""
-    return subprocess.run(
+    return interrupts.run_child(
         [sys.executable, "-m", "gdn_review.cli", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
