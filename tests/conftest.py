@@ -84,7 +84,8 @@ def pytest_configure(config):
     """One preload server for the session, started here (the xdist controller, or the only
     process): every worker inherits it, and so do the commands the tests run and their children
     (common/preloaded.py)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    # Not for -m "not slow": its few Python children do not repay the server's imports.
+    if "PYTEST_XDIST_WORKER" not in os.environ and "not slow" not in config.option.markexpr:
         interrupts.preload_server(os.environ, os.getcwd(), now=True)
 
 

@@ -61,6 +61,7 @@ def _probe(args, tmp_path, monkeypatch, *, fresh: bool) -> tuple[dict, str, int]
     return json.loads(done.stdout), done.stderr, done.returncode
 
 
+@pytest.mark.slow  # starts Python children and servers
 @pytest.mark.parametrize("form", ["-c", "-m", "script"])
 def test_a_preloaded_child_starts_as_a_fresh_interpreter_and_ends_with_its_exit_code(
     form, tmp_path, monkeypatch
@@ -84,6 +85,7 @@ def test_a_preloaded_child_starts_as_a_fresh_interpreter_and_ends_with_its_exit_
     assert (child_err, child_code) == (fresh_err, fresh_code) == ("to stderr\n", 3)
 
 
+@pytest.mark.slow  # starts Python children and servers
 def test_an_uncaught_exception_is_shown_and_ends_the_child_as_a_fresh_interpreter(monkeypatch):
     _server_for(monkeypatch)
     shown = {}
@@ -100,6 +102,7 @@ def test_an_uncaught_exception_is_shown_and_ends_the_child_as_a_fresh_interprete
     assert shown[False][1].endswith("ValueError: from the command\n")
 
 
+@pytest.mark.slow  # starts Python children and servers
 def test_a_child_killed_by_a_signal_ends_its_command_by_the_same_signal(monkeypatch):
     _server_for(monkeypatch)
     done = interrupts.run_child(
@@ -109,6 +112,7 @@ def test_a_child_killed_by_a_signal_ends_its_command_by_the_same_signal(monkeypa
     assert done.returncode == -signal.SIGTERM
 
 
+@pytest.mark.slow  # starts Python children and servers
 def test_a_timeout_stops_the_preloaded_child_itself(tmp_path, monkeypatch):
     _server_for(monkeypatch)
     interrupts.run_child([sys.executable, "-c", "pass"], timeout=120)  # the server is up
@@ -127,6 +131,7 @@ def test_a_timeout_stops_the_preloaded_child_itself(tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.slow  # starts Python children and servers
 def test_an_environment_a_preloaded_package_reads_at_import_gets_a_server_of_its_own(
     monkeypatch,
 ):
@@ -172,6 +177,7 @@ def test_options_the_command_process_cannot_pass_on_get_a_fresh_interpreter():
     assert not preloaded.suits(f"{sys.executable} -c pass", {})
 
 
+@pytest.mark.slow  # starts Python children and servers
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another user")
 def test_the_server_closes_a_connection_from_another_user(monkeypatch):
     """Its socket is in the abstract namespace, which any user can reach: it serves this user only
