@@ -158,9 +158,7 @@ def signature(env: Mapping[str, str], cwd: str) -> str:
     """What a preloaded package could read at import, as a short hash: ``env`` outside
     ``CHILD_OWN`` (with ``IMPORT_DEFAULTS``) and the working folder (torch derives two debug
     folders from it). Children with one signature share a server."""
-    relevant = sorted(
-        (k, v) for k, v in {**IMPORT_DEFAULTS, **env}.items() if not k.startswith(CHILD_OWN)
-    )
+    relevant = sorted(_read_at_import(env).items())
     relevant.append(("(working folder)", os.path.realpath(cwd)))
     return hashlib.sha256(json.dumps(relevant).encode()).hexdigest()[:16]
 
@@ -193,12 +191,15 @@ def read_pid(fd: int) -> int | None:
 def differs(child_env: dict[str, str], server_env: dict[str, str]) -> str | None:
     """The first variable, outside ``CHILD_OWN``, whose value a preloaded package would have read
     differently; None where there is none."""
-    child = {**IMPORT_DEFAULTS, **child_env}
-    server = {**IMPORT_DEFAULTS, **server_env}
-    for key in sorted(set(child) | set(server)):
-        if child.get(key) != server.get(key) and not key.startswith(CHILD_OWN):
-            return key
-    return None
+    child, server = _read_at_import(child_env), _read_at_import(server_env)
+    keys = sorted(set(child) | set(server))
+    return next((k for k in keys if child.get(k) != server.get(k)), None)
+
+
+def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``env`` a preloaded package may read at import: all outside
+    ``CHILD_OWN``, with ``IMPORT_DEFAULTS``. ``signature`` and ``differs`` both ask this."""
+    return {k: v for k, v in {**IMPORT_DEFAULTS, **env}.items() if not k.startswith(CHILD_OWN)}
 
 
 # --- the server (a process of its own: python -m gdn_review.common.preloaded NAME FD) ---------
