@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from packaging.utils import canonicalize_name
 
 from gdn_review.cli import main
+from gdn_review.common import vllm_cache
 from gdn_review.export import bundle as bundling
 from gdn_review.export import bundle_dry_run, bundle_run, bundle_wheels
 from gdn_review.generate import environment
@@ -99,6 +101,9 @@ def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
     assert "matrix --record 56531 --vllm 0.33.0 " in script
     assert "bench --record 52078 --device" in script and "--record 56531 --device" not in script
     assert '--evidence "$OUT/matrix-56531/evidence-0.33.0.json"' in script
+    # The run's cache starts from the model info the bundle carries, where vllm_cache puts it.
+    assert 'cp -R "$HERE/vllm-cache" "$WORK/cache/vllm-cache"' in script
+    assert 'GDN_REVIEW_CACHE="$WORK/cache"' in script
 
 
 def test_run_script_without_a_latency_claim_has_no_bench(tmp_path):
@@ -169,7 +174,24 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     wheel.write_bytes(b"x" * 4096)
     monkeypatch.setattr(bundle_wheels, "carried_pins", lambda: [bundle_wheels.Pin("w", "1")])
     monkeypatch.setattr(bundle_wheels, "fetch_wheels", lambda pins, python, say: [wheel])
-    monkeypatch.setattr(bundling.release_trees, "entry", lambda version, say=None: version)
+    # Each release a tree with its version file; 0.29.0's vLLM cache has what vLLM learnt of the
+    # model class, beside a file that is not vLLM's and one that is not valid.
+    monkeypatch.setenv("GDN_REVIEW_CACHE", str(tmp_path / "cache"))
+    trees = {}
+    for version in ("0.28.0", "0.29.0", "0.33.0"):
+        trees[version] = tmp_path / "cache" / "trees" / version
+        (trees[version] / "vllm").mkdir(parents=True)
+        (trees[version] / "vllm" / "_version.py").write_text(f"__version__ = '{version}'\n")
+    learnt = Path(vllm_cache.cache_root(str(trees["0.29.0"] / "vllm"))) / "modelinfos"
+    learnt.mkdir(parents=True)
+    (learnt / "vllm-Qwen3NextForCausalLM.json").write_text('{"hash": "ab", "modelinfo": {}}')
+    (learnt / "notes.txt").write_text("not vLLM's")
+    (learnt / "broken.json").write_text('{"hash": ')
+    monkeypatch.setattr(
+        bundling.release_trees,
+        "entry",
+        lambda version, say=None: types.SimpleNamespace(path=trees[version]),
+    )
     monkeypatch.setattr(
         bundling,
         "pack_release",
@@ -205,6 +227,13 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
     }
     assert carried[52078]["bench"] == {"base": "0.28.0", "head": "0.29.0"}
     assert (tmp_path / "out" / "project" / "generated_tests" / "test_pr_52078.py").is_file()
+    assert manifest["model_info"] == {
+        "0.28.0": [],
+        "0.29.0": ["vllm-Qwen3NextForCausalLM.json"],
+        "0.33.0": [],
+    }
+    seeded = tmp_path / "out" / "vllm-cache" / learnt.parent.name / "modelinfos"
+    assert sorted(p.name for p in seeded.iterdir()) == ["vllm-Qwen3NextForCausalLM.json"]
     import hashlib
 
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()

@@ -13,6 +13,8 @@ and the bench.
     DIR/wheels/*.whl        what vLLM's builder path imports beyond BASELINE, for one Python,
                             and requirements.txt pinning each with its sha256
     DIR/releases/V.tar.xz   release cache entries (vLLM's Python files only, with their manifest)
+    DIR/vllm-cache/         what this machine's vLLM learnt of each release's model class (where
+                            it has), copied into the run's cache: no inspection subprocess there
 
 Nothing is run here but pip download; the folder is staged beside DIR and
 renamed into place only once it is complete and within the size limit. Which wheels it
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from gdn_review.common import release_cache, release_trees
+from gdn_review.common import release_cache, release_trees, vllm_cache
 from gdn_review.export import bundle_dry_run, bundle_wheels
 from gdn_review.export.bundle_wheels import BundleError
 
@@ -92,6 +94,19 @@ def pack_release(
             if os.path.exists(partial):
                 os.unlink(partial)
     shutil.copyfile(packed, destination)
+
+
+def _carry_model_info(package: Path, staging: Path) -> list[str]:
+    """This machine's vLLM model info for the release at ``package``, copied to
+    ``vllm-cache/<its root's name>/modelinfos/`` (run.sh seeds the run's empty cache with it: no
+    model-inspection subprocess per release); the files' names."""
+    files = vllm_cache.model_info(str(package))
+    if files:
+        folder = staging / "vllm-cache" / Path(vllm_cache.cache_root(str(package))).name
+        (folder / "modelinfos").mkdir(parents=True)
+        for path in files:
+            shutil.copyfile(path, folder / "modelinfos" / path.name)
+    return [path.name for path in files]
 
 
 def _copy_project(root: Path, destination: Path) -> None:
@@ -187,16 +202,15 @@ def write_bundle(
         )
         say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
         (staging / "releases").mkdir()
+        model_info = {}
         for version in versions:
-            pack_release(
-                release_trees.entry(version, say=say),
-                staging / "releases" / f"{version}.tar.xz",
-                say,
-            )
+            release = release_trees.entry(version, say=say)
+            pack_release(release, staging / "releases" / f"{version}.tar.xz", say)
             say(
                 f"vLLM {version}: "
                 f"{_mib((staging / 'releases' / f'{version}.tar.xz').stat().st_size)}"
             )
+            model_info[version] = _carry_model_info(release.path / "vllm", staging)
         (staging / "probe-cases.json").write_text(
             json.dumps(dict([first_case]), indent=1, sort_keys=True) + "\n", encoding="utf-8"
         )
@@ -208,6 +222,7 @@ def write_bundle(
             "records": plan,
             "releases": versions,
             "wheels": carried,
+            "model_info": model_info,
         }
         templates = environment()
         for name in ("run.sh", "README.md"):
