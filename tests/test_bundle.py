@@ -345,6 +345,9 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
     summary = json.loads((out / "bundle-run.json").read_text())
     assert summary["failed_steps"] == []
     assert summary["mode"] == "cpu"
+    import torch  # the workers' torch, the bare environment's too
+
+    assert f"torch {torch.__version__}, CUDA: False; checks and bench run as: cpu" in log
     for version, probe in summary["probes"].items():
         (attempt,) = probe["attempts"]
         assert all(step["ok"] for step in attempt["result"]["steps"]), (version, attempt)

@@ -19,6 +19,7 @@ again (the reports in ``OUT/reports`` do that), and prints it.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -77,9 +78,9 @@ def _worked(attempt: dict, device: str) -> bool:
     return bool(ran) and not ran.get("skipped") and all(step["ok"] for step in ran["steps"])
 
 
-def probe_releases(bundle: Path, out: Path, cuda: bool, say=print) -> str:
-    """Probe every release; write probe-V.json and platform.env; return the mode the later steps
-    use."""
+def probe_releases(bundle: Path, out: Path, cuda: bool, say=print, torch_version: str = "") -> str:
+    """Probe every release; write probe-V.json and platform.env (with ``TORCH``: the torch and
+    whether CUDA is there, for run.sh to say); return the mode the later steps use."""
     manifest = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
     works: dict[str, set[str]] = {mode: set() for mode in MODES}
     for version in manifest["releases"]:
@@ -107,6 +108,7 @@ def probe_releases(bundle: Path, out: Path, cuda: bool, say=print) -> str:
     lines = [f"export {name}={value}" for name, value in MODES[mode].items()]
     lines.append(f"DEVICE={'cpu' if mode == 'cpu' else 'cuda'}")
     lines.append(f"MODE='{mode}'")
+    lines.append(f"TORCH={shlex.quote(f'{torch_version}, CUDA: {cuda}')}")
     (out / "platform.env").write_text("\n".join(lines) + "\n", encoding="utf-8")
     say(f"mode for the checks and the bench: {mode}")
     return mode
@@ -221,7 +223,7 @@ def main(argv: list[str]) -> int:
     if action == "probe":
         import torch
 
-        probe_releases(bundle_dir, out, torch.cuda.is_available())
+        probe_releases(bundle_dir, out, torch.cuda.is_available(), torch_version=torch.__version__)
         return 0
     bundle = json.loads((bundle_dir / "bundle.json").read_text(encoding="utf-8"))
     summary = summarise(bundle, out)
