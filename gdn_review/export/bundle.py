@@ -101,11 +101,10 @@ def _carry_model_info(package: Path, staging: Path) -> list[str]:
     ``vllm-cache/<its root's name>/modelinfos/`` (run.sh seeds the run's empty cache with it: no
     model-inspection subprocess per release); the files' names."""
     files = vllm_cache.model_info(str(package))
-    if files:
-        folder = staging / "vllm-cache" / Path(vllm_cache.cache_root(str(package))).name
-        (folder / "modelinfos").mkdir(parents=True)
-        for path in files:
-            shutil.copyfile(path, folder / "modelinfos" / path.name)
+    for path in files:  # <root>/modelinfos/NAME.json, the same place under the bundle's folder
+        copy = staging / "vllm-cache" / path.relative_to(path.parents[2])
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
     return [path.name for path in files]
 
 
