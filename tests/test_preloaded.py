@@ -254,3 +254,58 @@ def test_after_importing_vllm_a_preloaded_child_has_the_configuration_a_fresh_on
     }
     assert len(seen[True]) > 500
     assert not differences, differences
+
+
+# The builder's imports the server adds (PRELOAD_BUILDER_IMPORTS), each imported in a fresh
+# interpreter after PRELOAD, as the server does, with the environment watched. One that wrote a
+# variable at import would leave a preloaded child without the change a fresh one makes itself
+# (cv2 sets LD_LIBRARY_PATH); one that read a variable a child may set differently (CHILD_OWN)
+# would give every child the server's value (torch.utils.cpp_extension reads
+# PYTORCH_NVML_BASED_CUDA_CHECK). PRELOAD itself is older than this check: torch._dynamo sets
+# TORCHINDUCTOR_CACHE_DIR, which CHILD_OWN lists for that reason.
+WATCH_IMPORTS = """
+import importlib, json, os
+from gdn_review.common import preloaded
+os.environ.update({k: v for k, v in preloaded.IMPORT_DEFAULTS.items() if k not in os.environ})
+missing = []
+def load(name):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        missing.append(name)
+for name in preloaded.PRELOAD:
+    load(name)
+read = []
+class Watched(type(os.environ)):
+    def __getitem__(self, key):  # get, in, iteration and os.getenv come here too
+        read.append(key)
+        return super().__getitem__(key)
+plain = os.environ
+os.environ = Watched(plain._data, plain.encodekey, plain.decodekey, plain.encodevalue,
+                     plain.decodevalue)
+before = dict(plain._data)
+for name in preloaded.PRELOAD_BUILDER_IMPORTS:
+    load(name)
+after = dict(plain._data)
+print(json.dumps({
+    "written": sorted(k.decode() for k in before.keys() | after.keys()
+                      if before.get(k) != after.get(k)),
+    "read": sorted({k for k in read if k.startswith(preloaded.CHILD_OWN)}),
+    "missing": missing,
+}))
+"""
+
+
+@pytest.mark.slow  # one fresh interpreter
+def test_the_builder_imports_the_server_adds_neither_write_nor_read_a_childs_variables():
+    done = subprocess.run(
+        [sys.executable, "-c", WATCH_IMPORTS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GDN_REVIEW_PRELOAD")},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {"written": [], "read": [], "missing": []}, seen

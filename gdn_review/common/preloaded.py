@@ -74,17 +74,19 @@ PRELOAD = (
     "psutil",
     "yaml",
     "jinja2",
-    # The builder's own imports (its layer's module, the model registry), measured the same way:
-    # each child imported these itself, 1.5 s of CPU. Left to the child: those a release before
-    # 0.29.0 does not import (cutlass, fastapi, xgrammar), and those whose import writes the
-    # environment (cv2 sets LD_LIBRARY_PATH) or reads a CHILD_OWN variable (humming,
-    # compressed_tensors, prometheus_client).
+)
+# Then the builder's own imports from the shared environment (its layer's module, the model
+# registry), measured the same way: each child imported them itself, about 1 s of CPU. Left to
+# the child: those a release before 0.29.0 does not import (cutlass, fastapi, xgrammar), and
+# those whose import writes a variable or reads one a child may set differently (cv2 sets
+# LD_LIBRARY_PATH; humming, compressed_tensors and prometheus_client read CHILD_OWN ones;
+# torch.utils.cpp_extension asks torch for CUDA devices): tests/test_preloaded.py checks these.
+PRELOAD_BUILDER_IMPORTS = (
     "transformers.models.auto.image_processing_auto",
     "transformers.models.auto.modeling_auto",
     "transformers.models.auto.tokenization_auto",
     "transformers.modeling_layers",
     "torch._inductor.compile_fx",
-    "torch.utils.cpp_extension",
     "pytest",
     "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
     "fastsafetensors",
@@ -95,7 +97,8 @@ PRELOAD = (
 # release's env_override sets it before inductor is imported). The server imports with them set.
 IMPORT_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 # Variables a child may set differently from the server: read only by what the child imports
-# itself (vLLM, gdn_review, pytest) or after import, never by a preloaded package at its import.
+# itself (vLLM, gdn_review) or after import (pytest's, when it runs), never by a preloaded
+# package at its import.
 CHILD_OWN = (
     "GDN_REVIEW_",
     "VLLM_",
@@ -221,8 +224,8 @@ def _read_at_import(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def serve(listener_fd: int, parent_fd: int) -> _Child:
-    """Import ``PRELOAD``, then fork a monitor per connection; returns only in a forked child,
-    with what it is to run."""
+    """Import ``PRELOAD`` and ``PRELOAD_BUILDER_IMPORTS``, then fork a monitor per connection;
+    returns only in a forked child, with what it is to run."""
     listener = socket.socket(fileno=listener_fd)
     own_env = dict(os.environ)
     base_path = list(sys.path[1:])  # without the working folder (-m puts it first)
@@ -230,7 +233,7 @@ def serve(listener_fd: int, parent_fd: int) -> _Child:
     if at and base_path[at - 1] == str(ROOT):
         del base_path[at - 1]  # the server's PYTHONPATH, not the children's
     os.environ.update({k: v for k, v in IMPORT_DEFAULTS.items() if k not in own_env})
-    for module in PRELOAD:
+    for module in (*PRELOAD, *PRELOAD_BUILDER_IMPORTS):
         try:
             importlib.import_module(module)
         except Exception:  # noqa: BLE001 - not in this environment: the child imports what it needs
