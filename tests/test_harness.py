@@ -131,7 +131,9 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
     that does not prepare it (a bare VllmConfig) once left a pytest worker on the
     CUDA platform, and every later build() there failed with "no NVIDIA driver".
     And vLLM's humming kernels would start two interpreters to build CUDA launchers
-    at import. The variables the harness sets for both are removed first.
+    at import. The variables the harness sets for both are removed first. The same process
+    shows that the model folder a process writes is gone once it ends (each process used to
+    leave one behind in the temp folder).
     """
     import os
     import subprocess
@@ -155,6 +157,8 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
         "        return None\n"
         "kids = [p for p in os.listdir('/proc') if p.isdigit() and parent(p) == me]\n"
         "print('children', len(kids))\n"
+        "from gdn_review.harness.builders import _model_dir\n"
+        "print('model folder', os.path.isdir(_model_dir()), _model_dir())\n"
     )
     env = {
         k: v
@@ -166,3 +170,6 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
     )
     assert "platform CpuPlatform" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "children 0" in done.stdout, done.stdout + done.stderr[-2000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("model folder")]
+    assert line.startswith("model folder True "), line
+    assert not os.path.exists(line.split(" ", 3)[3])

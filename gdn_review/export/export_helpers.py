@@ -28,6 +28,7 @@ HELPERS = (
             "_accepted_kwargs",
             "MODEL_CONFIG",
             "_model_dir",
+            "_remove_model_dir",
             "_model_config",
             "_vllm_config",
             "_as_on_server",

@@ -13,12 +13,14 @@ gdn-review imports other than each other and ``prepare_platform``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
 import inspect
 import json
 import os
+import shutil
 import tempfile
 
 import torch
@@ -103,7 +105,14 @@ def _model_dir() -> str:
     folder = tempfile.mkdtemp(prefix="gdn-review-model-")
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
         json.dump(MODEL_CONFIG, handle, indent=2, sort_keys=True)
+    atexit.register(_remove_model_dir, folder, os.getpid())
     return folder
+
+
+def _remove_model_dir(folder: str, owner: int) -> None:
+    """Once the process that made it ends (each process used to leave one behind)."""
+    if os.getpid() == owner:  # a forked child (a mutant's) shares its parent's folder
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _model_config(max_model_len: int):
