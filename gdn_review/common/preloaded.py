@@ -76,11 +76,12 @@ PRELOAD = (
     "jinja2",
 )
 # Then the builder's own imports from the shared environment (its layer's module, the model
-# registry), measured the same way: each child imported them itself, about 1 s of CPU. Left to
-# the child: those a release before 0.29.0 does not import (cutlass, fastapi, xgrammar), and
-# those whose import writes a variable or reads one a child may set differently (cv2 sets
+# registry), measured the same way: each child imported them itself (0.8 s of its 8 s of CPU).
+# Left to the child: those a release before 0.29.0 does not import (cutlass, fastapi, xgrammar),
+# and those whose import writes a variable or reads one a child may set differently (cv2 sets
 # LD_LIBRARY_PATH; humming, compressed_tensors and prometheus_client read CHILD_OWN ones;
-# torch.utils.cpp_extension asks torch for CUDA devices): tests/test_preloaded.py checks these.
+# torch.utils.cpp_extension asks torch for CUDA devices). tests/test_preloaded.py checks that
+# this list does neither.
 PRELOAD_BUILDER_IMPORTS = (
     "transformers.models.auto.image_processing_auto",
     "transformers.models.auto.modeling_auto",
