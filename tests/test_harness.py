@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from gdn_review import harness
@@ -133,7 +135,9 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
     And vLLM's humming kernels would start two interpreters to build CUDA launchers
     at import. The variables the harness sets for both are removed first. The same process
     shows that the model folder a process writes is gone once it ends (each process used to
-    leave one behind in the temp folder).
+    leave one behind in the temp folder). And the variables it writes outside ``CHILD_OWN`` are the
+    ones our children start without (``interrupts.VLLM_WORKER_SETUP``), else every child of a
+    process that used vLLM would differ from the preload servers' environment.
     """
     import os
     import subprocess
@@ -141,6 +145,7 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
 
     code = (
         "import os\n"
+        "before = dict(os.environ)\n"
         "from gdn_review.harness.builders import BuilderSettings, _vllm_config\n"
         "_vllm_config(BuilderSettings())\n"
         "from vllm.platforms import current_platform\n"
@@ -159,10 +164,15 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
         "print('children', len(kids))\n"
         "from gdn_review.harness.builders import _model_dir\n"
         "print('model folder', os.path.isdir(_model_dir()), _model_dir())\n"
+        "from gdn_review.common.preloaded import CHILD_OWN\n"
+        "print('written', sorted(k for k, v in os.environ.items()\n"
+        "                        if before.get(k) != v and not k.startswith(CHILD_OWN)))\n"
     )
+    from gdn_review.common import interrupts, preloaded
+
     env = {
         k: v
-        for k, v in os.environ.items()
+        for k, v in interrupts.child_environment(dict(os.environ)).items()
         if k not in {"VLLM_TARGET_DEVICE", "HUMMING_DISABLE_PARALLEL_BUILD"}
     }
     done = subprocess.run(
@@ -173,3 +183,6 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("model folder")]
     assert line.startswith("model folder True "), line
     assert not os.path.exists(line.split(" ", 3)[3])
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("written ")]
+    written = set(ast.literal_eval(line.removeprefix("written ")))
+    assert written - set(preloaded.IMPORT_DEFAULTS) <= set(interrupts.VLLM_WORKER_SETUP), written

@@ -156,7 +156,8 @@ def test_an_environment_a_preloaded_package_reads_at_import_gets_a_server_of_its
         )
         seen.append(done.stdout)
     assert seen == ["False False\n", "True False\n"]  # HF_HUB_OFFLINE read as set, both times
-    assert preloaded.signature(online, here) in preloaded.servers(os.environ)
+    started_for = interrupts.child_environment(online)  # what a child of this worker is given
+    assert preloaded.signature(started_for, here) in preloaded.servers(os.environ)
     # Past the servers a process may start, a command of another environment runs fresh.
     monkeypatch.setattr(preloaded, "MAX_STARTED", 0)
     done = interrupts.run_child(
@@ -309,3 +310,44 @@ def test_the_builder_imports_the_server_adds_neither_write_nor_read_a_childs_var
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.splitlines()[-1])
     assert seen == {"written": [], "read": [], "missing": []}, seen
+
+
+# A process that imported interrupts, then had vLLM's config hooks write two of its variables.
+WORKER_SETUP = """
+import json, os, sys
+os.environ.pop("NUMEXPR_MAX_THREADS", None)
+os.environ["LD_LIBRARY_PATH"] = "/started/with"
+from gdn_review.common import interrupts
+os.environ["NUMEXPR_MAX_THREADS"] = "3"  # what vLLM's CPU platform sets for its own workers
+os.environ["LD_LIBRARY_PATH"] = "/started/with:/added/by/cv2"
+show = "import json, os; print(json.dumps([os.environ.get(n) for n in sys.argv[1:]]))"
+names = ["NUMEXPR_MAX_THREADS", "LD_LIBRARY_PATH"]
+seen = {}
+for label, env in (("inherited", None), ("chosen", dict(os.environ, NUMEXPR_MAX_THREADS="5"))):
+    done = interrupts.run_child([sys.executable, "-c", "import sys;" + show, *names], env=env,
+                                capture_output=True, text=True, check=True)
+    seen[label] = json.loads(done.stdout)
+seen["here"] = [os.environ.get(n) for n in names]
+print(json.dumps(seen))
+"""
+
+
+def test_a_child_starts_with_the_vllm_worker_setup_its_parent_started_with():
+    """What vLLM set in this process for its own workers is not handed to our children (each sets
+    its own); a value the caller chose is."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GDN_REVIEW_PRELOAD")}
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_SETUP],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**env, preloaded.SWITCH: "0"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {
+        "inherited": [None, "/started/with"],
+        "chosen": ["5", "/started/with"],
+        "here": ["3", "/started/with:/added/by/cv2"],
+    }

@@ -13,7 +13,8 @@ start another, then killed (SIGKILL) and the child reaped. On the way out of
 ``handled()`` every child still registered is stopped, so an interrupt ends
 within seconds whatever the children were doing. Once a run calls
 ``finishing()`` (its work is done, its output is being written) a signal is
-noted, not raised: the output is written whole and the run ends as it would.
+noted, not raised: the output is written whole and the run ends as it would. A child's
+environment leaves out what vLLM set in this process for its own workers (``child_environment``).
 
 ``hold(point)`` is the test hook: where ``GDN_REVIEW_HOLD`` names the point,
 it writes its pid to the file ``GDN_REVIEW_HOLD_READY`` names and waits for
@@ -46,6 +47,19 @@ _preloaded: dict[int, int] = {}  # a preloaded command's pid -> the pipe that gi
 _started: dict[str, tuple[int, int]] = {}  # preload servers this process started: pid, its pipe
 _asked: set[str] = set()  # signatures of Python children started fresh once already
 _server_lock = threading.Lock()
+# What vLLM's CPU platform sets in a process that makes a VllmConfig, for the worker processes vLLM
+# itself would start (allocator and OpenMP preloads, thread counts), and cv2's import adds to the
+# library path. Our children are not those workers: each sets them when it makes its own config.
+# Inherited, they made every child of such a process differ from the preload servers' environment
+# (a fresh interpreter, then a server of its own).
+VLLM_WORKER_SETUP = (
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "NUMEXPR_MAX_THREADS",
+    "LOCAL_WORLD_SIZE",
+    "TORCHINDUCTOR_CPP_DYNAMIC_THREADS",
+)
+_started_with = {name: os.environ.get(name) for name in VLLM_WORKER_SETUP}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -136,6 +150,7 @@ def popen(args, **kwargs) -> subprocess.Popen:
     (``common/preloaded.py``: torch and the rest already imported) where it can.
     """
     check()
+    kwargs["env"] = child_environment(kwargs.get("env"))
     with _starting():
         server = None
         if preloaded.suits(args, kwargs):
@@ -165,6 +180,27 @@ def popen(args, **kwargs) -> subprocess.Popen:
         stop(process)
         check()
     return process
+
+
+def child_environment(env=None):
+    """``env`` (None: this process's) with each ``VLLM_WORKER_SETUP`` variable it inherited
+    unchanged from this process given the value this process started with; None where that is
+    this process's environment as it is. A value the caller chose stays."""
+    given = os.environ if env is None else env
+    back = {
+        name: _started_with[name]
+        for name in VLLM_WORKER_SETUP
+        if given.get(name) == os.environ.get(name) != _started_with[name]
+    }
+    if not back:
+        return env
+    result = dict(given)
+    for name, value in back.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = value
+    return result
 
 
 def preload_server(env, cwd, *, now: bool = False) -> str | None:
