@@ -85,6 +85,37 @@ def test_a_preloaded_child_starts_as_a_fresh_interpreter_and_ends_with_its_exit_
     assert (child_err, child_code) == (fresh_err, fresh_code) == ("to stderr\n", 3)
 
 
+IGNORED = """
+import json, signal, sys
+print(json.dumps({s.name: signal.getsignal(s) == signal.SIG_IGN
+                  for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}))
+print("torch" in sys.modules)
+"""
+
+
+@pytest.mark.slow  # starts Python children and servers
+def test_signals_ignored_at_the_commands_start_stay_ignored_in_the_child(monkeypatch):
+    """As `nohup` or a script's `cmd &` start a command: a fresh interpreter keeps SIGHUP or SIGINT
+    ignored (and no KeyboardInterrupt handler), so does a preloaded child."""
+    _server_for(monkeypatch)
+    seen = {}
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGHUP)}
+    try:
+        for fresh in (True, False):
+            monkeypatch.setenv(preloaded.SWITCH, "0" if fresh else "1")
+            done = interrupts.run_child(
+                [sys.executable, "-c", IGNORED], capture_output=True, text=True, timeout=120
+            )
+            dispositions, torch_loaded = done.stdout.splitlines()
+            assert torch_loaded == str(not fresh), "preloaded: the server's child; fresh: not"
+            seen[fresh] = json.loads(dispositions)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert seen[True] == {"SIGINT": True, "SIGHUP": True, "SIGTERM": False}
+    assert seen[False] == seen[True]
+
+
 @pytest.mark.slow  # starts Python children and servers
 def test_an_uncaught_exception_is_shown_and_ends_the_child_as_a_fresh_interpreter(monkeypatch):
     _server_for(monkeypatch)

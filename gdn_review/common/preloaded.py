@@ -276,13 +276,15 @@ class _Child:
         os.environb.update(
             {k.encode("latin-1"): v.encode("latin-1") for k, v in self.request["env"].items()}
         )
+        ignored = set(self.request.get("ignored", ()))  # by the command's process, at its start
         for signum in signal.valid_signals():
             if signum not in (signal.SIGKILL, signal.SIGSTOP):
                 try:
-                    signal.signal(signum, signal.SIG_DFL)
+                    signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
                 except (OSError, ValueError):
                     pass
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # what Python itself sets
+        if signal.SIGINT not in ignored:  # what Python itself sets, unless SIGINT came ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         first = {

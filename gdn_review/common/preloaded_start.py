@@ -25,7 +25,16 @@ def main() -> None:
         connection.connect("\0" + server)
         # Bytes as latin-1 text: every value survives JSON and comes back byte for byte.
         env = {k.decode("latin-1"): v.decode("latin-1") for k, v in os.environb.items()}
-        payload = json.dumps({"argv": arguments, "cwd": os.getcwd(), "env": env}).encode()
+        # Signals ignored from the start (`nohup`, a script's `cmd &`) stay ignored in a fresh
+        # interpreter: the child ignores them too.
+        ignored = [
+            int(signum)
+            for signum in signal.valid_signals()
+            if signum not in (signal.SIGKILL, signal.SIGSTOP)
+            and signal.getsignal(signum) == signal.SIG_IGN
+        ]
+        request = {"argv": arguments, "cwd": os.getcwd(), "env": env, "ignored": ignored}
+        payload = json.dumps(request).encode()
         socket.send_fds(connection, [struct.pack("!Q", len(payload))], [0, 1, 2])
         connection.sendall(payload)
         replies = connection.makefile("rb")
