@@ -351,11 +351,11 @@ os.environ["LD_LIBRARY_PATH"] = "/started/with"
 from gdn_review.common import interrupts
 os.environ["NUMEXPR_MAX_THREADS"] = "3"  # what vLLM's CPU platform sets for its own workers
 os.environ["LD_LIBRARY_PATH"] = "/started/with:/added/by/cv2"
-show = "import json, os; print(json.dumps([os.environ.get(n) for n in sys.argv[1:]]))"
+show = "import json, os, sys; print(json.dumps([os.environ.get(n) for n in sys.argv[1:]]))"
 names = ["NUMEXPR_MAX_THREADS", "LD_LIBRARY_PATH"]
 seen = {}
 for label, env in (("inherited", None), ("chosen", dict(os.environ, NUMEXPR_MAX_THREADS="5"))):
-    done = interrupts.run_child([sys.executable, "-c", "import sys;" + show, *names], env=env,
+    done = interrupts.run_child([sys.executable, "-c", show, *names], env=env,
                                 capture_output=True, text=True, check=True)
     seen[label] = json.loads(done.stdout)
 seen["here"] = [os.environ.get(n) for n in names]
