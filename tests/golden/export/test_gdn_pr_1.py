@@ -119,8 +119,12 @@ def _accepted_kwargs(cls, **kwargs):
 
 
 # A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
-# transformers fills in every field left out.
+# transformers fills in every field left out. The architecture is named, as a
+# Qwen3-Next checkpoint's config.json names it: left out, it was transformers' base
+# class (Qwen3NextModel), which vLLM serves as an embedding model (pooling runner),
+# inspecting a second model class in a subprocess of its own per release.
 MODEL_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"],
     "model_type": "qwen3_next",
     "vocab_size": 128,
     "hidden_size": 64,
