@@ -28,6 +28,14 @@ def test_builder_is_vllms_own_and_built_once():
     assert harness.make_builder(settings) is builder
 
 
+def test_the_builder_belongs_to_a_text_generation_model_as_on_a_server():
+    # A server loads a Qwen3-Next checkpoint, whose config names Qwen3NextForCausalLM:
+    # vLLM's generate runner. Unnamed, the tiny model was vLLM's embedding (pooling) model.
+    model = harness.make_builder(harness.BuilderSettings(device="cpu")).vllm_config.model_config
+    assert model.architectures == ["Qwen3NextForCausalLM"]
+    assert (model.runner_type, model.convert_type) == ("generate", "none")
+
+
 def test_each_builder_gets_the_cache_mode_a_fresh_engine_would():
     # VllmConfig runs the model's config hooks (prefix caching -> mamba_cache_mode)
     # once per ModelConfig; a ModelConfig shared between builders left every
