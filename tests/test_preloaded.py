@@ -204,7 +204,8 @@ def test_an_environment_a_preloaded_package_reads_at_import_gets_a_server_of_its
     assert done.stdout == "False False\n", done.stderr[-2000:]
 
 
-def test_options_the_command_process_cannot_pass_on_get_a_fresh_interpreter():
+def test_options_the_command_process_cannot_pass_on_get_a_fresh_interpreter(monkeypatch):
+    monkeypatch.setenv(preloaded.SWITCH, "1")  # whatever this session chose (not slow: off)
     assert preloaded.suits([sys.executable, "-c", "pass"], {"env": {}, "stdout": None})
     assert not preloaded.suits([sys.executable, "-X", "importtime", "-c", "pass"], {})
     assert not preloaded.suits([sys.executable, "-c", "pass"], {"pass_fds": (3,)})
