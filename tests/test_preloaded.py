@@ -38,10 +38,7 @@ def _server_for(monkeypatch, env=None, cwd=None) -> str:
     """A server for children with ``env`` in ``cwd`` (default: this process's): a signature asked
     for the second time gets one, however many this test worker started already."""
     monkeypatch.setattr(preloaded, "MAX_STARTED", 100)
-    # What a child is given (a worker that used vLLM has more in its own environment): the
-    # raw environment's signature got a server no child uses, still importing when asked.
-    env = interrupts.child_environment(os.environ if env is None else env)
-    cwd = cwd or os.getcwd()
+    env, cwd = os.environ if env is None else env, cwd or os.getcwd()
     interrupts.preload_server(env, cwd)
     return interrupts.preload_server(env, cwd)
 

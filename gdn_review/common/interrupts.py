@@ -211,7 +211,9 @@ def preload_server(env, cwd, *, now: bool = False) -> str | None:
     most of what it saves a child, so a one-off child does not start one; and None past
     ``preloaded.MAX_STARTED``. ``now``: start one on the first ask (a process that knows many
     children will follow, such as a test session). A server ends when the process that started
-    it does (its end of the pipe closes); the command that started it waits for its imports."""
+    it does (its end of the pipe closes); the command that started it waits for its imports.
+    ``env`` counts as a child is given it (``child_environment``)."""
+    env = child_environment(env)
     signature = preloaded.signature(env, cwd)
     with _server_lock:
         known = preloaded.servers(os.environ)
