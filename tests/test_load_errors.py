@@ -146,7 +146,7 @@ TABLE = [
         [
             "7.yaml:24:20: cases[0].expect.path: Value error, expected "
             "values are null, true/false, integers, strings or lists of "
-            "them; got float nan (got nan)"
+            "them, or a tensor as {dtype: int64, values: [...]}; got float nan (got nan)"
         ],
     ),
     (

@@ -6,6 +6,7 @@ import json
 import os
 
 from gdn_review.harness.release_ranges import release_for_ranges
+from gdn_review.harness.values import Tensor, stored_differences, stored_form
 
 NO_FIELD = "(no such field)"
 
@@ -34,25 +35,26 @@ def stored_snapshot(
 
 
 def snapshot_differences(measured: dict, stored: dict) -> dict:
-    """field -> (measured, stored) of every field that differs, appears or goes."""
-    return {
-        field: (measured.get(field, NO_FIELD), stored.get(field, NO_FIELD))
-        for field in sorted(set(measured) | set(stored))
-        if measured.get(field, NO_FIELD) != stored.get(field, NO_FIELD)
-    }
+    """field -> (measured, stored) of every field whose value, dtype or shape differs,
+    or that appears or goes (both in stored form: ``values.stored_form``)."""
+    return stored_differences(measured, stored, missing=NO_FIELD)
 
 
 def field_differences(
     first: dict, second: dict, fields, compare: str = "equal"
 ) -> dict:
-    """field -> (first, second) where two scenarios disagree; ``prefix``: the first's
-    lists only need to be a prefix of the second's (the real rows of a padded build)."""
+    """field -> (first, second) (stored forms) where two scenarios disagree in value,
+    dtype or shape; ``prefix``: the first's lists only need to be a prefix of the
+    second's (the real rows of a padded build), of the same dtype."""
     found = {}
     for field in fields:
         a, b = first.get(field, NO_FIELD), second.get(field, NO_FIELD)
         if compare == "prefix" and isinstance(a, list) and isinstance(b, list):
-            if b[: len(a)] != a:
-                found[field] = (a, b)
-        elif a != b:
-            found[field] = (a, b)
+            differ = list(b[: len(a)]) != list(a) or (
+                isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype != b.dtype
+            )
+        else:
+            differ = a != b
+        if differ:
+            found[field] = (stored_form(a, field), stored_form(b, field))
     return found

@@ -1,6 +1,18 @@
 """What ``build()`` returns, as plain data: snapshots, the rows each state index
 names (see the block table ``inputs.build_arguments`` makes), and the layout of its
-tensors."""
+tensors.
+
+The dtype rule: a tensor is its values, its dtype and its shape (the kernels take
+these tensors as raw pointers: an int64 tensor turned int32 is an ABI break). In a
+run, ``plain`` makes it a ``Tensor``: a list of its values that also carries its
+dtype and shape, so two runs compare all three (``==``) wherever they are compared.
+Stored (snapshots, a record's ``expect``) it is ``stored_form``: its values where its
+dtype is its field's usual one (``USUAL_DTYPES``) and its values imply its shape,
+else ``{dtype, values}`` (and ``shape`` where the values do not imply it).
+``stored_differences`` compares a run with stored data field by field, and
+``describe_differences`` names what differs (``num_accepted_tokens: dtype int64,
+expected int32``).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +25,168 @@ import torch
 SECOND_TABLE = 10000
 
 
+# The dtype of each tensor build() returns, by the name it has in a snapshot (a
+# metadata field, a field of one of its parts such as ``checkpoint`` or ``nums_dict``,
+# a server field): measured from the real builder (vLLM 0.33.0 on CPU, every case of
+# kb/, tests/test_dtype_rule.py). A tensor of its field's usual dtype is stored as its
+# values; one of another dtype, or of a name not here, states its dtype. The token
+# indices are int64 where build() sorts the token mask (a batch that mixes spec
+# decodes with other rows) and int32 where it makes them itself (spec decodes only,
+# FULL-graph staging): the first is stored with its dtype.
+USUAL_DTYPES = {
+    # GDNAttentionMetadata
+    "batch_ptr": "int32",
+    "chunk_indices": "int32",
+    "chunk_offsets": "int64",
+    "has_initial_state": "bool",
+    "non_spec_query_start_loc": "int32",
+    "non_spec_state_indices_tensor": "int32",
+    "non_spec_token_indx": "int32",
+    "num_accepted_tokens": "int32",
+    "prefill_has_initial_state": "bool",
+    "prefill_query_start_loc": "int32",
+    "prefill_state_indices": "int32",
+    "spec_query_start_loc": "int32",
+    "spec_sequence_masks": "bool",
+    "spec_sequence_masks_cpu": "bool",
+    "spec_state_indices_tensor": "int32",
+    "spec_token_indx": "int32",
+    "token_chunk_offset_ptr": "int32",
+    # nums_dict[chunk size]
+    "mlist": "int64",
+    "nums": "int32",
+    "offsetlist": "int32",
+    # checkpoint (MambaPrefillCheckpoint), flashinfer_checkpoint_plan
+    "block_cols": "int64",
+    "checkpoint_offsets": "int32",
+    "cu_starts": "int64",
+    "request_rows": "int64",
+    "rows": "int64",
+    "state_indices": "int32",
+    # server fields (harness.server.server_fields)
+    "checkpoint_block_columns": "int64",
+    "checkpoint_request_rows": "int64",
+    "checkpoint_state_indices": "int32",
+    "flashinfer_plan_cu_starts": "int64",
+    "flashinfer_plan_rows": "int64",
+}
+
+
+class Tensor(list):
+    """A tensor as plain data: its values (``tolist()``), with its ``dtype`` ("int32")
+    and ``shape``. Equal to another Tensor when all three are; to a plain list when its
+    values are (what an invariant computes itself has no dtype)."""
+
+    def __init__(self, values, dtype: str, shape):
+        super().__init__(values)
+        self.dtype = dtype
+        self.shape = list(shape)
+
+    def __eq__(self, other):
+        if isinstance(other, Tensor) and (
+            self.dtype != other.dtype or self.shape != other.shape
+        ):
+            return False
+        return list.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return Tensor, (list(self), self.dtype, self.shape)
+
+
+def _implied_shape(values) -> list[int]:
+    """The shape a nested list of values implies: [] -> [0], [[], []] -> [2, 0]."""
+    shape = []
+    while isinstance(values, list):
+        shape.append(len(values))
+        if not values:
+            break
+        values = values[0]
+    return shape
+
+
+def stored_form(value, name: str | None = None):
+    """Plain data as it is stored (JSON, YAML): a ``Tensor`` (under field ``name``) as
+    its values where its dtype is the field's usual one and its values imply its shape,
+    else ``{"dtype", "values"}`` (and ``"shape"`` where the values do not imply it)."""
+    if isinstance(value, Tensor):
+        values = list(value)
+        implied = _implied_shape(values) == value.shape
+        if value.dtype == USUAL_DTYPES.get(name) and implied:
+            return values
+        form = {"dtype": value.dtype, "values": values}
+        if not implied:
+            form["shape"] = value.shape
+        return form
+    if isinstance(value, dict):
+        return {key: stored_form(item, str(key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [stored_form(item, name) for item in value]
+    return value
+
+
+# The keys of a tensor's stored form where it states its dtype.
+TENSOR_KEYS = {"dtype", "values", "shape"}
+
+
+def _tensor_parts(form, name: str):
+    """(dtype, shape, values) of a stored tensor form; None: ``form`` is no tensor."""
+    if isinstance(form, dict) and {"dtype", "values"} <= set(form) <= TENSOR_KEYS:
+        values = form["values"]
+        return form["dtype"], form.get("shape", _implied_shape(values)), values
+    if isinstance(form, list) and name in USUAL_DTYPES:
+        return USUAL_DTYPES[name], _implied_shape(form), form
+    return None
+
+
+def stored_differences(
+    measured: dict, stored: dict, fields=None, missing="(no such field)"
+) -> dict:
+    """field -> (measured, stored), both in stored form, of every field (of ``fields``;
+    default: of either) whose value, dtype or shape differs, or that only one has."""
+    if fields is None:
+        fields = sorted(set(measured) | set(stored))
+    found = {}
+    for field in fields:
+        a = stored_form(measured[field], field) if field in measured else missing
+        b = stored.get(field, missing)
+        if a != b:
+            found[field] = (a, b)
+    return found
+
+
+def describe_differences(differences: dict, other: str = "expected") -> str:
+    """``differences`` (field -> (measured, other), stored forms) in words, a field a
+    clause: ``num_accepted_tokens: dtype int64, expected int32``, ``non_spec_token_indx:
+    shape [0, 3], expected [0]``, ``num_decodes: 2, expected 1``."""
+    clauses = []
+    for field, (a, b) in differences.items():
+        first, second = _tensor_parts(a, field), _tensor_parts(b, field)
+        if first is not None and second is not None and first[2] == second[2]:
+            if first[0] != second[0]:
+                clauses.append(f"{field}: dtype {first[0]}, {other} {second[0]}")
+                continue
+            if first[1] != second[1]:
+                clauses.append(f"{field}: shape {first[1]}, {other} {second[1]}")
+                continue
+        clauses.append(f"{field}: {a!r}, {other} {b!r}")
+    return "; ".join(clauses)
+
+
 def plain(value):
-    """A metadata value as JSON-able data (tensors as lists, dataclasses as dicts)."""
+    """A metadata value as plain data (tensors as ``Tensor``, a list of their values
+    that carries their dtype and shape; dataclasses as dicts)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().tolist()
+        values = value.detach().cpu()
+        if values.dim() == 0:  # a scalar has no list to carry its dtype
+            return values.item()
+        return Tensor(
+            values.tolist(), str(values.dtype).removeprefix("torch."), values.shape
+        )
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if isinstance(value, dict):

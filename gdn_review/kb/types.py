@@ -48,14 +48,25 @@ def _release_range(value: str) -> str:
 
 
 def _plain_value(value: Any) -> Any:
-    """Expected values are plain data: null, booleans, integers, strings, lists of them."""
+    """Expected values are plain data: null, booleans, integers, strings, lists of them, and
+    a tensor of another dtype than its field's usual one as ``{dtype: int64, values: [...]}``
+    (and ``shape: [0, 3]`` where the values do not imply it; the dtype rule, docs/records.md)."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, list):
         return [_plain_value(item) for item in value]
+    if (
+        isinstance(value, dict)
+        and {"dtype", "values"} <= set(value) <= {"dtype", "values", "shape"}
+        and isinstance(value["dtype"], str)
+        and isinstance(value["values"], list)
+        and all(isinstance(n, int) for n in value.get("shape", []))
+    ):
+        return {key: _plain_value(item) for key, item in value.items()}
     raise ValueError(
         "expected values are null, true/false, integers, strings or "
-        f"lists of them; got {type(value).__name__} {value!r}"
+        "lists of them, or a tensor as {dtype: int64, values: [...]}; "
+        f"got {type(value).__name__} {value!r}"
     )
 
 

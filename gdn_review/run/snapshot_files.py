@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SNAPSHOT_FORMAT = "gdn-review-snapshot/1"
+# /2: tensors stored by the dtype rule (``usual_dtypes``); a /1 file (values only) is not read.
+SNAPSHOT_FORMAT = "gdn-review-snapshot/2"
 
 
 FOLDER = "snapshots"
@@ -32,12 +33,16 @@ def command_for(key: int | str, release: str) -> str:
 
 
 def document(key: int | str, taken: dict) -> dict:
+    """A snapshot file's content. ``usual_dtypes``: the harness's table of each tensor
+    field's usual dtype when it was taken (``harness.values.USUAL_DTYPES``): a tensor
+    stored as its values has that dtype, any other states its own (the dtype rule)."""
     return {
         "format": SNAPSHOT_FORMAT,
         "record": key,
         "release": taken["release"],
         "device": taken["device"],
         "made_by": command_for(key, taken["release"]),
+        "usual_dtypes": taken.get("usual_dtypes", {}),
         "cases": taken["cases"],
     }
 
@@ -87,8 +92,12 @@ def stored(kb_dir: Path, key: int | str) -> dict[str, dict]:
     return found
 
 
-def differences(before: dict, after: dict) -> list[dict]:
-    """Field-level differences between two snapshots' cases: [{case, field, before, after}]."""
+def differences(
+    before: dict, after: dict, usual_before: dict | None = None, usual_after: dict | None = None
+) -> list[dict]:
+    """Field-level differences between two snapshots' cases: [{case, field, before, after}],
+    values in stored form; a tensor whose values stayed and whose dtype or shape moved also
+    says so (``change``: ``dtype int32 → int64``), read with each snapshot's ``usual_dtypes``."""
     found = []
     for case_id in sorted(set(before) | set(after)):
         old, new = before.get(case_id), after.get(case_id)
@@ -116,4 +125,45 @@ def differences(before: dict, after: dict) -> list[dict]:
                 found.append(
                     {"case": case_id, "field": field, "before": old[field], "after": new[field]}
                 )
+                change = tensor_change(
+                    _tensor(old[field], (usual_before or {}).get(field)),
+                    _tensor(new[field], (usual_after or {}).get(field)),
+                )
+                if change:
+                    found[-1]["change"] = change
     return found
+
+
+TENSOR_KEYS = {"dtype", "values", "shape"}
+
+
+def _tensor(value, usual: str | None):
+    """(dtype, shape, values) of a stored value that is a tensor (the dtype rule of
+    ``harness.values.stored_form``: values alone have the field's usual dtype), else None."""
+    if isinstance(value, dict) and {"dtype", "values"} <= set(value) <= TENSOR_KEYS:
+        return value["dtype"], value.get("shape", _implied_shape(value["values"])), value["values"]
+    if isinstance(value, list) and usual is not None:
+        return usual, _implied_shape(value), value
+    return None
+
+
+def _implied_shape(values) -> list[int]:
+    shape = []
+    while isinstance(values, list):
+        shape.append(len(values))
+        if not values:
+            break
+        values = values[0]
+    return shape
+
+
+def tensor_change(old, new) -> str | None:
+    """``dtype int32 → int64`` or ``shape [0] → [0, 3]`` where a tensor's values stayed and its
+    dtype or shape moved; None otherwise."""
+    if old is None or new is None or old[2] != new[2]:
+        return None
+    if old[0] != new[0]:
+        return f"dtype {old[0]} → {new[0]}"
+    if old[1] != new[1]:
+        return f"shape {old[1]} → {new[1]}"
+    return None

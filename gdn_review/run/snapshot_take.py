@@ -29,11 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from gdn_review.common import interrupts, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.kb.subjects import key_label
-from gdn_review.run.snapshot_files import document, dumps, load, snapshot_path
+from gdn_review.run.snapshot_files import FOLDER, document, dumps, load, snapshot_path
 
 # The harness's flags for the parts it measures only when asked (harness.case_build.build_case).
 MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
@@ -53,6 +54,7 @@ def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) 
     ``all_fields``: also the parts the harness measures only when asked (``every_field``).
     """
     from gdn_review import harness
+    from gdn_review.harness.values import USUAL_DTYPES
 
     release = str(harness.vllm_release())
     taken = {}
@@ -60,32 +62,29 @@ def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) 
         if not harness.release_in_range(case.get("releases")):
             continue
         try:
-            taken[case_id] = harness.snapshot_case(device, case)
+            # Stored form: a tensor's dtype (and shape) stated where not its field's usual one.
+            taken[case_id] = harness.stored_form(harness.snapshot_case(device, case))
         except pytest.skip.Exception as skip:  # an API the release lacks, a device absent here
             # Without the release's number, so that consecutive releases compare equal.
             taken[case_id] = {"not_applicable": re.sub(r"vLLM \d[\w.+-]*", "vLLM", str(skip.msg))}
 
-    return {"release": release, "device": device, "cases": taken}
+    return {"release": release, "device": device, "cases": taken, "usual_dtypes": USUAL_DTYPES}
 
 
 def take_in_subprocess(
-    record_path: Path,
+    record_path: Path | list[tuple[Path, Path]],
     pythonpath: Path | None,
-    out: Path,
+    out: Path | None = None,
     device: str = "cpu",
     all_fields: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Take a record's snapshots in a fresh interpreter whose vLLM is the tree at ``pythonpath``
-    (None: the installed)."""
-    command = [
-        sys.executable,
-        "-m",
-        "gdn_review.run.snapshot_take",
-        str(record_path),
-        str(out),
-        "--device",
-        device,
-    ]
+    """Take a record's snapshots (or, given [(record, out), ...], several records') in a fresh
+    interpreter whose vLLM is the tree at ``pythonpath`` (None: the installed)."""
+    pairs = record_path if isinstance(record_path, list) else [(record_path, out)]
+    command = [sys.executable, "-m", "gdn_review.run.snapshot_take"]
+    for record, written in pairs:
+        command += [str(record), str(written)]
+    command += ["--device", device]
     if all_fields:
         command.append("--every-field")
     env = release_trees.environment(pythonpath)
@@ -128,6 +127,46 @@ def take_snapshots(
         shown.append(
             f"wrote {target} ({len(data['cases'])} cases, vLLM {data['release']}, {data['device']})"
         )
+    return shown
+
+
+def retake_stored(kb_dir: Path, say: Callable[[str], None] = print) -> list[str]:
+    """``gdn-review snapshot --stored``: take again every stored snapshot (every record's, on
+    the release it was taken on), one interpreter per release; lines to show.
+
+    What a format change of the snapshots (the dtype rule) needs once: the files are
+    rewritten as the harness now takes them, and ``git diff kb/snapshots`` shows what moved.
+    """
+    import tempfile
+
+    from gdn_review.run.selection import load_records
+
+    folder = Path(kb_dir) / FOLDER
+    by_release: dict[str, list[str]] = {}
+    for path in sorted(folder.glob("*/*.json")) if folder.is_dir() else []:
+        by_release.setdefault(path.stem, []).append(path.parent.name)
+    records = {str(record.key): path for path, record in load_records(kb_dir).items()}
+    shown = []
+    for version, release_keys in sorted(by_release.items(), key=lambda kv: Version(kv[0])):
+        tree = release_trees.tree(version, say=say)
+        with tempfile.TemporaryDirectory() as scratch:
+            # A folder of a record no longer in kb/ is left as it is.
+            release_keys = [key for key in release_keys if key in records]
+            pairs = [(records[key], Path(scratch) / f"{key}.json") for key in release_keys]
+            done = take_in_subprocess(pairs, tree)
+            for key, (_, out) in zip(release_keys, pairs):
+                data = load(out) if done.returncode == 0 else None
+                if data is None:
+                    say(done.stderr[-3000:])
+                    raise SnapshotError(
+                        f"vLLM {version}: the snapshots could not be taken "
+                        f"(exit code {done.returncode})"
+                    )
+                if data["release"] != version:
+                    raise SnapshotError(f"vLLM {version}: the child loaded vLLM {data['release']}")
+                target = snapshot_path(kb_dir, key, version)
+                atomic_write(target, dumps(data))
+                shown.append(f"wrote {target} ({len(data['cases'])} cases, vLLM {version})")
     return shown
 
 
@@ -292,8 +331,7 @@ def _main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m gdn_review.run.snapshot_take")
-    parser.add_argument("record")
-    parser.add_argument("out")
+    parser.add_argument("pairs", nargs="+", metavar="RECORD OUT", help="record, output; repeatable")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
         "--every-field",
@@ -301,7 +339,10 @@ def _main(argv: list[str]) -> int:
         help="also the parts measured only when a case asks (for an expect)",
     )
     args = parser.parse_args(argv)
-    write_snapshot(Path(args.record), Path(args.out), args.device, all_fields=args.every_field)
+    if len(args.pairs) % 2:
+        parser.error("records and outputs go in pairs")
+    for record, out in zip(args.pairs[::2], args.pairs[1::2]):
+        write_snapshot(Path(record), Path(out), args.device, all_fields=args.every_field)
     return 0
 
 
