@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from gdn_review.common import fail_conditions
 from gdn_review.kb import Record
-from gdn_review.report import verdicts
+from gdn_review.report import failing_batch, verdicts
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import discrimination, kept
 from gdn_review.run import evidence_file
@@ -121,7 +121,9 @@ def drift_data(
     present = [(v, s) for v, s in snapshots_by_release if s is not None]
     missing = [v for v, s in snapshots_by_release if s is None]
     for (previous, old), (current, new) in zip(present, present[1:]):
-        differences = snapshot_files.differences(old["cases"], new["cases"])
+        differences = snapshot_files.differences(
+            old["cases"], new["cases"], old.get("usual_dtypes"), new.get("usual_dtypes")
+        )
         added, removed = set(), set()
         by_case: dict[str, list[dict]] = {}
         calls = {c.id for c in record.cases if c.call is not None}
@@ -183,7 +185,8 @@ def drift_data(
                     "case": case_id,
                     "fields": fields,
                     "changes": [
-                        f"{d['field']}: {_short(d['before'])} → {_short(d['after'])}"
+                        f"{d['field']}: {d.get('change') or _short(d['before'])}"
+                        + ("" if d.get("change") else f" → {_short(d['after'])}")
                         for d in changed
                     ],
                     "explained_by": explained_by,
@@ -239,6 +242,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             tests = [
                 t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id
             ]
+            found = failing_batch.of_tests(tests)
             cells.append(
                 {
                     "version": version,
@@ -246,6 +250,9 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                     "reason": row["reason"],
                     "measure": cell_measure(claim, tests),
                     "tests": tests,
+                    # The batches its failed tests failed on: one line here, whole under the table.
+                    "failing_batch": failing_batch.compact(found[0]) if found else "",
+                    "failing_batches": found,
                 }
             )
         by_version = {c["version"]: c for c in cells}
@@ -305,7 +312,15 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             {
                 "id": claim.id,
                 "before": claim.before or "—",
-                "cells": [{k: v for k, v in c.items() if k != "tests"} for c in cells],
+                "cells": [
+                    {k: v for k, v in c.items() if k not in ("tests", "failing_batches")}
+                    for c in cells
+                ],
+                "failing_batches": [
+                    {"version": c["version"], "batches": c["failing_batches"]}
+                    for c in cells
+                    if c.get("failing_batches")
+                ],
                 "discrimination": verdict,
                 "discrimination_reason": why,
                 "trajectories": trajectories,
@@ -363,6 +378,9 @@ def summary_lines(report_data: dict) -> list[str]:
             for c in row["cells"]
         )
         lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
+        for found in row.get("failing_batches", []):
+            lines.append(f"    on {found['version']}:")
+            lines += failing_batch.terminal_section(found["batches"], indent="    ")
         lines += [f"    {line}" for line in row["trajectories"]]
     drift = report_data["matrix"]["drift"]
     lines.append(

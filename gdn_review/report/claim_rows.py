@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import state_words
+from gdn_review.report import failing_batch
 from gdn_review.report.verdicts import (
     LATENCY_VERDICTS,
     claim_verdict,
@@ -311,6 +312,8 @@ def claim_rows(
                 "devices": _device_cell(by_device, bool(ran)),
                 "by_device": by_device,
                 "note": claim.note,
+                # The batches its failed tests failed on (invariants): rows and a case to paste.
+                "failing_batches": failing_batch.of_tests(tests),
                 "tests": [
                     {
                         "label": label_of(t),

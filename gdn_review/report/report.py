@@ -14,14 +14,16 @@ from gdn_review.common.files import atomic_write
 from gdn_review.generate import environment
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import key_label
-from gdn_review.report import markdown
+from gdn_review.report import failing_batch, markdown
 from gdn_review.report.report_contents import report_data
 from gdn_review.run.evidence_file import Evidence
 
 
 def render_markdown(data: dict) -> str:
     return (
-        environment(cell=markdown.cell, text=markdown.text)
+        environment(
+            cell=markdown.cell, text=markdown.text, failing_batch=failing_batch.markdown_text
+        )
         .get_template("report.md.j2")
         .render(**data)
     )
@@ -75,8 +77,9 @@ def write_reports(
 
 
 def summary_lines(reports: list[dict]) -> list[str]:
-    """A line per record: its claims by verdict and its risks by coverage; under it, each part of
-    its evidence measured on an earlier version of the record."""
+    """A line per record: its claims by verdict and its risks by coverage; under it, the batches
+    its failed invariants failed on, and each part of its evidence measured on an earlier version
+    of the record."""
     lines = []
     for data in reports:
         claims = ", ".join(f"{n} {v}" for v, n in data["verdict_counts"].items() if n)
@@ -84,6 +87,8 @@ def summary_lines(reports: list[dict]) -> list[str]:
             ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
         )
         lines.append(f"{key_label(data['number'])}: claims {claims}; risks {coverage}")
+        for claim in data.get("claims", []):
+            lines += failing_batch.terminal_section(claim.get("failing_batches"))
         lines += [f"  {line}" for line in data.get("stale", [])]
     return lines
 

@@ -23,9 +23,11 @@ from gdn_review.report.verdicts import (
     discrimination,
     missing_tests,
     pending_verdict,
+    reach_steps,
     superseded_skips,
+    tie_to_change,
 )
-from gdn_review.run.evidence_file import RAN, VERDICTS, Evidence
+from gdn_review.run.evidence_file import NOT_TIED, RAN, VERDICTS, Evidence
 
 
 def report_data(
@@ -48,7 +50,8 @@ def report_data(
             if t["outcome"] in RAN
         }
     )
-    claims = claim_rows(record, evidence, mine, with_change, path)
+    reach = evidence.reach.get(str(record.key)) if not with_change else None
+    claims = tie_to_change(claim_rows(record, evidence, mine, with_change, path), reach)
     diff_side = _diff_side(record, evidence, claims) if not with_change else None
     upstream = []
     for item in record.upstream_tests:
@@ -113,17 +116,23 @@ def report_data(
         "claims": claims,
         "risks": risks,
         "upstream_tests": upstream,
-        "verdict_counts": {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS},
+        "verdict_counts": {
+            v: sum(c["verdict"] == v for c in claims)
+            for v in VERDICTS + ((NOT_TIED,) if reach and reach.get("state") == "not tied" else ())
+        },
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
         "mutation": mutation,
         "diff_side": diff_side,
         "parts": evidence_parts(record, evidence, mine, diff_side, stale),
         # A part measured on an earlier version of the record: the first thing to do again.
         "next_steps": [line[:1].upper() + line[1:] + "." for line in stale.values()]
+        + reach_steps(reach)
         + next_steps(claims, risks, mutation, diff_side, record),
         "finished_at": max(evidence.finished_at, default=""),
         "tests_total": len(mine),
     }
+    if reach is not None:  # only then: reports of evidence without it stay as they were
+        data["reach"] = reach
     if stale:  # only then: a report of evidence without stale parts stays as it was (JSON goldens)
         data["stale"] = list(stale.values())
     return data
@@ -166,6 +175,13 @@ def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict |
                     f"{f.get('case')} ({f.get('device')})"
                     for f in found.get("failing") or []
                     if isinstance(f, dict)
+                ],
+                # The batches its invariants failed on with the diff (shown through
+                # report.failing_batch, which describes each again from its batch).
+                "failing_batches": [
+                    f["failing_batch"]
+                    for f in found.get("failing") or []
+                    if isinstance(f, dict) and isinstance(f.get("failing_batch"), dict)
                 ],
             }
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.matrix_report import cell_measure, drift_data
+from gdn_review.report import failing_batch
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import label_of
 from gdn_review.run import evidence_file, snapshot_files
@@ -41,7 +42,7 @@ def _side(
 
 def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
     """The failing tests of a claim: its case (or property), device, and why; an invariant's
-    smallest failing batch."""
+    smallest failing batch (Hypothesis's note, and the batch itself, described)."""
     rows = []
     for test in tests:
         if test["claim"] != claim_id or test["outcome"] not in {"failed", "error", "xpassed"}:
@@ -53,6 +54,8 @@ def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
                 "device": test.get("device") or "?",
                 "reason": reason[:400],
                 "smallest": test.get("smallest_batch"),
+                # The batch it failed on: rows, configuration and a case to paste.
+                "failing_batch": failing_batch.of_test(test),
             }
         )
     return rows

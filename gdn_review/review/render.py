@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import is_record_key, key_label, key_order
+from gdn_review.report import failing_batch
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
@@ -214,8 +215,11 @@ def _record_section(record: dict, data: dict) -> list[str]:
             )
             + "."
         )
+        batches = failing_batch.markdown_section([f.get("failing_batch") for f in failing])
+        if batches:
+            lines += ["", *batches, ""]
         for f in failing:
-            if f.get("smallest"):
+            if f.get("smallest") and not f.get("failing_batch"):
                 lines += [
                     "",
                     f"Smallest failing batch Hypothesis found for {code(f['case'])} "

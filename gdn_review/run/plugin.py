@@ -3,7 +3,8 @@
 Registered through the ``pytest11`` entry point, so any pytest run in this
 environment that executes a generated test writes evidence: per test its
 outcome (passed, failed, xfailed, skipped, deselected...), the reason, and the
-``measured`` / ``expected`` values the test recorded with ``record_property``;
+``measured`` / ``expected`` values the test recorded with ``record_property``
+(and, of a failed test, the ``batch`` it recorded that failed: ``failing_batch``);
 per claim and per risk the tests that address it; and the environment (vLLM
 version and where it was loaded from, torch, device, Python, git revision of
 kb/). Runs without any generated test write nothing.
@@ -87,6 +88,7 @@ def pytest_runtest_makereport(item, call):
         return
     report.gdn_pending_failure = _reason(report)
     report.gdn_smallest_batch = _falsifying_example(report)
+    report.gdn_failing_batch = _failing_batch(report)
     report.outcome = "skipped"
     report.wasxfail = f"pending: {pending[claim]}"
 
@@ -163,6 +165,8 @@ def _test_entry(item) -> dict | None:
         "risks": risks,
         "case": _marker_arg(item, "case") or params.get("case_id"),
         "property": params.get("prop"),
+        # An invariant's boundary batch, by name (harness.boundary_batches); None elsewhere.
+        "boundary": params.get("boundary"),
         "device": device,
         "outcome": "not run",
         "reason": None,
@@ -206,6 +210,22 @@ def _falsifying_example(report) -> str | None:
         if line.startswith(")"):  # Hypothesis closes the call it prints at the start of a line
             break
     return "\n".join(taken)[:4000]
+
+
+def _failing_batch(report) -> dict | None:
+    """The batch a failed invariant test failed on: the last ``failed_batch`` it recorded
+    (``harness.check_invariant`` records one each time a batch fails; Hypothesis replays its
+    shrunk example last). Kept as plain JSON data; the report stage turns it into rows and a
+    case (``report.failing_batch``)."""
+    import json
+
+    failed = [v for key, v in report.user_properties if key == "failed_batch"]
+    if not failed or not isinstance(failed[-1], dict):
+        return None
+    try:
+        return json.loads(json.dumps(failed[-1], sort_keys=True, default=str))
+    except (TypeError, ValueError):
+        return None
 
 
 def _record_file(module, root: Path) -> Path | None:
@@ -289,6 +309,8 @@ class EvidenceCollector:
                 entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
                 if getattr(report, "gdn_smallest_batch", None):
                     entry["smallest_batch"] = report.gdn_smallest_batch
+                if getattr(report, "gdn_failing_batch", None):
+                    entry["failing_batch"] = report.gdn_failing_batch
             elif getattr(report, "wasxfail", None) is not None:
                 entry["outcome"] = "xfailed" if report.skipped else "xpassed"
                 entry["reason"] = report.wasxfail
@@ -300,6 +322,9 @@ class EvidenceCollector:
                 smallest = _falsifying_example(report) if report.failed else None
                 if smallest:
                     entry["smallest_batch"] = smallest
+                failing = _failing_batch(report) if report.failed else None
+                if failing:
+                    entry["failing_batch"] = failing
         elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
             entry["outcome"], entry["reason"] = "error", _reason(report)
 
