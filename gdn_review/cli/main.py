@@ -1,9 +1,9 @@
 """Thin click commands over the library: parse, call one stage, print, choose the exit code.
 
 Exit codes: 0 ok, 1 a check failed (stale modules, failing claims), 2 bad input or usage.
-This file holds the ``gdn-review`` group and its short commands (validate, generate, schema)
+This file holds the ``gdn-review`` group and its short commands (generate, schema)
 and adds the others to the group, each from the module named after its job: run_commands
-(run, report), record_commands (import, export, snapshot), mutate_command, bench_command,
+(run, report), record_commands (validate, import, export, snapshot), mutate_command, bench_command,
 matrix_commands (matrix, history), bundle_command, review_commands (review, review-merge),
 authoring (find-release). Each command's work lives in the stage it calls.
 """
@@ -50,44 +50,6 @@ def main() -> None:
       gdn-review find-release "LINE"      # first release with a gdn_attn.py line: base/head_release
       gdn-review snapshot --record N --fill-expects   # write the missing expect blocks, measured
     """
-
-
-@main.command()
-@kb_option
-@exit_codes
-def validate(kb_dir: Path) -> None:
-    """Check every record: types, unknown keys, duplicate ids, references.
-
-    Each mutant's find must match exactly once in the record's target file on
-    every release at hand (the installed vLLM and the release cache) that its
-    range covers; releases not at hand are named, not fetched.
-
-    A draft record (from `gdn-review import`) is well-formed but incomplete:
-    each open TODO is listed and the exit code is 1.
-
-    \b
-    Examples:
-      gdn-review validate
-      gdn-review validate --kb path/to/records
-    """
-    from gdn_review.kb.validate import validate_kb
-    from gdn_review.mutation import check_finds
-
-    checked = validate_kb(kb_dir, check_finds)
-    for note in checked.notes:
-        say(f"note: {note}")
-    for path, record in checked.records.items():
-        todos = checked.todos[path]
-        click.echo(
-            f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: "
-            f"{len(record.claims)} claims, {len(record.cases)} cases, "
-            f"{len(record.risks)} risks"
-        )
-        for todo in todos:
-            say(f"  incomplete: {todo}")
-    if checked.open_items:
-        say(f"{checked.open_items} open TODO(s): the record(s) above are drafts, not yet checkable")
-        sys.exit(EXIT_FAILED)
 
 
 @main.command(name="generate")
@@ -169,6 +131,7 @@ def schema() -> None:
 
 
 for _command in (
+    cli_record.validate_command,
     cli_run.report,
     cli_run.run,
     cli_record.import_command,

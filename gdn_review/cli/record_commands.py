@@ -1,6 +1,7 @@
-"""The click commands that carry one record in or out: ``import``, ``export`` and ``snapshot``.
+"""The click commands of one record: ``validate``, ``import``, ``export`` and ``snapshot``.
 
-``import`` drafts a record from a review report or gh's JSON of a PR, ``export`` writes a
+``validate`` checks every record (and, with ``--reach``, which cases execute the PR's own
+lines); ``import`` drafts a record from a review report or gh's JSON of a PR, ``export`` writes a
 record's checks as a standalone module for vLLM's tests, ``snapshot`` stores the metadata
 build() returns for a record's cases (and fills its missing ``expect`` blocks). Each parses
 its options, calls its stage, prints and picks the exit code; ``cli/main.py`` adds them to
@@ -14,7 +15,96 @@ from pathlib import Path
 
 import click
 
-from gdn_review.cli.support import EXIT_FAILED, RECORD_KEY, exit_codes, kb_option, say
+from gdn_review.cli.support import (
+    EXIT_FAILED,
+    RECORD_KEY,
+    exit_codes,
+    kb_option,
+    records_option,
+    say,
+)
+
+
+@click.command(name="validate")
+@kb_option
+@records_option("With --reach: only this record (repeatable); every record is validated.")
+@click.option(
+    "--reach",
+    is_flag=True,
+    help="Also build each record's named cases once on the installed vLLM under a line trace "
+    "(no tests run) and say which cases execute each line the PR added or changed.",
+)
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="With --reach: use only releases already in the cache (the PR's diff needs its base "
+    "and head releases).",
+)
+@exit_codes
+def validate_command(kb_dir: Path, numbers, reach: bool, offline: bool) -> None:
+    """Check every record: types, unknown keys, duplicate ids, references.
+
+    Each mutant's find must match exactly once in the record's target file on
+    every release at hand (the installed vLLM and the release cache) that its
+    range covers; releases not at hand are named, not fetched.
+
+    A draft record (from `gdn-review import`) is well-formed but incomplete:
+    each open TODO is listed and the exit code is 1.
+
+    --reach builds each named case of the record once, without pytest, and
+    names for every line of the PR's own hunks (target.own_hunks, else the diff
+    between base_release and head_release, mapped onto the installed release)
+    the cases that execute it, and for each line no case reaches the case that
+    came closest (the one that executes the nearest line before it in the same
+    function). Exit 1 when a record's cases reach none of its own lines: its
+    claims are not tied to the change. Invariants' generated batches are not
+    built here; `gdn-review run` traces them too.
+
+    \b
+    Examples:
+      gdn-review validate
+      gdn-review validate --kb path/to/records
+      gdn-review validate --reach --record 52078
+    """
+    from gdn_review.kb.validate import validate_kb
+    from gdn_review.mutation import check_finds
+
+    checked = validate_kb(kb_dir, check_finds)
+    for note in checked.notes:
+        say(f"note: {note}")
+    for path, record in checked.records.items():
+        todos = checked.todos[path]
+        click.echo(
+            f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: "
+            f"{len(record.claims)} claims, {len(record.cases)} cases, "
+            f"{len(record.risks)} risks"
+        )
+        for todo in todos:
+            say(f"  incomplete: {todo}")
+    untied = _show_reach(kb_dir, numbers, offline) if reach else []
+    if checked.open_items:
+        say(f"{checked.open_items} open TODO(s): the record(s) above are drafts, not yet checkable")
+    if untied:
+        say(
+            f"claims not tied to the change: no case executes the own lines of "
+            f"{', '.join(untied)}; add a case that reaches them"
+        )
+    if checked.open_items or untied:
+        sys.exit(EXIT_FAILED)
+
+
+def _show_reach(kb_dir: Path, numbers, offline: bool) -> list[str]:
+    """Print each record's reach (``validate --reach``); the records whose claims are not tied."""
+    from gdn_review.mutation import own_reach
+    from gdn_review.run.selection import load_records
+
+    records = load_records(kb_dir, numbers)
+    parts = own_reach.validate_reach(records, fetch=not offline, say=say)
+    labels = {str(record.key): record.label for record in records.values()}
+    for key, part in parts.items():
+        for line in own_reach.report_lines(labels[key], part):
+            click.echo(line)
+    return [labels[key] for key in own_reach.not_tied(parts)]
 
 
 @click.command(name="import")
@@ -135,9 +225,15 @@ def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str |
 @click.option(
     "--record",
     "key",
-    required=True,
+    default=None,
     type=RECORD_KEY,
-    help="The record: a PR's number or a contract's id.",
+    help="The record: a PR's number or a contract's id (required unless --stored).",
+)
+@click.option(
+    "--stored",
+    is_flag=True,
+    help="Take again every stored snapshot (every record's, each on its own release), "
+    "e.g. after the snapshots' format changed.",
 )
 @click.option(
     "--release",
@@ -174,7 +270,8 @@ def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str |
 @exit_codes
 def snapshot_command(
     kb_dir: Path,
-    key: int | str,
+    key: int | str | None,
+    stored: bool,
     versions,
     case_id: str | None,
     as_expect: bool,
@@ -205,8 +302,18 @@ def snapshot_command(
       # every case an equivalence check names that has no expect
       gdn-review snapshot --record 52078 --fill-expects
       gdn-review snapshot --record 52078 --fill-expects --print --release 0.29.0
+      gdn-review snapshot --stored          # retake every kb/snapshots/*/*.json
     """
     from gdn_review.run import snapshot_take
+
+    if stored:
+        if key is not None or versions or case_id or as_expect or fill_expects or print_only:
+            raise click.UsageError("--stored takes no other option but --kb")
+        for line in snapshot_take.retake_stored(kb_dir, say=say):
+            click.echo(line)
+        return
+    if key is None:
+        raise click.UsageError("Missing option '--record' (or give --stored).")
 
     if fill_expects or print_only:
         if not fill_expects or as_expect or len(versions) > 1:

@@ -144,6 +144,13 @@ def run(
     claim against it. Mutation results and the diff side in the evidence
     file are kept when this run is on the same vLLM release.
 
+    The session traces which lines of the target file each case executes:
+    for every line the record's PR added or changed (its own hunks, mapped
+    onto the installed release) the run names the cases that execute it, and
+    each line no case reaches with the case that came closest; a record whose
+    own lines no case reaches reads "not tied to the change" instead of
+    holds (--fail-on unverified fails on it).
+
     \b
     Examples:
       gdn-review run
@@ -153,6 +160,7 @@ def run(
       # an open PR: its pending claims fail the run
       gdn-review run --record 53542 --fail-on fails,pending
     """
+    from gdn_review.mutation import own_reach
     from gdn_review.report import kb_run, verdicts
     from gdn_review.review import diff_side
 
@@ -169,6 +177,7 @@ def run(
         diff_sides=None if no_diff else diff_side,
         generated=out_dir,
         say=click.echo,
+        reach=own_reach,
     )
     show_reports(done.reports, done.written)
     code = exit_for(verdicts.tripped(done.reports, fail_on))

@@ -324,8 +324,12 @@ def mutate(
     evidence_path: Path,
     on_start: Callable[[int], None] = lambda total: None,
     on_result: Callable[[dict], None] = lambda entry: None,
+    on_baseline: Callable[[object, Path], None] = lambda trace, staged: None,
 ) -> list[dict]:
     """Baseline suite, then every runnable mutant; returns the evidence entries (also written).
+
+    ``on_baseline(trace, staged)``: after the baseline passed, with its line trace (per case)
+    and its staged evidence file (the reach of the records' own lines goes there, ``own_reach``).
 
     Interrupted (``interrupts.Interrupted``), it leaves nothing behind: no
     evidence, no staged baseline, no folder it made for them.
@@ -349,7 +353,7 @@ def mutate(
     try:
         harness.warm_up()  # vLLM imported before the traced tests start (reach: tracing is slow)
         trace = reach.LineTrace(
-            {c.target_file for c in catalogues}
+            {c.target_file for c in catalogues}, per_case=True
         )  # which lines run, to name the unreached
         code, seconds = runner.baseline(args, staged, plugins=(trace,))
         # pytest ends an interrupted session with exit code 2: the run stops here
@@ -361,6 +365,7 @@ def mutate(
                 "a kill would mean nothing; "
                 "fix the suite or the record first (gdn-review run shows the failures)"
             )
+        on_baseline(trace, staged)
         entries = _run_mutants(
             catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace
         )

@@ -27,6 +27,14 @@ default, a constant, a decorator) runs at import, before the trace starts, so
 it is never called not reached. An edit that only inserts lines is not judged
 either (no original statement to look up). Only a survivor is renamed: a
 mutant that killed a test was reached, whatever the trace says.
+
+The same trace keeps lines per case (``per_case``: the test's ``case`` mark or
+``case_id`` parameter; an invariant's ``claim property``) for the reach report
+of a record's own lines (``own_reach``): ``gdn-review run`` loads this module
+as a pytest plugin (``-p gdn_review.mutation.reach --gdn-reach TARGET``), which
+adds each record's traced lines to the evidence file; ``mutate`` reads its
+in-process baseline's; ``validate --reach`` builds each named case once under
+it, without pytest (``trace_cases``).
 """
 
 from __future__ import annotations
@@ -62,12 +70,14 @@ class LineTrace:
     in-memory source, whose name says so).
     """
 
-    def __init__(self, targets: set[str], per_test: bool = False):
+    def __init__(self, targets: set[str], per_test: bool = False, per_case: bool = False):
         self.targets = {t.replace(os.sep, "/") for t in targets}
         self.by_module: dict[str, dict[str, set[int]]] = {}
         # per_test (the whole-file score): lines per test id too, to run a mutant
         # only under the tests that execute its edit
         self.by_test: dict[str, dict[str, set[int]]] | None = {} if per_test else None
+        # per_case (the reach report): (record, case label) -> target -> lines
+        self.by_case: dict[tuple[str, str], dict[str, set[int]]] | None = {} if per_case else None
         self.active = (
             False  # False when another tracer (coverage, a debugger) was there: nothing judged
         )
@@ -103,19 +113,51 @@ class LineTrace:
         if not self.active:
             yield
             return
-        self._current = {}
-        sys.settrace(self._trace)
-        threading.settrace(self._trace)  # a thread a test starts runs the builder too
+        self.start()
         try:
             yield
         finally:
-            sys.settrace(None)
-            threading.settrace(None)
+            current = self.stop()
             module = self.by_module.setdefault(module_key(item.path), {})
-            for target, lines in self._current.items():
+            for target, lines in current.items():
                 module.setdefault(target, set()).update(lines)
             if self.by_test is not None:
-                self.by_test[item.nodeid] = self._current
+                self.by_test[item.nodeid] = current
+            if self.by_case is not None:
+                record = _mark_arg(item, "record")
+                if record is not None:
+                    self.add_case(str(record), case_label(item), current)
+
+    def start(self) -> None:
+        """Trace from now on (this thread and threads started from now), into a fresh set."""
+        self._current = {}
+        sys.settrace(self._trace)
+        threading.settrace(self._trace)  # a thread a test starts runs the builder too
+
+    def stop(self) -> dict[str, set[int]]:
+        """Stop tracing; the lines of each target executed since ``start``."""
+        sys.settrace(None)
+        threading.settrace(None)
+        return self._current
+
+    def add_case(self, record: str, label: str, lines: dict[str, set[int]]) -> None:
+        slot = self.by_case.setdefault((record, label), {})
+        for target, seen in lines.items():
+            slot.setdefault(target, set()).update(seen)
+
+    def cases_of(self, record: str, target: str) -> dict[str, set[int]]:
+        """Case label -> lines of ``target`` its tests executed, for one record (per_case)."""
+        key = target.replace(os.sep, "/")
+        return {
+            label: set(lines.get(key, ()))
+            for (number, label), lines in (self.by_case or {}).items()
+            if number == str(record)
+        }
+
+    def session_lines(self, target: str) -> set[int]:
+        """Lines of ``target`` executed under any test of the session."""
+        key = target.replace(os.sep, "/")
+        return set().union(*(lines.get(key, set()) for lines in self.by_module.values()))
 
     def reached(self, module: Path, target: str) -> set[int] | None:
         """Lines of ``target`` executed while any module's tests ran (None: not traced).
@@ -138,6 +180,118 @@ def module_key(path) -> str:
     return str(Path(path).resolve())
 
 
+def _mark_arg(item, name):
+    marker = item.get_closest_marker(name)
+    return marker.args[0] if marker and marker.args else None
+
+
+def case_label(item) -> str:
+    """The case a test ran: its ``case`` mark or ``case_id`` parameter, an invariant's boundary
+    batch (``boundary: <name>``); an invariant's examples go by ``<claim> <property>``; any other
+    test by its name."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    case = _mark_arg(item, "case") or params.get("case_id")
+    if case:
+        return str(case)
+    if params.get("boundary"):  # an invariant's boundary batch, by its name
+        return f"boundary: {params['boundary']}"
+    claim, prop = _mark_arg(item, "claim"), params.get("prop")
+    if prop:
+        return f"{claim} {prop}" if claim else str(prop)
+    return item.name
+
+
+# --- As a pytest plugin of `gdn-review run` (``-p gdn_review.mutation.reach --gdn-reach F``) ---
+
+
+def pytest_addoption(parser):
+    parser.getgroup("gdn-review").addoption(
+        "--gdn-reach",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="trace which lines of TARGET (vllm/.../gdn_attn.py) each case executes and add them "
+        "to the evidence file (the reach report of a record's own lines)",
+    )
+
+
+def pytest_configure(config):
+    targets = config.getoption("gdn_reach")
+    if targets and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(CaseTrace(config, set(targets)), "gdn-review-reach")
+
+
+class CaseTrace(LineTrace):
+    """The line trace per case of a ``gdn-review run`` session; its lines go into the evidence."""
+
+    def __init__(self, config, targets: set[str]):
+        super().__init__(targets, per_case=True)
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session):
+        super().pytest_sessionstart(session)
+        if self.active:  # vLLM imported before the trace starts: a traced import is slow
+            from gdn_review import harness
+
+            harness.warm_up()
+
+    @pytest.hookimpl(trylast=True)  # after the evidence plugin wrote the file
+    def pytest_sessionfinish(self, session, exitstatus):
+        from gdn_review.run import evidence_file
+
+        if not self.active or self.config.getoption("gdn_no_evidence", False):
+            return
+        path = Path(
+            self.config.getoption("gdn_evidence", None)
+            or self.config.rootpath / evidence_file.DEFAULT_PATH
+        )
+        if evidence_file.read_if_any(path) is None:
+            return
+        records = sorted({record for record, _ in self.by_case})
+        for target in sorted(self.targets):
+            session_lines = sorted(self.session_lines(target))
+            for record in records:
+                traced = {
+                    label: sorted(lines)
+                    for label, lines in sorted(self.cases_of(record, target).items())
+                }
+                part = {"target": target, "traced": traced, "session_lines": session_lines}
+                evidence_file.add_part(path, "reach", record, part)
+
+
+def trace_cases(cases: dict[str, dict], target: str, device: str = "cpu") -> dict[str, set[int]]:
+    """Case id -> lines of ``target`` that building it once executes (no pytest; imports vLLM
+    through the harness).
+
+    Each case gets builders of its own (the cache is cleared before it), so the
+    construction lines it runs are its own; a case whose release range leaves out
+    the loaded release is left out; one that raises or skips keeps the lines it ran.
+    """
+    from gdn_review import harness
+
+    harness.warm_up()
+    trace = LineTrace({target})
+    if sys.gettrace() is not None:  # a debugger or coverage is tracing: nothing can be judged
+        return {}
+    found: dict[str, set[int]] = {}
+    for case_id, case in sorted(cases.items()):
+        if not harness.release_in_range(case.get("releases")):
+            continue
+        harness.make_builder.cache_clear()
+        trace.start()
+        try:
+            harness.snapshot_case(device, case)
+        except BaseException as error:  # noqa: BLE001  (a skip: pytest's outcome is a BaseException)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+        finally:
+            lines = trace.stop()
+        found[case_id] = set(lines.get(target.replace(os.sep, "/"), set()))
+    harness.make_builder.cache_clear()
+    return found
+
+
 def edit_sites(original: str, mutated: str) -> list[Site] | None:
     """The statements of ``original`` that the mutant edits; None when it cannot be judged.
 
@@ -148,7 +302,7 @@ def edit_sites(original: str, mutated: str) -> list[Site] | None:
         tree = ast.parse(original)
     except SyntaxError:
         return None
-    statements = _function_statements(tree)
+    statements = function_statements(tree)
     matcher = difflib.SequenceMatcher(
         a=original.splitlines(), b=mutated.splitlines(), autojunk=False
     )
@@ -170,7 +324,7 @@ def edit_sites(original: str, mutated: str) -> list[Site] | None:
     return sites or None
 
 
-def _function_statements(tree: ast.Module) -> list[tuple[int, int, int, str]]:
+def function_statements(tree: ast.Module) -> list[tuple[int, int, int, str]]:
     """(first line, last line, last header line, function) of every statement inside a function
     body."""
     found: list[tuple[int, int, int, str]] = []

@@ -19,6 +19,15 @@ from gdn_review.report import report
 from gdn_review.run import evidence_file, suite
 
 
+class OwnReach(Protocol):
+    """What the flow needs of the mutation stage's ``own_reach`` module (the PR's own lines
+    reached)."""
+
+    def pytest_args(self, records: dict) -> tuple[str, ...]: ...
+
+    def add_to_evidence(self, evidence_path, records, say) -> list[str]: ...
+
+
 class DiffSides(Protocol):
     """What the flow needs of the review stage's ``diff_side`` module."""
 
@@ -51,12 +60,23 @@ def check_kb(
     diff_sides: DiffSides | None = None,
     generated: Path = Path("generated_tests"),
     say: Callable[[str], None] = print,
+    reach: OwnReach | None = None,
 ) -> KbRun:
-    """Run the records' generated modules, add each open PR's diff side, write the reports."""
+    """Run the records' generated modules, add each open PR's diff side, write the reports.
+
+    ``reach`` (handed in by the command line, as ``diff_sides``): the session traces which
+    lines each case executes, and each record's own lines are judged into the evidence.
+    """
     diffs = (
         {} if diff_sides is None or keyword else diff_sides.wanted(records)
     )  # PatchError: nothing has run
-    code = suite.run_suite(list(modules.values()), evidence_path, keyword, pytest_args, say=say)
+    traced = reach.pytest_args(records) if reach is not None else ()
+    code = suite.run_suite(
+        list(modules.values()), evidence_path, keyword, (*traced, *pytest_args), say=say
+    )
+    if traced and code != suite.NO_TESTS:
+        for line in reach.add_to_evidence(evidence_path, records, say):
+            say(line)
     if diffs and code != suite.NO_TESTS:
         release = evidence_file.tests_release(evidence_path)
         for path in diffs:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gdn_review.common import fail_conditions
 from gdn_review.kb.subjects import state_words
-from gdn_review.run.evidence_file import RAN
+from gdn_review.run.evidence_file import NOT_TIED, RAN
 
 FAILED = {"failed", "error", "xpassed"}
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test
@@ -401,6 +401,50 @@ def kept(cells: list[dict]) -> tuple[str, str]:
     )
 
 
+def tie_to_change(claims: list[dict], reach: dict | None) -> list[dict]:
+    """The claim rows, each that holds read **not tied to the change** where the record's cases
+    execute none of its PR's own lines (the evidence's ``reach`` part, state ``not tied``).
+
+    Such a claim passed its tests, but nothing says the tests ran the change: a case
+    that missed the PR's line holds on the release before it too.
+    """
+    if not reach or reach.get("state") != "not tied":
+        return claims
+    missed = reach.get("unreached") or []
+    first = missed[0] if missed else {}
+    closest = f"; closest: {first['closest']} ({first['why']})" if first.get("closest") else ""
+    why = (
+        f"no case executes any of the PR's {plural(len(missed), 'own line')} in "
+        f"{reach.get('target', 'the target file')} (first: line {first.get('line')} of "
+        f"{first.get('function')}{closest})"
+    )
+    tied = []
+    for row in claims:
+        if row["verdict"] == "holds":
+            row = {**row, "verdict": NOT_TIED, "reason": f"{row['reason']}, but {why}"}
+        tied.append(row)
+    return tied
+
+
+def reach_steps(reach: dict | None) -> list[str]:
+    """A next step per own line of the PR that no case executes (with the case that came
+    closest)."""
+    from gdn_review.report.markdown import code, text
+
+    steps = []
+    for row in (reach or {}).get("unreached") or []:
+        near = (
+            f" (closest: {text(row['closest'])}, which {text(row['why'])})"
+            if row.get("closest")
+            else f" ({text(row['why'])})"
+        )
+        steps.append(
+            f"Add a case that executes line {row['line']} of {text(row['function'])} "
+            f"({code(row['code'])}), a line the PR added or changed: no case reaches it{near}."
+        )
+    return steps
+
+
 FAIL_ON = fail_conditions.REPORT  # what reports can trip
 
 
@@ -417,6 +461,8 @@ def tripped(reports: list[dict], chosen: set[str]) -> list[str]:
                 found.append(
                     f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}"
                 )
+            if claim["verdict"] == NOT_TIED and "unverified" in chosen:
+                found.append(f"PR {data['number']} claim {claim['id']} {NOT_TIED}")
         for risk in data["risks"]:
             if risk["coverage"] == "uncovered" and "uncovered" in chosen:
                 found.append(f"PR {data['number']} risk {risk['id']} uncovered")

@@ -2,10 +2,12 @@
 
 Every stage reads and writes evidence through this module; no other module
 opens an evidence file. A file holds the tests of the latest ``run`` (or
-``mutate``'s baseline, or a release of the matrix) and parts that other
-commands add: ``mutation`` (``mutate``: per record, the release it ran on)
-and ``diff`` (an open PR's diff side: per record, the release the diff was
-applied onto). ``bench`` keeps a file of its own (``bench`` part, no tests).
+``mutate``'s baseline, or a release of the matrix), the ``reach`` of each
+record's own lines that those tests traced (``mutation.own_reach``; written with
+the tests, never carried over), and parts that other commands add:
+``mutation`` (``mutate``: per record, the release it ran on) and ``diff``
+(an open PR's diff side: per record, the release the diff was applied onto).
+``bench`` keeps a file of its own (``bench`` part, no tests).
 A command that rewrites a file takes the parts it does not produce first
 (``take_parts``) and puts back, per record, those measured on the same vLLM
 release as its new tests (``carry_over``); a part of another release is
@@ -47,6 +49,9 @@ MUTANT_STATUSES = (
     "equivalent",
 )
 VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
+# A record whose cases never execute its PR's own lines (the ``reach`` part): its claims that
+# held are not tied to the change (report.verdicts.tie_to_change).
+NOT_TIED = "not tied to the change"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -278,6 +283,8 @@ class Evidence:
         default_factory=dict
     )  # record -> device -> `gdn-review bench` result
     diff: dict = dataclasses.field(default_factory=dict)  # record -> the open PR's diff side
+    # record -> which cases execute its PR's own lines (mutation.own_reach; written with the tests)
+    reach: dict = dataclasses.field(default_factory=dict)
     # Per file (as environments): record -> the sha256 of its file when the tests ran ({}: unknown).
     record_hashes: list[dict] = dataclasses.field(default_factory=list)
 
@@ -325,6 +332,11 @@ def _merge(merged: Evidence, data: dict, path: Path) -> None:
         if problem:
             raise EvidenceError(f"{path}: diff.{number}: {problem}")
         merged.diff[str(number)] = side
+    for number, part in (data.get("reach") or {}).items():
+        if not isinstance(part, dict) or not isinstance(part.get("state", ""), str):
+            raise EvidenceError(f"{path}: reach.{number}: expected an object with a 'state'")
+        if "state" in part:  # judged (a part only traced, by a run that stopped early, is not)
+            merged.reach[str(number)] = part
     for number, result in (data.get("bench") or {}).items():
         if not (
             isinstance(result, dict)
