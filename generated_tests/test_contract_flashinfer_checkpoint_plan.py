@@ -9,6 +9,7 @@ shares (applicability, known deviations) from the harness.
 """
 
 import pytest
+from hypothesis import HealthCheck, example, given, seed, settings
 
 from gdn_review import harness
 
@@ -307,11 +308,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['returned']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = "The plan is made only on FlashInfer with a checkpoint alignment that is a multiple of 64 (FlashInfer's chunk), for a batch that has a checkpoint: with alignment 32, or on Triton, the batch still has its checkpoint but no plan; without an alignment, or with a prefill too short to hold a boundary, there is neither."
@@ -358,11 +360,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['flashinfer_plan_every_n_tokens', 'flashinfer_plan_num_checkpoints', 'checkpoint_offsets']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C3 = 'Only the rows the prefill kernel runs are planned: a decode peeled off the front of a mixed batch, and the speculating rows of a speculative batch, emit no states.'
@@ -399,11 +402,12 @@ def test_C3_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['flashinfer_plan_cu_starts', 'flashinfer_plan_rows', 'flashinfer_plan_every_n_tokens']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C4 = "On FlashInfer the builder skips FLA's chunk metadata (chunk_indices and chunk_offsets are None); on Triton it builds them for the same batch."
@@ -440,11 +444,66 @@ def test_C4_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['chunk_metadata_built', 'chunk_indices', 'prefill_backend_resolved']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
+
+
+CLAIM_C5 = "Configured as a Hopper server with prefix caching, build() partitions every valid batch, counts each row once and indexes in bounds; each prefill checkpoint lies inside its row's chunk on a cache-hit-aligned token, with a block column and a state slot, and a padded row behind the prefills takes none."
+DEVIATIONS_C5 = []
+# The builder's settings of every drawn batch: those of case flashinfer_first_chunk.
+CONFIGURATION_C5 = {
+    'block_size': 64,
+    'max_model_len': 1024,
+    'prefix_caching': {
+        'cache_hit_alignment_tokens': 64,
+        'hash_block_size': 64,
+        'num_prefill_checkpoint_blocks': 1,
+        'prefill_checkpoint_alignment': 64,
+    },
+    'resolved_prefill_backend': 'flashinfer',
+    'server_fields': True,
+}
+
+
+@pytest.fixture
+def claim_C5(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.33', 'C5')
+    return harness.known_deviation(request, DEVIATIONS_C5, "properties", prop)
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize("prop", ['partition', 'counts_add_up', 'indices_in_bounds', 'checkpoints_on_real_prefills'])
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(1146568057)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2], max_rows=8, configuration=CONFIGURATION_C5))
+@example(batch=CASES['flashinfer_first_chunk'])
+@example(batch=CASES['flashinfer_spec_batch'])
+def test_C5_invariant(device, prop, claim_C5, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C5, batch, CASES, record_property)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C5 = harness.boundary_batches(speculative_tokens=[1, 2], max_rows=8, configuration=CONFIGURATION_C5)
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize("prop", ['partition', 'counts_add_up', 'indices_in_bounds', 'checkpoints_on_real_prefills'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C5))
+def test_C5_invariant_boundary(device, prop, boundary, claim_C5, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C5, BOUNDARIES_C5[boundary], CASES, record_property)
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -476,4 +535,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

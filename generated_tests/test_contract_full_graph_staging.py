@@ -447,7 +447,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': [0, 5],
         'non_spec_state_indices_tensor': [17],
         'non_spec_state_rows': [1],
-        'non_spec_token_indx': [2, 3, 4, 5, 6],
+        'non_spec_token_indx': {'dtype': 'int64', 'values': [2, 3, 4, 5, 6]},
         'noncontiguous': [],
         'num_accepted_tokens': [2],
         'num_actual_tokens': 7,
@@ -466,7 +466,7 @@ EXPECTATIONS = {
         'spec_state_cells': [[[0, 0], [0, 1]]],
         'spec_state_indices_tensor': [[1, 2]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1]},
     },
     'full_only_decode_staged': {
         'non_spec_query_start_loc': [0, 1, 2, 2],
@@ -719,11 +719,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['persistent_views', 'noncontiguous']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = 'Staging changes where the values live, not what they are: the staged batches build the same metadata an eager builder builds.'
@@ -795,11 +796,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field not in ['persistent_views', 'noncontiguous']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C3 = 'Nothing is staged for an eager or a PIECEWISE-only builder, or for a FULL-graph batch with prefills: no field is a view of a persistent buffer.'
@@ -841,11 +843,12 @@ def test_C3_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['persistent_views']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C4 = 'A batch exactly at decode_cudagraph_max_bs (here the capture size, 4: in tokens for a spec-decode batch, in requests for both paths) is staged; one above it is not.'
@@ -892,11 +895,12 @@ def test_C4_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['persistent_views']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -935,4 +939,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

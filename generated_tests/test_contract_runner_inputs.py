@@ -205,7 +205,7 @@ EXPECTATIONS = {
         'has_initial_state': [True, False],
         'non_spec_query_start_loc': [0, 5, 5],
         'non_spec_state_rows': [1, 2],
-        'non_spec_token_indx': [2, 3, 4, 5, 6],
+        'non_spec_token_indx': {'dtype': 'int64', 'values': [2, 3, 4, 5, 6]},
         'num_accepted_tokens': [2],
         'num_actual_tokens': 11,
         'num_decode_tokens': 0,
@@ -222,7 +222,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 2],
         'spec_state_cells': [[[0, 0], [0, 1]]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1]},
     },
     'padded_tokens_spec': {
         'has_initial_state': None,
@@ -307,11 +307,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = 'The decode threshold is one token: a two-token chunk of a request with prior state is a prefill, and a prefill with exactly one computed token has initial state.'
@@ -342,11 +343,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C3 = "With token padding, num_actual_tokens is the runner's padded count while the state, query and accepted metadata stay per request, on the decode, spec-decode and mixed paths."
@@ -382,11 +384,12 @@ def test_C3_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C4 = 'The builder asks the runner to put rows of up to 1 + k query tokens first (its decodes and spec decodes): reorder_batch_threshold is 1 without speculative decoding and 1 + k with k speculative tokens.'
@@ -423,11 +426,12 @@ def test_C4_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['reorder_batch_threshold']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -456,4 +460,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

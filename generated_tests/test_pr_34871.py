@@ -186,11 +186,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = 'After the reclassification, the reclassified decode keeps its initial state: has_initial_state is set and true for it.'
@@ -216,11 +217,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -250,4 +252,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

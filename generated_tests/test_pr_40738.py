@@ -61,7 +61,7 @@ EXPECTATIONS = {
         'has_initial_state': [True],
         'non_spec_query_start_loc': [0, 8],
         'non_spec_state_rows': [1],
-        'non_spec_token_indx': [3, 4, 5, 6, 7, 8, 9, 10],
+        'non_spec_token_indx': {'dtype': 'int64', 'values': [3, 4, 5, 6, 7, 8, 9, 10]},
         'num_accepted_tokens': [3, 1],
         'num_actual_tokens': 11,
         'num_decode_tokens': 0,
@@ -77,13 +77,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3],
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3]]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1, 2],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1, 2]},
     },
     'spec_and_two_prefills': {
         'has_initial_state': [True, True],
         'non_spec_query_start_loc': [0, 8, 12],
         'non_spec_state_rows': [2, 3],
-        'non_spec_token_indx': [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17],
+        'non_spec_token_indx': {'dtype': 'int64', 'values': [6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]},
         'num_accepted_tokens': [2, 1, 1, 1],
         'num_actual_tokens': 18,
         'num_decode_tokens': 0,
@@ -99,7 +99,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3]], [[1, 1], [1, 2], [1, 3]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'spec_decodes_only': {
         'has_initial_state': None,
@@ -168,11 +168,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['num_accepted_tokens']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = 'Everything else of a mixed batch builds as before: the split, the state rows, the query starts and the token indices.'
@@ -204,11 +205,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field not in ['num_accepted_tokens']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C3 = 'A batch of spec decodes alone (no prefill to pad for) builds as before, accepted counts included.'
@@ -234,11 +236,12 @@ def test_C3_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -263,4 +266,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

@@ -199,7 +199,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3],
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3]]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1, 2],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1, 2]},
     },
     'tail_decode_fresh_prefill': {
         'has_initial_state': [True, False],
@@ -271,7 +271,10 @@ EXPECTATIONS = {
         'has_initial_state': [True, False],
         'non_spec_query_start_loc': [0, 1, 17],
         'non_spec_state_rows': [1, 2],
-        'non_spec_token_indx': [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+        'non_spec_token_indx': {
+            'dtype': 'int64',
+            'values': [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+        },
         'num_accepted_tokens': [1],
         'num_actual_tokens': 20,
         'num_decode_tokens': 0,
@@ -287,7 +290,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3],
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3]]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1, 2],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1, 2]},
     },
     'three_decodes_two_prefills': {
         'chunk_indices': [[0, 0], [1, 0], [1, 1]],
@@ -356,11 +359,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = "build() returns the prefill kernel's inputs: in a mixed non-spec batch prefill_query_start_loc is the non-spec query starts from the first prefill rebased to 0, prefill_state_indices and prefill_has_initial_state the prefill rows' (decode-first front slice dropped); without decodes, or in a speculative batch, they are the whole non-spec ones."
@@ -401,11 +405,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C3 = "Batches that the split does not touch build as before: pure decodes, pure prefills, and a speculative batch with a plain decode counted as a prefill (it stays in the chunk kernel's batch)."
@@ -441,11 +446,12 @@ def test_C3_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -477,4 +483,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

@@ -221,7 +221,7 @@ EXPECTATIONS = {
         'has_initial_state': [True],
         'non_spec_query_start_loc': [0, 1],
         'non_spec_state_rows': [2],
-        'non_spec_token_indx': [4],
+        'non_spec_token_indx': {'dtype': 'int64', 'values': [4]},
         'num_accepted_tokens': [2, 1, 3],
         'num_actual_tokens': 7,
         'num_decode_tokens': 0,
@@ -237,13 +237,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 4, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 0], [1, 1], [1, 2]], [[3, 0], [3, 1], [3, 2]]],
         'spec_state_rows': [0, 1, 3],
-        'spec_token_indx': [0, 1, 2, 3, 5, 6],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1, 2, 3, 5, 6]},
     },
     'spec_decode_and_prefill': {
         'has_initial_state': [True, False, True, False],
         'non_spec_query_start_loc': [0, 1, 9, 13, 13],
         'non_spec_state_rows': [2, 3, 4, 5],
-        'non_spec_token_indx': [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+        'non_spec_token_indx': {'dtype': 'int64', 'values': [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]},
         'num_accepted_tokens': [2, 1],
         'num_actual_tokens': 17,
         'num_decode_tokens': 0,
@@ -259,7 +259,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 4],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 1], [1, 2], [1, 3]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3],
+        'spec_token_indx': {'dtype': 'int64', 'values': [0, 1, 2, 3]},
     },
 }
 
@@ -324,11 +324,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = EXPECTATIONS[case_id]
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -357,4 +358,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

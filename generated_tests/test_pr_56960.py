@@ -183,11 +183,12 @@ def test_C1_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['checkpoint_offsets', 'checkpoint_block_columns']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C2 = "The checkpoint's state index is the block of its column in the row's block table (NULL_BLOCK_ID 0 for a row without one), and only the rows the non-speculative kernels run have a checkpoint: in a speculative batch the speculating rows are left out."
@@ -219,11 +220,12 @@ def test_C2_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['checkpoint_state_indices', 'checkpoint_request_rows']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 CLAIM_C3 = "Everything else build() returns is as before: with prefix caching configured as on a GPU server, the batch's split, state indices and query start locations are those of the same batch without it."
@@ -271,7 +273,7 @@ def test_C3_differential(device, case_id, request, record_property):
     differences = harness.field_differences(runs[0].metadata, runs[1].metadata, FIELDS_C3, 'equal')
     record_property("measured", {"fields": len(FIELDS_C3), "differ": sorted(differences)})
     harness.check_deviation_unchanged(deviation, runs[1].metadata)
-    assert not differences, f"{first} and {second} disagree ({first}, {second}): {differences}"
+    assert not differences, f"{first} and {second} disagree (value, dtype or shape; {first}'s first): {harness.describe_differences(differences, second)}"
 
 
 CLAIM_C4 = 'No checkpoint where none can be exported: without a checkpoint alignment (what CPU resolves), without prefix caching, or in a batch without prefills.'
@@ -308,11 +310,12 @@ def test_C4_equivalence(device, case_id, request, record_property):
     expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['checkpoint_offsets']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
-    record_property("measured", measured)
+    record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    differences = {field: (measured[field], value) for field, value in expected.items() if measured[field] != value}
-    assert not differences, f"{case_id}: fields differ (measured, expected): {differences}"
+    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's usual one, the expect states it).
+    differences = harness.snapshot_differences(measured, expected)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
@@ -340,4 +343,4 @@ def test_snapshot(device, case_id, record_property):
     measured = harness.snapshot_case(device, CASES[case_id])
     differences = harness.snapshot_differences(measured, stored)
     record_property("measured", {"fields": len(measured), "differ": sorted(differences)})
-    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()} (measured, stored): {differences}"
+    assert not differences, f"{case_id}: fields differ from the stored snapshot of vLLM {harness.vllm_release()}: {harness.describe_differences(differences, 'stored')}"

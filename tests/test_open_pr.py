@@ -547,7 +547,10 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
     (test,) = [
         t
         for t in json.loads((tmp_path / "evidence.json").read_text(encoding="utf-8"))["tests"]
-        if t["record"] == 51508 and t["claim"] == "C1" and t["device"] == "cpu"
+        if t["record"] == 51508
+        and t["claim"] == "C1"
+        and t["device"] == "cpu"
+        and t["boundary"] is None  # the random examples' test (the boundary batches: below)
     ]
     assert test["outcome"] == "failed" and "accepted counts outside 1..3" in test["reason"]
     assert "stale_zero_accept" in test["smallest_batch"]

@@ -140,6 +140,9 @@ def mutate(
     child on CPU, its source compiled in memory: vLLM's files are never written.
     The unmutated suite runs first and must pass; its evidence, with every
     mutant's result, goes to --evidence, and the reports show the kill matrix.
+    The baseline is traced per case: for each line the PR added or changed the
+    command names the cases that execute it, and each line no case reaches with
+    the case that came closest (as `gdn-review run` does).
 
     \b
     Examples:
@@ -183,6 +186,7 @@ def mutate(
         )
 
     from gdn_review import mutation
+    from gdn_review.mutation import own_reach
     from gdn_review.report import report as reporting
     from gdn_review.report import verdicts
 
@@ -200,6 +204,14 @@ def mutate(
     )
     say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
     progress = MutationProgress(say)
+    reached: list[str] = []  # the reach of the records' own lines, said after the mutants
+
+    def judge_reach(trace, staged) -> None:
+        mutated = {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}
+        reached.extend(
+            own_reach.add_to_evidence(staged, mutated, say, trace=trace, fetch=not offline)
+        )
+
     try:
         entries = mutation.mutate(
             catalogues,
@@ -210,6 +222,7 @@ def mutate(
             evidence_path,
             progress.start,
             progress.advance,
+            on_baseline=judge_reach,
         )
     except mutation.MutationError as error:  # the baseline failed: a check, not the input
         progress.stop()
@@ -225,6 +238,8 @@ def mutate(
         + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run")
         + f"; evidence {evidence_path}"
     )
+    for line in reached:
+        click.echo(line)
     paths = evidence_file.with_bench(evidence_path, say)
     written, reports = reporting.write_reports(
         records, evidence_file.load(list(paths)), reports_dir
@@ -304,4 +319,12 @@ def _whole_file(
     say(f"wrote {scored.written[0]} and {scored.written[1]}")
     for note in data["notes"]:
         say(f"note: {note}")
-    return EXIT_FAILED if scored.below(min_score) else EXIT_OK
+    for mutant in scored.escaped():  # named with its diff: what a reviewer needs to act on
+        say(
+            f"{mutant['status']}: {mutant['id']}, line {mutant.get('line')}, "
+            f"{mutant.get('function')}\n{mutant.get('diff', '').rstrip()}"
+        )
+    if scored.below(min_score):
+        say(f"the score is below --min-score {min_score:g}%")
+        return EXIT_FAILED
+    return EXIT_OK

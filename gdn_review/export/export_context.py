@@ -92,14 +92,6 @@ PROXY_TEXT = (
 )
 
 
-def _seed(key: int | str) -> int:
-    """The seed of an invariant's random batches: a PR record's number; a contract's id
-    seeds by a stable number of its own."""
-    if isinstance(key, int):
-        return key
-    return int.from_bytes(key.encode()[:4].ljust(4, b"_"), "big")
-
-
 def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, cases: set[str]):
     """The template's context of one claim on ``release`` (None: no test of it applies)."""
     kind = claim.kind
@@ -130,7 +122,7 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
             instead[test.id] = deviation["instead"]
     if not params:
         return None
-    seed = _seed(model.key)
+    seed = claim.seed
     paragraphs = [f"Claim {claim.id} of {model.label}: {claim.text}"]
     how = KIND_TEXT[kind].format(
         budget=RUFF.flat(data.get("budget")),
@@ -199,6 +191,9 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
         "examples": data.get("examples"),
         "speculative_tokens": RUFF.flat(data.get("speculative_tokens")),
         "max_rows": data.get("max_rows"),
+        "configuration": RUFF.assignment(f"{constant}_CONFIGURATION", claim.configuration)
+        if claim.configuration
+        else None,
         "max_syncs": data.get("max_syncs"),
     }
 

@@ -70,7 +70,10 @@ HELPERS = (
 OPTIONAL_HELPERS = {
     # The seeded batches and every property.
     "invariant": (
-        ("strategies.py", ("draw_batch", "seeded_batches")),
+        (
+            "strategies.py",
+            ("configured", "draw_batch", "seeded_batches", "_decode_row", "boundary_batches"),
+        ),
         ("properties.py", None),
     ),
     # CUDA's sync count, and its CPU proxy (device-origin reads).

@@ -85,6 +85,8 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
             "risks": sorted(claim.risks),
             "deviations": claim.deviations,
             "example_cases": claim.example_cases,
+            "seed": claim.seed,
+            "configuration": claim.configuration,
         }
         for claim in model.claims
     ]

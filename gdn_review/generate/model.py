@@ -10,6 +10,7 @@ property, the risks it addresses, its deviations) is decided here, for both.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 from gdn_review.kb import Record
 from gdn_review.kb.models import python_name
@@ -43,6 +44,8 @@ class ClaimModel:
     deviations: list[dict]  # its known deviations as plain data, in the record's order
     example_cases: list[str]  # an invariant's named cases (default: every case), sorted
     compared: dict[str, dict]  # an equivalence check's expected fields per case, keys sorted
+    seed: int  # an invariant's random batches: drawn from this seed (claim_seed)
+    configuration: dict  # an invariant's builder settings for its drawn batches (see below)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +73,32 @@ def module_name(record: Record, exported: bool = False) -> str:
 def pair_id(first: str, second: str) -> str:
     """The test id of a differential check's pair of cases."""
     return f"{first}-vs-{second}"
+
+
+def claim_seed(key: int | str, claim_id: str) -> int:
+    """The seed of a claim's random batches, from the record's key and the claim's id only.
+
+    Why not Hypothesis's ``derandomize``: it seeds from the test function's source, so every
+    edit of a template's text redrew every invariant's examples (a batch at the capture bound
+    was lost that way). The generated suite (``@seed``) and the exported modules
+    (``random.Random``) both take this one.
+    """
+    digest = hashlib.sha256(f"{key}/{claim_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+# What a case holds of its own batch; the rest of it is the builder's configuration.
+BATCH_KEYS = {"id", "rows", "padded_rows", "drafts", "speculative_tokens", "max_num_seqs"}
+
+
+def configuration_of(record: Record, claim) -> dict:
+    """An invariant's ``configuration``: its named case's settings, without the case's own
+    batch (rows, padding, speculation), keys sorted; {} when it names none."""
+    case_id = getattr(claim.check, "configuration", None)
+    if case_id is None:
+        return {}
+    inputs = record.case_inputs()[case_id]
+    return {key: inputs[key] for key in sorted(inputs) if key not in BATCH_KEYS}
 
 
 def _risks_of(record: Record, claim_id: str, cases: list[str]) -> list[str]:
@@ -133,6 +162,8 @@ def _claim_model(record: Record, claim) -> ClaimModel:
         deviations=[d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
         example_cases=examples,
         compared=compared,
+        seed=claim_seed(record.key, claim.id),
+        configuration=configuration_of(record, claim) if kind == "invariant" else {},
     )
 
 

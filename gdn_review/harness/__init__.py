@@ -6,6 +6,10 @@ Everything the harness returns is plain data (ints, lists, dicts), so a test
 compares values, not tensors, and the evidence can be written as JSON.
 """
 
+import re
+
+import pytest
+
 from gdn_review.harness.environment import prepare_platform, vllm_cache_per_release
 
 # Before anything imports vLLM: it picks its platform once, at first import, and a
@@ -35,6 +39,7 @@ from gdn_review.harness.environment import (
 )
 from gdn_review.harness.pytest_checks import (
     check_deviation_unchanged,
+    deviation_reason,
     known_deviation,
     prepare_device,
     skip_outside_claim_releases,
@@ -50,7 +55,8 @@ from gdn_review.harness.snapshot_compare import (
     snapshot_differences,
     stored_snapshot,
 )
-from gdn_review.harness.strategies import random_batches
+from gdn_review.harness.strategies import boundary_batches, random_batches
+from gdn_review.harness.values import describe_differences, stored_form
 
 
 def check_property(
@@ -79,6 +85,70 @@ def check_property(
     return None
 
 
+def check_invariant(device, prop, deviation, batch, cases, record_property) -> None:
+    """One invariant test's body: property ``prop`` on one batch (a named case, a random
+    example or a boundary batch), under the claim's known ``deviation`` (or None).
+
+    The batch is recorded before anything runs, and again as ``failed_batch`` when
+    the check fails: Hypothesis replays the shrunk failing example last, and runs the
+    explicit examples after a failing one, so a failed test's last ``failed_batch`` is
+    the batch that failed.
+    """
+    __tracebackhide__ = True
+    record_property("measured", {"property": prop})
+    record_property("batch", batch)
+    try:
+        _check_one(device, prop, deviation, batch, cases, record_property)
+    except (Exception, pytest.fail.Exception):
+        record_property("failed_batch", batch)
+        raise
+
+
+def _check_one(device, prop, deviation, batch, cases, record_property) -> None:
+    __tracebackhide__ = True
+    if not release_in_range(batch.get("releases")):
+        # A named case outside this release says nothing here.
+        record_property(
+            "not_applicable",
+            f"a case covers vLLM {batch['releases']}; loaded {vllm_release()}",
+        )
+        return
+    try:
+        run = build_case(device, batch, count_ops=False)
+    except pytest.skip.Exception as skip:  # a case this release cannot run
+        record_property("not_applicable", str(skip))
+        return
+    if deviation is not None and deviation.get("instead"):
+        try:
+            check_property(deviation["instead"], batch, run, cases)
+        except AssertionError as error:  # what holds instead must hold: a real failure
+            pytest.fail(
+                f"{deviation['instead']} (which holds instead of {prop}) fails: "
+                f"{error}",
+                pytrace=False,
+            )
+    # A property that says nothing of this batch's entry point returns why.
+    try:
+        not_applicable = check_property(prop, batch, run, cases)
+    except AssertionError as error:
+        if deviation is None or not batch.get("boundary"):
+            raise
+        # A boundary batch the known deviation concerns (see known_deviation).
+        first = str(error).strip().splitlines()[0]
+        pytest.xfail(f"{deviation_reason(deviation)}; here: {first}")
+    if not_applicable is not None:
+        record_property("not_applicable", not_applicable)
+
+
+def boundary_params(boundaries: dict[str, dict]) -> list:
+    """The boundary batches as pytest parameters: the name as the value (the evidence
+    keeps it), a short id of letters, digits and dashes for the command line."""
+    return [
+        pytest.param(name, id=re.sub(r"[^A-Za-z0-9=]+", "-", name).strip("-"))
+        for name in boundaries
+    ]
+
+
 def batch_words(batch: dict, cases: dict) -> tuple[str, str]:
     """A batch as a report names it: the record's case it is (or "a generated batch"),
     and its shape."""
@@ -97,6 +167,8 @@ def batch_words(batch: dict, cases: dict) -> tuple[str, str]:
         shape += f", {batch['padded_rows']} padded"
     if batch.get("drafts", "given") != "given":
         shape += f", drafts {batch['drafts']}"
+    if batch.get("boundary"):
+        return f"boundary batch '{batch['boundary']}'", shape
     return (f"case {named}" if named else "a generated batch"), shape
 
 
@@ -104,6 +176,9 @@ __all__ = [
     "BuildRun",
     "BuilderSettings",
     "active_deviation",
+    "boundary_batches",
+    "boundary_params",
+    "check_invariant",
     "build_case",
     "check_deviation_unchanged",
     "check_property",
@@ -111,6 +186,7 @@ __all__ = [
     "count_device_origin_reads",
     "count_sync_warnings",
     "cuda_skip_reason",
+    "describe_differences",
     "device_skip_reason",
     "environment",
     "field_differences",
@@ -126,6 +202,7 @@ __all__ = [
     "skip_outside_releases",
     "snapshot_case",
     "snapshot_differences",
+    "stored_form",
     "stored_snapshot",
     "target_source",
     "vllm_release",

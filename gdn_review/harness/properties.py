@@ -19,6 +19,16 @@ READS_ROW_DRAFTS = {
 }
 
 
+def capture_bound(batch) -> int:
+    """vLLM's decode_cudagraph_max_bs for the batch's settings: max_num_seqs * (k + 1),
+    capped by max_cudagraph_capture_size; a FULL-graph build stages, and a capture
+    accepts, at most this many requests and tokens."""
+    bound = batch.get("max_num_seqs", 8) * ((batch.get("speculative_tokens") or 0) + 1)
+    if batch.get("max_cudagraph_capture_size") is not None:
+        bound = min(bound, batch["max_cudagraph_capture_size"])
+    return bound
+
+
 def not_applicable_reason(name, batch):
     """Why property ``name`` says nothing of this batch's entry point (None: it
     applies)."""
@@ -26,6 +36,19 @@ def not_applicable_reason(name, batch):
         return (
             f"{name} is a property of build()'s metadata; this case calls a host "
             "function on its own"
+        )
+    requests = len(batch["rows"]) + batch.get("padded_rows", 0)
+    if name == "full_graph_tails_neutral" and requests > capture_bound(batch):
+        # The runner pads a FULL-graph batch to a captured size, never past the bound
+        # (and the staging buffers hold only that many rows).
+        return (
+            f"{name}: a runner pads a FULL-graph batch to at most the capture bound "
+            f"({capture_bound(batch)} requests); this one has {requests}"
+        )
+    if name == "checkpoints_on_real_prefills" and batch.get("prefix_caching") is None:
+        return (
+            f"{name} needs prefix caching in align mode (a case with prefix_caching, "
+            "or an invariant whose configuration names one)"
         )
     if batch.get("entry") == "capture" and name in READS_ROW_DRAFTS:
         return (
@@ -177,6 +200,45 @@ def check_indices_in_bounds(batch, run):
         ), "token indices overlap or leave gaps"
 
 
+def check_checkpoints_on_real_prefills(batch, run):
+    # A prefill checkpoint lies inside its row's chunk, on a cache-hit-aligned position,
+    # with a block column and a real state slot; a padded row has none ("0 and -1 mean
+    # the row has none": compute_mamba_prefill_checkpoints, vLLM 0.33.0). A runner pads
+    # behind the prefills, so a padded row that takes a checkpoint writes a state the
+    # prefix cache then serves.
+    m = run.metadata
+    offsets = m.get("checkpoint_offsets")
+    if offsets is None:
+        return
+    alignment = batch["prefix_caching"]["cache_hit_alignment_tokens"]
+    rows = batch["rows"]
+    parts = zip(
+        m["checkpoint_request_rows"],
+        offsets,
+        m["checkpoint_block_columns"],
+        m["checkpoint_state_indices"],
+    )
+    for row, offset, column, state in parts:
+        if row >= len(rows) or offset == 0:
+            what = "padded row" if row >= len(rows) else "row without a checkpoint"
+            assert offset == 0 and column == -1, (
+                f"{what} {row} has checkpoint offset {offset}, block column {column}"
+            )
+            continue
+        start = rows[row]["seq_len"] - rows[row]["query_len"]
+        assert 0 < offset <= rows[row]["query_len"], (
+            f"row {row}'s checkpoint offset {offset} is outside its chunk of "
+            f"{rows[row]['query_len']} tokens"
+        )
+        assert (start + offset) % alignment == 0, (
+            f"row {row}'s checkpoint at token {start + offset} is not a multiple of "
+            f"{alignment}"
+        )
+        assert column >= 0 and state > 0, (
+            f"row {row}'s checkpoint has block column {column}, state index {state}"
+        )
+
+
 def check_deterministic(batch, run):
     again = build_case(run.device, batch, count_ops=False)
     assert again.metadata == run.metadata, "two builds of the same batch differ"
@@ -247,9 +309,7 @@ def check_full_graph_tails_neutral(batch, run):
     requests = len(batch["rows"]) + batch.get("padded_rows", 0)
     # The buffers hold decode_cudagraph_max_bs requests (and tokens): what the
     # builder stages must fit, as _stage_spec_decode / _stage_decode require.
-    limit = batch.get("max_num_seqs", 8) * ((batch.get("speculative_tokens") or 0) + 1)
-    if batch.get("max_cudagraph_capture_size") is not None:
-        limit = min(limit, batch["max_cudagraph_capture_size"])
+    limit = capture_bound(batch)
     staged = []
     if (
         eager["num_prefills"] == 0
@@ -297,9 +357,21 @@ def check_capture_matches_build(batch, run):
         else dict(row, drafted=query - 1, accepted=query, prefilling=False)
         for row in rows
     ]
-    captured = build_case(
-        run.device, _variant(batch, rows=rows, entry="capture"), count_ops=False
-    ).metadata
+    capture = _variant(batch, rows=rows, entry="capture")
+    requests, tokens = len(rows) + batch.get("padded_rows", 0), query * len(rows)
+    bound = capture_bound(batch)
+    if requests > bound or tokens > bound:
+        # Above decode_cudagraph_max_bs a capture is refused: no graph that size exists.
+        try:
+            build_case(run.device, capture, count_ops=False)
+        except AssertionError as refused:
+            assert "capture" in str(refused), f"refused for another reason: {refused}"
+            return
+        raise AssertionError(
+            f"capture of {requests} requests and {tokens} tokens was accepted above "
+            f"the capture bound {bound}"
+        )
+    captured = build_case(run.device, capture, count_ops=False).metadata
     built = build_case(
         run.device, _variant(batch, rows=built_rows, drafts="given"), count_ops=False
     ).metadata

@@ -13,8 +13,31 @@ from __future__ import annotations
 import random
 
 
-def draw_batch(integer, choice, speculative_tokens: list[int], max_rows: int) -> dict:
-    """A valid batch, chosen by ``integer(low, high)`` and ``choice(options)``."""
+def configured(batch: dict, configuration: dict | None) -> dict:
+    """``batch`` in an invariant's ``configuration`` (a named case's builder settings):
+    the settings added, and where they hand the V2 runner's aligned state indices,
+    indices made for this batch's requests (padded ones included: build() reads
+    ``aligned_state_indices[: m.num_reqs]``). Request r's are entries (r, 0..k) of the
+    block table the harness makes, so the rows each state index selects read as for
+    that table."""
+    if not configuration:
+        return batch
+    done = {**batch, **configuration}
+    if configuration.get("aligned_state_indices") is not None:
+        columns = -(-done.get("max_model_len", 256) // done.get("block_size", 16))
+        slots = (batch.get("speculative_tokens") or 0) + 1
+        requests = len(batch["rows"]) + batch.get("padded_rows", 0)
+        done["aligned_state_indices"] = [
+            [r * columns + c + 1 for c in range(slots)] for r in range(requests)
+        ]
+    return done
+
+
+def draw_batch(
+    integer, choice, speculative_tokens: list[int], max_rows: int, configuration=None
+) -> dict:
+    """A valid batch, chosen by ``integer(low, high)`` and ``choice(options)``, in
+    ``configuration`` (see ``configured``)."""
     k = choice([None, *sorted(speculative_tokens)])
     drafts = "given" if k is None else choice(["given", "given", "given", "none"])
     count = integer(1, max_rows)
@@ -35,31 +58,45 @@ def draw_batch(integer, choice, speculative_tokens: list[int], max_rows: int) ->
             )
         else:
             rows.append({"seq_len": context + 1, "query_len": 1, "prefilling": False})
+    aligned = ((configuration or {}).get("prefix_caching") or {}).get(
+        "cache_hit_alignment_tokens"
+    )
     for _ in range(count - decodes):
-        query = integer(2, 16)
-        rows.append({"seq_len": integer(0, 64) + query, "query_len": query})
-    return {
+        if aligned:
+            # With prefix caching, chunks that start on an aligned token and cross the
+            # next aligned token are the ones that take a checkpoint: draw those too.
+            query = integer(2, 3 * aligned)
+            start = choice([0, aligned, integer(0, 2 * aligned)])
+        else:
+            query, start = integer(2, 16), integer(0, 64)
+        rows.append({"seq_len": start + query, "query_len": query})
+    batch = {
         "speculative_tokens": k,
         "drafts": drafts,
         "rows": rows,
         "padded_rows": integer(0, max_rows - count),
         "max_num_seqs": max(8, max_rows),
     }
+    return configured(batch, configuration)
 
 
 def seeded_batches(
-    seed: int, count: int, speculative_tokens: list[int], max_rows: int
+    seed: int,
+    count: int,
+    speculative_tokens: list[int],
+    max_rows: int,
+    configuration: dict | None = None,
 ) -> list[dict]:
     """``count`` valid batches from ``random.Random(seed)``: the same on every run."""
     rng = random.Random(seed)
     return [
-        draw_batch(rng.randint, rng.choice, speculative_tokens, max_rows)
+        draw_batch(rng.randint, rng.choice, speculative_tokens, max_rows, configuration)
         for _ in range(count)
     ]
 
 
-def random_batches(speculative_tokens: list[int], max_rows: int):
-    """A Hypothesis strategy of valid batches."""
+def random_batches(speculative_tokens: list[int], max_rows: int, configuration=None):
+    """A Hypothesis strategy of valid batches (in ``configuration``: ``configured``)."""
     from hypothesis import strategies as st
 
     @st.composite
@@ -69,6 +106,100 @@ def random_batches(speculative_tokens: list[int], max_rows: int):
             lambda options: draw(st.sampled_from(options)),
             speculative_tokens,
             max_rows,
+            configuration,
         )
 
     return batches()
+
+
+def _decode_row(k: int | None, drafted: int | None = None) -> dict:
+    """A decode row of a batch with ``k`` speculative tokens that drafted ``drafted``
+    (default k, every draft accepted: the most tokens a decode row has), or a plain
+    one-token decode."""
+    if k is None:
+        return {"seq_len": 17, "query_len": 1, "prefilling": False}
+    drafted = k if drafted is None else drafted
+    return {
+        "seq_len": 17 + drafted,
+        "query_len": drafted + 1,
+        "drafted": drafted,
+        "accepted": drafted + 1,
+    }
+
+
+def boundary_batches(
+    speculative_tokens: list[int], max_rows: int, configuration: dict | None = None
+) -> dict[str, dict]:
+    """The batches at the edges of an invariant's own parameters, by name.
+
+    Random examples reach a bound by luck; these reach it on every run, whatever the
+    seed. The bound is vLLM's ``decode_cudagraph_max_bs``: ``max_num_seqs * (k + 1)``,
+    capped by ``max_cudagraph_capture_size``; it limits a FULL-graph build's staging and
+    ``build_for_cudagraph_capture``, in requests and in tokens. For each k (and no
+    speculation): one row; ``max_rows`` rows without and with trailing padding; the
+    bound in tokens (``max_num_seqs`` rows of k + 1 tokens) and one above it (the same
+    rows, the capture size one below); the bound in requests (``max_num_seqs`` one-token
+    rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
+    padded row, the capture size one below); a decode and a prefill followed by a padded
+    row. Then a batch of only padding. Batches that
+    coincide keep one entry, named by every edge they stand on.
+    """
+    seqs = max(8, max_rows)  # max_num_seqs, as draw_batch's
+    named: dict[str, tuple[list[str], dict]] = {}
+
+    def add(
+        edge: str, k, rows: list[dict], padded: int = 0, capture: int | None = None
+    ):
+        batch = {
+            "speculative_tokens": k,
+            "drafts": "given",
+            "rows": rows,
+            "padded_rows": padded,
+            "max_num_seqs": seqs,
+        }
+        if capture is not None:
+            batch["max_cudagraph_capture_size"] = capture
+        batch = configured(batch, configuration)
+        key = repr(sorted(batch.items()))
+        named.setdefault(key, ([], batch))[0].append(edge)
+
+    for k in [None, *sorted(set(speculative_tokens))]:
+        bound = seqs * ((k or 0) + 1)
+        rows = [_decode_row(k) for _ in range(max_rows)]
+        full = [_decode_row(k) for _ in range(seqs)]
+        one_token = [_decode_row(k, drafted=0) for _ in range(seqs)]
+        add("1 row", k, [_decode_row(k)])
+        add(f"{max_rows} rows (max_rows)", k, rows)
+        add(f"{max_rows} rows (max_rows) + 1 padded", k, rows, padded=1)
+        add(f"{seqs} rows at the capture bound in tokens ({bound})", k, full)
+        add(
+            f"{seqs} rows one above the capture bound in tokens ({bound - 1})",
+            k,
+            full,
+            capture=bound - 1,
+        )
+        add(
+            f"{seqs} one-token rows at the capture bound in requests ({seqs})",
+            k,
+            one_token,
+            capture=seqs,
+        )
+        add(
+            f"{seqs - 1} one-token rows + 1 padded one above the capture bound in "
+            f"requests ({seqs - 1})",
+            k,
+            one_token[1:],
+            padded=1,
+            capture=seqs - 1,
+        )
+        # A first chunk that crosses token 64 (a checkpoint where the configuration has
+        # prefix caching), padded behind as a runner pads it.
+        prefill = {"seq_len": 100, "query_len": 100}
+        add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
+    add("only padding (1 padded row)", None, [], padded=1)
+    found = {}
+    for edges, batch in named.values():
+        k = batch["speculative_tokens"]
+        name = "; ".join(edges) + (f", k={k}" if k else ", no speculation")
+        found[name] = dict(batch, boundary=name)
+    return dict(sorted(found.items()))

@@ -30,6 +30,8 @@ InvariantProperty = Literal[
     "counts_add_up",
     "indices_in_bounds",
     "deterministic",
+    # Server configurations: prefill checkpoints (align mode with prefix caching).
+    "checkpoints_on_real_prefills",
 ]
 
 
@@ -89,6 +91,12 @@ class InvariantCheck(Strict):
         default=None,
         description="the record's cases it runs on besides the random batches "
         "(default: every case of the record)",
+    )
+    configuration: Id | None = Field(
+        default=None,
+        description="a case of the record whose builder settings (cache mode, prefix "
+        "caching, backend, model runner, aligned indices, step...) every random and "
+        "boundary batch takes; its rows, padding and speculation are drawn as usual",
     )
 
 

@@ -104,6 +104,14 @@ def record_problems(
         check_cases = getattr(check, "cases", None) or []
         if check.kind != "differential":  # its cases come from its pairs, checked below
             known(base + ("cases",), "case", check_cases, case_ids)
+        if check.kind == "invariant" and check.configuration not in (None, *case_ids):
+            options = ", ".join(sorted(case_ids)) or "none defined"
+            problems.append(
+                (
+                    base + ("configuration",),
+                    f"no case with id {check.configuration!r} (known: {options})",
+                )
+            )
         if check.kind == "differential":
             for p_index, pair in enumerate(check.pairs):
                 known(base + ("pairs", p_index), "case", pair, case_ids)

@@ -23,6 +23,10 @@ from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.mutation import guard, guard_notes
 from gdn_review.report import guard_report
 
+# What the gate (``--min-score 100``, in the test suite) fails on: a reachable, non-equivalent
+# mutant that no test detected.
+ESCAPED = ("survived", "not reached")
+
 
 @dataclasses.dataclass
 class Scored:
@@ -34,8 +38,22 @@ class Scored:
     child_exit: int | None = None
 
     def below(self, min_score: float) -> bool:
-        percent = (self.data or {}).get("score", {}).get("percent")
-        return percent is None or percent < min_score
+        """Whether the score is under ``min_score`` percent, from the exact counts (a rounded
+        percentage reads 100.0 with one survivor in 2,000)."""
+        score = (self.data or {}).get("score", {})
+        detected, scored = score.get("detected"), score.get("scored")
+        if detected is None or not scored:
+            return True
+        return detected * 100 < min_score * scored
+
+    def escaped(self) -> list[dict]:
+        """The mutants CPU can reach (not noted unreachable), not equivalent, that no test
+        detected: survivors and those no test reaches, in the file's order."""
+        mutants = (self.data or {}).get("mutants", [])
+        return sorted(
+            (m for m in mutants if m["status"] in ESCAPED),
+            key=lambda m: (m.get("line") or 0, m["id"]),
+        )
 
 
 def score_and_write(

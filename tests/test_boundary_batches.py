@@ -1,0 +1,170 @@
+"""Boundary batches and seeded examples: what an invariant checks does not depend on luck.
+
+- Every invariant also runs the boundary batches of its own parameters (named, the same on
+  every run): the capture bound made strict fails through one of them.
+- Its random examples are seeded from the record and the claim: editing a template's text
+  leaves the batches drawn unchanged (Hypothesis's ``derandomize`` seeded from the test
+  function's source, and lost the one example that reached the capture bound).
+"""
+
+from __future__ import annotations
+
+import shutil
+import types
+
+import pytest
+
+from gdn_review import generate, harness
+from gdn_review.generate.model import claim_seed
+from gdn_review.kb import load_record
+from tests.conftest import ROOT
+from tests.forked_mutants import run_mutants
+
+
+def test_boundaries_stand_on_the_capture_bound_in_requests_and_tokens():
+    found = harness.boundary_batches(speculative_tokens=[1, 2], max_rows=8)
+    names = list(found)
+    assert "8 rows (max_rows); 8 rows at the capture bound in tokens (16), k=1" in names
+    assert "only padding (1 padded row), no speculation" in names
+    at_tokens = found["8 rows (max_rows); 8 rows at the capture bound in tokens (16), k=1"]
+    assert sum(row["query_len"] for row in at_tokens["rows"]) == 16 == 8 * (1 + 1)
+    for name, batch in found.items():
+        bound = harness.properties.capture_bound(batch)
+        requests = len(batch["rows"]) + batch["padded_rows"]
+        tokens = sum(row["query_len"] for row in batch["rows"])
+        if "one above the capture bound in tokens" in name:
+            assert tokens == bound + 1, name
+        if "one above the capture bound in requests" in name:
+            assert (requests, tokens) == (bound + 1, bound), name
+        if "at the capture bound in requests" in name:
+            assert requests == bound, name
+        assert batch["boundary"] == name
+    # From the parameters alone: the same set on every call, k's order aside.
+    assert harness.boundary_batches([2, 1], 8) == found
+
+
+def test_boundary_ids_are_short_and_distinct():
+    params = harness.boundary_params(harness.boundary_batches([1, 2, 3], 8))
+    ids = [param.id for param in params]
+    assert len(set(ids)) == len(ids)
+    assert all(
+        set(i) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789=-")
+        for i in ids
+    )
+
+
+def _module(source: str, path):
+    """The module imported from a file of its own: Hypothesis reads a test's source from its
+    file (inspect.getsource), as it does for the generated suite."""
+    import importlib.util
+
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _drawn(module, function: str, prop: str) -> list[dict]:
+    """The batches the module's invariant test is given, in order (the harness's body is
+    replaced by a recorder: only the drawing is under test here)."""
+    seen = []
+
+    def record(device, prop, deviation, batch, cases, record_property):
+        seen.append(batch)
+
+    module.harness = types.SimpleNamespace(check_invariant=record)
+    getattr(module, function)(
+        device="cpu",
+        prop=prop,
+        **{f"claim_{function.split('_')[1]}": None},
+        record_property=lambda *a: None,
+    )
+    return seen
+
+
+def test_a_template_edit_leaves_the_examples_drawn_unchanged(tmp_path):
+    record = load_record(ROOT / "kb" / "55404.yaml")
+    source = generate.render_module(record, "kb/55404.yaml")
+    edited_templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", edited_templates)
+    template = edited_templates / "checks" / "invariant.py.j2"
+    text = template.read_text()
+    anchor = '    """invariant: properties of build() on every valid batch'
+    assert anchor in text
+    # The test function's text changes (a docstring and a comment), as a template edit would.
+    template.write_text(
+        text.replace(
+            anchor, "    # an edit of the template's text\n" + anchor.replace("every", "each")
+        )
+    )
+    edited = generate.render_module(record, "kb/55404.yaml", templates=edited_templates)
+    assert edited != source
+    first = _drawn(
+        _module(source, tmp_path / "first_module.py"), "test_C3_invariant", "capture_matches_build"
+    )
+    second = _drawn(
+        _module(edited, tmp_path / "second_module.py"), "test_C3_invariant", "capture_matches_build"
+    )
+    assert len(first) >= 15
+    assert first == second
+    # The seed is the record's and the claim's: another claim draws other batches.
+    assert claim_seed(55404, "C3") != claim_seed(55404, "C4")
+    assert f"@seed({claim_seed(55404, 'C3')})" in source
+
+
+PYTEST_ARGS = [
+    "generated_tests/test_pr_55404.py",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "--gdn-no-evidence",
+    "-k",
+    "C3 and cpu",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("boundary-mutants")
+def test_the_capture_bound_made_strict_fails_through_a_named_boundary_batch(tmp_path):
+    """The two survivors of bdd4333's whole-file score (vLLM >= 0.31), killed by a boundary
+    batch, whatever the random examples are."""
+    if not harness.release_in_range(">=0.31"):
+        pytest.skip("build_for_cudagraph_capture's bound is written so from vLLM 0.31")
+    mutants = {
+        "requests-strict": [
+            [
+                "m.num_reqs <= self.decode_cudagraph_max_bs",
+                "m.num_reqs < self.decode_cudagraph_max_bs",
+                1,
+            ]
+        ],
+        "tokens-strict": [
+            [
+                "m.num_actual_tokens <= self.decode_cudagraph_max_bs",
+                "m.num_actual_tokens < self.decode_cudagraph_max_bs",
+                1,
+            ]
+        ],
+    }
+    # Only the boundary test: the random examples and named cases are left out on purpose.
+    runs = run_mutants(
+        mutants,
+        [*PYTEST_ARGS[:-1], "C3 and cpu and boundary"],
+        ROOT,
+        tmp_path,
+        preload=("gdn_review.harness",),
+        clear=(("gdn_review.harness.builders", "make_builder"),),
+    )
+    assert runs["(baseline)"]["returncode"] == 0, runs["(baseline)"]["stdout"][-2000:]
+    # (pytest's ids of the boundary batches: their names, dashed)
+    expected = {
+        "requests-strict": "8-one-token-rows-at-the-capture-bound-in-requests-8-no-speculation",
+        "tokens-strict": "8-rows-max-rows-8-rows-at-the-capture-bound-in-tokens-16-k=1",
+    }
+    for ident, boundary in expected.items():
+        done = runs[ident]
+        assert done["returncode"] == 1, done["stdout"][-2000:]
+        failed = [line for line in done["stdout"].splitlines() if line.startswith("FAILED")]
+        assert any(boundary in line for line in failed), failed
+        assert "fails on boundary batch '" in done["stdout"], done["stdout"][-3000:]
