@@ -53,9 +53,10 @@ def _check_summary(claim, record: Record) -> str:
     if check.kind == "equivalence":
         return f"equivalence: expected metadata on {plural(len(check.cases), 'case')}"
     if check.kind == "invariant":
+        where = f" in case {check.configuration}'s configuration" if check.configuration else ""
         return (
-            f"invariant: {len(check.properties)} properties on random valid "
-            "batches (Hypothesis) and every named case"
+            f"invariant: {len(check.properties)} properties on random valid batches "
+            f"(Hypothesis, seeded by the claim), the boundary batches and every named case{where}"
         )
     if check.kind == "latency":
         return (
