@@ -15,7 +15,7 @@ from gdn_review.kb import RecordErrors, load_kb
 from gdn_review.kb.changes import contract_problems, load_changes
 from gdn_review.kb.load import parse_record
 from gdn_review.mutation import guard, guard_lines, guard_notes, operators
-from tests.conftest import ROOT, vllm_files_digest
+from tests.conftest import ROOT
 
 SOURCE = textwrap.dedent('''
     def helper(offsets):
@@ -239,50 +239,6 @@ def test_the_bundled_contract_covers_an_untied_change():
     records = load_kb(ROOT / "kb")
     contracts = [r for r in records.values() if r.contract is not None]
     assert contracts and not contract_problems(records, load_changes(ROOT / "kb"))
-
-
-@pytest.mark.slow
-def test_whole_file_run_reaches_update_block_table_only_through_the_contract_record(tmp_path):
-    """A real run on a few mutants: the staged spec-row fill of update_block_table is killed,
-    and only the contract record's tests execute that line."""
-    before = vllm_files_digest()
-    # Three records whose cases run FULL graphs (two PR records, the contract): enough to show
-    # that of them only the contract's tests execute update_block_table's staging.
-    command = [
-        sys.executable,
-        "-m",
-        "gdn_review.cli",
-        "mutate",
-        "--whole-file",
-        "--mutant",
-        "auto.fill_value.NULL_BLOCK_ID.*",
-        "--record",
-        "45100",
-        "--record",
-        "55404",
-        "--record",
-        "update_block_table",
-        "--reports",
-        str(tmp_path),
-        "--min-score",
-        "0",
-        "--jobs",
-        "2",
-    ]
-    done = interrupts.run_child(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert vllm_files_digest() == before
-    data = json.loads((tmp_path / "guard.json").read_text(encoding="utf-8"))
-    source = Path(data["target"])
-    regather = [m for m in data["mutants"] if m["function"].endswith("update_block_table")]
-    staged = [m for m in regather if "spec_indices[m.num_spec_decodes :].fill_" in m["diff"]]
-    assert len(staged) == 1 and staged[0]["status"] == "killed", staged
-    assert "test_contract_update_block_table" in staged[0]["killed_by"][0]
-    # The decode path's fill is equivalent (kb/guard/notes.yaml says why): never a survivor.
-    assert all(m["status"] != "survived" for m in regather), regather
-    line_map = {row["line"]: row for row in data["lines"]}
-    assert all(line_map[m["line"]]["records"] == ["update_block_table"] for m in staged), source
-    assert (tmp_path / "guard.md").read_text(encoding="utf-8").startswith("# What the KB guards in")
 
 
 def test_elsewhere_notes_list_a_reached_mutant_apart(tmp_path):

@@ -9,6 +9,7 @@ command does.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -95,6 +96,25 @@ def test_mutate_whole_file_exits_1_naming_the_survivor_and_its_diff(monkeypatch,
     assert "below --min-score 100%" in done.output
 
 
+def test_a_mutant_runs_the_latest_killers_first_then_one_batch_tests_then_random_ones():
+    from gdn_review.mutation.guard import kill_order
+
+    tests = [
+        "m.py::test_C1_invariant[cpu-partition]",
+        "m.py::test_C1_invariant_boundary[cpu-1-row-k=1-partition]",
+        "m.py::test_C2_equivalence[cpu-a]",
+        "n.py::test_C3_equivalence[cpu-b]",
+    ]
+    # One batch each (a case, a boundary batch) before the random examples' test.
+    assert kill_order(tests, []) == [tests[1], tests[2], tests[3], tests[0]]
+    assert kill_order(tests, ["x.py::test_other", tests[3], tests[0]]) == [
+        tests[3],
+        tests[0],
+        tests[1],
+        tests[2],
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("whole-file-guard")
 def test_the_whole_file_guard_holds_on_the_installed_release():
@@ -124,3 +144,14 @@ def test_the_whole_file_guard_holds_on_the_installed_release():
         .read_text(encoding="utf-8")
         .startswith("# What the KB guards in")
     )
+    # The same run, read for one line: update_block_table's staged spec-row fill is killed, and
+    # only the contract record's tests execute it (two PR records run FULL graphs too).
+    data = json.loads((ROOT / "reports" / "guard.json").read_text(encoding="utf-8"))
+    regather = [m for m in data["mutants"] if m["function"].endswith("update_block_table")]
+    staged = [m for m in regather if "spec_indices[m.num_spec_decodes :].fill_" in m["diff"]]
+    assert staged and all(m["status"] == "killed" for m in staged), staged
+    assert all("test_contract_update_block_table" in m["killed_by"][0] for m in staged), staged
+    # The decode path's fill is equivalent (kb/guard/notes.yaml says why): never a survivor.
+    assert all(m["status"] != "survived" for m in regather), regather
+    line_map = {row["line"]: row for row in data["lines"]}
+    assert all(line_map[m["line"]]["records"] == ["update_block_table"] for m in staged)

@@ -138,6 +138,19 @@ def ordered_args(args: list[str], first_files: list[str]) -> list[str]:
     return sorted(files, key=lambda f: Path(f).name not in first_files) + rest
 
 
+def kill_order(tests: list[str], killers: list[str]) -> list[str]:
+    """A mutant's selected tests in the order most likely to fail soon (``-x`` stops there):
+    those that killed the latest mutants first (a neighbouring edit tends to fall to the same
+    test), then the tests of one batch (a case, a boundary batch), then the random examples'
+    tests (many builds each). The order only changes which test reports the kill, and when."""
+    recent = {test: index for index, test in enumerate(killers)}
+
+    def cost(test: str) -> int:
+        return 1 if "_invariant[" in test else 0
+
+    return sorted(tests, key=lambda test: (recent.get(test, len(recent)), cost(test), test))
+
+
 def score(entries: list[dict]) -> dict:
     """The counts and the score: detected of the non-equivalent mutants CPU can reach."""
     counts = collections.Counter(e["status"] for e in entries)
@@ -214,12 +227,19 @@ def score_whole_file(
     work = plan(mutants, source, by_test, unreachable, scope_lines)
     entries: list[dict] = []
     by_id = {m.id: m for m in mutants}
+    killers: list[str] = []  # tests that killed a mutant, the latest first (see kill_order)
 
     def finished(mutant: Mutant, result: dict | None, progress: bool = True) -> None:
         result = result or {}
         status = mutant.status or result.get("status", "error")
         reason = mutant.reason or result.get("reason", "")
         killed_by = result.get("killed_by", {})
+        for ids in killed_by.values():
+            for test in ids:
+                if test in killers:
+                    killers.remove(test)
+                killers.insert(0, test)
+        del killers[64:]
         if status == "killed" and not reason:
             first = next(iter(killed_by.values()))[0]
             reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
@@ -262,8 +282,13 @@ def score_whole_file(
     runner.run_forked(
         ready,
         target,
+        # Called in the forked child: it sees the killers as they were when it was forked.
         lambda mutant: [
-            *(work.tests[mutant.id] or ordered_args(args, work.first_files.get(mutant.id, []))),
+            *(
+                kill_order(work.tests[mutant.id], killers)
+                if work.tests[mutant.id] is not None
+                else ordered_args(args, work.first_files.get(mutant.id, []))
+            ),
             "-x",
         ],
         jobs,
