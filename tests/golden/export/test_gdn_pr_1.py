@@ -2180,11 +2180,11 @@ def _check_property(
 
 def _check_deviation_unchanged(measured, pinned):
     # A known deviation (strict xfail) must measure what the record pins: a changed
-    # deviation fails instead of xfailing.
+    # deviation fails instead of xfailing. Compared as stored: values, dtype and shape.
     changed = {
-        key: (measured.get(key), value)
+        key: (stored_form(measured.get(key), key), value)
         for key, value in pinned.items()
-        if measured.get(key) != value
+        if stored_form(measured.get(key), key) != value
     }
     if changed:
         pytest.fail(
