@@ -33,6 +33,14 @@ def test_baseline_stops_at_what_the_bundle_carries():
     assert not baseline & _names(bundle_wheels.CARRIED)
 
 
+def test_what_the_bundle_assumes_is_on_the_gpu_machines_image():
+    # The first H200 run (2026-12-04) stopped at "No module named 'httpx2'": here
+    # huggingface_hub 2.x brought it into the baseline; the image's 1.33 does not.
+    listed = (ROOT / "tests/fixtures/gpu-image-packages.txt").read_text().splitlines()
+    image = {canonicalize_name(line) for line in listed if line and not line.startswith("#")}
+    assert _names(bundle_wheels.baseline_distributions()) <= image
+
+
 def test_carried_pins_are_what_vllm_needs_beyond_the_baseline_at_installed_versions():
     import importlib.metadata
 
@@ -100,7 +108,9 @@ def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
     assert "matrix --record 52078 --vllm 0.28.0 --vllm 0.29.0 --vllm 0.33.0" in script
     assert "matrix --record 56531 --vllm 0.33.0 " in script
     assert "bench --record 52078 --device" in script and "--record 56531 --device" not in script
-    assert '--evidence "$OUT/matrix-56531/evidence-0.33.0.json"' in script
+    # The reports take the evidence files there are: a failed step writes none.
+    assert '"$OUT/matrix-56531/evidence-0.33.0.json"' in script
+    assert '[ -f "$file" ] && EVIDENCE+=(--evidence "$file")' in script
     # The run's cache starts from the model info the bundle carries, where vllm_cache puts it.
     assert 'cp -R "$HERE/vllm-cache" "$WORK/cache/vllm-cache"' in script
     assert 'GDN_REVIEW_CACHE="$WORK/cache"' in script

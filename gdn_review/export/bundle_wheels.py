@@ -51,6 +51,9 @@ CARRIED = (
     "aiohttp",
     "oss-harmony",
     "openai",
+    # openai needs httpx2. Here huggingface_hub 2.x brings it too; the GPU image's
+    # huggingface_hub 1.33 does not (its first run, 2026-12-04: "No module named 'httpx2'").
+    "httpx2",
     "pillow",
     "pybase64",
     "cachetools",

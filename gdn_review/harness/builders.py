@@ -226,11 +226,18 @@ def _vllm_config(settings: BuilderSettings):
     return config
 
 
+def _vllm_platform_is_cuda() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda()
+
+
 @contextlib.contextmanager
 def _as_on_server(settings: BuilderSettings):
     """While the builder is constructed: vLLM's own resolver returns the case's prefill
-    backend (off CUDA; on CUDA vLLM resolves it with no override), and the model runner
-    is the case's. The builder's __init__ then derives its own attributes from them."""
+    backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
+    model runner is the case's. The builder's __init__ then derives its own attributes
+    from them."""
     saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     if settings.model_runner is not None:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
@@ -238,7 +245,9 @@ def _as_on_server(settings: BuilderSettings):
         )
     patched = []
     backend = settings.resolved_prefill_backend
-    if backend is not None and settings.device != "cuda":
+    # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
+    # platform it says "triton" also beside CUDA tensors (the first H200 run).
+    if backend is not None and not _vllm_platform_is_cuda():
         import importlib
 
         for name in (

@@ -233,17 +233,21 @@ def _device_cell(by_device: dict[str, str], ran: bool = True) -> str:
     return "; ".join(f"{device}: {verdict}" for device, verdict in by_device.items()) or "—"
 
 
-def configurations(record: Record, claim, ran: list[dict]) -> str:
+def configurations(record: Record, claim, ran: list[dict], evidence: Evidence) -> str:
     """How the claim's cases configured the builder as a GPU server would, in words ("" when
-    none did): every report line of such a run names it. On CUDA vLLM resolves the prefill
-    backend itself (no override); the backend it resolved is what the tests measured."""
+    none did): every report line of such a run names it. On vLLM's CUDA platform vLLM resolves
+    the prefill backend itself (no override); the backend it resolved is what the tests
+    measured. CUDA tensors on vLLM's CPU platform get the case's backend, as on CPU."""
     names = set(getattr(claim.check, "cases", []) or [])
     words = sorted({w for c in record.cases if c.id in names and (w := c.configuration())})
-    if any(t.get("device") == "cuda" for t in ran):
+    cuda = [t for t in ran if t.get("device") == "cuda"]
+    if any(_on_cpu_platform(evidence, t) for t in cuda):
+        words.append("CUDA tensors on vLLM's CPU platform: the case's backend, not vLLM's choice")
+    elif cuda:
         resolved = sorted(
             {
                 str(t["measured"]["prefill_backend_resolved"])
-                for t in ran
+                for t in cuda
                 if isinstance(t.get("measured"), dict)
                 and "prefill_backend_resolved" in t["measured"]
             }
@@ -253,6 +257,13 @@ def configurations(record: Record, claim, ran: list[dict]) -> str:
             + (f": {', '.join(resolved)}" if resolved else "")
         )
     return "; ".join(words)
+
+
+def _on_cpu_platform(evidence: Evidence, test: dict) -> bool:
+    index = test.get("environment")
+    if index is None or index >= len(evidence.environments):
+        return False
+    return bool(evidence.environments[index].get("cuda_on_cpu_platform"))
 
 
 def tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
@@ -291,7 +302,7 @@ def claim_rows(
         verdict, reason = claim_verdict(claim, tests)
         tested = tested_on(evidence, tests)
         verdict, reason = pending_verdict(record, claim, verdict, reason, tested, with_change)
-        configured = configurations(record, claim, ran)
+        configured = configurations(record, claim, ran, evidence)
         if configured:
             reason = f"{reason} [{configured}]"
         by_device = {
