@@ -55,6 +55,13 @@ class BuilderSettings:
     prefix_caching: tuple[int, int, int, int | None] | None = None
     # and the model runner ("v1", "v2": VLLM_USE_V2_MODEL_RUNNER meanwhile).
     model_runner: str | None = None
+    # The builder class: an in-tree subclass of GDNAttentionMetadataBuilder that the
+    # loaded release ships (harness.family finds them); None: GDN's own.
+    builder: str | None = None
+    # A subclass's own configuration: additional_config["kda_prefill_backend"],
+    kda_prefill_backend: str | None = None
+    # and cache_config.use_kda_recoverssm (derived by vLLM; set after the config).
+    use_kda_recoverssm: bool | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -173,6 +180,11 @@ def _vllm_config(settings: BuilderSettings):
             is_encoder_decoder=False,
         )
     )
+    additional = {}
+    if settings.prefill_backend is not None:
+        additional["gdn_prefill_backend"] = settings.prefill_backend
+    if settings.kda_prefill_backend is not None:
+        additional["kda_prefill_backend"] = settings.kda_prefill_backend
     config = VllmConfig(
         model_config=_model_config(settings.max_model_len),
         # vLLM's CPU platform asserts a cpu device config. Where the builder's
@@ -198,9 +210,7 @@ def _vllm_config(settings: BuilderSettings):
         speculative_config=speculative,
         **_accepted_kwargs(
             VllmConfig,
-            additional_config={"gdn_prefill_backend": settings.prefill_backend}
-            if settings.prefill_backend is not None
-            else {},
+            additional_config=additional,
         ),
     )
     # Set after the config is made, as vLLM's own CPU tests of the builder do:
@@ -216,6 +226,8 @@ def _vllm_config(settings: BuilderSettings):
         compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
     if settings.mamba_cache_mode is not None:
         config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+    if settings.use_kda_recoverssm is not None:
+        config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
@@ -290,6 +302,68 @@ def warm_up(construct: bool = False) -> None:
         make_builder.cache_clear()  # each child makes its own, as a fresh engine would
 
 
+GDN_BUILDER_MODULE = "vllm.v1.attention.backends.gdn_attn"
+GDN_BUILDER = "GDNAttentionMetadataBuilder"
+
+
+@functools.cache
+def family_modules() -> dict[str, str]:
+    """The loaded release's GDN builder family: each class whose base is
+    GDNAttentionMetadataBuilder or one of its subclasses (GDN's own included) -> its
+    module. Found by scanning the release's own files, not from a list."""
+    import re
+
+    import vllm
+
+    root = os.path.dirname(vllm.__file__)
+    bases: dict[str, tuple[str, list[str]]] = {}
+    pattern = re.compile(rb"^class (\w+)\(([\w., ]+)\):", re.MULTILINE)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            with open(path, "rb") as handle:
+                text = handle.read()
+            if b"MetadataBuilder)" not in text and b"MetadataBuilder," not in text:
+                continue
+            module = "vllm." + os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+            for found in pattern.finditer(text):
+                parents = [
+                    b.strip().rsplit(b".", 1)[-1].decode()
+                    for b in found.group(2).split(b",")
+                ]
+                bases[found.group(1).decode()] = (
+                    module.removesuffix(".__init__"),
+                    parents,
+                )
+    family = {GDN_BUILDER: GDN_BUILDER_MODULE}
+    grown = True
+    while grown:
+        grown = False
+        for cls, (module, parents) in bases.items():
+            if cls not in family and any(parent in family for parent in parents):
+                family[cls] = module
+                grown = True
+    return dict(sorted(family.items()))
+
+
+def builder_class(name: str | None):
+    """The builder class ``name`` (None: GDN's) of the loaded release; a release
+    without it skips as not applicable."""
+    import importlib
+
+    if name is None or name == GDN_BUILDER:
+        return getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
+    module = family_modules().get(name)
+    if module is None:
+        import pytest
+        import vllm
+
+        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {name}")
+    return getattr(importlib.import_module(module), name)
+
+
 @functools.cache
 def make_builder(settings: BuilderSettings):
     """The real builder for ``settings``; built once per process and reused."""
@@ -299,8 +373,9 @@ def make_builder(settings: BuilderSettings):
 def new_builder(settings: BuilderSettings):
     """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
-    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import MambaSpec
+
+    cls = builder_class(settings.builder)
 
     checkpoints = {}
     if settings.prefix_caching is not None:
@@ -322,7 +397,8 @@ def new_builder(settings: BuilderSettings):
     )
     config = _vllm_config(settings)
     with _as_on_server(settings):
-        return GDNAttentionMetadataBuilder(
+        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
+        return cls(
             spec,
             ["model.layers.0.linear_attn"],
             config,

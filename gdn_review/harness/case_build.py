@@ -86,6 +86,9 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         resolved_prefill_backend=case.get("resolved_prefill_backend"),
         prefix_caching=_prefix_caching(case.get("prefix_caching")),
         model_runner=case.get("model_runner"),
+        builder=case.get("builder"),
+        kda_prefill_backend=case.get("kda_prefill_backend"),
+        use_kda_recoverssm=case.get("use_kda_recoverssm"),
     )
 
 

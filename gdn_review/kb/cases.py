@@ -162,6 +162,22 @@ class Case(ServerFields):
         "builder and block table, after the methods a PR adds (before_builds), as the runner calls "
         "them; checks count per step or per call",
     )
+    builder: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
+        default=None,
+        description="the builder class: an in-tree subclass of GDNAttentionMetadataBuilder that "
+        "a release ships (e.g. KimiK3KDAMetadataBuilder), constructed as the engine does; a "
+        "release without it reads 'not applicable: vLLM X has no <class>'; null: GDN's own",
+    )
+    kda_prefill_backend: Text | None = Field(
+        default=None,
+        description="Kimi-K3's additional_config.kda_prefill_backend (e.g. flashinfer), which "
+        "KimiK3KDAMetadataBuilder reads",
+    )
+    use_kda_recoverssm: bool | None = Field(
+        default=None,
+        description="cache_config.use_kda_recoverssm (RecoverSSM for Kimi-K3's speculative "
+        "decoding; vLLM derives it from --use-replayssm)",
+    )
     allow_impossible: Text | None = Field(
         default=None,
         description="why this batch is one vLLM never produces, on purpose (a robustness check); "
