@@ -6,8 +6,10 @@ The runners build attention metadata once per KV-cache group and step
 step's common metadata with its own block table (here the first group's entries
 + g * SECOND_TABLE; a null entry stays null) and its own builder, whose buffers
 are its own. A later group re-gathers with ``update_block_table`` where its
-builder supports it (CUDA's V2 runner), else it builds. Methods a PR adds
-(``step["before_builds"]``) run once before the groups, on the first group's
+builder supports it (CUDA's V2 runner), else it builds. In align mode the V2
+runner first hands each such builder its group's aligned state indices
+(``mamba_aligned_state_indices``), which ``update_block_table`` asserts. Methods a
+PR adds (``step["before_builds"]``) run once before the groups, on the first group's
 builder. The case gives ``{"step": {"groups": 2, "before_builds": [...]}}``.
 """
 
@@ -56,6 +58,35 @@ def _call_arguments(method, names: list[str], kwargs: dict) -> dict:
     return {name: value for name, value in kwargs.items() if name in parameters}
 
 
+def _hand_aligned_indices(builder, group_common) -> None:
+    """What 0.33.0's V2 runner does in align mode before it builds a step's groups
+    (``vllm/v1/worker/gpu/model_states/mamba_hybrid.py`` lines 303-318): every
+    group's builder with a ``mamba_aligned_state_indices`` attribute gets its
+    group's aligned indices. 0.33.0's GDN builder has one exactly where it has
+    ``supports_update_block_table`` (V2 runner, CUDA device; ``gdn_attn.py``
+    lines 185-193), the builders run_step hands them to. (KimiK3KDAMetadataBuilder
+    declares it on the class; the harness leaves that builder as it was.)
+
+    The runner computes them with one Triton kernel for every group
+    (``vllm/v1/worker/mamba_utils.py``: lines 39-99,
+    ``get_aligned_state_indices_multi_group_kernel``, launched by
+    ``compute_aligned_state_indices``, lines 1106-1141):
+    row r, slot s is ``block_table[r, max((seq_len - 1) // block_size, 0) + s]``
+    for s < 1 + num_speculative_blocks. That is
+    ``vllm.v1.attention.backends.utils.mamba_get_block_table_tensor`` in align mode
+    (``utils.py`` lines 1283-1357; build() calls it where no indices were handed),
+    here on the group's own block table. The hand-over is the runner's line 318.
+    """
+    from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
+
+    builder.mamba_aligned_state_indices = mamba_get_block_table_tensor(
+        group_common.block_table_tensor,
+        group_common.seq_lens,
+        builder.kv_cache_spec,
+        "align",
+    )
+
+
 def run_step(builders, case: dict, kwargs: dict, counts=None):
     """Run one step: the case's before_builds calls, then each group's build() (or
     re-gather). Returns each group's metadata and, per call, the aten ops it
@@ -69,6 +100,13 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
         if counts is not None:
             call_ops.append(dict(sorted((counts - before).items())))
         return result
+
+    def uncounted(function, *args):
+        before = collections.Counter(counts) if counts is not None else None
+        function(*args)
+        if counts is not None:
+            counts.clear()
+            counts.update(before)
 
     build_parameters = inspect.signature(builders[0].build).parameters
     for call in case["step"].get("before_builds") or []:
@@ -84,6 +122,12 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
             group_common.block_table_tensor = group_block_table(
                 common.block_table_tensor, group
             )
+        if getattr(builder, "supports_update_block_table", False) and (
+            builder.vllm_config.cache_config.mamba_cache_mode == "align"
+        ):
+            # The runner's work, not the builder's: outside the op counts. (A step
+            # case gives no aligned_state_indices of its own: kb/step_config.py.)
+            uncounted(_hand_aligned_indices, builder, group_common)
         if group and getattr(builder, "supports_update_block_table", False):
             metadata = counted(
                 builder.update_block_table,
