@@ -19,7 +19,7 @@ TITLE = 'build() on what runners send: no is_prefilling, short chunks, one compu
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
     'no_flags_first_chunk': {
-        'builder_fields': True,
+        'builder_fields': ['reorder_batch_threshold'],
         'drafts': 'given',
         'id': 'no_flags_first_chunk',
         'max_num_seqs': 8,
@@ -69,7 +69,7 @@ CASES = {
         ],
     },
     'padded_tokens_mixed': {
-        'builder_fields': True,
+        'builder_fields': ['reorder_batch_threshold'],
         'drafts': 'given',
         'id': 'padded_tokens_mixed',
         'mamba_cache_mode': 'none',
@@ -83,7 +83,7 @@ CASES = {
         'speculative_tokens': 1,
     },
     'padded_tokens_spec': {
-        'builder_fields': True,
+        'builder_fields': ['reorder_batch_threshold'],
         'cudagraph_mode': 'FULL_AND_PIECEWISE',
         'drafts': 'given',
         'id': 'padded_tokens_spec',

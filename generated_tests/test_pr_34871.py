@@ -9,6 +9,7 @@ shares (applicability, known deviations) from the harness.
 """
 
 import pytest
+from hypothesis import HealthCheck, example, given, seed, settings
 
 from gdn_review import harness
 
@@ -28,6 +29,14 @@ CASES = {
             {'accepted': 1, 'drafted': 2, 'query_len': 3, 'seq_len': 20},
         ],
         'speculative_tokens': 2,
+    },
+    'kda_mirror_configuration': {
+        'drafts': 'given',
+        'id': 'kda_mirror_configuration',
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'rows': [{'accepted': 1, 'query_len': 1, 'seq_len': 40}],
     },
     'mixed_decode_and_spec_decode': {
         'drafts': 'given',
@@ -225,6 +234,250 @@ def test_C2_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
+CLAIM_C3 = "KimiK3KDAMetadataBuilder mirrors the PR where a non-speculating row of a batch with spec decodes is a prefill, and on every batch without one-token decodes beside spec decodes: its build() returns GDN's counts, spec state indices, spec query starts and accepted counts."
+DEVIATIONS_C3 = []
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C3 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C3 = {
+    'builder': 'KimiK3KDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+        'num_accepted_tokens',
+        'spec_state_indices_tensor',
+        'spec_query_start_loc',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C3(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.28', 'C3')
+    return harness.known_deviation(request, DEVIATIONS_C3, "properties", prop)
+
+
+@pytest.mark.claim('C3')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(2274550474)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C3))
+@example(batch=CASES['prefill_decode_and_spec_decode'])
+@example(batch=CASES['pure_regular_decode'])
+@example(batch=CASES['pure_spec_decode'])
+@example(batch=CASES['spec_decode_with_real_prefill'])
+def test_C3_invariant(device, prop, claim_C3, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C3, batch, CASES, record_property, builder=BUILDER_C3)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C3 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C3)
+
+
+@pytest.mark.claim('C3')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C3))
+def test_C3_invariant_boundary(device, prop, boundary, claim_C3, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C3, BOUNDARIES_C3[boundary], CASES, record_property, builder=BUILDER_C3)
+
+
+CLAIM_C4 = "KimiK3KDAMetadataBuilder does not carry the PR's exclusivity: where every non-speculating row beside spec decodes is a one-token decode, it keeps them as packed decodes (num_decodes and num_spec_decodes both non-zero) instead of reclassifying them as prefills."
+DEVIATIONS_C4 = [
+    {
+        'cases': [],
+        'measured': 'mixed_decode_and_spec_decode on 0.33.0: num_decodes 1, num_prefills 0 (KDA); num_decodes 0, num_prefills 1 (GDN)',
+        'properties': ['mirrors_gdn'],
+        'reason': 'KimiK3KDAMetadataBuilder\'s own build() keeps one-token non-speculating rows beside spec decodes as packed decodes: "Packed decode is safe only when every active non-spec request is a true, one-token decode" (vllm/models/kimi_k3/nvidia/kda_metadata.py:483-501 in 0.33.0), where GDN\'s build() reclassifies them as prefills (gdn_attn.py:423-430, this PR). Its kernels take decodes and spec decodes in one batch; GDN\'s assert them exclusive.',
+    },
+]
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C4 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C4 = {
+    'builder': 'KimiK3KDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+        'num_accepted_tokens',
+        'spec_state_indices_tensor',
+        'spec_query_start_loc',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C4(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.28', 'C4')
+    return harness.known_deviation(request, DEVIATIONS_C4, "properties", prop)
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=5,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(2447780435)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C4))
+@example(batch=CASES['has_initial_state_after_reclassification'])
+@example(batch=CASES['mixed_decode_and_spec_decode'])
+@example(batch=CASES['multiple_decodes_reclassified'])
+@example(batch=CASES['zero_length_padding_with_spec'])
+def test_C4_invariant(device, prop, claim_C4, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C4, batch, CASES, record_property, builder=BUILDER_C4)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C4 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C4)
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C4))
+def test_C4_invariant_boundary(device, prop, boundary, claim_C4, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C4, BOUNDARIES_C4[boundary], CASES, record_property, builder=BUILDER_C4)
+
+
+CLAIM_C5 = "On a batch with spec decodes, a prefill and trailing zero-length padding, KimiK3KDAMetadataBuilder leaves the padded rows out of its non-speculative state indices, query starts and initial states; GDN's build() keeps them."
+DEVIATIONS_C5 = [
+    {
+        'cases': [],
+        'measured': "boundary batch 'a prefill + 1 padded, k=1' on 0.33.0: non_spec_query_start_loc [0, 100] (KDA), [0, 100, 100] (GDN)",
+        'properties': ['mirrors_gdn'],
+        'reason': "KimiK3KDAMetadataBuilder selects its non-speculative rows with active_non_spec_mask_cpu = ~spec_sequence_masks_cpu & (query_lens_cpu > 0) (vllm/models/kimi_k3/nvidia/kda_metadata.py:476-478 in 0.33.0): trailing padding is in none of its request-indexed non-spec tensors. GDN's mixed path selects ~spec_sequence_masks_cpu, padding included. Not a change of this PR; stated here, beside its exclusivity, so that the mirror's fields are not silently narrowed.",
+    },
+]
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C5 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C5 = {
+    'builder': 'KimiK3KDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': ['non_spec_state_indices_tensor', 'non_spec_query_start_loc', 'has_initial_state'],
+}
+
+
+@pytest.fixture
+def claim_C5(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.28', 'C5')
+    return harness.known_deviation(request, DEVIATIONS_C5, "properties", prop)
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(920033940)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C5))
+@example(batch=CASES['prefill_decode_and_spec_decode'])
+@example(batch=CASES['spec_decode_with_real_prefill'])
+def test_C5_invariant(device, prop, claim_C5, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C5, batch, CASES, record_property, builder=BUILDER_C5)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C5 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C5)
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C5))
+def test_C5_invariant_boundary(device, prop, boundary, claim_C5, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C5, BOUNDARIES_C5[boundary], CASES, record_property, builder=BUILDER_C5)
+
+
+CLAIM_C6 = "KimiK3ROCmKDAMetadataBuilder inherits the PR: it runs GDN's own build(), so on decode and spec-decode batches it returns GDN's metadata on the same fields."
+DEVIATIONS_C6 = []
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C6 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C6 = {
+    'builder': 'KimiK3ROCmKDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+        'num_accepted_tokens',
+        'spec_state_indices_tensor',
+        'spec_query_start_loc',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C6(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.28', 'C6')
+    return harness.known_deviation(request, DEVIATIONS_C6, "properties", prop)
+
+
+@pytest.mark.claim('C6')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(1664265413)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C6, decodes_only=True))
+@example(batch=CASES['pure_regular_decode'])
+@example(batch=CASES['pure_spec_decode'])
+def test_C6_invariant(device, prop, claim_C6, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C6, batch, CASES, record_property, builder=BUILDER_C6)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C6 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C6, decodes_only=True)
+
+
+@pytest.mark.claim('C6')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C6))
+def test_C6_invariant_boundary(device, prop, boundary, claim_C6, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C6, BOUNDARIES_C6[boundary], CASES, record_property, builder=BUILDER_C6)
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/34871'
@@ -234,6 +487,7 @@ SNAPSHOTS = '../kb/snapshots/34871'
     "case_id",
     [
         pytest.param('has_initial_state_after_reclassification', id='has_initial_state_after_reclassification', marks=pytest.mark.case('has_initial_state_after_reclassification')),
+        pytest.param('kda_mirror_configuration', id='kda_mirror_configuration', marks=pytest.mark.case('kda_mirror_configuration')),
         pytest.param('mixed_decode_and_spec_decode', id='mixed_decode_and_spec_decode', marks=pytest.mark.case('mixed_decode_and_spec_decode')),
         pytest.param('multiple_decodes_reclassified', id='multiple_decodes_reclassified', marks=pytest.mark.case('multiple_decodes_reclassified')),
         pytest.param('prefill_decode_and_spec_decode', id='prefill_decode_and_spec_decode', marks=pytest.mark.case('prefill_decode_and_spec_decode')),

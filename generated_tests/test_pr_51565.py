@@ -140,6 +140,14 @@ CASES = {
             {'accepted': 1, 'prefilling': True, 'query_len': 1, 'seq_len': 1},
         ],
     },
+    'kda_mirror_configuration': {
+        'drafts': 'given',
+        'id': 'kda_mirror_configuration',
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'rows': [{'accepted': 1, 'query_len': 1, 'seq_len': 40}],
+    },
     'plain_decodes': {
         'drafts': 'given',
         'id': 'plain_decodes',
@@ -866,6 +874,7 @@ def claim_C5(request, prop):
 @example(batch=CASES['first_chunk_host_upper_bound'])
 @example(batch=CASES['first_chunk_spec_config'])
 @example(batch=CASES['first_chunk_trailing_padding'])
+@example(batch=CASES['kda_mirror_configuration'])
 @example(batch=CASES['plain_decodes'])
 @example(batch=CASES['prefills_padded'])
 @example(batch=CASES['resumed_chunk_before_prefill'])
@@ -892,6 +901,135 @@ def test_C5_invariant_boundary(device, prop, boundary, claim_C5, record_property
     harness.check_invariant(device, prop, claim_C5, BOUNDARIES_C5[boundary], CASES, record_property)
 
 
+CLAIM_C6 = "KimiK3KDAMetadataBuilder mirrors the PR: on every case here and on random and boundary batches, its build() counts prefills, decodes and spec decodes (tokens too) as GDN's does: one-token first chunks without prior state are prefills, and trailing padding is in neither prefill count."
+DEVIATIONS_C6 = []
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C6 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C6 = {
+    'builder': 'KimiK3KDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C6(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.31', 'C6')
+    return harness.known_deviation(request, DEVIATIONS_C6, "properties", prop)
+
+
+@pytest.mark.claim('C6')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(3529687534)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C6))
+@example(batch=CASES['capture_dummy_batch'])
+@example(batch=CASES['capture_dummy_single'])
+@example(batch=CASES['decode_and_prefills'])
+@example(batch=CASES['decode_prefills_padded'])
+@example(batch=CASES['decode_prefills_padded_tokens'])
+@example(batch=CASES['first_chunk_after_decodes'])
+@example(batch=CASES['first_chunk_after_prefill'])
+@example(batch=CASES['first_chunk_host_upper_bound'])
+@example(batch=CASES['first_chunk_spec_config'])
+@example(batch=CASES['first_chunk_trailing_padding'])
+@example(batch=CASES['kda_mirror_configuration'])
+@example(batch=CASES['plain_decodes'])
+@example(batch=CASES['prefills_padded'])
+@example(batch=CASES['resumed_chunk_before_prefill'])
+@example(batch=CASES['resumed_one_token_chunk'])
+@example(batch=CASES['spec_decode_and_prefill'])
+@example(batch=CASES['spec_decode_first_token_chunk'])
+@example(batch=CASES['spec_decode_padded'])
+@example(batch=CASES['stateless_first_chunk'])
+def test_C6_invariant(device, prop, claim_C6, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C6, batch, CASES, record_property, builder=BUILDER_C6)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C6 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C6)
+
+
+@pytest.mark.claim('C6')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C6))
+def test_C6_invariant_boundary(device, prop, boundary, claim_C6, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C6, BOUNDARIES_C6[boundary], CASES, record_property, builder=BUILDER_C6)
+
+
+CLAIM_C7 = "KimiK3ROCmKDAMetadataBuilder inherits the PR (it runs GDN's build()): on decode and spec-decode batches it returns GDN's counts."
+DEVIATIONS_C7 = []
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C7 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C7 = {
+    'builder': 'KimiK3ROCmKDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C7(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.31', 'C7')
+    return harness.known_deviation(request, DEVIATIONS_C7, "properties", prop)
+
+
+@pytest.mark.claim('C7')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(4010590224)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C7, decodes_only=True))
+@example(batch=CASES['kda_mirror_configuration'])
+@example(batch=CASES['plain_decodes'])
+def test_C7_invariant(device, prop, claim_C7, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C7, batch, CASES, record_property, builder=BUILDER_C7)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C7 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C7, decodes_only=True)
+
+
+@pytest.mark.claim('C7')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C7))
+def test_C7_invariant_boundary(device, prop, boundary, claim_C7, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C7, BOUNDARIES_C7[boundary], CASES, record_property, builder=BUILDER_C7)
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/51565'
@@ -910,6 +1048,7 @@ SNAPSHOTS = '../kb/snapshots/51565'
         pytest.param('first_chunk_host_upper_bound', id='first_chunk_host_upper_bound', marks=pytest.mark.case('first_chunk_host_upper_bound')),
         pytest.param('first_chunk_spec_config', id='first_chunk_spec_config', marks=pytest.mark.case('first_chunk_spec_config')),
         pytest.param('first_chunk_trailing_padding', id='first_chunk_trailing_padding', marks=pytest.mark.case('first_chunk_trailing_padding')),
+        pytest.param('kda_mirror_configuration', id='kda_mirror_configuration', marks=pytest.mark.case('kda_mirror_configuration')),
         pytest.param('plain_decodes', id='plain_decodes', marks=pytest.mark.case('plain_decodes')),
         pytest.param('prefills_padded', id='prefills_padded', marks=pytest.mark.case('prefills_padded')),
         pytest.param('resumed_chunk_before_prefill', id='resumed_chunk_before_prefill', marks=pytest.mark.case('resumed_chunk_before_prefill')),

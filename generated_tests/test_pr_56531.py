@@ -42,6 +42,14 @@ CASES = {
         ],
         'speculative_tokens': 2,
     },
+    'kda_mirror_configuration': {
+        'drafts': 'given',
+        'id': 'kda_mirror_configuration',
+        'mamba_cache_mode': 'none',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'rows': [{'accepted': 1, 'query_len': 1, 'seq_len': 40}],
+    },
     'no_row_speculates_padded': {
         'drafts': 'given',
         'id': 'no_row_speculates_padded',
@@ -313,6 +321,7 @@ def claim_C2(request, prop):
 @given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8))
 @example(batch=CASES['all_zero_drafts'])
 @example(batch=CASES['all_zero_drafts_padded'])
+@example(batch=CASES['kda_mirror_configuration'])
 @example(batch=CASES['no_row_speculates_padded'])
 @example(batch=CASES['no_spec_config_padded'])
 @example(batch=CASES['some_rows_drafted'])
@@ -383,6 +392,128 @@ def test_C3_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
+CLAIM_C4 = "KimiK3KDAMetadataBuilder mirrors the PR: a batch whose speculating rows all drafted zero tokens takes its speculative path too, with GDN's counts, spec state indices, spec query starts and accepted counts. (zero_drafts_and_decode is left out: a plain decode beside spec decodes is #34871's deviation, kb/34871.yaml C4.)"
+DEVIATIONS_C4 = []
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C4 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C4 = {
+    'builder': 'KimiK3KDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+        'num_accepted_tokens',
+        'spec_state_indices_tensor',
+        'spec_query_start_loc',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C4(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.32', 'C4')
+    return harness.known_deviation(request, DEVIATIONS_C4, "properties", prop)
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(1460579077)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C4))
+@example(batch=CASES['all_zero_drafts'])
+@example(batch=CASES['all_zero_drafts_padded'])
+@example(batch=CASES['no_row_speculates_padded'])
+@example(batch=CASES['no_spec_config_padded'])
+@example(batch=CASES['some_rows_drafted'])
+@example(batch=CASES['zero_drafts_and_prefill'])
+def test_C4_invariant(device, prop, claim_C4, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C4, batch, CASES, record_property, builder=BUILDER_C4)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C4 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C4)
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C4))
+def test_C4_invariant_boundary(device, prop, boundary, claim_C4, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C4, BOUNDARIES_C4[boundary], CASES, record_property, builder=BUILDER_C4)
+
+
+CLAIM_C5 = "KimiK3ROCmKDAMetadataBuilder inherits the PR (it runs GDN's build()): zero-draft batches take the speculative path there too, with GDN's metadata on the same fields."
+DEVIATIONS_C5 = []
+# The builder's settings of every drawn batch: those of case kda_mirror_configuration.
+CONFIGURATION_C5 = {'mamba_cache_mode': 'none'}
+# The builder class every batch is built with (named cases too), in the claim's configuration, and the fields mirrors_gdn compares with GDN's build().
+BUILDER_C5 = {
+    'builder': 'KimiK3ROCmKDAMetadataBuilder',
+    'mamba_cache_mode': 'none',
+    'mirror_fields': [
+        'num_prefills',
+        'num_prefill_tokens',
+        'num_decodes',
+        'num_decode_tokens',
+        'num_spec_decodes',
+        'num_spec_decode_tokens',
+        'num_accepted_tokens',
+        'spec_state_indices_tensor',
+        'spec_query_start_loc',
+    ],
+}
+
+
+@pytest.fixture
+def claim_C5(request, prop):
+    """Applicability and known deviations, decided once per property rather than per example."""
+    harness.skip_outside_claim_releases('>=0.32', 'C5')
+    return harness.known_deviation(request, DEVIATIONS_C5, "properties", prop)
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@settings(
+    max_examples=15,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+# Seeded from the record and the claim, never from this function's text (see claim_seed).
+@seed(54611164)
+@given(batch=harness.random_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C5, decodes_only=True))
+@example(batch=CASES['all_zero_drafts'])
+@example(batch=CASES['all_zero_drafts_padded'])
+def test_C5_invariant(device, prop, claim_C5, batch, record_property):
+    """invariant: properties of build() on every valid batch (Hypothesis, plus every named case)."""
+    harness.check_invariant(device, prop, claim_C5, batch, CASES, record_property, builder=BUILDER_C5)
+
+
+# The batches at the edges of this check's parameters, the same on every run (named in reports).
+BOUNDARIES_C5 = harness.boundary_batches(speculative_tokens=[1, 2, 3], max_rows=8, configuration=CONFIGURATION_C5, decodes_only=True)
+
+
+@pytest.mark.claim('C5')
+@pytest.mark.parametrize("prop", ['mirrors_gdn'])
+@pytest.mark.parametrize("boundary", harness.boundary_params(BOUNDARIES_C5))
+def test_C5_invariant_boundary(device, prop, boundary, claim_C5, record_property):
+    """invariant: the same properties on every boundary batch (see harness.boundary_batches)."""
+    harness.check_invariant(device, prop, claim_C5, BOUNDARIES_C5[boundary], CASES, record_property, builder=BUILDER_C5)
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/56531'
@@ -393,6 +524,7 @@ SNAPSHOTS = '../kb/snapshots/56531'
     [
         pytest.param('all_zero_drafts', id='all_zero_drafts', marks=pytest.mark.case('all_zero_drafts')),
         pytest.param('all_zero_drafts_padded', id='all_zero_drafts_padded', marks=pytest.mark.case('all_zero_drafts_padded')),
+        pytest.param('kda_mirror_configuration', id='kda_mirror_configuration', marks=pytest.mark.case('kda_mirror_configuration')),
         pytest.param('no_row_speculates_padded', id='no_row_speculates_padded', marks=pytest.mark.case('no_row_speculates_padded')),
         pytest.param('no_spec_config_padded', id='no_spec_config_padded', marks=pytest.mark.case('no_spec_config_padded')),
         pytest.param('some_rows_drafted', id='some_rows_drafted', marks=pytest.mark.case('some_rows_drafted')),

@@ -41,6 +41,16 @@ CASES = {
         'padded_rows': 0,
         'rows': [],
     },
+    'kimi_rocm_constructed_on_aiter': {
+        'builder': 'KimiK3ROCmKDAMetadataBuilder',
+        'drafts': 'given',
+        'id': 'kimi_rocm_constructed_on_aiter',
+        'max_num_seqs': 8,
+        'padded_rows': 0,
+        'raises': 'type',
+        'resolved_prefill_backend': 'aiter_flydsl',
+        'rows': [{'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9}],
+    },
     'kimi_rocm_passes_on_triton': {
         'call': {
             'arguments': {'backend': 'triton', 'builder_cls': 'KimiK3ROCmKDAMetadataBuilder'},
@@ -93,6 +103,10 @@ CASES = {
 EXPECTATIONS = {
     'aiter_decodes': {'chunk_metadata_built': False, 'prefill_backend_resolved': 'aiter_flydsl'},
     'gdn_builder_passes_on_aiter': {'raised': None, 'returned': None},
+    'kimi_rocm_constructed_on_aiter': {
+        'message': "KimiK3ROCmKDAMetadataBuilder builds its own FLA chunk metadata, which the 'aiter_flydsl' GDN prefill backend does not use. Select a different gdn_prefill_backend for this model.",
+        'raised': 'RuntimeError',
+    },
     'kimi_rocm_passes_on_triton': {'raised': None, 'returned': None},
     'kimi_rocm_refused_on_aiter': {
         'raised': "RuntimeError: KimiK3ROCmKDAMetadataBuilder builds its own FLA chunk metadata, which the 'aiter_flydsl' GDN prefill backend does not use. Select a different gdn_prefill_backend for this model.",
@@ -122,6 +136,11 @@ DEVIATIONS_C1 = []
             id='kimi_rocm_refused_on_aiter',
             marks=[pytest.mark.case('kimi_rocm_refused_on_aiter'), pytest.mark.risk('R1')],
         ),
+        pytest.param(
+            'kimi_rocm_constructed_on_aiter',
+            id='kimi_rocm_constructed_on_aiter',
+            marks=[pytest.mark.case('kimi_rocm_constructed_on_aiter'), pytest.mark.risk('R1')],
+        ),
     ],
 )
 def test_C1_equivalence(device, case_id, request, record_property):
@@ -130,7 +149,7 @@ def test_C1_equivalence(device, case_id, request, record_property):
     harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
     deviation = harness.known_deviation(request, DEVIATIONS_C1, "cases", case_id)
     # This claim compares only these of the case's expected fields.
-    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['raised']}
+    expected = {field: value for field, value in EXPECTATIONS[case_id].items() if field in ['raised', 'message']}
     run = harness.build_case(device, CASES[case_id], count_ops=False)
     measured = {field: run.metadata[field] for field in expected}
     record_property("measured", harness.stored_form(measured))
@@ -261,6 +280,7 @@ SNAPSHOTS = '../kb/snapshots/57560'
     [
         pytest.param('aiter_decodes', id='aiter_decodes', marks=pytest.mark.case('aiter_decodes')),
         pytest.param('gdn_builder_passes_on_aiter', id='gdn_builder_passes_on_aiter', marks=pytest.mark.case('gdn_builder_passes_on_aiter')),
+        pytest.param('kimi_rocm_constructed_on_aiter', id='kimi_rocm_constructed_on_aiter', marks=pytest.mark.case('kimi_rocm_constructed_on_aiter')),
         pytest.param('kimi_rocm_passes_on_triton', id='kimi_rocm_passes_on_triton', marks=pytest.mark.case('kimi_rocm_passes_on_triton')),
         pytest.param('kimi_rocm_refused_on_aiter', id='kimi_rocm_refused_on_aiter', marks=pytest.mark.case('kimi_rocm_refused_on_aiter')),
         pytest.param('triton_decodes', id='triton_decodes', marks=pytest.mark.case('triton_decodes')),

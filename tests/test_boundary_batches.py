@@ -168,3 +168,90 @@ def test_the_capture_bound_made_strict_fails_through_a_named_boundary_batch(tmp_
         failed = [line for line in done["stdout"].splitlines() if line.startswith("FAILED")]
         assert any(boundary in line for line in failed), failed
         assert "fails on boundary batch '" in done["stdout"], done["stdout"][-3000:]
+
+
+# --- The builder family's differential (mirrors_gdn, issue 46) --------------------------
+
+KDA = "KimiK3KDAMetadataBuilder"
+MIRROR_FIELDS = ["num_prefills", "num_decodes", "num_spec_decodes", "num_prefill_tokens"]
+# One plain one-token decode beside a spec decode (#34871's mixed_decode_and_spec_decode):
+# GDN reclassifies the decode as a prefill, Kimi-K3's nvidia builder keeps it a decode.
+MIXED = {
+    "speculative_tokens": 2,
+    "rows": [{"seq_len": 65, "query_len": 1}, {"seq_len": 20, "query_len": 3, "drafted": 2}],
+}
+PURE_SPEC = {
+    "speculative_tokens": 2,
+    "rows": [
+        {"seq_len": 50, "query_len": 3, "drafted": 2},
+        {"seq_len": 30, "query_len": 3, "drafted": 2},
+    ],
+}
+
+
+def _mirror(batch: dict, builder: str) -> None:
+    """mirrors_gdn on ``batch`` built by ``builder``, as a generated invariant test runs it."""
+    recorded = []
+    part = {"builder": builder, "mamba_cache_mode": "none", "mirror_fields": MIRROR_FIELDS}
+    harness.check_invariant(
+        "cpu",
+        "mirrors_gdn",
+        None,
+        batch,
+        {"mixed": MIXED},
+        lambda *p: recorded.append(p),
+        builder=part,
+    )
+    # The evidence names the builder (the matrix's column per builder reads it).
+    assert recorded[0] == (
+        "measured",
+        {
+            "property": "mirrors_gdn",
+            "builder": builder,
+            "compared_with": "GDNAttentionMetadataBuilder",
+        },
+    )
+
+
+def test_decodes_only_draws_no_prefill_and_leaves_out_the_prefill_boundary():
+    import random
+
+    from gdn_review.harness.strategies import draw_batch
+
+    found = harness.boundary_batches(speculative_tokens=[1, 2], max_rows=4, decodes_only=True)
+    assert found and not any("prefill" in name for name in found)
+    rng = random.Random(7)
+    drawn = [draw_batch(rng.randint, rng.choice, [1, 2], 6, decodes_only=True) for _ in range(30)]
+    for batch in [*found.values(), *drawn]:
+        for row in batch["rows"]:  # a spec decode, or a plain one-token decode
+            assert row.get("drafted") is not None or (
+                row["query_len"] == 1 and row["prefilling"] is False
+            ), batch
+
+
+def test_mirrors_gdn_holds_where_the_subclass_mirrors_and_names_the_difference_where_not():
+    _mirror(PURE_SPEC, KDA)  # the same classification: holds
+    _mirror(MIXED, "GDNAttentionMetadataBuilder")  # GDN against itself: holds
+    with pytest.raises(AssertionError) as failed:
+        _mirror(MIXED, KDA)  # the real nvidia builder keeps the decode: #34871's deviation
+    message = str(failed.value)
+    assert message.startswith(
+        f"mirrors_gdn fails on case mixed: {KDA} differs from GDNAttentionMetadataBuilder"
+    )
+    assert "num_prefills: 0, GDN's 1" in message and "num_decodes: 1, GDN's 0" in message
+
+
+def test_a_mirror_claim_needs_a_subclass_and_its_fields():
+    from pydantic import ValidationError
+
+    from gdn_review.kb.checks import InvariantCheck
+
+    with pytest.raises(ValidationError, match="name it in builder"):
+        InvariantCheck(kind="invariant", properties=["mirrors_gdn"], fields=["num_decodes"])
+    with pytest.raises(ValidationError, match="list them in fields"):
+        InvariantCheck(kind="invariant", properties=["mirrors_gdn"], builder=KDA)
+    with pytest.raises(ValidationError, match="add it to properties"):
+        InvariantCheck(kind="invariant", properties=["partition"], fields=["num_decodes"])
+    InvariantCheck(
+        kind="invariant", properties=["mirrors_gdn"], builder=KDA, fields=["num_decodes"]
+    )

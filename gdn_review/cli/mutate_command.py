@@ -104,6 +104,15 @@ from gdn_review.run.selection import current_modules, load_records
     "(fetched once) instead of the installed one.",
 )
 @click.option(
+    "--file",
+    "target_file",
+    default=None,
+    metavar="PATH",
+    help="With --whole-file: score this file of the GDN builder family (a subclass's, e.g. "
+    "vllm/models/kimi_k3/amd/kda_metadata.py) under the records whose cases name its "
+    "builder.  [default: vllm/v1/attention/backends/gdn_attn.py]",
+)
+@click.option(
     "--min-score",
     type=click.FloatRange(0, 100),
     default=95.0,
@@ -129,6 +138,7 @@ def mutate(
     fail_on,
     whole_file,
     release,
+    target_file,
     min_score,
 ) -> None:
     """Plant each risk's bug in vLLM's real builder and check a generated test fails.
@@ -153,6 +163,7 @@ def mutate(
       gdn-review mutate -k C1 --fail-on survived   # how much the C1 tests alone catch
       gdn-review mutate --whole-file               # the whole file: reports/guard.md
       gdn-review mutate --whole-file --release 0.31.0 --jobs 2
+      gdn-review mutate --whole-file --file vllm/models/kimi_k3/amd/kda_metadata.py
     """
     import collections
 
@@ -177,12 +188,13 @@ def mutate(
                 reports_dir,
                 release,
                 min_score,
+                target_file,
             )
         )
-    if release:
+    if release or target_file:
         raise click.UsageError(
-            "--release applies to --whole-file (a record's mutants run on "
-            "the installed release; see `gdn-review matrix`)"
+            "--release and --file apply to --whole-file (a record's mutants run on "
+            "its target file on the installed release; see `gdn-review matrix`)"
         )
 
     from gdn_review import mutation
@@ -260,6 +272,7 @@ def _whole_file(
     reports_dir,
     release,
     min_score,
+    target_file=None,
 ) -> int:
     """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the
     exit code."""
@@ -280,6 +293,7 @@ def _whole_file(
         "--min-score",
         str(min_score),
         *(f"--record={n}" for n in numbers),
+        *([f"--file={target_file}"] if target_file else []),
         *(f"--mutant={p}" for p in patterns),
         *([f"--jobs={jobs}"] if jobs else []),
     ]
@@ -299,7 +313,11 @@ def _whole_file(
             progress.start,
             progress.advance,
             say,
+            target_file,
         )
+    except whole_file.FamilyError as error:  # --file names no family file, or no case covers it
+        progress.stop()
+        raise click.BadParameter(str(error), param_hint="--file") from None
     except (
         guard.GuardError
     ) as error:  # the baseline failed, or another tracer is active: a check, not the input

@@ -87,6 +87,7 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
             "example_cases": claim.example_cases,
             "seed": claim.seed,
             "configuration": claim.configuration,
+            "builder": claim.builder,
         }
         for claim in model.claims
     ]

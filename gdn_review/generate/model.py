@@ -46,6 +46,7 @@ class ClaimModel:
     compared: dict[str, dict]  # an equivalence check's expected fields per case, keys sorted
     seed: int  # an invariant's random batches: drawn from this seed (claim_seed)
     configuration: dict  # an invariant's builder settings for its drawn batches (see below)
+    builder: dict  # an invariant's builder class: what it adds to every batch (see below)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +100,19 @@ def configuration_of(record: Record, claim) -> dict:
         return {}
     inputs = record.case_inputs()[case_id]
     return {key: inputs[key] for key in sorted(inputs) if key not in BATCH_KEYS}
+
+
+def builder_of(record: Record, claim) -> dict:
+    """An invariant's ``builder`` part of every batch, named cases included: its builder
+    class, the fields mirrors_gdn compares (``mirror_fields``) and its configuration (the
+    two builders compare in one); {} when it names no builder."""
+    name = getattr(claim.check, "builder", None)
+    if name is None:
+        return {}
+    part = dict(configuration_of(record, claim), builder=name)
+    if claim.check.fields is not None:
+        part["mirror_fields"] = list(claim.check.fields)
+    return dict(sorted(part.items()))
 
 
 def _risks_of(record: Record, claim_id: str, cases: list[str]) -> list[str]:
@@ -164,6 +178,7 @@ def _claim_model(record: Record, claim) -> ClaimModel:
         compared=compared,
         seed=claim_seed(record.key, claim.id),
         configuration=configuration_of(record, claim) if kind == "invariant" else {},
+        builder=builder_of(record, claim) if kind == "invariant" else {},
     )
 
 

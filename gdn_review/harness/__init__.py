@@ -37,6 +37,11 @@ from gdn_review.harness.environment import (
     target_source,
     vllm_release,
 )
+from gdn_review.harness.mirror import (
+    GDN_BUILDER,
+    require_builder,
+    with_builder,
+)
 from gdn_review.harness.pytest_checks import (
     check_deviation_unchanged,
     deviation_reason,
@@ -50,6 +55,7 @@ from gdn_review.harness.release_ranges import (
     claim_in_range,
     release_in_range,
 )
+from gdn_review.harness.server import expected_on
 from gdn_review.harness.snapshot_compare import (
     field_differences,
     snapshot_differences,
@@ -85,9 +91,15 @@ def check_property(
     return None
 
 
-def check_invariant(device, prop, deviation, batch, cases, record_property) -> None:
+def check_invariant(
+    device, prop, deviation, batch, cases, record_property, builder=None
+) -> None:
     """One invariant test's body: property ``prop`` on one batch (a named case, a random
     example or a boundary batch), under the claim's known ``deviation`` (or None).
+
+    ``builder``: the claim's builder part (``harness.mirror``): every batch, the named
+    cases too, is built by that class in the claim's configuration, and the evidence
+    names it; a release without the class skips the test as not applicable.
 
     The batch is recorded before anything runs, and again as ``failed_batch`` when
     the check fails: Hypothesis replays the shrunk failing example last, and runs the
@@ -95,7 +107,15 @@ def check_invariant(device, prop, deviation, batch, cases, record_property) -> N
     the batch that failed.
     """
     __tracebackhide__ = True
-    record_property("measured", {"property": prop})
+    measured = {"property": prop}
+    if builder is not None:
+        require_builder(builder["builder"])
+        batch = with_builder(batch, builder)
+        cases = {
+            case_id: with_builder(case, builder) for case_id, case in cases.items()
+        }
+        measured.update(builder=builder["builder"], compared_with=GDN_BUILDER)
+    record_property("measured", measured)
     record_property("batch", batch)
     try:
         _check_one(device, prop, deviation, batch, cases, record_property)
@@ -118,6 +138,14 @@ def _check_one(device, prop, deviation, batch, cases, record_property) -> None:
     except pytest.skip.Exception as skip:  # a case this release cannot run
         record_property("not_applicable", str(skip))
         return
+    except AssertionError as error:
+        if batch.get("builder") is None:
+            raise
+        # A crash of the subclass's build() is an error, never its known deviation
+        # (which xfails on a failed assertion).
+        raise RuntimeError(
+            f"{batch['builder']}.build() raised AssertionError: {error}"
+        ) from error
     if deviation is not None and deviation.get("instead"):
         try:
             check_property(deviation["instead"], batch, run, cases)
@@ -189,6 +217,7 @@ __all__ = [
     "describe_differences",
     "device_skip_reason",
     "environment",
+    "expected_on",
     "field_differences",
     "known_deviation",
     "make_builder",
@@ -198,6 +227,7 @@ __all__ = [
     "prepare_platform",
     "random_batches",
     "release_in_range",
+    "require_builder",
     "skip_outside_claim_releases",
     "skip_outside_releases",
     "snapshot_case",
@@ -207,4 +237,5 @@ __all__ = [
     "target_source",
     "vllm_release",
     "warm_up",
+    "with_builder",
 ]

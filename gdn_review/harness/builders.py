@@ -62,6 +62,8 @@ class BuilderSettings:
     kda_prefill_backend: str | None = None
     # and cache_config.use_kda_recoverssm (derived by vLLM; set after the config).
     use_kda_recoverssm: bool | None = None
+    # speculative_config.enable_adaptive_verification (None: the config's default).
+    adaptive_verification: bool | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -228,6 +230,10 @@ def _vllm_config(settings: BuilderSettings):
         config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
     if settings.use_kda_recoverssm is not None:
         config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
+    if settings.adaptive_verification is not None and speculative is not None:
+        # Set after the config too: vLLM's check (V2 runner, FULL graphs) reads the
+        # graph mode the eager model config has turned back into NONE by then.
+        speculative.enable_adaptive_verification = settings.adaptive_verification
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
@@ -353,15 +359,24 @@ def builder_class(name: str | None):
     without it skips as not applicable."""
     import importlib
 
+    import vllm
+
     if name is None or name == GDN_BUILDER:
         return getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
     module = family_modules().get(name)
     if module is None:
         import pytest
-        import vllm
 
         pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {name}")
-    return getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    cls = getattr(loaded, name)
+    gdn = getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
+    if gdn not in cls.__mro__:
+        # GDN's module was replaced after the subclass was imported (a mutant loaded in
+        # memory): import the subclass again, as a fresh process would, so that it
+        # derives from the loaded GDN builder.
+        cls = getattr(importlib.reload(loaded), name)
+    return cls
 
 
 @functools.cache

@@ -41,8 +41,11 @@ from gdn_review.harness.builders import BuilderSettings, make_builder, new_build
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.inputs import build_arguments
 from gdn_review.harness.server import (
+    BUILDER_ATTRIBUTES,
+    builder_attributes,
     call_host_function,
     hand_aligned_indices,
+    raised_words,
     server_fields,
 )
 from gdn_review.harness.steps import run_step, step_skip_reason, step_snapshot
@@ -89,6 +92,7 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         builder=case.get("builder"),
         kda_prefill_backend=case.get("kda_prefill_backend"),
         use_kda_recoverssm=case.get("use_kda_recoverssm"),
+        adaptive_verification=case.get("adaptive_verification"),
     )
 
 
@@ -253,6 +257,32 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
         )
     if case.get("step") is not None:
         return _build_step(device, case, count_ops)
+    if case.get("raises"):
+        # The case states what constructing the builder and calling its entry point
+        # raise (expect: raised): the exception is the measurement, "Type: first line".
+        try:
+            run = _build_case(device, case, count_ops)
+        except Exception as error:  # noqa: BLE001  (what it raises is what it states)
+            measured = {"raised": raised_words(error)}
+            if case["raises"] == "type":
+                kind, _, first = measured["raised"].partition(": ")
+                measured = {"raised": kind, "message": first}
+            return BuildRun(
+                metadata=measured,
+                ops={},
+                rows=len(case["rows"]),
+                padded_rows=case.get("padded_rows", 0),
+                device=device,
+            )
+        run.metadata["raised"] = None
+        if case["raises"] == "type":
+            run.metadata["message"] = None
+        return run
+    return _build_case(device, case, count_ops)
+
+
+def _build_case(device: str, case: dict, count_ops: bool) -> BuildRun:
+    """``build_case`` of a batch case (its entry point, after the builds it names)."""
     builder, settings = _builder_after(device, case)
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
@@ -280,9 +310,13 @@ def _measure_parts(data: dict, case: dict, builder, metadata) -> None:
     # The case states buffer identity (expect: persistent_views, ...).
     if case.get("layout"):
         data.update(layout(builder, metadata))
-    # What the runner reads of the builder itself (expect: reorder_batch_threshold).
-    if case.get("builder_fields"):
-        data["reorder_batch_threshold"] = builder.reorder_batch_threshold
+    # What subclasses and the runner read of the builder itself (expect: layer_names,
+    # reorder_batch_threshold, ...): the fields the case states (True: every one).
+    names = case.get("builder_fields")
+    if names:
+        data.update(
+            builder_attributes(builder, BUILDER_ATTRIBUTES if names is True else names)
+        )
     # The case states parts a server's configuration adds (checkpoint_offsets, ...).
     if case.get("server_fields"):
         data.update(server_fields(builder, metadata))
@@ -339,7 +373,12 @@ def op_counts(run: BuildRun, budget: dict, per: str = "step") -> dict[str, int]:
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build()."""
     for case in cases:
-        if case.get("call") is None and not needs_own_builder(case):
+        # A case that states what its construction raises is constructed in its test.
+        if (
+            case.get("call") is None
+            and not case.get("raises")
+            and not needs_own_builder(case)
+        ):
             make_builder(settings_for(case, device))
 
 

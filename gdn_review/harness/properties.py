@@ -239,6 +239,48 @@ def check_checkpoints_on_real_prefills(batch, run):
         )
 
 
+# --- The builder family: a subclass's build() against GDN's ---------------------
+
+GDN_BUILDER_CLASS = "GDNAttentionMetadataBuilder"
+# Keys an invariant's check adds to every batch for mirrors_gdn (not a case's own).
+MIRROR_KEYS = ("builder", "mirror_fields")
+
+
+def _field_words(value) -> str:
+    """A snapshot value in words: a tensor's values with its dtype."""
+    dtype = getattr(value, "dtype", None)
+    return f"{list(value)!r} ({dtype})" if dtype is not None else repr(value)
+
+
+def check_mirrors_gdn(batch, run):
+    # The same batch and configuration through two builder classes: ``run`` is the
+    # subclass's build() (the batch names it: the check's builder), and GDN's own
+    # build() must return the same value, dtype and shape on each of the check's fields.
+    # Where a subclass keeps its own copy of GDN's classification and staging (Kimi-K3's
+    # KimiK3KDAMetadataBuilder "intentionally mirrors" them), a fix to one copy that the
+    # other lacks shows here, batch by batch.
+    subject = batch.get("builder") or GDN_BUILDER_CLASS
+    reference = {key: value for key, value in batch.items() if key not in MIRROR_KEYS}
+    try:
+        gdn = build_case(run.device, reference, count_ops=False).metadata
+    except AssertionError as error:  # a crash is no deviation of the mirror
+        raise RuntimeError(
+            f"{GDN_BUILDER_CLASS}.build() raised AssertionError: {error}"
+        ) from error
+    missing = "(no such field)"
+    fields = batch.get("mirror_fields") or sorted(set(run.metadata) & set(gdn))
+    differ = [
+        field
+        for field in fields
+        if run.metadata.get(field, missing) != gdn.get(field, missing)
+    ]
+    assert not differ, f"{subject} differs from {GDN_BUILDER_CLASS} on " + "; ".join(
+        f"{field}: {_field_words(run.metadata.get(field, missing))}, GDN's "
+        f"{_field_words(gdn.get(field, missing))}"
+        for field in differ
+    )
+
+
 def check_deterministic(batch, run):
     again = build_case(run.device, batch, count_ops=False)
     assert again.metadata == run.metadata, "two builds of the same batch differ"

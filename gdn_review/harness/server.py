@@ -11,6 +11,8 @@ function of the target file on its own. No kernel runs in any of it.
 
 from __future__ import annotations
 
+import enum
+
 import torch
 
 from gdn_review.harness.environment import prepare_platform
@@ -55,8 +57,54 @@ def call_host_function(case: dict) -> dict:
     try:
         return {"returned": plain(function(**arguments)), "raised": None}
     except Exception as error:  # noqa: BLE001  (what it raises is what the case states)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return {"returned": None, "raised": f"{type(error).__name__}: {first}"}
+        return {"returned": None, "raised": raised_words(error)}
+
+
+def raised_words(error: BaseException) -> str:
+    """What a case measures of an exception (expect: raised): "Type: its first line"."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}"
+
+
+# The builder's own attributes that subclasses and runners read (expect fields of
+# kb.types.BuilderExpectField), measured from the real object.
+BUILDER_ATTRIBUTES = (
+    "layer_names",
+    "device",
+    "kernel_block_size",
+    "reorder_batch_threshold",
+    "_cudagraph_support",
+)
+
+
+def builder_attributes(builder, names) -> dict:
+    """The builder's attributes ``names`` as plain data: a device as its name ("cpu",
+    "cuda:0"), an enum (``_cudagraph_support``) as its member's name. One the builder
+    lacks is measured as absent, naming the AttributeError reading it raises (the
+    check fails: a subclass or runner that reads it fails the same way)."""
+    measured = {}
+    for name in names:
+        try:
+            value = getattr(builder, name)
+        except AttributeError as error:
+            measured[name] = f"(no such field: AttributeError: {error})"
+            continue
+        if isinstance(value, torch.device):
+            value = str(value)
+        elif isinstance(value, enum.Enum):
+            value = value.name
+        measured[name] = plain(value)
+    return measured
+
+
+def expected_on(device: str, case: dict, expected: dict) -> dict:
+    """A case's expected fields on ``device``: on CUDA, its ``expect_on_cuda``
+    overrides the fields it names (a value that differs there, such as
+    supports_update_block_table)."""
+    if not str(device).startswith("cuda"):
+        return expected
+    overrides = case.get("expect_on_cuda") or {}
+    return {field: overrides.get(field, value) for field, value in expected.items()}
 
 
 def server_fields(builder, metadata) -> dict:

@@ -34,14 +34,19 @@ def configured(batch: dict, configuration: dict | None) -> dict:
 
 
 def draw_batch(
-    integer, choice, speculative_tokens: list[int], max_rows: int, configuration=None
+    integer,
+    choice,
+    speculative_tokens: list[int],
+    max_rows: int,
+    configuration=None,
+    decodes_only: bool = False,
 ) -> dict:
     """A valid batch, chosen by ``integer(low, high)`` and ``choice(options)``, in
-    ``configuration`` (see ``configured``)."""
+    ``configuration`` (see ``configured``); ``decodes_only``: no prefill rows."""
     k = choice([None, *sorted(speculative_tokens)])
     drafts = "given" if k is None else choice(["given", "given", "given", "none"])
     count = integer(1, max_rows)
-    decodes = integer(0, count)
+    decodes = count if decodes_only else integer(0, count)
     rows = []
     for _ in range(decodes):
         context = integer(1, 64)
@@ -95,8 +100,14 @@ def seeded_batches(
     ]
 
 
-def random_batches(speculative_tokens: list[int], max_rows: int, configuration=None):
-    """A Hypothesis strategy of valid batches (in ``configuration``: ``configured``)."""
+def random_batches(
+    speculative_tokens: list[int],
+    max_rows: int,
+    configuration=None,
+    decodes_only: bool = False,
+):
+    """A Hypothesis strategy of valid batches (in ``configuration``: ``configured``;
+    ``decodes_only``: no prefill rows)."""
     from hypothesis import strategies as st
 
     @st.composite
@@ -107,6 +118,7 @@ def random_batches(speculative_tokens: list[int], max_rows: int, configuration=N
             speculative_tokens,
             max_rows,
             configuration,
+            decodes_only,
         )
 
     return batches()
@@ -128,7 +140,10 @@ def _decode_row(k: int | None, drafted: int | None = None) -> dict:
 
 
 def boundary_batches(
-    speculative_tokens: list[int], max_rows: int, configuration: dict | None = None
+    speculative_tokens: list[int],
+    max_rows: int,
+    configuration: dict | None = None,
+    decodes_only: bool = False,
 ) -> dict[str, dict]:
     """The batches at the edges of an invariant's own parameters, by name.
 
@@ -141,7 +156,7 @@ def boundary_batches(
     rows, the capture size one below); the bound in requests (``max_num_seqs`` one-token
     rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
     padded row, the capture size one below); a decode and a prefill followed by a padded
-    row. Then a batch of only padding. Batches that
+    row (unless ``decodes_only``). Then a batch of only padding. Batches that
     coincide keep one entry, named by every edge they stand on.
     """
     seqs = max(8, max_rows)  # max_num_seqs, as draw_batch's
@@ -195,7 +210,8 @@ def boundary_batches(
         # A first chunk that crosses token 64 (a checkpoint where the configuration has
         # prefix caching), padded behind as a runner pads it.
         prefill = {"seq_len": 100, "query_len": 100}
-        add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
+        if not decodes_only:
+            add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
     add("only padding (1 padded row)", None, [], padded=1)
     found = {}
     for edges, batch in named.values():

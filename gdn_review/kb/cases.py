@@ -168,15 +168,24 @@ class Case(ServerFields):
         "a release ships (e.g. KimiK3KDAMetadataBuilder), constructed as the engine does; a "
         "release without it reads 'not applicable: vLLM X has no <class>'; null: GDN's own",
     )
-    kda_prefill_backend: Text | None = Field(
-        default=None,
-        description="Kimi-K3's additional_config.kda_prefill_backend (e.g. flashinfer), which "
-        "KimiK3KDAMetadataBuilder reads",
+    kda_prefill_backend: Literal["auto", "triton", "flashkda", "flashinfer", "fused"] | None = (
+        Field(
+            default=None,
+            description="Kimi-K3's additional_config.kda_prefill_backend (vLLM's "
+            "--kda-prefill-backend choices, 0.33.0), which KimiK3KDAMetadataBuilder reads; only "
+            "with a Kimi-K3 builder",
+        )
     )
     use_kda_recoverssm: bool | None = Field(
         default=None,
         description="cache_config.use_kda_recoverssm (RecoverSSM for Kimi-K3's speculative "
         "decoding; vLLM derives it from --use-replayssm)",
+    )
+    adaptive_verification: bool | None = Field(
+        default=None,
+        description="speculative_config.enable_adaptive_verification (vLLM 0.33.0: adaptively "
+        "size the draft-verification budget; KimiK3ROCmKDAMetadataBuilder reads it); needs "
+        "speculative_tokens",
     )
     allow_impossible: Text | None = Field(
         default=None,
@@ -184,7 +193,26 @@ class Case(ServerFields):
         "the batch rules are not applied to it, and a case that breaks none of them must not say "
         "this",
     )
-    expect: dict[ExpectField, PlainValue] = Field(default_factory=dict)
+    expect: dict[ExpectField, PlainValue] = Field(
+        default_factory=dict,
+        description="what the case measures, field by field; `raised` on a batch case: what "
+        "constructing the builder and calling its entry point raise ('Type: first line'; null: "
+        "nothing)",
+    )
+    expect_on_cuda: dict[ExpectField, PlainValue] = Field(
+        default_factory=dict,
+        description="expected values that differ on a CUDA device (e.g. "
+        "supports_update_block_table with the V2 runner): each overrides the same field of "
+        "`expect` there",
+    )
+
+    @model_validator(mode="after")
+    def _message_with_raised(self) -> Case:
+        if "message" in self.expect and "raised" not in self.expect:
+            raise ValueError("expect.message is the first line of what `raised` names: state both")
+        if "message" in self.expect and self.call is not None:
+            raise ValueError("a call case states `raised` as 'Type: first line', not `message`")
+        return self
 
     @model_validator(mode="after")
     def _rows_or_call(self) -> Case:

@@ -32,7 +32,14 @@ InvariantProperty = Literal[
     "deterministic",
     # Server configurations: prefill checkpoints (align mode with prefix caching).
     "checkpoints_on_real_prefills",
+    # The builder family: the check's builder (a subclass) agrees with GDN's own build()
+    # of the same batch and configuration on the check's fields.
+    "mirrors_gdn",
 ]
+
+# A builder class by name (an in-tree subclass of GDNAttentionMetadataBuilder).
+BuilderClass = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+GDN_BUILDER = "GDNAttentionMetadataBuilder"
 
 
 # What a budget counts on a step case (one call elsewhere): the whole step, or the most one call
@@ -54,6 +61,12 @@ class OpBudgetCheck(Strict):
 class EquivalenceCheck(Strict):
     kind: Literal["equivalence"]
     cases: Annotated[list[Id], Field(min_length=1)]
+    decodes_only: bool = Field(
+        default=False,
+        description="draw only decode rows (speculating or not) and padding, and leave out "
+        "the boundary batches with a prefill: for a builder whose prefill metadata is a "
+        "device-only kernel (Kimi-K3's ROCm builder: a Triton kernel); name decode cases only",
+    )
     fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
         default=None,
         description="compare only these of each case's expected fields (one case, several claims)",
@@ -98,6 +111,41 @@ class InvariantCheck(Strict):
         "caching, backend, model runner, aligned indices, step...) every random and "
         "boundary batch takes; its rows, padding and speculation are drawn as usual",
     )
+    builder: BuilderClass | None = Field(
+        default=None,
+        description="the builder class every batch of the claim is built with (drawn, "
+        "boundary and named: then the configuration applies to the named cases too), an "
+        "in-tree subclass of GDNAttentionMetadataBuilder; a release without it reads 'not "
+        "applicable: vLLM X has no <class>'; mirrors_gdn compares it with GDN's own",
+    )
+    decodes_only: bool = Field(
+        default=False,
+        description="draw only decode rows (speculating or not) and padding, and leave out "
+        "the boundary batches with a prefill: for a builder whose prefill metadata is a "
+        "device-only kernel (Kimi-K3's ROCm builder: a Triton kernel); name decode cases only",
+    )
+    fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
+        default=None,
+        description="mirrors_gdn: the metadata fields the builder's build() must return as "
+        "GDN's build() of the same batch and configuration does (value, dtype and shape)",
+    )
+
+    @model_validator(mode="after")
+    def _mirror_names_its_builder(self) -> InvariantCheck:
+        mirror = "mirrors_gdn" in self.properties
+        if mirror and (self.builder is None or self.builder == GDN_BUILDER):
+            raise ValueError(
+                "mirrors_gdn compares a subclass with GDNAttentionMetadataBuilder: name "
+                "it in builder (e.g. builder: KimiK3KDAMetadataBuilder)"
+            )
+        if mirror and self.fields is None:
+            raise ValueError(
+                "mirrors_gdn compares named fields: list them in fields (e.g. fields: "
+                "[num_decodes, num_prefills, num_spec_decodes])"
+            )
+        if self.fields is not None and not mirror:
+            raise ValueError("fields are what mirrors_gdn compares: add it to properties")
+        return self
 
 
 class GpuSyncCheck(Strict):

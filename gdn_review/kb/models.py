@@ -27,7 +27,7 @@ from gdn_review.kb.checks import (  # noqa: F401  (re-exported, as the types bel
     OpName,
     TodoCheck,
 )
-from gdn_review.kb.server_config import SERVER_EXPECT_FIELDS
+from gdn_review.kb.server_config import BUILDER_EXPECT_FIELDS, SERVER_EXPECT_FIELDS
 from gdn_review.kb.subjects import (
     OPEN_STATES,
     Contract,
@@ -331,10 +331,19 @@ class Record(Strict):
             for case in sorted(self.cases, key=lambda c: c.id)
         }
         for case in self.cases:
+            if not case.expect_on_cuda:
+                del plain[case.id]["expect_on_cuda"]
             if {"persistent_views", "noncontiguous"} & set(case.expect):
                 plain[case.id]["layout"] = True
-            if "reorder_batch_threshold" in case.expect:
-                plain[case.id]["builder_fields"] = True
+            # The builder's own attributes it states (kb.types.BuilderExpectField), on
+            # CUDA too (expect_on_cuda).
+            attributes = set(BUILDER_EXPECT_FIELDS) & (set(case.expect) | set(case.expect_on_cuda))
+            if attributes:
+                plain[case.id]["builder_fields"] = sorted(attributes)
+            # A batch case that states what constructing and building raise.
+            if "raised" in case.expect and case.call is None:
+                # With `message`: `raised` is the type alone and `message` its first line.
+                plain[case.id]["raises"] = "type" if "message" in case.expect else True
             if set(SERVER_EXPECT_FIELDS) & set(case.expect):
                 plain[case.id]["server_fields"] = True
 

@@ -290,6 +290,10 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
                 "prefix_caching",
                 "max_model_len",
                 "model_runner",
+                "builder",
+                "kda_prefill_backend",
+                "use_kda_recoverssm",
+                "adaptive_verification",
             )
             differ = [name for name in settings if getattr(earlier, name) != getattr(case, name)]
             if differ:
@@ -305,7 +309,113 @@ def scenario_problems(record: Record, case) -> list[tuple[Loc, str]]:
         + _second_builder_problems(record, case, case_ids)
         + server_problems(case)
         + step_problems(case)
+        + builder_problems(case)
+        + _expect_on_cuda_problems(case)
     )
+
+
+def builder_problems(case) -> list[tuple[Loc, str]]:
+    """A case's builder class (``builder:``) and its own configuration: a class some release
+    ships (kb.builder_family scans the release cache), Kimi-K3's fields only with a Kimi-K3
+    builder, and no combination vLLM refuses (unless the case states the refusal: expect
+    raised)."""
+    from gdn_review.kb.builder_family import GDN_BUILDER, known_builders
+
+    problems: list[tuple[Loc, str]] = []
+    kda = [
+        name
+        for name in ("kda_prefill_backend", "use_kda_recoverssm")
+        if getattr(case, name) is not None
+    ]
+    if case.builder is None and not kda:
+        return problems
+    family = known_builders() if case.builder not in (None, GDN_BUILDER) else {}
+    member = family.get(case.builder) if case.builder is not None else None
+    if case.builder not in (None, GDN_BUILDER) and family and member is None:
+        problems.append(
+            (
+                ("builder",),
+                f"no release in the release cache ships a builder class {case.builder!r} that "
+                "subclasses GDNAttentionMetadataBuilder (known: "
+                f"{', '.join(sorted(family))})",
+            )
+        )
+    kimi = member is not None and member.kimi_k3
+    if kda and not kimi and (member is not None or case.builder in (None, GDN_BUILDER)):
+        for name in kda:
+            problems.append(
+                (
+                    (name,),
+                    f"{name} configures Kimi-K3's KDA builders: give builder: "
+                    "KimiK3KDAMetadataBuilder or KimiK3ROCmKDAMetadataBuilder",
+                )
+            )
+    if case.use_kda_recoverssm and not case.speculative_tokens:
+        problems.append(
+            (
+                ("use_kda_recoverssm",),
+                "vLLM turns RecoverSSM on only with speculative decoding "
+                "(use_kda_recoverssm = num_speculative_tokens > 0 and a KDA model): give "
+                "speculative_tokens",
+            )
+        )
+    if case.adaptive_verification and not (
+        case.speculative_tokens
+        and case.model_runner == "v2"
+        and case.cudagraph_mode is not None
+        and "FULL" in case.cudagraph_mode
+    ):
+        problems.append(
+            (
+                ("adaptive_verification",),
+                "vLLM refuses adaptive verification without speculative decoding, off the V2 "
+                "model runner ('Model Runner V1 does not support: adaptive draft verification') "
+                "and without full CUDA graphs ('Adaptive verification requires full CUDA "
+                "graphs'): give speculative_tokens, model_runner: v2 and a FULL cudagraph_mode",
+            )
+        )
+    rocm = member is not None and "_build_chunk_metadata" in member.methods
+    if case.kda_prefill_backend == "flashkda" and (
+        rocm or case.resolved_prefill_backend == "aiter_flydsl"
+    ):
+        problems.append(
+            (
+                ("kda_prefill_backend",),
+                "vLLM refuses flashkda off CUDA ('--kda-prefill-backend=flashkda is only "
+                "available on CUDA.')",
+            )
+        )
+    if case.kda_prefill_backend == "fused" and member is not None and not rocm:
+        problems.append(
+            (
+                ("kda_prefill_backend",),
+                "vLLM refuses fused off ROCm ('--kda-prefill-backend=fused is only available on "
+                "ROCm.'): give builder: KimiK3ROCmKDAMetadataBuilder",
+            )
+        )
+    if rocm and case.resolved_prefill_backend == "aiter_flydsl" and "raised" not in case.expect:
+        problems.append(
+            (
+                ("resolved_prefill_backend",),
+                f"{case.builder} builds its own FLA chunk metadata, so its constructor refuses "
+                "the aiter_flydsl GDN prefill backend (_check_chunk_metadata_override, 0.32.0 "
+                "on): state the refusal (expect: raised) or choose another backend",
+            )
+        )
+    return problems
+
+
+def _expect_on_cuda_problems(case) -> list[tuple[Loc, str]]:
+    """``expect_on_cuda`` overrides fields the case's ``expect`` states."""
+    return [
+        (
+            ("expect_on_cuda", field),
+            f"{field!r} is not in expect: expect_on_cuda overrides a field expect states "
+            "(give its value off CUDA in expect)",
+        )
+        for field in case.expect_on_cuda
+        if field not in case.expect
+    ]
 
 
 def _builds_before(record: Record, case_id: str, seen: frozenset = frozenset()) -> set[str]:

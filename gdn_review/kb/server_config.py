@@ -14,7 +14,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field, StringConstraints, model_validator
 
-from gdn_review.kb.types import Id, PlainValue, ServerExpectField, Strict
+from gdn_review.kb.types import BuilderExpectField, Id, PlainValue, ServerExpectField, Strict
 
 # The GDN prefill backends vLLM's _resolve_gdn_prefill_backend returns (0.33.0), and the
 # device a server resolves each on (what "configured as on ..." names in reports).
@@ -30,6 +30,7 @@ HostClass = Literal["GDNAttentionMetadataBuilder", "KimiK3ROCmKDAMetadataBuilder
 
 # Expect fields the harness measures only for a case that states one (kb.types.ExpectField).
 SERVER_EXPECT_FIELDS = get_args(ServerExpectField)
+BUILDER_EXPECT_FIELDS = get_args(BuilderExpectField)
 
 StateIndices = Annotated[
     list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]], Field(min_length=1)
@@ -166,12 +167,31 @@ def _configuration_parts(case) -> list[tuple[str | None, str]]:
     return parts
 
 
+def builder_words(case) -> str | None:
+    """The builder class a case builds, with its own configuration, in words (None: GDN's
+    own builder, unconfigured)."""
+    name = getattr(case, "builder", None)
+    own = []
+    if getattr(case, "use_kda_recoverssm", None) is not None:
+        own.append(f"RecoverSSM {'on' if case.use_kda_recoverssm else 'off'}")
+    if getattr(case, "kda_prefill_backend", None) is not None:
+        own.append(f"kda_prefill_backend {case.kda_prefill_backend}")
+    if getattr(case, "adaptive_verification", None) is not None:
+        own.append(f"adaptive verification {'on' if case.adaptive_verification else 'off'}")
+    if name is None and not own:
+        return None
+    words = f"builder {name or 'GDNAttentionMetadataBuilder'}"
+    return words + (f" ({', '.join(own)})" if own else "")
+
+
 def configuration_label(case) -> str:
     """A short name of how the case configures the builder (the guard's line map): "CPU default"
     when it is as this machine resolves it."""
     if case.call is not None:
         return f"host call {case.call.function.rsplit('.', 1)[-1]}"
     shorts = [short for short, _ in _configuration_parts(case) if short]
+    if getattr(case, "builder", None) is not None:
+        shorts.insert(0, case.builder)
     if getattr(case, "step", None) is not None:  # an engine step: several groups' calls
         shorts.append(f"step of {case.step.groups} groups")
     return " + ".join(shorts) or "CPU default"
@@ -185,10 +205,12 @@ def configuration_words(case) -> str | None:
     if case.call is not None:
         return f"host function {case.call.function} called on its own; no kernel runs"
     parts = [words for _, words in _configuration_parts(case)]
+    builder = builder_words(case)
     if not parts:
-        return None
+        return builder
     device = BACKEND_DEVICE.get(case.resolved_prefill_backend or "triton", "CUDA")
-    return f"configured as on {device}: " + "; ".join(parts) + "; no kernel runs"
+    server = f"configured as on {device}: " + "; ".join(parts) + "; no kernel runs"
+    return f"{builder}; {server}" if builder else server
 
 
 def server_problems(case) -> list[tuple[tuple, str]]:

@@ -115,6 +115,18 @@ ServerExpectField = Literal[
     "prefill_backend_resolved",
     "supports_update_block_table",
 ]
+# The builder's own attributes that subclasses and runners read, measured from the real
+# object only for a case that states one (a release whose builder lacks one measures it as
+# absent, naming the AttributeError: the check fails): the layer names and device the base
+# constructor sets, the kernel block size, the reorder threshold, the CUDA-graph support
+# level (an enum: its member's name).
+BuilderExpectField = Literal[
+    "layer_names",
+    "device",
+    "kernel_block_size",
+    "reorder_batch_threshold",
+    "_cudagraph_support",
+]
 # What one engine step (a case's `step`, kb/steps.py) measures across its KV-cache groups:
 # per group, the block tables its state indices came from (group g's own is g), and per
 # group after the first, the fields of its metadata that differ from the first group's
@@ -132,8 +144,8 @@ ExpectField = Literal[
     # are views of the builder's persistent buffer of the same name, which are not contiguous.
     "persistent_views",
     "noncontiguous",
-    # The builder's own setting the runner reads (measured only for a case that states it).
-    "reorder_batch_threshold",
+    # The builder's own attributes (measured only for a case that states one).
+    BuilderExpectField,
     "spec_sequence_masks",
     "spec_sequence_masks_cpu",
     "uniform_spec_sequence_length",
@@ -149,6 +161,8 @@ ExpectField = Literal[
     # What a `call` case's host function returned (a tuple as a list), or what it raised.
     "returned",
     "raised",
+    # With `raised: <type>` on a batch case: the exception's first line.
+    "message",
     # Fields of open PRs (#40738, #55504) that no release up to 0.33.0 has; a case
     # stating them lists them in `needs`.
     "spec_decode_src_indices",

@@ -154,6 +154,22 @@ def _schema(reports: dict[int, dict], releases: list[str]) -> dict[str, dict]:
     }
 
 
+def _family_schema(reports: dict[int, dict], release: str) -> list[dict]:
+    """The subclass builders' own metadata fields that came or went in ``release`` (any
+    record's drift), one entry per builder."""
+    per: dict[str, dict[str, set]] = {}
+    for data in reports.values():
+        for change in data["matrix"]["drift"].get("family_schema", []):
+            if change["to"] == release:
+                entry = per.setdefault(change["builder"], {"added": set(), "removed": set()})
+                entry["added"] |= set(change["added"])
+                entry["removed"] |= set(change["removed"])
+    return [
+        {"builder": b, "added": sorted(e["added"]), "removed": sorted(e["removed"])}
+        for b, e in sorted(per.items())
+    ]
+
+
 def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) -> list[dict]:
     """Op counts per release of every op_budget claim: the most per build() over its cases."""
     from gdn_review.matrix.matrix_report import (
@@ -352,6 +368,7 @@ def history_data(
                     for f in unattributed
                 ],
                 "schema": fields,
+                "family_schema": _family_schema(reports, version),
                 "changes": [_note(c) for c in notes],
                 "latency": [entry for entry in latency if entry["head"] == version],
             }

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from gdn_review.common import fail_conditions
 from gdn_review.kb import Record
+from gdn_review.kb.builder_family import GDN_BUILDER
 from gdn_review.report import failing_batch, verdicts
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import discrimination, kept
@@ -47,6 +48,51 @@ def cell_measure(claim, tests: list[dict]) -> str:
     passed = sum(t["outcome"] == "passed" for t in ran)
     unit = "properties" if claim.check.kind == "invariant" else "cases"
     return f"{passed} of {len(ran)} {unit} match"
+
+
+def case_builders(record: Record) -> dict[str, str]:
+    """Case id -> the builder class it builds (``builder:``; GDN's own where it names none)."""
+    return {case.id: getattr(case, "builder", None) or GDN_BUILDER for case in record.cases}
+
+
+def record_builders(record: Record) -> list[str]:
+    """The builder classes the record's cases build, GDN's first."""
+    named = set(case_builders(record).values())
+    return sorted(named, key=lambda name: (name != GDN_BUILDER, name))
+
+
+def builder_verdict(tests: list[dict]) -> str | None:
+    """One builder's tests of a claim on one release, in a word (None: it has none there)."""
+    if not tests:
+        return None
+    outcomes = {t["outcome"] for t in tests}
+    if "failed" in outcomes or "xpassed" in outcomes:
+        return "fails"
+    if "passed" in outcomes:
+        return "known deviation" if "xfailed" in outcomes else "holds"
+    if "xfailed" in outcomes:
+        return "known deviation"
+    return "not applicable" if "skipped" in outcomes else "not run"
+
+
+def by_builder(record: Record, cells: list[dict]) -> dict[str, str]:
+    """Builder -> its verdict release by release (``fails (0.29.0) → holds (0.30.0–0.33.0)``), from
+    the tests of one claim's cells. A test's builder is the one the evidence names, else the one
+    its case names in the record."""
+    builders = case_builders(record)
+    found: dict[str, list[tuple[str, str | None]]] = {}
+    for name in record_builders(record):
+        values = []
+        for cell in cells:
+            tests = [
+                t
+                for t in cell.get("tests", [])
+                if (t.get("builder") or builders.get(t.get("case") or "", GDN_BUILDER)) == name
+            ]
+            values.append((cell["version"], builder_verdict(tests)))
+        if any(v is not None for _, v in values):
+            found[name] = _trajectory(values)
+    return found
 
 
 def _trajectory(values: list[tuple[str, int | None]]) -> str:
@@ -117,14 +163,21 @@ def drift_data(
     """
     from gdn_review.run import snapshot_files
 
-    rows, schema, missing = [], [], []
+    rows, schema, family_schema, missing = [], [], [], []
     present = [(v, s) for v, s in snapshots_by_release if s is not None]
+    # A subclass's metadata class is its own: its fields coming and going are not GDN's.
+    subclass = {c.id: c.builder for c in record.cases if c.builder not in (None, GDN_BUILDER)}
     missing = [v for v, s in snapshots_by_release if s is None]
     for (previous, old), (current, new) in zip(present, present[1:]):
-        differences = snapshot_files.differences(
-            old["cases"], new["cases"], old.get("usual_dtypes"), new.get("usual_dtypes")
+        differences = _raised_as_one_field(
+            snapshot_files.differences(
+                old["cases"], new["cases"], old.get("usual_dtypes"), new.get("usual_dtypes")
+            ),
+            old["cases"],
+            new["cases"],
         )
         added, removed = set(), set()
+        family: dict[str, dict[str, set]] = {}
         by_case: dict[str, list[dict]] = {}
         calls = {c.id for c in record.cases if c.call is not None}
         for difference in differences:
@@ -134,12 +187,31 @@ def drift_data(
                 # A host function's result, not the metadata class: a function that appears
                 # (or goes) moves its cases, as any change does.
                 by_case.setdefault(difference["case"], []).append(difference)
+            elif difference["case"] in subclass and "(no such field)" in (
+                difference["before"],
+                difference["after"],
+            ):
+                entry = family.setdefault(
+                    subclass[difference["case"]], {"added": set(), "removed": set()}
+                )
+                side = "added" if difference["before"] == "(no such field)" else "removed"
+                entry[side].add(difference["field"])
             elif difference["before"] == "(no such field)":
                 added.add(difference["field"])
             elif difference["after"] == "(no such field)":
                 removed.add(difference["field"])
             else:
                 by_case.setdefault(difference["case"], []).append(difference)
+        for builder, entry in sorted(family.items()):
+            family_schema.append(
+                {
+                    "from": previous,
+                    "to": current,
+                    "builder": builder,
+                    "added": sorted(entry["added"]),
+                    "removed": sorted(entry["removed"]),
+                }
+            )
         if added or removed:
             schema.append(
                 {
@@ -196,8 +268,27 @@ def drift_data(
         "rows": rows,
         "unexplained": [r for r in rows if not r["explained_by"]],
         "schema": schema,
+        # A subclass builder's own metadata fields (their history is not gdn_attn.py's).
+        "family_schema": family_schema,
         "missing": missing,
     }
+
+
+def _raised_as_one_field(differences: list[dict], old: dict, new: dict) -> list[dict]:
+    """A case that raised on one side moved as one field, ``raised``: the other side's fields
+    are not fields that appeared or went away."""
+    raised = {
+        case
+        for case in {d["case"] for d in differences}
+        if "raised" in (old.get(case) or {}) or "raised" in (new.get(case) or {})
+    }
+    kept = [d for d in differences if d["case"] not in raised]
+    for case in sorted(raised):
+        before = (old.get(case) or {}).get("raised")
+        after = (new.get(case) or {}).get("raised")
+        if before != after:
+            kept.append({"case": case, "field": "raised", "before": before, "after": after})
+    return kept
 
 
 def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
@@ -324,6 +415,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
                 "discrimination": verdict,
                 "discrimination_reason": why,
                 "trajectories": trajectories,
+                "builders": by_builder(record, cells),
             }
         )
     if rows and all(
@@ -343,6 +435,8 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
     )
     return {
         "columns": columns,
+        # A column per builder class the record's cases build (shown where one is a subclass).
+        "builders": record_builders(record),
         "releases_run": len(entries),
         "rows": rows,
         "drift": drift,
@@ -378,6 +472,10 @@ def summary_lines(report_data: dict) -> list[str]:
             for c in row["cells"]
         )
         lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
+        if report_data["matrix"].get("builders", [GDN_BUILDER]) != [GDN_BUILDER]:
+            lines += [
+                f"    {name}: {trajectory}" for name, trajectory in row.get("builders", {}).items()
+            ]
         for found in row.get("failing_batches", []):
             lines.append(f"    on {found['version']}:")
             lines += failing_batch.terminal_section(found["batches"], indent="    ")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from gdn_review.common import interrupts
-from gdn_review.mutation import operators
+from gdn_review.mutation import family, operators
 from gdn_review.mutation.catalogue import Mutant, edit_diff
 from gdn_review.mutation.guard_lines import (
     construction_functions,
@@ -194,6 +194,8 @@ def score_whole_file(
     started = time.monotonic()
     scope_lines = scope(source)
     unreachable, unmatched = unreachable_lines(source, notes)
+    # A kernel's own body (``@triton.jit``) is device code: unreachable here, named.
+    unreachable = {**family.kernel_lines(source), **unreachable}
     mutants = catalogue(source, target, notes)
     if patterns:
         mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]

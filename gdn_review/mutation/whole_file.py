@@ -20,7 +20,7 @@ from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.kb.server_config import configuration_label
 from gdn_review.kb.subjects import key_order, key_short
-from gdn_review.mutation import guard, guard_notes
+from gdn_review.mutation import family, guard, guard_notes
 from gdn_review.report import guard_report
 
 # What the gate (``--min-score 100``, in the test suite) fails on: a reachable, non-equivalent
@@ -70,6 +70,7 @@ def score_and_write(
     on_start: Callable[[int], None] = lambda total: None,
     on_result: Callable[[dict], None] = lambda entry: None,
     say: Callable[[str], None] = print,
+    file: str | None = None,
 ) -> Scored:
     """Score the target file of the loaded vLLM, or of ``release`` in a child (``child_options``:
     the command's own options for it); GuardError when the score cannot be measured (a check
@@ -84,9 +85,20 @@ def score_and_write(
                 say,
             )
         )
-    notes = guard_notes.load_notes(Path(kb_dir) / "guard" / "notes.yaml")
-    target = next(iter(records.values())).target.file
+    target = file or family.GDN_FILE
+    if family.is_family_file(target):
+        records, modules = _covering(records, modules, target)
+    notes_file = family.notes_path(Path(kb_dir), target)
+    notes = guard_notes.load_notes(notes_file)
     source = (root / target).read_text(encoding="utf-8")
+    if family.is_family_file(target):
+        problems = family.reasons_without_kernel(
+            source,
+            [(u.where, u.reason) for u in notes.unreachable]
+            + [(f"{notes_file}: elsewhere.{i}", r) for i, r in notes.elsewhere.items()],
+        )
+        if problems:
+            raise FamilyError("\n".join(problems))
     say(
         f"[1/3] baseline: {len(modules)} generated module(s) on vLLM "
         f"{loaded}, traced per test (CPU)"
@@ -112,7 +124,8 @@ def score_and_write(
         patterns,
         configurations,
     )
-    stem = f"guard-{loaded}" if release else "guard"
+    stem = family.report_stem(target)
+    stem = f"{stem}-{loaded}" if release else stem
     folder = Path(reports_dir)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(
@@ -120,6 +133,33 @@ def score_and_write(
     )
     atomic_write(folder / f"{stem}.md", guard_report.markdown(data))
     return Scored(data, [folder / f"{stem}.md", folder / f"{stem}.json"])
+
+
+class FamilyError(Exception):
+    """``--file`` names no file of the loaded release's builder family, or no record covers it:
+    bad input, said for people."""
+
+
+def _covering(records: dict, modules: dict, target: str) -> tuple[dict, dict]:
+    """Only the records whose cases name a builder class of ``target`` (a subclass file), and
+    their modules."""
+    files = family.family_files()
+    if target not in files:
+        known = ", ".join(f for f in files if family.is_family_file(f)) or "none"
+        raise FamilyError(
+            f"--file {target}: not a file of the loaded vLLM's GDN builder family "
+            f"(its subclass files: {known})"
+        )
+    chosen = {p: r for p, r in records.items() if family.covers(r, target, files)}
+    kept = {
+        key: path for key, path in modules.items() if any(r.key == key for r in chosen.values())
+    }
+    if not kept:
+        raise FamilyError(
+            f"--file {target}: no record has a case naming {' or '.join(files[target])} "
+            "(`builder:`); add one, then score it"
+        )
+    return chosen, kept
 
 
 def _rerun_on(version: str, argv: list[str], fetch: bool, say: Callable[[str], None]) -> int:

@@ -26,7 +26,7 @@ from gdn_review.report.markdown import cell, code, fence, text
 ROW_KEYS = ("seq_len", "query_len", "drafted", "accepted", "prefilling", "host_seq_len")
 # What the generated modules' CASES add for the harness (kb.models.Record.case_inputs): not
 # record fields.
-HARNESS_FLAGS = ("layout", "builder_fields", "server_fields")
+HARNESS_FLAGS = ("layout", "builder_fields", "server_fields", "raises")
 # Shown first, in this order, in a case and in the configuration.
 LEADING = ("id", "text", "speculative_tokens", "drafts", "rows", "padded_rows", "max_num_seqs")
 

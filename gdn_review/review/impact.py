@@ -95,16 +95,22 @@ def _find_lines(source: str, text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def record_impact(record, path: Path, file: FileDiff, source: str) -> dict:
-    """What the diff's hunks on the record's target file touch, as plain data."""
+def record_impact(
+    record, path: Path, file: FileDiff, source: str, symbol: str | None = None
+) -> dict:
+    """What the diff's hunks on one file the record covers touch, as plain data: its target file
+    (``symbol`` None: the record's target symbol), or a file that defines a builder its cases
+    name (``symbol``: that builder's ``build``)."""
+    own = symbol is None
+    symbol = symbol or record.target.symbol
     changed = (
         set().union(*(hunk.changed_old_lines() for hunk in file.hunks)) if file.hunks else set()
     )
     symbols = touched_symbols(source, changed) if changed else []
-    reached = reached_from(source, record.target.symbol)
+    reached = reached_from(source, symbol)
     reaching = [s for s in symbols if s in reached]
     sites = []
-    for risk in record.risks:
+    for risk in record.risks if own else []:  # a record's mutants edit its target file
         for mutant in risk.mutants:
             hit = [
                 span
@@ -125,7 +131,7 @@ def record_impact(record, path: Path, file: FileDiff, source: str) -> dict:
     return {
         "number": record.key,
         "record": str(path),
-        "target": f"{record.target.file} ({record.target.symbol})",
+        "target": f"{record.target.file if own else file.path} ({symbol})",
         "hunks": len(file.hunks),
         "symbols": symbols,
         "reaches_target": reaching,

@@ -30,6 +30,7 @@ from typing import Callable
 
 from gdn_review.common import interrupts, release_cache, release_trees, unified_diff
 from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
+from gdn_review.mutation import family
 from gdn_review.review import compare, impact, tree
 from gdn_review.review.onto_release import next_minor, onto_release
 from gdn_review.review.review_files import REVIEW_FORMAT, ReviewError
@@ -171,7 +172,11 @@ def review(
     )  # no symlink out of the release, regular files only
     _check_work(work, base.tree)
     patched = unified_diff.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
-    targets = {r.target.file for r in records.values()}
+    targets = {r.target.file for r in records.values()} | {
+        relative
+        for r in records.values()
+        for relative, _ in family.covered_files(r, patched, base.read)
+    }
     data = {
         "format": REVIEW_FORMAT,
         "name": Path(diff_path).stem,
@@ -193,19 +198,22 @@ def review(
         f"review of {diff_path} onto {base.label}: {len(files)} file(s)"
         + (f"; the diff of PR #{own}, with its record" if own else "")
     )
-    affected = {
-        p: r
+    # A record runs when the diff changes its target file, a file that defines a builder its
+    # cases name (a subclass of GDN's), or GDN's file under a subclass case (the subclass
+    # inherits GDN's __init__, and build() where it has none of its own).
+    covered = {
+        p: family.covered_files(r, patched, base.read)
         for p, r in sorted(records.items(), key=lambda item: item[1].sort_key)
-        if r.target.file in patched
     }
+    affected = {p: r for p, r in records.items() if covered[p]}
+    affected = dict(sorted(affected.items(), key=lambda item: item[1].sort_key))
     by_file = {f.path: f for f in in_tree}
     for path, record in affected.items():
-        file = by_file.get(record.target.file) or next(
-            f for f in in_tree if f.old_path == record.target.file
-        )
-        data["impact"].append(
-            impact.record_impact(record, path, file, base.read(record.target.file) or "")
-        )
+        for relative, symbol in covered[path]:
+            file = by_file.get(relative) or next(f for f in in_tree if f.old_path == relative)
+            data["impact"].append(
+                impact.record_impact(record, path, file, base.read(relative) or "", symbol)
+            )
     data["carried"] = compare.carried(affected.values(), base.version, window_end)
     own_record_ = next((r for r in affected.values() if r.key == own), None)
     if own_record_ is not None and not any(c["number"] == own for c in data["carried"]):
@@ -236,7 +244,12 @@ def review(
             return data
     chosen_records = dict(chosen)
     deleted = sorted(
-        {r.target.file for r in chosen_records.values() if patched.get(r.target.file) is None}
+        {
+            relative
+            for p in chosen_records
+            for relative, _ in covered[p]
+            if patched.get(relative) is None
+        }
     )
     if deleted:
         raise ReviewError(
@@ -244,8 +257,13 @@ def review(
             "records target: nothing to run them on"
         )
     modules = current_modules(kb_dir, chosen_records, generated, False, say)
-    target = next(iter(chosen_records.values())).target.file
     changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
+    covered_files = {relative for p in chosen_records for relative, _ in covered[p]}
+    target = (
+        changed_py[0]  # a subclass file alone: its own module, in memory
+        if len(changed_py) == 1 and changed_py[0] in covered_files
+        else next(iter(chosen_records.values())).target.file
+    )
     in_memory = changed_py == [target] and patched[target] is not None
     data["run"]["mode"] = (
         "in memory over the release (one vLLM import)"
@@ -284,9 +302,9 @@ def review(
             # the rest).
             "changed_modules": sorted(
                 {
-                    r.target.file
-                    for r in chosen_records.values()
-                    if patched.get(r.target.file) is not None
+                    relative
+                    for relative in covered_files
+                    if relative.endswith(".py") and patched.get(relative) is not None
                 }
             ),
             "timeout": timeout,

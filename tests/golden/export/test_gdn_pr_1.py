@@ -29,6 +29,7 @@ import collections
 import contextlib
 import copy
 import dataclasses
+import enum
 import functools
 import inspect
 import json
@@ -98,6 +99,15 @@ class BuilderSettings:
     prefix_caching: tuple[int, int, int, int | None] | None = None
     # and the model runner ("v1", "v2": VLLM_USE_V2_MODEL_RUNNER meanwhile).
     model_runner: str | None = None
+    # The builder class: an in-tree subclass of GDNAttentionMetadataBuilder that the
+    # loaded release ships (harness.family finds them); None: GDN's own.
+    builder: str | None = None
+    # A subclass's own configuration: additional_config["kda_prefill_backend"],
+    kda_prefill_backend: str | None = None
+    # and cache_config.use_kda_recoverssm (derived by vLLM; set after the config).
+    use_kda_recoverssm: bool | None = None
+    # speculative_config.enable_adaptive_verification (None: the config's default).
+    adaptive_verification: bool | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -216,6 +226,11 @@ def _vllm_config(settings: BuilderSettings):
             is_encoder_decoder=False,
         )
     )
+    additional = {}
+    if settings.prefill_backend is not None:
+        additional["gdn_prefill_backend"] = settings.prefill_backend
+    if settings.kda_prefill_backend is not None:
+        additional["kda_prefill_backend"] = settings.kda_prefill_backend
     config = VllmConfig(
         model_config=_model_config(settings.max_model_len),
         # vLLM's CPU platform asserts a cpu device config. Where the builder's
@@ -241,9 +256,7 @@ def _vllm_config(settings: BuilderSettings):
         speculative_config=speculative,
         **_accepted_kwargs(
             VllmConfig,
-            additional_config={"gdn_prefill_backend": settings.prefill_backend}
-            if settings.prefill_backend is not None
-            else {},
+            additional_config=additional,
         ),
     )
     # Set after the config is made, as vLLM's own CPU tests of the builder do:
@@ -259,6 +272,12 @@ def _vllm_config(settings: BuilderSettings):
         compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
     if settings.mamba_cache_mode is not None:
         config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+    if settings.use_kda_recoverssm is not None:
+        config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
+    if settings.adaptive_verification is not None and speculative is not None:
+        # Set after the config too: vLLM's check (V2 runner, FULL graphs) reads the
+        # graph mode the eager model config has turned back into NONE by then.
+        speculative.enable_adaptive_verification = settings.adaptive_verification
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
@@ -269,11 +288,18 @@ def _vllm_config(settings: BuilderSettings):
     return config
 
 
+def _vllm_platform_is_cuda() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda()
+
+
 @contextlib.contextmanager
 def _as_on_server(settings: BuilderSettings):
     """While the builder is constructed: vLLM's own resolver returns the case's prefill
-    backend (off CUDA; on CUDA vLLM resolves it with no override), and the model runner
-    is the case's. The builder's __init__ then derives its own attributes from them."""
+    backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
+    model runner is the case's. The builder's __init__ then derives its own attributes
+    from them."""
     saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     if settings.model_runner is not None:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
@@ -281,7 +307,9 @@ def _as_on_server(settings: BuilderSettings):
         )
     patched = []
     backend = settings.resolved_prefill_backend
-    if backend is not None and settings.device != "cuda":
+    # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
+    # platform it says "triton" also beside CUDA tensors (the first H200 run).
+    if backend is not None and not _vllm_platform_is_cuda():
         import importlib
 
         for name in (
@@ -307,6 +335,79 @@ def _as_on_server(settings: BuilderSettings):
                 os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_runner
 
 
+GDN_BUILDER_MODULE = "vllm.v1.attention.backends.gdn_attn"
+
+
+GDN_BUILDER = "GDNAttentionMetadataBuilder"
+
+
+@functools.cache
+def family_modules() -> dict[str, str]:
+    """The loaded release's GDN builder family: each class whose base is
+    GDNAttentionMetadataBuilder or one of its subclasses (GDN's own included) -> its
+    module. Found by scanning the release's own files, not from a list."""
+    import re
+
+    import vllm
+
+    root = os.path.dirname(vllm.__file__)
+    bases: dict[str, tuple[str, list[str]]] = {}
+    pattern = re.compile(rb"^class (\w+)\(([\w., ]+)\):", re.MULTILINE)
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            with open(path, "rb") as handle:
+                text = handle.read()
+            if b"MetadataBuilder)" not in text and b"MetadataBuilder," not in text:
+                continue
+            module = "vllm." + os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+            for found in pattern.finditer(text):
+                parents = [
+                    b.strip().rsplit(b".", 1)[-1].decode()
+                    for b in found.group(2).split(b",")
+                ]
+                bases[found.group(1).decode()] = (
+                    module.removesuffix(".__init__"),
+                    parents,
+                )
+    family = {GDN_BUILDER: GDN_BUILDER_MODULE}
+    grown = True
+    while grown:
+        grown = False
+        for cls, (module, parents) in bases.items():
+            if cls not in family and any(parent in family for parent in parents):
+                family[cls] = module
+                grown = True
+    return dict(sorted(family.items()))
+
+
+def builder_class(name: str | None):
+    """The builder class ``name`` (None: GDN's) of the loaded release; a release
+    without it skips as not applicable."""
+    import importlib
+
+    import vllm
+
+    if name is None or name == GDN_BUILDER:
+        return getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
+    module = family_modules().get(name)
+    if module is None:
+        import pytest
+
+        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {name}")
+    loaded = importlib.import_module(module)
+    cls = getattr(loaded, name)
+    gdn = getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
+    if gdn not in cls.__mro__:
+        # GDN's module was replaced after the subclass was imported (a mutant loaded in
+        # memory): import the subclass again, as a fresh process would, so that it
+        # derives from the loaded GDN builder.
+        cls = getattr(importlib.reload(loaded), name)
+    return cls
+
+
 @functools.cache
 def make_builder(settings: BuilderSettings):
     """The real builder for ``settings``; built once per process and reused."""
@@ -316,8 +417,9 @@ def make_builder(settings: BuilderSettings):
 def new_builder(settings: BuilderSettings):
     """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
-    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
     from vllm.v1.kv_cache_interface import MambaSpec
+
+    cls = builder_class(settings.builder)
 
     checkpoints = {}
     if settings.prefix_caching is not None:
@@ -339,7 +441,8 @@ def new_builder(settings: BuilderSettings):
     )
     config = _vllm_config(settings)
     with _as_on_server(settings):
-        return GDNAttentionMetadataBuilder(
+        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
+        return cls(
             spec,
             ["model.layers.0.linear_attn"],
             config,
@@ -633,8 +736,54 @@ def call_host_function(case: dict) -> dict:
     try:
         return {"returned": plain(function(**arguments)), "raised": None}
     except Exception as error:  # noqa: BLE001  (what it raises is what the case states)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return {"returned": None, "raised": f"{type(error).__name__}: {first}"}
+        return {"returned": None, "raised": raised_words(error)}
+
+
+def raised_words(error: BaseException) -> str:
+    """What a case measures of an exception (expect: raised): "Type: its first line"."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}"
+
+
+# The builder's own attributes that subclasses and runners read (expect fields of
+# kb.types.BuilderExpectField), measured from the real object.
+BUILDER_ATTRIBUTES = (
+    "layer_names",
+    "device",
+    "kernel_block_size",
+    "reorder_batch_threshold",
+    "_cudagraph_support",
+)
+
+
+def builder_attributes(builder, names) -> dict:
+    """The builder's attributes ``names`` as plain data: a device as its name ("cpu",
+    "cuda:0"), an enum (``_cudagraph_support``) as its member's name. One the builder
+    lacks is measured as absent, naming the AttributeError reading it raises (the
+    check fails: a subclass or runner that reads it fails the same way)."""
+    measured = {}
+    for name in names:
+        try:
+            value = getattr(builder, name)
+        except AttributeError as error:
+            measured[name] = f"(no such field: AttributeError: {error})"
+            continue
+        if isinstance(value, torch.device):
+            value = str(value)
+        elif isinstance(value, enum.Enum):
+            value = value.name
+        measured[name] = plain(value)
+    return measured
+
+
+def expected_on(device: str, case: dict, expected: dict) -> dict:
+    """A case's expected fields on ``device``: on CUDA, its ``expect_on_cuda``
+    overrides the fields it names (a value that differs there, such as
+    supports_update_block_table)."""
+    if not str(device).startswith("cuda"):
+        return expected
+    overrides = case.get("expect_on_cuda") or {}
+    return {field: overrides.get(field, value) for field, value in expected.items()}
 
 
 def server_fields(builder, metadata) -> dict:
@@ -820,6 +969,35 @@ def _call_arguments(method, names: list[str], kwargs: dict) -> dict:
     return {name: value for name, value in kwargs.items() if name in parameters}
 
 
+def _hand_aligned_indices(builder, group_common) -> None:
+    """What 0.33.0's V2 runner does in align mode before it builds a step's groups
+    (``vllm/v1/worker/gpu/model_states/mamba_hybrid.py`` lines 303-318): every
+    group's builder with a ``mamba_aligned_state_indices`` attribute gets its
+    group's aligned indices. 0.33.0's GDN builder has one exactly where it has
+    ``supports_update_block_table`` (V2 runner, CUDA device; ``gdn_attn.py``
+    lines 185-193), the builders run_step hands them to. (KimiK3KDAMetadataBuilder
+    declares it on the class; the harness leaves that builder as it was.)
+
+    The runner computes them with one Triton kernel for every group
+    (``vllm/v1/worker/mamba_utils.py``: lines 39-99,
+    ``get_aligned_state_indices_multi_group_kernel``, launched by
+    ``compute_aligned_state_indices``, lines 1106-1141):
+    row r, slot s is ``block_table[r, max((seq_len - 1) // block_size, 0) + s]``
+    for s < 1 + num_speculative_blocks. That is
+    ``vllm.v1.attention.backends.utils.mamba_get_block_table_tensor`` in align mode
+    (``utils.py`` lines 1283-1357; build() calls it where no indices were handed),
+    here on the group's own block table. The hand-over is the runner's line 318.
+    """
+    from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
+
+    builder.mamba_aligned_state_indices = mamba_get_block_table_tensor(
+        group_common.block_table_tensor,
+        group_common.seq_lens,
+        builder.kv_cache_spec,
+        "align",
+    )
+
+
 def run_step(builders, case: dict, kwargs: dict, counts=None):
     """Run one step: the case's before_builds calls, then each group's build() (or
     re-gather). Returns each group's metadata and, per call, the aten ops it
@@ -833,6 +1011,13 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
         if counts is not None:
             call_ops.append(dict(sorted((counts - before).items())))
         return result
+
+    def uncounted(function, *args):
+        before = collections.Counter(counts) if counts is not None else None
+        function(*args)
+        if counts is not None:
+            counts.clear()
+            counts.update(before)
 
     build_parameters = inspect.signature(builders[0].build).parameters
     for call in case["step"].get("before_builds") or []:
@@ -848,6 +1033,12 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
             group_common.block_table_tensor = group_block_table(
                 common.block_table_tensor, group
             )
+        if getattr(builder, "supports_update_block_table", False) and (
+            builder.vllm_config.cache_config.mamba_cache_mode == "align"
+        ):
+            # The runner's work, not the builder's: outside the op counts. (A step
+            # case gives no aligned_state_indices of its own: kb/step_config.py.)
+            uncounted(_hand_aligned_indices, builder, group_common)
         if group and getattr(builder, "supports_update_block_table", False):
             metadata = counted(
                 builder.update_block_table,
@@ -956,6 +1147,10 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         resolved_prefill_backend=case.get("resolved_prefill_backend"),
         prefix_caching=_prefix_caching(case.get("prefix_caching")),
         model_runner=case.get("model_runner"),
+        builder=case.get("builder"),
+        kda_prefill_backend=case.get("kda_prefill_backend"),
+        use_kda_recoverssm=case.get("use_kda_recoverssm"),
+        adaptive_verification=case.get("adaptive_verification"),
     )
 
 
@@ -1120,6 +1315,32 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
         )
     if case.get("step") is not None:
         return _build_step(device, case, count_ops)
+    if case.get("raises"):
+        # The case states what constructing the builder and calling its entry point
+        # raise (expect: raised): the exception is the measurement, "Type: first line".
+        try:
+            run = _build_case(device, case, count_ops)
+        except Exception as error:  # noqa: BLE001  (what it raises is what it states)
+            measured = {"raised": raised_words(error)}
+            if case["raises"] == "type":
+                kind, _, first = measured["raised"].partition(": ")
+                measured = {"raised": kind, "message": first}
+            return BuildRun(
+                metadata=measured,
+                ops={},
+                rows=len(case["rows"]),
+                padded_rows=case.get("padded_rows", 0),
+                device=device,
+            )
+        run.metadata["raised"] = None
+        if case["raises"] == "type":
+            run.metadata["message"] = None
+        return run
+    return _build_case(device, case, count_ops)
+
+
+def _build_case(device: str, case: dict, count_ops: bool) -> BuildRun:
+    """``build_case`` of a batch case (its entry point, after the builds it names)."""
     builder, settings = _builder_after(device, case)
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
@@ -1147,9 +1368,13 @@ def _measure_parts(data: dict, case: dict, builder, metadata) -> None:
     # The case states buffer identity (expect: persistent_views, ...).
     if case.get("layout"):
         data.update(layout(builder, metadata))
-    # What the runner reads of the builder itself (expect: reorder_batch_threshold).
-    if case.get("builder_fields"):
-        data["reorder_batch_threshold"] = builder.reorder_batch_threshold
+    # What subclasses and the runner read of the builder itself (expect: layer_names,
+    # reorder_batch_threshold, ...): the fields the case states (True: every one).
+    names = case.get("builder_fields")
+    if names:
+        data.update(
+            builder_attributes(builder, BUILDER_ATTRIBUTES if names is True else names)
+        )
     # The case states parts a server's configuration adds (checkpoint_offsets, ...).
     if case.get("server_fields"):
         data.update(server_fields(builder, metadata))
@@ -1206,7 +1431,12 @@ def op_counts(run: BuildRun, budget: dict, per: str = "step") -> dict[str, int]:
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build()."""
     for case in cases:
-        if case.get("call") is None and not needs_own_builder(case):
+        # A case that states what its construction raises is constructed in its test.
+        if (
+            case.get("call") is None
+            and not case.get("raises")
+            and not needs_own_builder(case)
+        ):
             make_builder(settings_for(case, device))
 
 
@@ -1238,9 +1468,12 @@ def count_sync_warnings(device: str, case: dict) -> int:
             run_step(builders, case, kwargs)
     else:
         builder, settings = _builder_after(device, case)
+        # The inputs are made, and the metadata read back, outside the counted call:
+        # the first H200 run counted their copies (4 to 6 "syncs" in build()).
+        kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
-            _run_entry(builder, case, settings)
+            _call_entry(builder, case, kwargs)
 
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
@@ -1443,14 +1676,19 @@ def configured(batch: dict, configuration: dict | None) -> dict:
 
 
 def draw_batch(
-    integer, choice, speculative_tokens: list[int], max_rows: int, configuration=None
+    integer,
+    choice,
+    speculative_tokens: list[int],
+    max_rows: int,
+    configuration=None,
+    decodes_only: bool = False,
 ) -> dict:
     """A valid batch, chosen by ``integer(low, high)`` and ``choice(options)``, in
-    ``configuration`` (see ``configured``)."""
+    ``configuration`` (see ``configured``); ``decodes_only``: no prefill rows."""
     k = choice([None, *sorted(speculative_tokens)])
     drafts = "given" if k is None else choice(["given", "given", "given", "none"])
     count = integer(1, max_rows)
-    decodes = integer(0, count)
+    decodes = count if decodes_only else integer(0, count)
     rows = []
     for _ in range(decodes):
         context = integer(1, 64)
@@ -1520,7 +1758,10 @@ def _decode_row(k: int | None, drafted: int | None = None) -> dict:
 
 
 def boundary_batches(
-    speculative_tokens: list[int], max_rows: int, configuration: dict | None = None
+    speculative_tokens: list[int],
+    max_rows: int,
+    configuration: dict | None = None,
+    decodes_only: bool = False,
 ) -> dict[str, dict]:
     """The batches at the edges of an invariant's own parameters, by name.
 
@@ -1533,7 +1774,7 @@ def boundary_batches(
     rows, the capture size one below); the bound in requests (``max_num_seqs`` one-token
     rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
     padded row, the capture size one below); a decode and a prefill followed by a padded
-    row. Then a batch of only padding. Batches that
+    row (unless ``decodes_only``). Then a batch of only padding. Batches that
     coincide keep one entry, named by every edge they stand on.
     """
     seqs = max(8, max_rows)  # max_num_seqs, as draw_batch's
@@ -1587,7 +1828,8 @@ def boundary_batches(
         # A first chunk that crosses token 64 (a checkpoint where the configuration has
         # prefix caching), padded behind as a runner pads it.
         prefill = {"seq_len": 100, "query_len": 100}
-        add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
+        if not decodes_only:
+            add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
     add("only padding (1 padded row)", None, [], padded=1)
     found = {}
     for edges, batch in named.values():
@@ -1824,6 +2066,48 @@ def check_checkpoints_on_real_prefills(batch, run):
         assert column >= 0 and state > 0, (
             f"row {row}'s checkpoint has block column {column}, state index {state}"
         )
+
+
+GDN_BUILDER_CLASS = "GDNAttentionMetadataBuilder"
+
+
+# Keys an invariant's check adds to every batch for mirrors_gdn (not a case's own).
+MIRROR_KEYS = ("builder", "mirror_fields")
+
+
+def _field_words(value) -> str:
+    """A snapshot value in words: a tensor's values with its dtype."""
+    dtype = getattr(value, "dtype", None)
+    return f"{list(value)!r} ({dtype})" if dtype is not None else repr(value)
+
+
+def check_mirrors_gdn(batch, run):
+    # The same batch and configuration through two builder classes: ``run`` is the
+    # subclass's build() (the batch names it: the check's builder), and GDN's own
+    # build() must return the same value, dtype and shape on each of the check's fields.
+    # Where a subclass keeps its own copy of GDN's classification and staging (Kimi-K3's
+    # KimiK3KDAMetadataBuilder "intentionally mirrors" them), a fix to one copy that the
+    # other lacks shows here, batch by batch.
+    subject = batch.get("builder") or GDN_BUILDER_CLASS
+    reference = {key: value for key, value in batch.items() if key not in MIRROR_KEYS}
+    try:
+        gdn = build_case(run.device, reference, count_ops=False).metadata
+    except AssertionError as error:  # a crash is no deviation of the mirror
+        raise RuntimeError(
+            f"{GDN_BUILDER_CLASS}.build() raised AssertionError: {error}"
+        ) from error
+    missing = "(no such field)"
+    fields = batch.get("mirror_fields") or sorted(set(run.metadata) & set(gdn))
+    differ = [
+        field
+        for field in fields
+        if run.metadata.get(field, missing) != gdn.get(field, missing)
+    ]
+    assert not differ, f"{subject} differs from {GDN_BUILDER_CLASS} on " + "; ".join(
+        f"{field}: {_field_words(run.metadata.get(field, missing))}, GDN's "
+        f"{_field_words(gdn.get(field, missing))}"
+        for field in differ
+    )
 
 
 def check_deterministic(batch, run):
