@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gdn_review.kb.subjects import key_order
-from gdn_review.matrix.matrix_report import cell_measure, drift_data
+from gdn_review.matrix.drift import drift_data
+from gdn_review.matrix.matrix_report import cell_measure
 from gdn_review.report import failing_batch
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import label_of

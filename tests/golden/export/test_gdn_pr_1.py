@@ -499,6 +499,9 @@ USUAL_DTYPES = {
     "checkpoint_state_indices": "int32",
     "flashinfer_plan_cu_starts": "int64",
     "flashinfer_plan_rows": "int64",
+    # KimiK3KDAMetadata's own (the nvidia subclass's FlashInfer prefill order)
+    "flashinfer_prefill_query_start_loc": "int64",
+    "flashinfer_prefill_seq_order": "int32",
 }
 
 
