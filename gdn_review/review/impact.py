@@ -15,6 +15,7 @@ import ast
 from pathlib import Path
 
 from gdn_review.common.unified_diff import FileDiff
+from gdn_review.kb.subjects import key_label
 
 MODULE_LEVEL = "(module level)"
 
@@ -149,7 +150,10 @@ def impact_lines(files: list[dict], impacts: list[dict]) -> list[str]:
     for file in files:
         lines.append(f"  {file['path']}: {file['status']}")
     for impact in impacts:
-        lines.append(f"record #{impact['number']} ({impact['record']}) targets {impact['target']}")
+        lines.append(
+            f"record of {key_label(impact['number'])} ({impact['record']}) targets "
+            f"{impact['target']}"
+        )
         lines.append(f"  hunks change: {', '.join(impact['symbols']) or 'nothing'}")
         if impact["reaches_target"]:
             lines.append(f"  reached from the target symbol: {', '.join(impact['reaches_target'])}")
