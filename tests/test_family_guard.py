@@ -114,6 +114,28 @@ def test_a_diff_of_a_subclass_file_reaches_the_records_whose_cases_name_its_buil
     assert family.covered_files(plain, {family.GDN_FILE: "x"}, read) == [(family.GDN_FILE, None)]
 
 
+def test_a_new_file_defining_a_named_builder_is_read_from_the_diff_and_shown_as_code():
+    # A PR's diff may add a file under any name the diff parser lets through (names that climb
+    # out of vllm/ are refused there): its text comes from the diff, never from the disk, and
+    # its name reaches the review's markdown only as inline code.
+    from gdn_review.report.markdown import code
+
+    hostile = "vllm/models/kimi_k3/amd/x`|y<b>.py"
+    text = "class KimiK3ROCmKDAMetadataBuilder(GDNAttentionMetadataBuilder):\n    pass\n"
+    opened = []
+
+    def read(relative):
+        opened.append(relative)
+        return None  # a file the diff adds: the release has no such file
+
+    naming = _record(family.GDN_FILE, ["KimiK3ROCmKDAMetadataBuilder"])
+    found = family.covered_files(naming, {hostile: text}, read)
+    assert found == [(hostile, "KimiK3ROCmKDAMetadataBuilder.build")]
+    assert opened == [hostile]
+    shown = code(f"{hostile} (KimiK3ROCmKDAMetadataBuilder.build)")
+    assert "\\|" in shown and "\n" not in shown and shown.startswith("``")
+
+
 def test_the_family_is_found_by_scanning_the_loaded_release():
     files = family.family_files()
     assert files[family.GDN_FILE] == ["GDNAttentionMetadataBuilder"]
