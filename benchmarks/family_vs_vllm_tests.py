@@ -234,7 +234,7 @@ def counts(done: subprocess.CompletedProcess) -> str:
     )
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -253,7 +253,41 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    return args
 
+
+def _measure(sides: dict, repeat: int) -> tuple[dict, dict[str, list[float]]]:
+    """(each side's test counts, from a warm-up run: file cache, vLLM's caches; each side's
+    seconds in ``repeat`` rounds, the sides' order alternating)."""
+    summary = {}
+    for name, run in sides.items():
+        _, done = run()
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            sys.exit(f"{name} side fails (exit {done.returncode}); no comparison:\n{tail}")
+        summary[name] = counts(done)
+    samples: dict[str, list[float]] = {"vllm": [], "generated": []}
+    for index in range(repeat):
+        order = ["vllm", "generated"] if index % 2 == 0 else ["generated", "vllm"]
+        for name in order:
+            seconds, done = sides[name]()
+            if done.returncode != 0:
+                sys.exit(
+                    f"{name} side failed in round {index + 1} (exit {done.returncode}); "
+                    "no comparison"
+                )
+            samples[name].append(seconds)
+        print(
+            f"round {index + 1}/{repeat}: vLLM's {samples['vllm'][-1]:.1f} s, "
+            f"generated {samples['generated'][-1]:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return summary, samples
+
+
+def main() -> None:
+    args = _arguments()
     test_file, source = vllm_test_file(args)
     ours, deselect = kb_selection(args.selection)
     from vllm_utils_standin import STANDIN_NAME  # noqa: E402  (imports the harness: after the look-ups)
@@ -269,30 +303,7 @@ def main() -> None:
         "generated": lambda: run_pytest(ours, ROOT, dict(os.environ)),
     }
     try:
-        summary = {}
-        for name, run in sides.items():  # warm-up: file cache, vLLM's caches; and the counts
-            _, done = run()
-            if done.returncode != 0:
-                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-                sys.exit(f"{name} side fails (exit {done.returncode}); no comparison:\n{tail}")
-            summary[name] = counts(done)
-        samples: dict[str, list[float]] = {"vllm": [], "generated": []}
-        for index in range(args.repeat):
-            order = ["vllm", "generated"] if index % 2 == 0 else ["generated", "vllm"]
-            for name in order:
-                seconds, done = sides[name]()
-                if done.returncode != 0:
-                    sys.exit(
-                        f"{name} side failed in round {index + 1} (exit {done.returncode}); "
-                        "no comparison"
-                    )
-                samples[name].append(seconds)
-            print(
-                f"round {index + 1}/{args.repeat}: vLLM's {samples['vllm'][-1]:.1f} s, "
-                f"generated {samples['generated'][-1]:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+        summary, samples = _measure(sides, args.repeat)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
 

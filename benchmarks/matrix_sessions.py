@@ -19,14 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from gdn_review.common import release
+from gdn_review.kb import is_draft, load_kb
+from gdn_review.matrix import matrix, release_plan
+from gdn_review.run import evidence_file
+from gdn_review.run.selection import current_modules
 
-from gdn_review.common import release_cache
-from gdn_review.kb import is_draft, load_kb  # noqa: E402
-from gdn_review.matrix import matrix, release_plan  # noqa: E402
-from gdn_review.run import evidence_file  # noqa: E402
-from gdn_review.run.selection import current_modules  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _outcomes(folder: Path, data: dict) -> dict:
@@ -38,7 +37,9 @@ def _outcomes(folder: Path, data: dict) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--since", default="0.28.0")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
@@ -47,24 +48,47 @@ def main() -> int:
     kb = ROOT / "kb"
     records = {p: r for p, r in load_kb(kb).items() if not is_draft(r)}
     modules = current_modules(kb, records, ROOT / "generated_tests", False, print)
-    installed = release_cache.installed()
+    installed = release.loaded_or_none()
     times, outcomes = {}, {}
     for shared in (True, False):
         with tempfile.TemporaryDirectory(prefix="gdn-matrix-bench-") as scratch:
             work = [
-                matrix.Job(r, p, modules[r.pr.number], Path(scratch) / f"matrix-{r.pr.number}", release_plan.plan(r, installed, None, options.since))
+                matrix.Job(
+                    r,
+                    p,
+                    modules[r.pr.number],
+                    Path(scratch) / f"matrix-{r.pr.number}",
+                    release_plan.plan(r, installed, None, options.since),
+                )
                 for p, r in sorted(records.items(), key=lambda item: item[1].pr.number)
             ]
             started = time.monotonic()
-            results = matrix.run_matrices(work, installed, options.jobs, None, lambda line: None, share_sessions=shared)
+            results = matrix.run_matrices(
+                work, installed, options.jobs, None, lambda line: None, share_sessions=shared
+            )
             times[shared] = time.monotonic() - started
-            outcomes[shared] = {n: _outcomes(job.out_dir, results[n]) for n, job in ((j.record.pr.number, j) for j in work)}
-        print(f"{'shared sessions' if shared else 'one session per record and release'}: {times[shared]:.1f} s", flush=True)
+            outcomes[shared] = {
+                n: _outcomes(job.out_dir, results[n])
+                for n, job in ((j.record.pr.number, j) for j in work)
+            }
+        way = "shared sessions" if shared else "one session per record and release"
+        print(f"{way}: {times[shared]:.1f} s", flush=True)
     ratio = times[True] / times[False]
     agree = outcomes[True] == outcomes[False]
     print(f"shared / separate wall time: {ratio:.2f}; outcomes agree: {agree}")
     if options.json:
-        options.json.write_text(json.dumps({"shared_s": round(times[True], 1), "separate_s": round(times[False], 1), "ratio": round(ratio, 3), "outcomes_agree": agree}, indent=1) + "\n")
+        options.json.write_text(
+            json.dumps(
+                {
+                    "shared_s": round(times[True], 1),
+                    "separate_s": round(times[False], 1),
+                    "ratio": round(ratio, 3),
+                    "outcomes_agree": agree,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0 if agree else 1
 
 

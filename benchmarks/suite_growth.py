@@ -30,12 +30,26 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def timed(tree: Path, modules: list[str]) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0", *modules]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-n",
+        "0",
+        *modules,
+    ]
     started = time.monotonic()
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
     seconds = time.monotonic() - started
     if done.returncode != 0:
-        raise SystemExit(f"pytest failed in {tree} (exit {done.returncode}):\n{done.stdout[-2000:]}")
+        raise SystemExit(
+            f"pytest failed in {tree} (exit {done.returncode}):\n{done.stdout[-2000:]}"
+        )
     return seconds
 
 
@@ -47,7 +61,12 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gdn-review-before-") as scratch:
         before = Path(scratch) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", str(before), args.before], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(before), args.before],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         try:
             old = sorted(p.name for p in (before / "generated_tests").glob("test_pr_*.py"))
             configurations = {
@@ -61,14 +80,25 @@ def main() -> int:
                     times[name].append(timed(tree, modules))
                     print(f"round {round_index + 1}: {name}: {times[name][-1]:.1f} s", flush=True)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, capture_output=True
+            )
     medians = {name: statistics.median(values) for name, values in times.items()}
     a, b, c = medians.values()
-    result = {"before": args.before, "records_before": len(old), "medians_s": medians, "times_s": times,
-              "ratio_same_records": round(b / a, 2), "ratio_with_contracts": round(c / a, 2)}
+    result = {
+        "before": args.before,
+        "records_before": len(old),
+        "medians_s": medians,
+        "times_s": times,
+        "ratio_same_records": round(b / a, 2),
+        "ratio_with_contracts": round(c / a, 2),
+    }
     for name, value in medians.items():
         print(f"{name}: median {value:.1f} s")
-    print(f"same records, now / before: {b / a:.2f}x (target <= 1.5x); with the contract records: {c / a:.2f}x")
+    print(
+        f"same records, now / before: {b / a:.2f}x (target <= 1.5x); "
+        f"with the contract records: {c / a:.2f}x"
+    )
     if args.json_path:
         args.json_path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -65,7 +65,9 @@ def timed_suite() -> float:
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "generated_tests", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     elapsed = time.perf_counter() - start
     if result.returncode != 0:
@@ -77,7 +79,9 @@ def timed_pytest(*paths: str, cwd: Path = ROOT) -> tuple[float, subprocess.Compl
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider", "-o", "addopts="],
-        cwd=cwd, capture_output=True, text=True,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
     )
     return time.perf_counter() - start, done
 
@@ -105,16 +109,24 @@ def side_by_side(vllm_tests: Path, repeat: int) -> dict:
             samples["vllm"].append(timed_pytest(str(vllm_tests.resolve()), cwd=checkout)[0])
     median = {k: statistics.median(v) for k, v in samples.items()}
     ratio = median["generated"] / median["vllm"]
-    print(f"vLLM's {name}: {median['vllm']:.1f} s; generated modules of #{', #'.join(map(str, numbers))}: "
-          f"{median['generated']:.1f} s; ratio {ratio:.2f} (target <= 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
+    met = "met" if ratio <= 1.5 else "NOT met"
+    print(
+        f"vLLM's {name}: {median['vllm']:.1f} s; "
+        f"generated modules of #{', #'.join(map(str, numbers))}: "
+        f"{median['generated']:.1f} s; ratio {ratio:.2f} (target <= 1.5: {met})"
+    )
     return {"samples": samples, "median": median, "ratio": ratio, "records": numbers}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the measurements here")
-    parser.add_argument("--vllm-tests", type=Path, help="vLLM's test_gdn_metadata_builder.py: time it beside ours")
+    parser.add_argument(
+        "--vllm-tests", type=Path, help="vLLM's test_gdn_metadata_builder.py: time it beside ours"
+    )
     args = parser.parse_args()
     if args.vllm_tests:
         result = side_by_side(args.vllm_tests, args.repeat)
@@ -132,14 +144,23 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in samples.items()}
     builders = median["import_and_builders"] - median["import_vllm"]
     rest = median["suite"] - median["import_and_builders"]
-    print(f"machine: {os.cpu_count()} cores; {len(modules)} generated module(s); median of {args.repeat}")
+    print(
+        f"machine: {os.cpu_count()} cores; {len(modules)} generated module(s); "
+        f"median of {args.repeat}"
+    )
     print(f"generated suite (pytest, wall)  {median['suite']:7.2f} s   100%")
-    print(f"  importing vLLM                {median['import_vllm']:7.2f} s   {median['import_vllm'] / median['suite']:5.1%}")
+    importing = median["import_vllm"]
+    print(
+        f"  importing vLLM                {importing:7.2f} s   {importing / median['suite']:5.1%}"
+    )
     print(f"  building builders             {builders:7.2f} s   {builders / median['suite']:5.1%}")
     print(f"  everything else (tests, pytest) {rest:5.2f} s   {rest / median['suite']:5.1%}")
-    print(f"target: under 60 s -> {'met' if median['suite'] < 60 else 'NOT met'} ({median['suite'] / 60:.0%} of it)")
+    met = "met" if median["suite"] < 60 else "NOT met"
+    print(f"target: under 60 s -> {met} ({median['suite'] / 60:.0%} of it)")
     if args.json:
-        args.json.write_text(json.dumps({"samples": samples, "median": median, "cores": os.cpu_count()}, indent=2))
+        args.json.write_text(
+            json.dumps({"samples": samples, "median": median, "cores": os.cpu_count()}, indent=2)
+        )
 
 
 if __name__ == "__main__":

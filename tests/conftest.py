@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from gdn_review.common import interrupts, preloaded
-from gdn_review.run import snapshot_files
+from gdn_review.common import interrupts, preloaded, snapshots
 
 # No test may depend on the machine's speed: Hypothesis' per-example deadline and its
 # "too slow" health check are timing, so neither is used (a loaded CI runner is slow).
@@ -134,9 +133,9 @@ def _group_for_xdist(items) -> None:
 
 def vllm_files_digest() -> str:
     """One hash over every .py file of the loaded vLLM's attention backends and the target."""
-    from gdn_review.common import release_cache
+    from gdn_review.common import release
 
-    _, root = release_cache.loaded()
+    _, root = release.loaded()
     digest = hashlib.sha256()
     for path in sorted((root / "vllm" / "v1" / "attention").rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode())
@@ -245,8 +244,8 @@ def write_matrix_evidence(folder: Path, version: str, outcome: str, ge: int) -> 
 
 def write_matrix_snapshot(folder: Path, version: str, spec: dict, plain: dict) -> str:
     name = f"snapshot-{version}.json"
-    doc = snapshot_files.document(
+    doc = snapshots.document(
         7, {"release": version, "device": "cpu", "cases": {"spec": spec, "plain": plain}}
     )
-    (folder / name).write_text(snapshot_files.dumps(doc), encoding="utf-8")
+    (folder / name).write_text(snapshots.dumps(doc), encoding="utf-8")
     return name

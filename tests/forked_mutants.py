@@ -89,6 +89,7 @@ json.dump(results, open(settings["result"], "w", encoding="utf-8"))
 """
 
 
+# 9 parameters: each is one setting of SCRIPT's run, and the callers name them by keyword.
 def run_mutants(
     mutants: dict[str, list[list]],
     pytest_args: list[str],
@@ -99,7 +100,6 @@ def run_mutants(
     clear: tuple[tuple[str, str], ...] = (),
     baseline_args: list[str] | None = None,
     refuse_gdn_review: bool = False,
-    timeout: float = 900,
 ) -> dict[str, dict]:
     """mutant id -> {returncode, stdout} of pytest over ``pytest_args`` with that mutant's
     edits ([find, replace, count] each) applied to vLLM's gdn_attn.py; "(baseline)" is the
@@ -123,7 +123,7 @@ def run_mutants(
         env=env,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=900,  # the baseline and every mutant: a vLLM import and a few minutes of tests
     )
     if not result.exists():
         raise RuntimeError(

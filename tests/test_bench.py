@@ -43,31 +43,22 @@ def test_pooled_ratio_is_the_geometric_mean_over_cases():
     assert bench._median_ratio(base, head) == pytest.approx((0.9 * 1.1) ** 0.5)
 
 
-@pytest.mark.slow
-def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
-    evidence = tmp_path / "bench.json"
-    done = interrupts.run_child(
-        [
-            sys.executable,
-            "-m",
-            "gdn_review.cli",
-            "bench",
-            "--record",
-            "52078",
-            "--releases",
-            "0.29.0,0.33.0",
-            "--case",
-            "single_request",
-            "--max-seconds",
-            "2",
-            "--evidence",
-            str(evidence),
-        ],
+def _bench(*args: str):
+    """`gdn-review bench` in a fresh process, from the project's root."""
+    return interrupts.run_child(
+        [sys.executable, "-m", "gdn_review.cli", "bench", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
+
+
+@pytest.mark.slow
+def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
+    evidence = tmp_path / "bench.json"
+    options = "--record 52078 --releases 0.29.0,0.33.0 --case single_request --max-seconds 2"
+    done = _bench(*options.split(), "--evidence", str(evidence))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (
         "single_request" in done.stdout
@@ -92,22 +83,7 @@ def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
 
 
 def test_an_unknown_case_is_bad_input():
-    done = interrupts.run_child(
-        [
-            sys.executable,
-            "-m",
-            "gdn_review.cli",
-            "bench",
-            "--record",
-            "52078",
-            "--case",
-            "no_such_case",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _bench("--record", "52078", "--case", "no_such_case")
     assert done.returncode == 2 and "no case no_such_case" in done.stderr
 
 

@@ -112,11 +112,9 @@ def test_every_record_run_skips_an_open_pr_without_its_diff_and_says_so(open_kb,
             load_records(open_kb),
             False,
             None,
-            "cpu",
             (),
-            1,
-            0.01,
             tmp_path / "bench.json",
+            bench.BenchOptions(max_seconds=1),
             say=said.append,
         )
     assert len(said) == 1 and said[0].startswith("skipped: ") and "gh pr diff 7" in said[0]
@@ -143,9 +141,9 @@ def test_the_report_of_an_open_pr_without_its_diff_never_advises_a_bench_that_ca
 
 @pytest.mark.slow
 def test_bench_times_an_open_pr_with_its_stored_diff(open_kb, tmp_path):
-    from gdn_review.common import release_cache
+    from gdn_review.common.release import loaded as loaded_release
 
-    release, root = release_cache.loaded()
+    release, root = loaded_release()
     (open_kb / "7.yaml").write_text(OPEN_RECORD.format(base=release), encoding="utf-8")
     (open_kb / "7.diff").write_text(
         _tiny_diff((root / TARGET).read_text(encoding="utf-8")), encoding="utf-8"

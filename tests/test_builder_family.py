@@ -9,9 +9,9 @@ import pytest
 
 from gdn_review import generate
 from gdn_review.common import interrupts, release_trees
+from gdn_review.common.release_trees import CLAIMS_ON_ANY_RELEASE
 from gdn_review.kb import RecordErrors, load_record, parse_record
 from gdn_review.kb.builder_family import known_builders
-from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
 from tests.conftest import MINIMAL, ROOT
 
 ROCM_ON_AITER = "RuntimeError: KimiK3ROCmKDAMetadataBuilder builds its own FLA chunk metadata"

@@ -58,10 +58,8 @@ def test_platform_arguments_name_the_python_and_every_manylinux():
         arguments[i + 1] for i, a in enumerate(arguments) if a == "--abi"
     }
     platforms = {arguments[i + 1] for i, a in enumerate(arguments) if a == "--platform"}
-    assert {
-        "manylinux2014_x86_64",
-        "manylinux_2_31_x86_64",
-    } <= platforms  # llguidance's wheel is 2_31
+    # llguidance's wheel is 2_31
+    assert {"manylinux2014_x86_64", "manylinux_2_31_x86_64"} <= platforms
 
 
 def _manifest(**changes) -> dict:
@@ -117,17 +115,7 @@ def test_run_script_is_valid_bash_and_runs_what_the_manifest_names(tmp_path):
 
 
 def test_run_script_without_a_latency_claim_has_no_bench(tmp_path):
-    manifest = _manifest(
-        records=[
-            {
-                "record": 56531,
-                "label": "PR #56531",
-                "file": "56531.yaml",
-                "releases": ["0.33.0"],
-                "bench": None,
-            }
-        ]
-    )
+    manifest = _manifest(records=_manifest()["records"][1:])  # 56531: no latency claim
     script = environment().get_template("bundle/run.sh.j2").render(manifest=manifest, max_mib=60)
     assert "gdn_review.cli bench" not in script and "bench.json" not in script
 
@@ -147,9 +135,8 @@ def test_run_script_refuses_another_python(tmp_path):
     )
     assert done.returncode == 2
     assert "wheels are for Python 2.7" in done.stderr
-    assert (
-        tmp_path / "out" / "steps.jsonl"
-    ).read_text() == ""  # it stopped before installing anything
+    # it stopped before installing anything
+    assert (tmp_path / "out" / "steps.jsonl").read_text() == ""
 
 
 def test_out_must_be_empty_unless_forced(tmp_path):
@@ -219,9 +206,8 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
             project_root=ROOT,
             say=lambda line: None,
         )
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "cache"
-    ]  # no bundle, no staging folder left
+    # no bundle, no staging folder left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
     manifest = bundling.write_bundle(
         tmp_path / "out",
         records,
@@ -375,9 +361,8 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
             assert outcomes.count("passed") > 0, (number, run)
             # vLLM came from the bundle's own release cache, not from this machine's install.
             assert str(tmp_path / "work") in evidence["environment"]["vllm_path"]
-            if (
-                run["role"] != "base"
-            ):  # the base release runs every claim: those of an improvement fail there
+            # the base release runs every claim: those of an improvement fail there
+            if run["role"] != "base":
                 assert run["pytest_exit"] == 0, (number, run)
     bench = summary["bench"]["52078"]
     assert bench["device"] == "cpu" and bench["verdict"] in {
@@ -410,9 +395,8 @@ def test_dry_run_passes_from_the_bundle_alone_with_no_network(tmp_path):
 def test_cuda_on_the_cpu_platform_needs_both_settings(monkeypatch):
     import importlib
 
-    env = importlib.import_module(
-        "gdn_review.harness.environment"
-    )  # the package exports a function of that name
+    # the package exports a function of that name
+    env = importlib.import_module("gdn_review.harness.environment")
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
     monkeypatch.delenv(env.CUDA_ON_CPU_PLATFORM, raising=False)
     assert not env.cuda_on_cpu_platform()

@@ -100,3 +100,105 @@ def test_help_shows_examples():
     for command in ([], ["validate"], ["generate"], ["schema"]):
         result = run(*command, "--help")
         assert result.exit_code == 0 and "Example" in result.output, command
+
+
+# --fail-on: each word trips the same way in run/report/mutate, matrix and review, since every
+# command keeps, with fail_conditions.tripped, the conditions it chose among its stage's findings.
+COMMANDS = {"report": "REPORT", "matrix": "MATRIX", "history": "HISTORY", "review": "REVIEW"}
+
+
+def test_fail_on_help_says_each_word_as_the_vocabulary_does():
+    from gdn_review.common import fail_conditions
+
+    for command, stage in COMMANDS.items():
+        shown = " ".join(run(command, "--help").output.split())
+        for word in getattr(fail_conditions, stage):
+            assert f"{word} ({fail_conditions.CONDITIONS[word]})" in shown, (command, word)
+
+
+def _claims_found(verdict: str) -> tuple[list, list]:
+    """The findings of one claim with ``verdict``: as a report has it, and as a matrix has it."""
+    from gdn_review.matrix import matrix_report
+    from gdn_review.report import verdicts
+
+    data = {"key": 7, "claims": [{"id": "C1", "verdict": verdict, "reason": "why"}], "risks": []}
+    matrix = {**data, "matrix": {"drift": {"unexplained": []}}}
+    return verdicts.findings([data]), matrix_report.findings([matrix])
+
+
+def test_claim_words_trip_the_same_in_report_and_matrix():
+    from gdn_review.common.fail_conditions import CONDITIONS, tripped
+    from gdn_review.run.evidence_file import NOT_TIED
+
+    expected = {
+        "fails": ["fails: PR #7 claim C1"],
+        "unverified": ["unverified: PR #7 claim C1: why"],
+        NOT_TIED: [f"unverified: PR #7 claim C1 {NOT_TIED}"],
+        "pending": ["pending: PR #7 claim C1: why"],
+        "holds": [],
+        "known deviation": [],
+        "not applicable": [],
+    }
+    for verdict, lines in expected.items():
+        in_report, in_matrix = _claims_found(verdict)
+        assert in_report == in_matrix, verdict
+        assert tripped(in_report, set(CONDITIONS)) == lines, verdict
+        word = lines[0].split(":")[0] if lines else None
+        assert tripped(in_report, set(CONDITIONS) - {word}) == [], verdict
+
+
+def test_survived_and_drift_trip_the_same_in_every_command_that_has_them():
+    from gdn_review.common.fail_conditions import tripped
+    from gdn_review.matrix import matrix_report
+    from gdn_review.report import verdicts
+    from gdn_review.review import render
+
+    for status in ("survived", "not reached", "killed", "timeout", "error", "equivalent"):
+        mutant = {"id": "m1", "status": status}
+        report = {"key": 7, "claims": [], "risks": [], "mutation": {"survivors": [mutant]}}
+        review = {"records": [], "mutants": [mutant]}
+        trips = status in ("survived", "not reached")
+        for found in (verdicts.findings([report]), render.findings(review)):
+            assert bool(tripped(found, {"survived"})) == trips, status
+            assert tripped(found, {"fails", "drift", "breaks", "unverified"}) == []
+    row = {"case": "spec", "fields": ["num_prefills"], "from": "0.29.0", "to": "0.30.0"}
+    contract = {"key": "update_block_table", "claims": [], "risks": []}
+    in_matrix = matrix_report.findings([{**contract, "matrix": {"drift": {"unexplained": [row]}}}])
+    in_review = render.findings({"records": [{**contract, "unexplained": [row]}], "mutants": []})
+    for found in (in_matrix, in_review):
+        (line,) = tripped(found, {"drift"})
+        assert line.startswith("drift: contract update_block_table ") and "num_prefills" in line
+        assert tripped(found, {"fails", "survived", "breaks"}) == []
+    history = {"unexplained": [{"record": None, "from": "0.29.0", "to": "0.30.0", "fields": ["x"]}]}
+    assert tripped(matrix_report.findings(history=history), {"drift"}) == [
+        "drift: history: 0.29.0 → 0.30.0: field x unattributed"
+    ]
+
+
+def _shard(tmp_path, status: str):
+    from gdn_review.review.review_files import REVIEW_FORMAT
+
+    mutant = {"id": "auto.gt_to_ge.n.7c01d2", "status": status, "line": 3, "diff": "-a\n+b\n"}
+    data = {
+        "format": REVIEW_FORMAT,
+        **{"name": "pr-1", "diff_sha256": "0" * 64, "onto": "0.33.0", "lands_in": "0.34.0"},
+        **{"source": "vLLM 0.33.0", "shard": None, "run": {}, "mutants_left_out": 0},
+        **{"files": [], "impact": [], "carried": [], "records": [], "mutants": [mutant]},
+    }
+    path = tmp_path / f"{status.replace(' ', '-')}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return str(path)
+
+
+def test_a_mutant_not_reached_trips_survived_in_report_and_review_merge(tmp_path):
+    golden = ROOT / "tests" / "golden"
+    evidence = str(golden / "evidence" / "mutation.json")
+    report = ["report", "--kb", str(golden / "kb"), "--evidence", evidence]
+    done = run(*report, "--out", str(tmp_path / "r"), "--fail-on", "survived")
+    assert done.exit_code == 1
+    assert "fail-on: survived: PR #1 mutant auto.gt_to_ge.n.7c01d2 (not reached)" in done.output
+    merge = ["review-merge", "--out", str(tmp_path / "m"), "--fail-on", "survived"]
+    done = run(*merge, _shard(tmp_path, "not reached"))
+    assert done.exit_code == 1
+    assert "fail-on: survived: mutant auto.gt_to_ge.n.7c01d2 (not reached)" in done.output
+    assert run(*merge, _shard(tmp_path, "killed")).exit_code == 0

@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from gdn_review import harness
+from gdn_review.common import snapshots
 from gdn_review.harness import case_build, values
 from gdn_review.kb import load_record
 from gdn_review.matrix import matrix_report
-from gdn_review.run import snapshot_files, snapshot_take
+from gdn_review.run import snapshot_take
 from tests.conftest import ROOT
 
 RECORD = ROOT / "kb" / "52078.yaml"
@@ -94,7 +95,7 @@ def test_a_dtype_drift_between_releases_is_named_and_attributed():
 
     def document(release, cases):
         taken = {"release": release, "device": "cpu", "cases": cases}
-        return snapshot_files.document(52078, {**taken, "usual_dtypes": values.USUAL_DTYPES})
+        return snapshots.document(52078, {**taken, "usual_dtypes": values.USUAL_DTYPES})
 
     # #56531 (from 0.32.0) states that it changed all_spec_rows_zero_drafts; nothing
     # recorded changed pure_spec_decode.

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from gdn_review import harness
-from gdn_review.common import interrupts, release_cache, release_trees
+from gdn_review.common import interrupts, patched_tree, release, release_trees
 from gdn_review.kb import RecordErrors, load_record
 from gdn_review.report.report_contents import report_data
-from gdn_review.review import tree
 from gdn_review.run import evidence_file
 from tests.conftest import ROOT, in_process_pytest
 
@@ -108,13 +107,13 @@ print(json.dumps({
 def test_with_a_change_that_adds_the_method_it_runs_once_per_step_and_its_result_reaches_each_build(
     tmp_path,
 ):
-    version, root = release_cache.loaded()
+    version, root = release.loaded()
     source = (root / TARGET).read_text(encoding="utf-8")
     changed = source
     for find, replace in PATCHES:
         assert changed.count(find) == 1, f"vLLM {version}: {find!r} is not in {TARGET} once"
         changed = changed.replace(find, replace)
-    patched = tree.overlay(root, {TARGET: changed}, tmp_path / "tree")
+    patched = patched_tree.overlay(root, {TARGET: changed}, tmp_path / "tree")
     case = dict(
         MIXED,
         step={

@@ -368,7 +368,8 @@ def test_exported_helpers_are_the_harness_source():
     ):
         for file_name, names in export_helpers.helper_groups(needed):
             # (import_module: gdn_review.harness.environment is also a function's name there)
-            module = importlib.import_module("gdn_review.harness." + file_name.removesuffix(".py"))
+            path = (export_helpers.HARNESS / file_name).resolve().relative_to(ROOT)
+            module = importlib.import_module(".".join(path.with_suffix("").parts))
             if names is None:
                 names = [
                     name
@@ -764,7 +765,7 @@ def test_inlined_harness_files_pass_ruff():
     """The harness files the export copies from are kept as ruff writes them at vLLM's settings."""
     files = sorted(
         {
-            str(ROOT / "gdn_review" / "harness" / name)
+            str((export_helpers.HARNESS / name).resolve())
             for name, _ in export_helpers.helper_groups(export_helpers.OPTIONAL_HELPERS)
         }
     )
@@ -916,9 +917,8 @@ def test_exported_module_passes_without_gdn_review(exported_mutant_runs):
     done = exported_mutant_runs["(baseline)"]
     tail = done["stdout"][-3000:]
     assert done["returncode"] == 0, tail
-    last = (
-        done["stdout"].strip().splitlines()[-1]
-    )  # e.g. "26 passed, 34 skipped, 5 xfailed in 9.80s"
+    # e.g. "26 passed, 34 skipped, 5 xfailed in 9.80s"
+    last = done["stdout"].strip().splitlines()[-1]
     assert re.search(r"\d+ passed", last) and not re.search(
         r"\d+ (failed|errors?|xpassed)", last
     ), last
@@ -1074,6 +1074,33 @@ def _parity_keys(record) -> dict[str, str]:
     return keys
 
 
+def _parity_run(scratch: Path, arguments: list[str]) -> dict:
+    """PARITY_DRIVER's parity.json over ``arguments`` (records and their mutants), run in a
+    child of its own (its own TMPDIR, offline); the generated suites must pass unmutated."""
+    (scratch / "tmp").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
+    env |= {"TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}
+    done = interrupts.run_child(
+        [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *arguments],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    result = scratch / "parity.json"
+    assert result.exists(), (
+        "the parity run stopped (exit "
+        f"{done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    )
+    data = json.loads(result.read_text(encoding="utf-8"))
+    print(json.dumps(data, indent=1))  # the kill sets and timings, for -s
+    assert data["generated_baseline"] == 0, (
+        "the generated suites must pass without a mutant:\n" + done.stdout[-3000:]
+    )
+    return data
+
+
 @pytest.mark.slow
 def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path):
     """The exported module of each record fails on every record mutant its generated module kills.
@@ -1114,28 +1141,7 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
         *(f"{ROOT / 'kb' / name}.yaml::{','.join(ids)}" for name, ids in contracts.items()),
     ]
     paths += [ROOT / "kb" / f"{name}.yaml" for name in contracts]
-    scratch = tmp_path / "scratch"
-    (scratch / "tmp").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GDN_"))}
-    env |= {"TMPDIR": str(scratch / "tmp"), "HF_HUB_OFFLINE": "1"}
-    done = interrupts.run_child(
-        [sys.executable, "-c", PARITY_DRIVER, str(scratch), "2", *arguments],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    result = scratch / "parity.json"
-    assert result.exists(), (
-        "the parity run stopped (exit "
-        f"{done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-    )
-    data = json.loads(result.read_text(encoding="utf-8"))
-    print(json.dumps(data, indent=1))  # the kill sets and timings, for -s
-    assert data["generated_baseline"] == 0, (
-        "the generated suites must pass without a mutant:\n" + done.stdout[-3000:]
-    )
+    data = _parity_run(tmp_path / "scratch", arguments)
     records = {path.stem: load_record(path) for path in paths}
     killed_total, summary = 0, []
     for number, entry in data["records"].items():
@@ -1146,9 +1152,8 @@ def test_exported_module_kills_every_mutant_its_generated_module_kills(tmp_path)
         keys = _parity_keys(records[number])
         kinds = {claim.id: claim.check.kind for claim in records[number].claims}
         assert entry["mutants"], f"{number}: no record mutant applies to vLLM {data['release']}"
-        if (
-            number in contracts
-        ):  # each named whole-file mutant is killed by the contract's generated module
+        # each named whole-file mutant is killed by the contract's generated module
+        if number in contracts:
             assert all(entry["generated"][m]["status"] == "killed" for m in entry["mutants"]), (
                 entry["generated"]
             )

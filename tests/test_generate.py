@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 
 import pytest
 
 from gdn_review import generate
 from gdn_review.generate.literals import GENERATED, RUFF, LiteralError
 from gdn_review.kb import RecordErrors, load_record, parse_record
-from tests.conftest import MINIMAL, ROOT
+from tests.conftest import MINIMAL, ROOT, dev_tool
 
 GOLDEN = ROOT / "tests" / "golden"
 
@@ -49,12 +50,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_record_text_is_only_a_string_literal(text):
-    record = parse_record(MINIMAL, "7.yaml")
-    claim = record.claims[0].model_copy(update={"text": text})
-    case = record.cases[0].model_copy(update={"text": text})
-    pr = record.pr.model_copy(update={"title": text})
-    hostile = record.model_copy(update={"claims": [claim], "cases": [case], "pr": pr})
-    source = generate.render_module(hostile, "kb/7.yaml\nimport os")
+    source = generate.render_module(_hostile_record(text), "kb/7.yaml\nimport os")
     tree = ast.parse(source)
     imports = sorted(
         alias.name if isinstance(node, ast.Import) else f"{node.module}.{alias.name}"
@@ -74,18 +70,36 @@ def test_hostile_record_text_is_only_a_string_literal(text):
     }
     assert ast.literal_eval(constants["CLAIM_C1"]) == text
     assert ast.literal_eval(constants["TITLE"]) == text
-    assert source.splitlines()[0].endswith(
-        "kb/7.yaml_import_os. DO NOT EDIT: edit the record, then run `gdn-review generate`."
+    assert source.splitlines()[0].endswith("kb/7.yaml_import_os. DO NOT EDIT.")
+
+
+def _hostile_record(text: str):
+    record = parse_record(MINIMAL, "7.yaml")
+    claim = record.claims[0].model_copy(update={"text": text})
+    case = record.cases[0].model_copy(update={"text": text})
+    pr = record.pr.model_copy(update={"title": text})
+    return record.model_copy(update={"claims": [claim], "cases": [case], "pr": pr})
+
+
+def test_generated_modules_pass_ruff_at_the_project_settings(tmp_path):
+    """The KB's modules and the golden record's, generated fresh, and modules of hostile
+    record text pass `ruff check` at the project's settings (pyproject.toml, 100 columns),
+    as generated_tests/ must: the generator wraps long literals itself."""
+    for kb in (ROOT / "kb", GOLDEN / "kb"):
+        generate.apply(generate.plan(kb, tmp_path / kb.parent.name))
+    long_text = "a claim's text far longer than any line " * 6 + "x" * 120
+    for index, text in enumerate([*HOSTILE, long_text]):
+        module = generate.render_module(_hostile_record(text), "kb/7.yaml")
+        (tmp_path / f"test_hostile_{index}.py").write_text(module, encoding="utf-8")
+    assert len(list(tmp_path.rglob("test_*.py"))) > len(HOSTILE) + 10
+    config = ["--config", str(ROOT / "pyproject.toml")]
+    done = subprocess.run(
+        [dev_tool("ruff", "ruff"), "check", "--no-cache", *config, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-
-
-def test_py_literal_sorts_keys_and_round_trips():
-    value = {"b": [1, None, True], "a": {"z": "x'\"", "y": 2.5}}
-    text = generate.py_literal(value)
-    assert ast.literal_eval(text) == value
-    assert text.index("'a'") < text.index("'b'")
-    with pytest.raises(generate.GenerateError):
-        generate.py_literal({"x": object()})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
 
 
 def test_both_literal_styles_write_the_same_data():
@@ -95,12 +109,13 @@ def test_both_literal_styles_write_the_same_data():
     value["nested"] = [dict(value), list(range(30))]
     generated, ruff = GENERATED.literal(value), RUFF.assignment("VALUE", value)
     assert ast.literal_eval(generated) == value
+    assert ast.literal_eval(GENERATED.literal(value["nested"], 90)) == value["nested"]
     namespace: dict = {}
     exec(ruff, namespace)
     assert namespace["VALUE"] == value
     assert generated.index("'a'") < generated.index("'b'")  # sorted keys, repr quotes
     assert ruff.index('"b"') < ruff.index('"a"')  # insertion order, double quotes
-    assert max(map(len, generated.splitlines())) > 88 >= max(map(len, ruff.splitlines()))
+    assert 100 >= max(map(len, generated.splitlines())) > 88 >= max(map(len, ruff.splitlines()))
     for style in (GENERATED, RUFF):
         for bad in (object(), float("nan")):
             with pytest.raises(LiteralError):
@@ -148,6 +163,10 @@ def test_template_error_writes_nothing(tmp_path, write_record):
     out = tmp_path / "out"
     with pytest.raises(generate.GenerateError, match="not valid Python"):
         generate.plan(kb, out, templates)
+    # A module without the banner could never be replaced: the renderer refuses it.
+    (templates / "test_module.py.j2").write_text("# banner\nx = 1\n")
+    with pytest.raises(generate.GenerateError, match="must write '# gdn-review: generated module'"):
+        generate.plan(kb, out, templates)
     assert not out.exists()
 
 
@@ -180,11 +199,9 @@ def test_claim_ids_that_collide_as_names_are_refused():
 
 def test_every_claim_and_risk_of_the_bundled_record_gets_a_test():
     record = load_record(ROOT / "kb" / "52078.yaml")
-    context = generate.module_context(record, "kb/52078.yaml")
-    for claim in context["claims"]:
-        assert claim["params"] or claim["kind"] == "invariant", claim["id"]
-    covered = {risk for claim in context["claims"] for risk in claim["risks"]}
-    covered |= {
-        risk for claim in context["claims"] for param in claim["params"] for risk in param["risks"]
-    }
+    model = generate.module_model(record)
+    for claim in model.claims:
+        assert claim.tests or claim.kind == "invariant", claim.id
+    covered = {risk for claim in model.claims for risk in claim.risks}
+    covered |= {risk for claim in model.claims for test in claim.tests for risk in test.risks}
     assert covered == {risk.id for risk in record.risks}

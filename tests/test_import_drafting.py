@@ -8,13 +8,7 @@ import json
 import pytest
 import yaml
 
-from gdn_review.importers.drafting import (
-    LATENCY_HINT,
-    MOVES_HINT,
-    STAYS_HINT,
-    draft_claims,
-    hint,
-)
+from gdn_review.importers.drafting import LATENCY_HINT, MOVES_HINT, STAYS_HINT, draft_claims, hint
 from gdn_review.importers.gh_pr import import_gh_pr
 from gdn_review.kb import is_draft, parse_record
 

@@ -92,9 +92,8 @@ def test_pr_fields_claims_risks_and_notes(tmp_path):
 def test_target_file_and_symbol_from_the_diff(tmp_path):
     out, record = imported(tmp_path, PR_JSON, "--diff", PR_DIFF)
     assert record.target.file == "vllm/v1/attention/backends/gdn_attn.py"
-    assert (
-        record.target.symbol == "build_for_cudagraph_capture"
-    )  # the hunk header's context; no class in the diff
+    # the hunk header's context; no class in the diff
+    assert record.target.symbol == "build_for_cudagraph_capture"
     assert record.report.key_symbols == ["build_for_cudagraph_capture"]
     header = (out / "55404.yaml").read_text(encoding="utf-8").split("schema_version:")[0]
     assert "qualify a method: Class.build_for_cudagraph_capture" in header
@@ -186,9 +185,8 @@ def test_a_review_that_requests_changes_is_a_risk(tmp_path):
 def test_bad_json_exits_2_naming_file_line_col_and_writes_nothing(tmp_path):
     text = PR_JSON.read_text(encoding="utf-8")
     bad = tmp_path / "pr.json"
-    bad.write_text(
-        text.replace('"number": 55404,', '"number": 55404'), encoding="utf-8"
-    )  # a missing comma
+    # a missing comma
+    bad.write_text(text.replace('"number": 55404,', '"number": 55404'), encoding="utf-8")
     with pytest.raises(json.JSONDecodeError) as error:
         json.loads(bad.read_text(encoding="utf-8"))
     out = tmp_path / "kb"
@@ -238,9 +236,10 @@ def test_a_json_list_is_refused(tmp_path):
 
 def test_bad_diff_exits_2_naming_file_and_line_and_writes_nothing(tmp_path):
     bad = tmp_path / "pr.diff"
+    # cut short
     bad.write_text(
         "\n".join(PR_DIFF.read_text(encoding="utf-8").splitlines()[:-3]) + "\n", encoding="utf-8"
-    )  # cut short
+    )
     out = tmp_path / "kb"
     out.mkdir()
     result = run("import", PR_JSON, "--diff", bad, "--out", out)
@@ -315,9 +314,8 @@ def test_53542s_draft_claims_its_own_change_not_what_its_description_says_of_oth
         )
         for text in texts
     )
-    assert not any(
-        "#53426" in text or "#52559" in text for text in texts
-    )  # sentences about other PRs are not its claims
+    # sentences about other PRs are not its claims
+    assert not any("#53426" in text or "#52559" in text for text in texts)
     notes = {r.number: r.note for r in record.related}
     assert set(notes) == {52559, 53426} and "only skips the draft sync forward" in notes[53426]
     assert record.state == "open"
@@ -410,9 +408,8 @@ def test_52297s_profiling_figures_are_a_latency_claim(tmp_path):
         "latency: a latency claim, measured by `gdn-review bench` (build() timed A/B"
     )
     assert "an end-to-end throughput figure needs a serving benchmark" in claim.check.hint
-    e2e = next(
-        c for c in record.claims if "improves 61%" in c.text
-    )  # a percentage of throughput: latency too
+    # a percentage of throughput: latency too
+    e2e = next(c for c in record.claims if "improves 61%" in c.text)
     assert e2e.check.hint.startswith("latency: ") and "serving benchmark" in e2e.check.hint
     assert e2e.source == f"PR body: '{e2e.text}'"
 
@@ -444,16 +441,12 @@ def test_52297s_sentences_are_drafted_once_each(tmp_path):
     _, _, record = _imported_52297(tmp_path)
     texts = [c.text for c in record.claims]
     assert len(texts) == len(set(texts))
-    for sentence in (
-        _STAYS_SENTENCE,
-        _ONCE_PER_STEP,
-        _PROFILING,
-    ):  # the bullet holds two sentences: two claims, one each
+    # the bullet holds two sentences: two claims, one each
+    for sentence in (_STAYS_SENTENCE, _ONCE_PER_STEP, _PROFILING):
         assert sum(sentence in text for text in texts) == 1
     assert [c.id for c in record.claims] == [f"C{i}" for i in range(1, len(texts) + 1)]
-    assert (
-        len(texts) == 7
-    )  # title, two Purpose sentences, the bullet's two, the e2e bullet, Profiling
+    # title, two Purpose sentences, the bullet's two, the e2e bullet, Profiling
+    assert len(texts) == 7
     assert not any(text.startswith(("pytest -s -v", "Unit test passed")) for text in texts)
 
 

@@ -105,9 +105,8 @@ def test_seed_claims_are_todo_checks_from_motivation_and_impact():
         "latency: a latency claim, measured by `gdn-review bench`"
     )
     assert "equivalence" in equivalence.check.hint and "serving benchmark" in equivalence.check.hint
-    assert (
-        "latency or gpu_sync" not in equivalence.check.hint
-    )  # the general speed hint gives way to the latency one
+    # the general speed hint gives way to the latency one
+    assert "latency or gpu_sync" not in equivalence.check.hint
 
 
 def test_seed_risks_related_and_report_notes():

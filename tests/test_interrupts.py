@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import interrupts, release_cache
+from gdn_review.common import interrupts, release
 from tests.conftest import ROOT, vllm_files_digest
 
 BOUND_S = 10.0  # signal to exit
@@ -42,7 +42,7 @@ TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 
 def _review_diff(folder: Path) -> Path:
     """A change the review can run: a comment after the installed builder file's last line."""
-    _, root = release_cache.loaded()
+    _, root = release.loaded()
     before = (root / TARGET).read_text(encoding="utf-8").splitlines(True)
     diff = folder / "comment.diff"
     diff.write_text(
@@ -85,7 +85,7 @@ COMMANDS = {
             "--record",
             "52078",
             "--vllm",
-            release_cache.installed(),
+            release.installed(),
             "--jobs",
             "1",
             "-k",
@@ -120,7 +120,7 @@ COMMANDS = {
             "--record",
             "52078",
             "--releases",
-            f"{release_cache.installed()},{release_cache.installed()}",
+            f"{release.installed()},{release.installed()}",
             "--case",
             "single_request",
             "--max-seconds",
@@ -138,7 +138,7 @@ COMMANDS = {
             "--record",
             "56531",
             "--vllm",
-            release_cache.installed(),
+            release.installed(),
             "--dry-run",
             "--work",
             str(t / "out" / "work"),

@@ -306,9 +306,6 @@ def test_any_text_gives_a_record_or_record_errors(text):
 def test_a_change_naming_an_unknown_case_is_an_error():
     """related[].changes attribute drift to cases: a typo would silently become 'unexplained
     drift'."""
-    from gdn_review.kb import RecordErrors, parse_record
-    from tests.conftest import MINIMAL
-
     text = (
         MINIMAL + "related:\n  - number: 9\n    title: Later PR\n    relation: "
         "changes-claim\n    changes:\n      - cases: [spce]\n"

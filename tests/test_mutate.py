@@ -17,6 +17,7 @@ import pytest
 
 from gdn_review.common import interrupts
 from gdn_review.mutation import runner
+from gdn_review.run import suite
 from tests.conftest import ROOT, vllm_files_digest
 
 pytestmark = pytest.mark.slow
@@ -95,9 +96,9 @@ def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
             ROOT / "kb" / "52078.yaml", record, fetch=True, say=lambda _: None
         ).mutants
     }
-    args = runner.test_args([ROOT / "generated_tests" / "test_pr_52078.py"], selection)
+    tests = suite.test_args([ROOT / "generated_tests" / "test_pr_52078.py"], selection)
     for ident, entry in in_process.items():
-        fresh = runner.run_fresh_process(TARGET, found[ident].source, args, cwd=ROOT)
+        fresh = runner.run_fresh_process(TARGET, found[ident].source, tests, cwd=ROOT)
         assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (
             entry["status"],
             sorted(entry["killed_by"]),
@@ -157,7 +158,7 @@ def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fa
         tmp_path=tmp_path,
     )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "fail-on: PR 52078 mutant ge_to_gt survived" in done.stderr
+    assert "fail-on: survived: PR #52078 mutant ge_to_gt\n" in done.stderr
     found = mutants_of(tmp_path)
     assert found["hang"]["status"] == "timeout" and "killed" in found["hang"]["reason"]
     assert vllm_files_digest() == before

@@ -12,7 +12,8 @@ import pytest
 
 from gdn_review import mutation
 from gdn_review.kb import parse_record
-from gdn_review.mutation import catalogue, operators, reach, runner
+from gdn_review.mutation import catalogue, operators, reach
+from gdn_review.run import suite
 from tests.conftest import MINIMAL
 
 BASE = textwrap.dedent(
@@ -202,9 +203,9 @@ def test_validate_reports_a_mutant_find_with_a_typo(write_record):
     from click.testing import CliRunner
 
     from gdn_review.cli import main
-    from gdn_review.common import release_cache
+    from gdn_review.common import release
 
-    installed, _ = release_cache.loaded()
+    installed, _ = release.loaded()
     text = MINIMAL.replace("head_release: 0.29.0", f"head_release: {installed}").replace(
         "    claims: [C1]\n",
         "    claims: [C1]\n    mutants:\n      - id: typo\n        find: "
@@ -273,7 +274,7 @@ def test_the_baseline_trace_tells_a_mutant_no_test_executes_from_one_that_ran(tm
         encoding="utf-8",
     )
     trace = reach.LineTrace({"tracedpkg/target.py"})
-    code = pytest.main([str(test_file), *runner.PYTEST_ARGS, "--gdn-no-evidence"], plugins=[trace])
+    code = pytest.main(suite.pytest_args([test_file], None), plugins=[trace])
     assert code == 0 and trace.active
     reached = trace.reached(test_file, "tracedpkg/target.py")
     assert {5, 6} <= reached and not {7, 12, 13, 14} & reached

@@ -7,12 +7,13 @@ releases skips with its reason, and nothing fails.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from gdn_review.common import interrupts, release_trees
+from gdn_review.common import interrupts, release_imports, release_trees
 from tests.conftest import ROOT
 
 
@@ -70,3 +71,61 @@ def test_the_generated_suite_and_exported_modules_pass_or_skip_on_an_older_relea
             said = f"test_gdn_{module}.py"
             reason = f"not applicable: claim C1 covers vLLM >={bound}; loaded 0.29.0"
             assert any(said in line and reason in line for line in skipped), tail
+
+
+def _release_requiring(folder, requirement: str):
+    """A release cache entry as far as its requirements go: its dist-info's METADATA."""
+    info = folder / "vllm-0.17.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Name: vllm\nVersion: 0.17.0\nRequires-Dist: {requirement}\n"
+        'Requires-Dist: vllm-gguf-plugin>=0.0.2; extra == "extra-quant"\n',
+        encoding="utf-8",
+    )
+    return folder
+
+
+def test_an_old_releases_missing_import_is_named_with_the_one_command_that_installs_it(tmp_path):
+    """Offline (fetch off) nothing is installed: the command that works is said, without
+    dependencies (numpy in the folder would shadow the environment's)."""
+    from importlib.util import find_spec
+
+    if find_spec("gguf") is not None:
+        pytest.skip("this environment has gguf: nothing is missing")
+    entry = _release_requiring(tmp_path / "0.17.0", "gguf>=0.17.0")
+    assert release_imports.wanted(entry) == ["gguf>=0.17.0"]
+    said = []
+    release_imports.ensure(entry, "0.17.0", fetch=False, say=said.append)
+    (line,) = said
+    target = entry / release_imports.FOLDER
+    assert line.startswith("vLLM 0.17.0 imports gguf>=0.17.0 when it is imported")
+    assert f"-m pip install --quiet --no-deps --target {target} 'gguf>=0.17.0'" in line
+    assert not target.exists()
+    assert str(target) not in release_trees.environment(entry)["PYTHONPATH"]
+
+
+@pytest.mark.slow
+def test_an_old_releases_missing_import_is_installed_without_dependencies(tmp_path):
+    """gguf goes into the release's entry alone (not numpy), after the release on a child's
+    PYTHONPATH; the child imports gguf from there and numpy from the environment."""
+    from importlib.util import find_spec
+
+    if find_spec("gguf") is not None:
+        pytest.skip("this environment has gguf: nothing is missing")
+    entry = _release_requiring(tmp_path / "0.17.0", "gguf>=0.17.0")
+    said = []
+    release_imports.ensure(entry, "0.17.0", say=said.append)
+    folder = entry / release_imports.FOLDER
+    names = {p.name for p in folder.iterdir()}
+    assert "gguf" in names and not any(n.startswith(("numpy", "tqdm")) for n in names), said
+    assert release_imports.wanted(entry) == []  # once is enough
+    env = release_trees.environment(entry)
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(entry), str(folder)]
+    done = interrupts.run_child(
+        [sys.executable, "-c", "import gguf, numpy; print(gguf.__file__); print(numpy.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    gguf_file, numpy_file = done.stdout.split()
+    assert gguf_file.startswith(str(folder)) and not numpy_file.startswith(str(entry)), done.stderr

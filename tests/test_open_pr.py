@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import interrupts, release_trees
+from gdn_review.common import fail_conditions, interrupts, release_trees
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import tripped
+from gdn_review.report.verdicts import findings
 from gdn_review.review import render
 from gdn_review.run import evidence_file
 from tests.conftest import MINIMAL, ROOT, in_process_pytest
@@ -67,9 +67,9 @@ def test_an_open_prs_improvement_claim_that_fails_is_pending_and_passes_the_run(
     assert claim["verdict"] == "pending"
     assert "fails on vLLM 0.33.0 as the PR says it should" in claim["reason"]
     assert data["state"] == "open" and "no release" in data["head_release"]
-    assert tripped([data], {"fails"}) == []  # exit 0 ...
-    assert tripped([data], {"fails", "pending"}) == [
-        "PR 7 claim C1 pending: " + claim["reason"]
+    assert fail_conditions.tripped(findings([data]), {"fails"}) == []  # exit 0 ...
+    assert fail_conditions.tripped(findings([data]), {"fails", "pending"}) == [
+        "pending: PR #7 claim C1: " + claim["reason"]
     ]  # ... unless --fail-on pending
     risk = data["risks"][0]
     assert (
@@ -284,20 +284,20 @@ def test_the_own_claims_line_counts_hold_pending_and_fail():
 def test_review_takes_the_pr_number_from_the_diffs_name_only_for_an_open_record(
     write_record, tmp_path
 ):
-    from gdn_review.review import orchestrate
+    from gdn_review.review import onto_release
     from gdn_review.review.review_files import ReviewError
     from gdn_review.run.selection import load_records
 
     kb = write_record(OPEN)
     records = load_records(kb)
-    assert orchestrate.own_record(None, Path("7.diff"), records) == 7
-    assert orchestrate.own_record(None, Path("pr-7.diff"), records) == 7
-    assert orchestrate.own_record(None, Path("change.diff"), records) is None
+    assert onto_release.own_record(None, Path("7.diff"), records) == 7
+    assert onto_release.own_record(None, Path("pr-7.diff"), records) == 7
+    assert onto_release.own_record(None, Path("change.diff"), records) is None
     merged = load_records(write_record(MINIMAL, "7.yaml"))
-    assert orchestrate.own_record(None, Path("7.diff"), merged) is None
-    assert orchestrate.own_record(7, Path("x.diff"), merged) == 7
+    assert onto_release.own_record(None, Path("7.diff"), merged) is None
+    assert onto_release.own_record(7, Path("x.diff"), merged) == 7
     with pytest.raises(ReviewError, match="no record of PR #9"):
-        orchestrate.own_record(9, Path("x.diff"), merged)
+        onto_release.own_record(9, Path("x.diff"), merged)
 
 
 # --- #55404 replayed as open: its own hunks (0.29.0 -> 0.30.0) are its diff --------------
@@ -543,7 +543,8 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
         text=True,
         timeout=300,
     )
-    assert failing.returncode == 1 and "claim C1 pending" in failing.stdout + failing.stderr
+    assert failing.returncode == 1
+    assert "pending: PR #53542 claim C1: " in failing.stdout + failing.stderr
     (test,) = [
         t
         for t in json.loads((tmp_path / "evidence.json").read_text(encoding="utf-8"))["tests"]

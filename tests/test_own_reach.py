@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
+from gdn_review.common import fail_conditions
 from gdn_review.kb import load_record
 from gdn_review.mutation import own_reach
 from gdn_review.report import report, verdicts
@@ -132,5 +133,6 @@ def test_the_report_says_claims_not_tied_to_the_change(tmp_path):
         "executes any of the PR's 1 own line in vllm/x.py (first: line 20 of B.build; closest: "
         "decode" in markdown
     )
-    assert any("C1 not tied" in t for t in verdicts.tripped([made], {"unverified"}))
-    assert not any("not tied" in t for t in verdicts.tripped([made], {"fails"}))
+    found = verdicts.findings([made])
+    assert any("C1 not tied" in t for t in fail_conditions.tripped(found, {"unverified"}))
+    assert not any("not tied" in t for t in fail_conditions.tripped(found, {"fails"}))

@@ -76,9 +76,8 @@ def test_a_second_builder_re_gathers_after_its_own_builds(calls):
     result = harness.build_case("cpu", case, count_ops=False).metadata
     builds = [who for name, who in calls if name == "build"]
     (regather,) = [who for name, who in calls if name == "update_block_table"]
-    assert len(builds) == 2 and builds[0] == regather != builds[1], (
-        calls
-    )  # the larger batch on the second builder first
+    # the larger batch on the second builder first
+    assert len(builds) == 2 and builds[0] == regather != builds[1], calls
     assert result["spec_state_indices_tensor"] == [
         [10001, 10002, 10003],
         [10017, 10018, 10019],
@@ -182,9 +181,8 @@ def test_case_inputs_expand_chains_and_mark_layout_cases():
     )
     inputs = parse_record(text, "7.yaml").case_inputs()
     assert inputs["a"]["layout"] is True
-    assert (
-        inputs["b"]["after"][0]["after"][0]["rows"][0]["seq_len"] == 9
-    )  # d, built before c, built before b
+    # d, built before c, built before b
+    assert inputs["b"]["after"][0]["after"][0]["rows"][0]["seq_len"] == 9
     assert harness_build.needs_own_builder(inputs["b"])
 
 
@@ -225,9 +223,8 @@ def test_a_generated_equivalence_test_compares_only_the_claims_fields(tmp_path):
 
 def test_a_case_that_states_the_reorder_threshold_reads_it_from_the_builder():
     spec = dict(K2, rows=SPEC_ROWS, builder_fields=True)
-    assert (
-        harness.build_case("cpu", spec, count_ops=False).metadata["reorder_batch_threshold"] == 3
-    )  # 1 + k
+    # 1 + k
+    assert harness.build_case("cpu", spec, count_ops=False).metadata["reorder_batch_threshold"] == 3
     plain = dict(rows=[{"seq_len": 9, "query_len": 1}], builder_fields=True)
     assert (
         harness.build_case("cpu", plain, count_ops=False).metadata["reorder_batch_threshold"] == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import release_cache
+from gdn_review.common import release, release_cache, release_trees
 
 TARGET = "vllm/v1/attention/backends/gdn_attn.py"
 
@@ -70,12 +70,10 @@ def fake_index(monkeypatch, tmp_path):
 def test_fetched_once_then_read_from_the_cache(fake_index, tmp_path):
     root = tmp_path / "cache"
     messages = []
-    release = release_cache.ensure("0.29.0", root, messages.append)
-    assert release.source(TARGET) == "version = '0.29.0'\n"
-    assert not (release.path / "vllm" / "_C.abi3.so").exists()  # compiled parts stay out
-    assert (
-        release_cache.source("0.29.0", TARGET, root, say=messages.append) == "version = '0.29.0'\n"
-    )
+    entry = release_cache.ensure("0.29.0", root, messages.append)
+    assert entry.source(TARGET) == "version = '0.29.0'\n"
+    assert not (entry.path / "vllm" / "_C.abi3.so").exists()  # compiled parts stay out
+    assert release_cache.source("0.29.0", TARGET, root) == "version = '0.29.0'\n"
     assert fake_index["downloads"] == 1 and release_cache.cached_versions(root) == ["0.29.0"]
     assert any("fetching vLLM 0.29.0" in m for m in messages)
     assert not [p for p in root.iterdir() if p.name.startswith(".fetch")]  # no scratch left behind
@@ -106,17 +104,23 @@ def test_a_bad_download_leaves_no_entry_and_is_fetched_again(fake_index, tmp_pat
     assert fake_index["downloads"] == 2
 
 
-def test_a_damaged_cached_file_drops_the_entry_and_refetches(fake_index, tmp_path):
+def test_a_damaged_cached_file_drops_the_entry_and_only_release_trees_fetches_it_again(
+    fake_index, tmp_path
+):
     root = tmp_path / "cache"
-    release = release_cache.ensure("0.31.0", root, lambda _: None)
-    (release.path / TARGET).write_text("version = '0.31.X'\n")  # same size, other bytes
-    assert release_cache.source("0.31.0", TARGET, root, fetch=False) is None
-    assert (
-        release_cache.source("0.31.0", TARGET, root, say=lambda _: None) == "version = '0.31.0'\n"
-    )
+    entry = release_cache.ensure("0.31.0", root, lambda _: None)
+    (entry.path / TARGET).write_text("version = '0.31.X'\n")  # same size, other bytes
+    assert release_cache.source("0.31.0", TARGET, root) is None  # dropped, not fetched
+    assert release_trees.source("0.31.0", TARGET, fetch=False, root=root) is None
+    assert fake_index["downloads"] == 1
+    quiet = {"say": lambda _: None, "root": root}
+    assert release_trees.source("0.31.0", TARGET, **quiet) == "version = '0.31.0'\n"
+    # Damaged while cached (its size kept): read, dropped and fetched again in one call.
+    (root / "0.31.0" / TARGET).write_text("version = '0.31.Y'\n")
+    assert release_trees.source("0.31.0", TARGET, **quiet) == "version = '0.31.0'\n"
     (root / "0.31.0" / TARGET).write_text("trunc")  # other size: not even listed as cached
     assert release_cache.cached("0.31.0", root) is None
-    assert fake_index["downloads"] == 2
+    assert fake_index["downloads"] == 3
 
 
 def test_a_half_unpacked_entry_without_manifest_is_not_used(fake_index, tmp_path):
@@ -138,14 +142,14 @@ def test_release_numbers_are_checked_before_anything_runs(version, tmp_path):
 
 
 def test_the_installed_release_is_adopted_as_a_verified_entry_without_compiled_files(tmp_path):
-    version, _ = release_cache.loaded()
+    version, root = release.loaded()
     entry = release_cache.adopt_installed(root=tmp_path, say=lambda line: None)
     assert entry.version == version and release_cache.cached(version, tmp_path) == entry
     assert (entry.path / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py").is_file()
     assert not list(entry.path.rglob("*.so"))
     assert entry.wheel.startswith("installed distribution at ")
     # The same source text as the installed file, read through the entry.
-    installed = release_cache.loaded()[1] / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py"
+    installed = root / "vllm" / "v1" / "attention" / "backends" / "gdn_attn.py"
     assert entry.source("vllm/v1/attention/backends/gdn_attn.py") == installed.read_text(
         encoding="utf-8"
     )
@@ -165,3 +169,19 @@ def test_a_child_on_a_cached_release_writes_its_bytecode_and_one_on_an_overlay_d
     assert "PYTHONDONTWRITEBYTECODE" not in release_trees.environment(entry, base)
     assert release_trees.environment(overlay, base)["PYTHONDONTWRITEBYTECODE"] == "1"
     assert release_trees.environment(None, base)["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+def test_only_release_trees_fetches_a_release():
+    """``ensure`` (a download) and ``adopt_installed`` are called by ``release_trees`` alone: every
+    other stage fetches through it (``entry``, ``tree``, ``source``)."""
+    import ast
+
+    package = Path(release_cache.__file__).resolve().parent.parent
+    fetching = {"ensure", "adopt_installed"}
+    callers = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in fetching:
+                if isinstance(node.value, ast.Name) and node.value.id == "release_cache":
+                    callers.add(path.relative_to(package).as_posix())
+    assert callers == {"common/release_trees.py"}

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import release_cache, release_trees
+from gdn_review.common import release, release_trees
 from gdn_review.matrix.release_finder import (
     FinderError,
     Finding,
@@ -93,7 +93,7 @@ def test_the_command_exits_1_when_no_release_has_it_and_2_on_bad_input():
 
 
 def test_lines_from_stdin_are_found_in_the_installed_release():
-    installed = release_cache.installed()
+    installed = release.installed()
     lines = (
         "if num_spec_decodes == 0:\n    num_spec_decodes = 0\n"  # two consecutive lines of 0.33.0
     )
@@ -109,7 +109,7 @@ def test_lines_from_stdin_are_found_in_the_installed_release():
 def test_a_line_of_52078_first_ships_in_0_29_0_and_is_still_in_the_installed_release():
     for version in ("0.28.0", "0.29.0"):
         release_trees.entry(version)
-    installed = release_cache.installed()
+    installed = release.installed()
     # kb/52078.yaml, R2 mutant drop_non_spec_invert; added by the PR
     line = "non_spec_sequence_masks_cpu = ~spec_sequence_masks_cpu"
     finding = find_release(line, offline=True, say=lambda _: None)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import interrupts
+from gdn_review.common import fail_conditions, interrupts
 from gdn_review.kb import load_kb, load_record
 from gdn_review.report import report, verdicts
 from gdn_review.run import evidence_file
@@ -79,12 +79,13 @@ def test_killed_mutants_make_a_passing_risk_mutation_verified():
     ]
     r1 = next(r for r in data["mutation"]["risks"] if r["id"] == "R1")
     assert r1["mutants"][0]["cells"] == ["killed", "·", "passed", "·"]
-    assert verdicts.tripped([data], {"survived"}) == [
-        "PR 1 mutant auto.drop_clause1.use_spec_decode.d6fb08 survived",
-        "PR 1 mutant auto.plus_one.rows.5e2a1c not reached",
-        "PR 1 mutant auto.gt_to_ge.n.7c01d2 not reached",
+    found = verdicts.findings([data])
+    assert fail_conditions.tripped(found, {"survived"}) == [
+        "survived: PR #1 mutant auto.drop_clause1.use_spec_decode.d6fb08",
+        "survived: PR #1 mutant auto.plus_one.rows.5e2a1c (not reached)",
+        "survived: PR #1 mutant auto.gt_to_ge.n.7c01d2 (not reached)",
     ]
-    assert verdicts.tripped([data], {"fails"}) == ["PR 1 claim C2.equal-rows fails"]
+    assert fail_conditions.tripped(found, {"fails"}) == ["fails: PR #1 claim C2.equal-rows"]
 
 
 def _edited_mutation_evidence(tmp_path, edit) -> dict:
@@ -326,11 +327,11 @@ def test_report_cli_fail_on_and_step_summary(tmp_path, monkeypatch):
     ]
     runner = CliRunner()
     result = runner.invoke(main, base)
-    assert result.exit_code == 1 and "fail-on: PR 1 claim C2.equal-rows fails" in result.output
+    assert result.exit_code == 1 and "fail-on: fails: PR #1 claim C2.equal-rows" in result.output
     assert "# PR #1:" in summary.read_text()
     assert runner.invoke(main, base + ["--fail-on", ""]).exit_code == 0
     result = runner.invoke(main, base + ["--fail-on", "uncovered"])
-    assert result.exit_code == 1 and "risk R3 uncovered" in result.output
+    assert result.exit_code == 1 and "fail-on: uncovered: PR #1 risk R3" in result.output
     assert runner.invoke(main, base + ["--fail-on", "everything"]).exit_code == 2
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gdn_review.common import interrupts, release_cache, release_trees
+from gdn_review.common import interrupts, release_trees
+from gdn_review.common.release import loaded as loaded_release
 from gdn_review.kb import load_kb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,8 +165,8 @@ def release_drift(step_reviews, step_kb, tmp_path_factory):
     stored ones (``gdn-review snapshot``); 0.29.0's are taken on its tree. The same
     function compares them.
     """
+    from gdn_review.common import snapshots
     from gdn_review.matrix.matrix_report import drift_data
-    from gdn_review.run import snapshot_files
 
     records = {r.key: r for r in load_kb(step_kb / "kb").values()}
     reviewed = {old for old, _ in STEPS} | {RELEASES[-1]}
@@ -186,7 +187,7 @@ def release_drift(step_reviews, step_kb, tmp_path_factory):
     drift = {}
     for number, record in records.items():
         taken = {old: _unpatched_snapshot(step_reviews[old][3], number) for old, _ in STEPS}
-        taken[RELEASES[-1]] = snapshot_files.stored(step_kb / "kb", number)[RELEASES[-1]]
+        taken[RELEASES[-1]] = snapshots.stored(step_kb / "kb", number)[RELEASES[-1]]
         for release, folder in others.items():
             taken[release] = json.loads((folder / f"{number}.json").read_text(encoding="utf-8"))
         ordered = sorted(taken.items(), key=lambda item: RELEASES.index(item[0]))
@@ -209,12 +210,12 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
     folder, done, data, _ = step_reviews[old]
     assert data["onto"] == old and data["lands_in"] == new
     for record in data["records"]:
-        shown = _rows(release_drift.get((record["number"], old), []))
-        assert _rows(record["moved"]) == shown, (record["number"], _rows(record["moved"]) ^ shown)
-    carried = [c["number"] for c in data["carried"]]
+        shown = _rows(release_drift.get((record["key"], old), []))
+        assert _rows(record["moved"]) == shown, (record["key"], _rows(record["moved"]) ^ shown)
+    carried = [c["key"] for c in data["carried"]]
     markdown = (folder / f"step-{old}.md").read_text(encoding="utf-8")
     if old == "0.28.0":  # the step that carries #52078: its op counts change as the record says
-        (record,) = [r for r in data["records"] if r["number"] == 52078]
+        (record,) = [r for r in data["records"] if r["key"] == 52078]
         assert record["carries_pr"] and 52078 in carried
         claims = {c["id"]: c for c in record["claims"]}
         assert (claims["C1"]["before"], claims["C1"]["after"]) == ("fails", "holds")
@@ -234,7 +235,7 @@ def test_each_release_step_moves_what_the_matrix_shows(old, new, step_reviews, r
 
         draft = load_record(review_files.write_draft(data, ROOT / "kb", 99999, folder))
         assert is_draft(draft) and draft.target.base_release == old
-        moved = [(r["number"], row["case"]) for r in data["records"] for row in r["moved"]]
+        moved = [(r["key"], row["case"]) for r in data["records"] for row in r["moved"]]
         assert (
             len({c for change in draft.target.changes for c in change.cases})
             == len(moved)
@@ -287,7 +288,7 @@ def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(
         rows = matrix_report.matrix_report(record, matrix_files.load_matrix(work), set(records))[
             "matrix"
         ]["drift"]["rows"]
-        (reviewed,) = [r for r in data["records"] if r["number"] == number]
+        (reviewed,) = [r for r in data["records"] if r["key"] == number]
         assert (
             _rows(rows)
             == _rows(reviewed["moved"])
@@ -347,7 +348,7 @@ def test_a_diff_outside_the_kb_affects_no_claim(tmp_path):
 
 
 def _installed_digest() -> str:
-    _, root = release_cache.loaded()
+    _, root = loaded_release()
     digest = hashlib.sha256()
     for path in sorted((root / "vllm").rglob("*.py")):
         digest.update(str(path).encode())
@@ -357,7 +358,7 @@ def _installed_digest() -> str:
 
 def _never_returning_build() -> str:
     """The installed builder file with build() looping forever before its first statement."""
-    version, root = release_cache.loaded()
+    version, root = loaded_release()
     source = (root / TARGET).read_text(encoding="utf-8")
     tree = ast.parse(source)
     (cls,) = [
@@ -475,7 +476,7 @@ def test_a_change_that_deletes_the_target_file_is_bad_input(tmp_path):
 def test_a_change_that_breaks_a_contract_is_a_break(tmp_path):
     """Dropping update_block_table's NULL fill of padded rows breaks contract update_block_table:
     only its second-builder cases see it (the first builder's buffers hold the build's NULLs)."""
-    version, root = release_cache.loaded()
+    version, root = loaded_release()
     source = (root / TARGET).read_text(encoding="utf-8")
     line = "            spec_indices[m.num_spec_decodes :].fill_(NULL_BLOCK_ID)\n"
     assert source.count(line) == 1, f"vLLM {version} has no such line"

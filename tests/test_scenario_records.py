@@ -77,6 +77,7 @@ def test_after_must_name_a_case_of_the_same_builder_and_never_loop():
             case("later", "speculative_tokens: 2", "after: [nope, big, later, chained]"),
         )
     )
+    # 'chained' has its own after: chains of any depth are fine
     assert found == [
         "7.yaml:35:13: cases[2].after[0]: no case with id 'nope' (known: "
         "big, chained, later, spec)",
@@ -85,7 +86,7 @@ def test_after_must_name_a_case_of_the_same_builder_and_never_loop():
         "share one builder",
         "7.yaml:35:24: cases[2].after[2]: case 'later' is built before "
         "'later' and after it: after chains must not loop",
-    ]  # 'chained' has its own after: chains of any depth are fine
+    ]
 
 
 def test_host_lengths_are_upper_bounds_given_one_way():
@@ -120,9 +121,8 @@ def test_a_target_symbol_no_check_reaches_is_named():
         "check a case with `entry: capture` (or the invariant "
         "capture_matches_build); build() alone never calls it"
     ]
-    parse_record(
-        with_cases(capture, symbol=symbol, checked="spec, cap"), "7.yaml"
-    )  # a check of a capture case reaches it
+    # a check of a capture case reaches it
+    parse_record(with_cases(capture, symbol=symbol, checked="spec, cap"), "7.yaml")
 
 
 def test_a_differential_check_compares_two_known_cases():

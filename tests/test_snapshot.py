@@ -1,5 +1,5 @@
-"""Full-metadata snapshots: storage format, differences, and (slow) a one-field change caught on the
-installed vLLM."""
+"""Full-metadata snapshots: storage format, reading, differences, and (slow) a one-field change
+caught on the installed vLLM."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import interrupts
-from gdn_review.run import snapshot_files, snapshot_take
+from gdn_review.common import interrupts, release, snapshots
+from gdn_review.common.snapshots import NO_FIELD
+from gdn_review.run import snapshot_take
 from tests.conftest import ROOT
 
 
 def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
-    data = snapshot_files.document(
+    data = snapshots.document(
         7,
         {
             "release": "0.33.0",
@@ -25,9 +26,9 @@ def test_stored_format_is_deterministic_one_line_per_case_and_round_trips():
             "cases": {"b": {"x": [1, 2], "a": None}, "a": {"n": 1}},
         },
     )
-    text = snapshot_files.dumps(data)
+    text = snapshots.dumps(data)
     assert json.loads(text) == data
-    assert text == snapshot_files.dumps(json.loads(text))
+    assert text == snapshots.dumps(json.loads(text))
     lines = text.splitlines()
     assert '  "a": {"n":1},' in lines and '  "b": {"a":null,"x":[1,2]}' in lines
     assert data["made_by"] == "gdn-review snapshot --record 7 --release 0.33.0"
@@ -38,24 +39,50 @@ def test_differences_name_every_changed_added_and_removed_field():
     after = {"c": {"num_prefills": 1, "new": None, "same": [1]}, "fresh": {}}
     found = {
         (d["case"], d["field"]): (d["before"], d["after"])
-        for d in snapshot_files.differences(before, after)
+        for d in snapshots.differences(before, after)
     }
     assert found == {
         ("c", "num_prefills"): (3, 1),
-        ("c", "gone"): (1, "(no such field)"),
-        ("c", "new"): ("(no such field)", None),
+        ("c", "gone"): (1, NO_FIELD),
+        ("c", "new"): (NO_FIELD, None),
         ("fresh", "(case)"): ("absent", "present"),
         ("old", "(case)"): ("present", "absent"),
     }
+    # A tensor whose values stayed: its dtype (or shape) moved, read with each side's table.
+    moved = {"c": {"t": [1, 2]}}, {"c": {"t": {"dtype": "int64", "values": [1, 2]}}}
+    (found,) = snapshots.differences(*moved, {"t": "int32"}, {"t": "int32"})
+    assert found["change"] == "dtype int32 → int64"
+
+
+def test_one_reader_finds_names_or_refuses_a_stored_snapshot(tmp_path):
+    """The harness and the export read a release's snapshot alike: none stored (why, and the
+    command that makes one), a file of another format refused naming it, else its content."""
+    key, folder = 7, snapshots.snapshot_dir(tmp_path, 7)
+    assert folder == tmp_path / "snapshots" / "7"
+    assert snapshots.of_release(None, key, "0.33.0") == snapshots.of_release(folder, key, "0.33.0")
+    stored, why = snapshots.of_release(folder, key, "0.33.0")
+    assert stored is None and why == (
+        "no stored snapshot of vLLM 0.33.0: make one with "
+        "`gdn-review snapshot --record 7 --release 0.33.0`"
+    )
+    path = snapshots.snapshot_path(tmp_path, key, "0.33.0")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": "gdn-review-snapshot/1", "cases": {}}', encoding="utf-8")
+    with pytest.raises(snapshots.SnapshotFileError, match=r"7/0\.33\.0\.json: not a stored"):
+        snapshots.of_release(folder, key, "0.33.0")
+    assert snapshots.load(path) is None and snapshots.stored(tmp_path, key) == {}
+    data = snapshots.document(key, {"release": "0.33.0", "device": "cpu", "cases": {}})
+    path.write_text(snapshots.dumps(data), encoding="utf-8")
+    assert snapshots.of_release(folder, key, "0.33.0") == (data, "")
+    assert snapshots.stored(tmp_path, key) == {"0.33.0": data}
 
 
 def test_every_record_has_a_stored_snapshot_of_the_installed_release_with_every_case():
-    from gdn_review.common import release_cache
     from gdn_review.kb import load_kb
 
-    installed, _ = release_cache.loaded()
+    installed, _ = release.loaded()
     for record in load_kb(ROOT / "kb").values():
-        stored = snapshot_files.stored(ROOT / "kb", record.key)
+        stored = snapshots.stored(ROOT / "kb", record.key)
         assert installed in stored, f"run gdn-review snapshot --record {record.key}"
         assert set(stored[installed]["cases"]) == {c.id for c in record.cases}
 

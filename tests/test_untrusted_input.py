@@ -20,9 +20,9 @@ import yaml
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import interrupts, unified_diff
+from gdn_review.common import interrupts, patched_tree, unified_diff
 from gdn_review.report import markdown
-from gdn_review.review import render, review_files, tree
+from gdn_review.review import render, review_files
 from gdn_review.review.onto_release import Onto
 from tests.conftest import ROOT
 
@@ -230,7 +230,9 @@ def test_the_overlay_itself_writes_nothing_outside_its_folder(tmp_path, vllm_src
     """Defence in depth: even called directly with a climbing name, the tree of links refuses it."""
     name = escape_to(sentinel, tmp_path / "overlay")
     with pytest.raises(unified_diff.PatchError, match="a '..' part"):
-        tree.overlay(vllm_src, {TARGET: "x = 1\n", name: "pwned = True\n"}, tmp_path / "overlay")
+        patched_tree.overlay(
+            vllm_src, {TARGET: "x = 1\n", name: "pwned = True\n"}, tmp_path / "overlay"
+        )
     assert sentinel.read_text(encoding="utf-8") == SENTINEL_TEXT
 
 
@@ -478,7 +480,7 @@ def hostile_review() -> dict:
         "carried": [{"number": 2, "title": HOSTILE, "release": "0.34.0", "record": False}],
         "records": [
             {
-                "number": 1,
+                "key": 1,
                 "title": HOSTILE,
                 "sides": {"patched": HOSTILE},
                 "carries_pr": False,
@@ -599,7 +601,7 @@ def test_record_titles_in_reports_are_text(tmp_path):
     text = render_index(
         [
             {
-                "number": 1,
+                "key": 1,
                 "title": HOSTILE,
                 "verdict_counts": {},
                 "coverage_counts": {},
@@ -609,7 +611,7 @@ def test_record_titles_in_reports_are_text(tmp_path):
         ]
     )
     assert not RAW.search(text)
-    (row,) = table_rows(text, "| PR | title | claims | risks | report |")[2:]
+    (row,) = table_rows(text, "| record | title | claims | risks | report |")[2:]
     assert len(row) == 5
 
 

@@ -63,7 +63,7 @@ from gdn_review.run.selection import load_records
 @exit_codes
 @interruptible
 def bench_command(
-    kb_dir, numbers, pair, device, case_ids, max_seconds, tolerance, evidence_path
+    kb_dir, keys, pair, device, case_ids, max_seconds, tolerance, evidence_path
 ) -> None:
     """A/B latency of build() between a record's base and head releases, with 95% intervals.
 
@@ -89,21 +89,17 @@ def bench_command(
       gdn-review bench --record 52078 --device cuda             # on a GPU machine
       gdn-review report --evidence .gdn-review/evidence.json --evidence .gdn-review/bench.json
     """
-    from gdn_review.review import diff_side
     from gdn_review.run import bench
 
-    records = load_records(kb_dir, numbers)
+    records = load_records(kb_dir, keys)
     bench.bench_records(
         records,
-        bool(numbers),
+        bool(keys),
         pair,
-        device,
         case_ids,
-        max_seconds,
-        tolerance,
         evidence_path,
+        bench.BenchOptions(device=device, max_seconds=max_seconds, tolerance=tolerance),
         say=say,
         show=click.echo,
-        apply_diff=diff_side.release_with_diff,
     )
     say(f"evidence {evidence_path} (reports of `gdn-review run`/`mutate` include it)")

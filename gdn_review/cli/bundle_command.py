@@ -27,7 +27,7 @@ from gdn_review.run.selection import load_records
 @kb_option
 @click.option(
     "--out",
-    "out_dir",
+    "bundle_dir",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder to write (must not exist or be empty, unless --force).",
@@ -91,8 +91,8 @@ from gdn_review.run.selection import load_records
 @interruptible
 def bundle_command(
     kb_dir,
-    out_dir,
-    numbers,
+    bundle_dir,
+    keys,
     versions,
     python,
     max_mib,
@@ -137,22 +137,19 @@ def bundle_command(
             f"--dry-run runs the bundle with this Python ({here}): leave out "
             f"--python or give {here}"
         )
-    records = load_records(kb_dir, numbers)
+    records = load_records(kb_dir, keys)
     ran = bundle.make_bundle(
         records,
-        out_dir,
+        bundle_dir,
         list(versions),
         python,
         max_mib,
         force,
-        dry_run,
-        work_dir,
-        source_python,
+        bundle.DryRun(work_dir, source_python, keyword) if dry_run else None,
         say=say,
-        keyword=keyword,
     )
     if ran is None:
-        click.echo(f"wrote {out_dir}; on the GPU machine: {out_dir}/run.sh OUT")
+        click.echo(f"wrote {bundle_dir}; on the GPU machine: {bundle_dir}/run.sh OUT")
         return
     code, out, offline = ran
     click.echo(

@@ -56,7 +56,7 @@ def main() -> None:
 @kb_option
 @click.option(
     "--out",
-    "out_dir",
+    "generated_dir",
     default="generated_tests",
     show_default=True,
     type=click.Path(path_type=Path),
@@ -64,7 +64,7 @@ def main() -> None:
 )
 @click.option(
     "--templates",
-    "templates",
+    "templates_dir",
     default=None,
     type=click.Path(path_type=Path, exists=True, file_okay=False),
     help="Template folder (default: the project's templates/).",
@@ -75,7 +75,9 @@ def main() -> None:
     help="Write nothing; exit 1 naming every stale, missing or orphaned module.",
 )
 @exit_codes
-def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check: bool) -> None:
+def generate_command(
+    kb_dir: Path, generated_dir: Path, templates_dir: Path | None, check: bool
+) -> None:
     """Render the records into pytest modules (one per record).
 
     Only files that carry the generator's banner are replaced; modules of
@@ -87,7 +89,7 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
       gdn-review generate --check          # in CI: fail when someone forgot to regenerate
       gdn-review generate --kb tests/golden/kb --out tests/golden/generated
     """
-    result = generator.plan(kb_dir, out_dir, templates or generator.DEFAULT_TEMPLATES)
+    result = generator.plan(kb_dir, generated_dir, templates_dir or generator.DEFAULT_TEMPLATES)
     for path in result.foreign:
         say(
             f"foreign  {path}: exists without the gdn-review banner; move it "
@@ -104,7 +106,7 @@ def generate_command(kb_dir: Path, out_dir: Path, templates: Path | None, check:
             say(f"orphan  {path}: its record is gone; run `gdn-review generate` to remove it")
         if result.stale:
             sys.exit(EXIT_FAILED)
-        click.echo(f"up to date: {len(result.unchanged)} module(s) in {out_dir}")
+        click.echo(f"up to date: {len(result.unchanged)} module(s) in {generated_dir}")
         return
     generator.apply(result)
     for path in result.write:

@@ -87,22 +87,29 @@ from gdn_review.run import evidence_file
     type=click.Path(path_type=Path, dir_okay=False),
     help="With --all: where the history page goes.  [default: reports/history.md]",
 )
+@click.option(
+    "--draft-changes",
+    is_flag=True,
+    help="Run nothing: print the `changes:` YAML that would explain the unexplained drift of "
+    "the records' last matrix run (--work).",
+)
 @fail_on_option(fail_conditions.MATRIX, "drift")
 @exit_codes
 @interruptible
 def matrix_command(
     kb_dir,
-    numbers,
+    keys,
     every,
     since,
     versions,
     jobs,
     keyword,
-    out_dir,
+    generated_dir,
     write,
     work_dir,
     reports_dir,
     history_path,
+    draft_changes,
     fail_on,
 ) -> None:
     """Run records' generated tests on the release without the PR, the release with it, and every
@@ -130,47 +137,39 @@ def matrix_command(
       gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
       # the whole KB, 0.28.0 to the installed release; writes reports/history.md
       gdn-review matrix --all --since 0.28.0
+      gdn-review matrix --record 52078 --draft-changes   # prints YAML, runs nothing
     """
-    from gdn_review.matrix import matrix_command, matrix_report
+    from gdn_review.matrix import drift, matrix_command, matrix_report
     from gdn_review.review import diff_side
 
-    if bool(numbers) == every:
+    if bool(keys) == every:
         raise click.UsageError("give --record N (repeatable) or --all")
+    if draft_changes:
+        click.echo("\n".join(drift.drafts(kb_dir, list(keys), work_dir)))
+        return
     if history_path is not None and not every:
         raise click.UsageError("--history goes with --all (the page needs every record's matrix)")
-    chosen = fail_on
-    reports, written, history_data = matrix_command.run_records(
-        kb_dir,
-        list(numbers),
-        list(versions),
-        jobs,
-        keyword,
-        out_dir,
-        write,
-        work_dir,
-        reports_dir,
-        say=click.echo,
-        since=since,
-        diff_side=lambda path, record, release, evidence_path: diff_side.add_to_evidence(
-            path, record, release, evidence_path, kb_dir, out_dir, say=say
-        ),
-        history_path=(history_path or Path("reports/history.md")) if every else None,
+    # The stages in data-flow order: the runs, each open PR's diff side on its base release's
+    # evidence (the review stage), then the reports and the history page.
+    options = matrix_command.MatrixOptions(
+        keys, since, versions, jobs, keyword, generated_dir, write, work_dir
     )
+    runs = matrix_command.run_records(kb_dir, options, say=click.echo)
+    for side in matrix_command.open_pr_bases(runs):
+        diff_side.add_to_evidence(*side, kb_dir, generated_dir, say=say)
+    history_path = (history_path or Path("reports/history.md")) if every else None
+    reports, written, history_data = matrix_command.write_reports(runs, reports_dir, history_path)
+    indent = "  " if len(reports) > 1 else ""
     for report_data in reports:
-        if len(reports) > 1:
-            click.echo(f"{key_label(report_data['number'])}:")
-        click.echo(
-            "\n".join(
-                ("  " if len(reports) > 1 else "") + line
-                for line in matrix_report.summary_lines(report_data)
-            )
-        )
+        if indent:
+            click.echo(f"{key_label(report_data['key'])}:")
+        click.echo("\n".join(indent + line for line in matrix_report.summary_lines(report_data)))
     if history_data is not None:
-        for number, why in history_data["missing"].items():
-            say(f"history: left out {key_short(number)}: {why}")
+        for key, why in history_data["missing"].items():
+            say(f"history: left out {key_short(key)}: {why}")
         click.echo(_history_line(history_data))
     print_written(written)
-    sys.exit(exit_for(matrix_report.tripped(chosen, reports, history_data)))
+    sys.exit(exit_for(matrix_report.findings(reports, history_data), fail_on))
 
 
 def _history_line(data: dict) -> str:
@@ -209,7 +208,7 @@ def _history_line(data: dict) -> str:
 )
 @click.option(
     "--out",
-    "out_path",
+    "history_path",
     default="reports/history.md",
     show_default=True,
     type=click.Path(path_type=Path, dir_okay=False),
@@ -217,7 +216,7 @@ def _history_line(data: dict) -> str:
 )
 @click.option(
     "--matrix-reports",
-    "matrix_reports",
+    "matrix_reports_dir",
     default="reports/matrix",
     show_default=True,
     type=click.Path(path_type=Path, file_okay=False),
@@ -225,7 +224,9 @@ def _history_line(data: dict) -> str:
 )
 @fail_on_option(fail_conditions.HISTORY, "drift")
 @exit_codes
-def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_reports, fail_on) -> None:
+def history_command(
+    kb_dir, since, work_dir, bench_path, history_path, matrix_reports_dir, fail_on
+) -> None:
     """Write the builder's history from the matrix runs already made (runs nothing).
 
     Per release: the PRs that first shipped in it (records by their head
@@ -246,10 +247,11 @@ def history_command(kb_dir, since, work_dir, bench_path, out_path, matrix_report
     """
     from gdn_review.matrix import history, matrix_report
 
-    chosen = fail_on
-    data, path = history.write_page(kb_dir, work_dir, bench_path, out_path, since, matrix_reports)
-    for number, why in data["missing"].items():
-        say(f"left out {key_short(number)}: {why}")
+    data, path = history.write_page(
+        kb_dir, work_dir, bench_path, history_path, since, matrix_reports_dir
+    )
+    for key, why in data["missing"].items():
+        say(f"left out {key_short(key)}: {why}")
     click.echo(_history_line(data))
     click.echo(f"wrote {path}")
-    sys.exit(exit_for(matrix_report.tripped(chosen, history=data)))
+    sys.exit(exit_for(matrix_report.findings(history=data), fail_on))

@@ -7,6 +7,7 @@ The command parses its options, calls the mutation stage (a record's mutants, or
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 from pathlib import Path
@@ -123,14 +124,14 @@ from gdn_review.run.selection import current_modules, load_records
 @interruptible
 def mutate(
     kb_dir,
-    numbers,
+    keys,
     risk,
     patterns,
     list_only,
     jobs,
     timeout,
     keyword,
-    out_dir,
+    generated_dir,
     write,
     offline,
     evidence_path,
@@ -165,32 +166,26 @@ def mutate(
       gdn-review mutate --whole-file --release 0.31.0 --jobs 2
       gdn-review mutate --whole-file --file vllm/models/kimi_k3/amd/kda_metadata.py
     """
-    import collections
-
-    from gdn_review.cli.progress import MutationProgress
-
+    jobs = jobs or os.cpu_count() or 1
     if whole_file:
         if risk or keyword or list_only:
             raise click.UsageError(
                 "--whole-file runs every record's tests against every mutant: "
                 "--risk, -k and --list do not apply"
             )
-        sys.exit(
-            _whole_file(
-                kb_dir,
-                numbers,
-                patterns,
-                jobs,
-                timeout,
-                out_dir,
-                write,
-                offline,
-                reports_dir,
-                release,
-                min_score,
-                target_file,
-            )
+        from gdn_review.mutation.whole_file import Options
+
+        options = Options(
+            jobs=jobs,
+            timeout=timeout,
+            patterns=patterns,
+            kb_dir=kb_dir,
+            reports_dir=reports_dir,
+            release=release,
+            fetch=not offline,
+            file=target_file,
         )
+        sys.exit(_whole_file(options, keys, generated_dir, write, min_score))
     if release or target_file:
         raise click.UsageError(
             "--release and --file apply to --whole-file (a record's mutants run on "
@@ -198,28 +193,42 @@ def mutate(
         )
 
     from gdn_review import mutation
-    from gdn_review.mutation import own_reach
     from gdn_review.report import report as reporting
     from gdn_review.report import verdicts
 
-    records = load_records(kb_dir, numbers)
+    records = load_records(kb_dir, keys)
     catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
     if list_only:
         click.echo("\n".join(mutation.listing_lines(catalogues)))
         return
-    modules = current_modules(
-        kb_dir,
-        {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}},
-        out_dir,
-        write,
-        say,
+    mutated = {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}
+    modules = current_modules(kb_dir, mutated, generated_dir, write, say)
+    for line in _run_mutants(
+        catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
+    ):
+        click.echo(line)
+    paths = evidence_file.with_bench(evidence_path, say)
+    written, reports = reporting.write_reports(
+        records, evidence_file.load(list(paths)), reports_dir
     )
+    show_reports(reports, written)
+    sys.exit(exit_for(verdicts.findings(reports), fail_on))
+
+
+def _run_mutants(
+    catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
+) -> list[str]:
+    """``mutate``'s run of the ``mutated`` records' mutants into ``evidence_path`` (exit 1 when the
+    baseline fails); the lines of the reach of their own lines, said after the mutants."""
+    from gdn_review import mutation
+    from gdn_review.cli.progress import MutationProgress
+    from gdn_review.mutation import own_reach
+
     say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
     progress = MutationProgress(say)
-    reached: list[str] = []  # the reach of the records' own lines, said after the mutants
+    reached: list[str] = []
 
     def judge_reach(trace, staged) -> None:
-        mutated = {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}
         reached.extend(
             own_reach.add_to_evidence(staged, mutated, say, trace=trace, fetch=not offline)
         )
@@ -229,98 +238,41 @@ def mutate(
             catalogues,
             modules,
             keyword,
-            jobs or os.cpu_count() or 1,
+            jobs,
             timeout,
             evidence_path,
-            progress.start,
-            progress.advance,
+            progress,
             on_baseline=judge_reach,
         )
     except mutation.MutationError as error:  # the baseline failed: a check, not the input
         progress.stop()
         say(str(error))
         sys.exit(EXIT_FAILED)
-    except KeyboardInterrupt:
+    finally:
         progress.stop()
-        raise
-    progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
     say(
         "[3/3] "
         + (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no mutant to run")
         + f"; evidence {evidence_path}"
     )
-    for line in reached:
-        click.echo(line)
-    paths = evidence_file.with_bench(evidence_path, say)
-    written, reports = reporting.write_reports(
-        records, evidence_file.load(list(paths)), reports_dir
-    )
-    show_reports(reports, written)
-    sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
+    return reached
 
 
-def _whole_file(
-    kb_dir,
-    numbers,
-    patterns,
-    jobs,
-    timeout,
-    out_dir,
-    write,
-    offline,
-    reports_dir,
-    release,
-    min_score,
-    target_file=None,
-) -> int:
-    """``mutate --whole-file``: the guard score of the loaded (or ``release``'s) target file; the
-    exit code."""
+def _whole_file(options, keys, generated_dir, write, min_score) -> int:
+    """``mutate --whole-file``: the guard score of the loaded (or ``options.release``'s) target
+    file; the exit code."""
     from gdn_review.cli.progress import MutationProgress
     from gdn_review.mutation import guard, whole_file
 
-    records = load_records(kb_dir, numbers)
-    modules = current_modules(kb_dir, records, out_dir, write, say)
-    options = [
-        "--kb",
-        str(kb_dir),
-        "--generated",
-        str(out_dir),
-        "--reports",
-        str(reports_dir),
-        "--timeout",
-        str(timeout),
-        "--min-score",
-        str(min_score),
-        *(f"--record={n}" for n in numbers),
-        *([f"--file={target_file}"] if target_file else []),
-        *(f"--mutant={p}" for p in patterns),
-        *([f"--jobs={jobs}"] if jobs else []),
-    ]
+    records = load_records(options.kb_dir, keys)
+    modules = current_modules(options.kb_dir, records, generated_dir, write, say)
     progress = MutationProgress(say)
     try:
-        scored = whole_file.score_and_write(
-            kb_dir,
-            records,
-            modules,
-            reports_dir,
-            release,
-            options,
-            not offline,
-            patterns,
-            jobs or os.cpu_count() or 1,
-            timeout,
-            progress.start,
-            progress.advance,
-            say,
-            target_file,
-        )
+        scored = whole_file.score_and_write(records, modules, options, progress, say)
     except whole_file.FamilyError as error:  # --file names no family file, or no case covers it
-        progress.stop()
         raise click.BadParameter(str(error), param_hint="--file") from None
-    except (
-        guard.GuardError
-    ) as error:  # the baseline failed, or another tracer is active: a check, not the input
+    except guard.GuardError as error:  # a failed baseline or another tracer: a check, not input
         progress.stop()
         say(str(error))
         return EXIT_FAILED

@@ -41,7 +41,7 @@ from gdn_review.cli.support import (
     "and head releases).",
 )
 @exit_codes
-def validate_command(kb_dir: Path, numbers, reach: bool, offline: bool) -> None:
+def validate_command(kb_dir: Path, keys, reach: bool, offline: bool) -> None:
     """Check every record: types, unknown keys, duplicate ids, references.
 
     Each mutant's find must match exactly once in the record's target file on
@@ -66,11 +66,15 @@ def validate_command(kb_dir: Path, numbers, reach: bool, offline: bool) -> None:
       gdn-review validate --kb path/to/records
       gdn-review validate --reach --record 52078
     """
+    from gdn_review.kb import RecordErrors
     from gdn_review.kb.validate import validate_kb
     from gdn_review.mutation import check_finds
 
-    checked = validate_kb(kb_dir, check_finds)
-    for note in checked.notes:
+    checked = validate_kb(kb_dir)
+    find_problems, find_notes = check_finds(checked.records)
+    if find_problems or checked.problems:
+        raise RecordErrors(find_problems + checked.problems)
+    for note in find_notes + checked.notes:
         say(f"note: {note}")
     for path, record in checked.records.items():
         todos = checked.todos[path]
@@ -81,7 +85,7 @@ def validate_command(kb_dir: Path, numbers, reach: bool, offline: bool) -> None:
         )
         for todo in todos:
             say(f"  incomplete: {todo}")
-    untied = _show_reach(kb_dir, numbers, offline) if reach else []
+    untied = _show_reach(kb_dir, keys, offline) if reach else []
     if checked.open_items:
         say(f"{checked.open_items} open TODO(s): the record(s) above are drafts, not yet checkable")
     if untied:
@@ -93,12 +97,12 @@ def validate_command(kb_dir: Path, numbers, reach: bool, offline: bool) -> None:
         sys.exit(EXIT_FAILED)
 
 
-def _show_reach(kb_dir: Path, numbers, offline: bool) -> list[str]:
+def _show_reach(kb_dir: Path, keys, offline: bool) -> list[str]:
     """Print each record's reach (``validate --reach``); the records whose claims are not tied."""
     from gdn_review.mutation import own_reach
     from gdn_review.run.selection import load_records
 
-    records = load_records(kb_dir, numbers)
+    records = load_records(kb_dir, keys)
     parts = own_reach.validate_reach(records, fetch=not offline, say=say)
     labels = {str(record.key): record.label for record in records.values()}
     for key, part in parts.items():
@@ -113,7 +117,7 @@ def _show_reach(kb_dir: Path, numbers, offline: bool) -> list[str]:
 )
 @click.option(
     "--out",
-    "out_path",
+    "draft_path",
     default=None,
     type=click.Path(path_type=Path),
     help="Where the draft goes: a file named <number>.yaml, or a folder "
@@ -130,7 +134,7 @@ def _show_reach(kb_dir: Path, numbers, offline: bool) -> list[str]:
 )
 @exit_codes
 def import_command(
-    report_path: Path, out_path: Path | None, force: bool, diff_path: Path | None
+    report_path: Path, draft_path: Path | None, force: bool, diff_path: Path | None
 ) -> None:
     """Turn a review report (markdown) or gh's JSON of a PR into a draft record.
 
@@ -156,7 +160,7 @@ def import_command(
     from gdn_review.importers import write_draft
     from gdn_review.kb import load_record, open_items
 
-    path = write_draft(report_path, out_path, force, diff_path)
+    path = write_draft(report_path, draft_path, force, diff_path)
     click.echo(
         f"wrote {path} (draft: {len(open_items(load_record(path)))} open "
         "TODOs; run gdn-review validate)"
@@ -180,7 +184,7 @@ def import_command(
 )
 @click.option(
     "--out",
-    "out_dir",
+    "export_dir",
     default=".",
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
@@ -194,7 +198,7 @@ def import_command(
     help="Release whose known deviations become strict xfails.  [default: the installed vLLM]",
 )
 @exit_codes
-def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str | None) -> None:
+def export_command(kb_dir: Path, key, every: bool, export_dir: Path, release: str | None) -> None:
     """Export a record's checks as one standalone test module for vLLM's tests/.
 
     The module (test_gdn_pr_N.py, test_gdn_contract_<id>.py) imports only the
@@ -213,10 +217,10 @@ def export_command(kb_dir: Path, key, every: bool, out_dir: Path, release: str |
     if (key is None) == (not every):
         raise click.UsageError("give --record N (one record) or --all (every complete record)")
     if every:
-        for path, skipped in export_all(kb_dir, out_dir, release):
+        for path, skipped in export_all(kb_dir, export_dir, release):
             click.echo(f"wrote {path}" if skipped is None else f"skipped {path}: {skipped}")
         return
-    path = export(kb_dir, key, out_dir, release)
+    path = export(kb_dir, key, export_dir, release)
     click.echo(f"wrote {path} (run: python -m pytest {path})")
 
 

@@ -14,6 +14,7 @@ from gdn_review.cli.support import (
     exit_codes,
     exit_for,
     fail_on_option,
+    generated_option,
     interruptible,
     kb_option,
     print_written,
@@ -37,14 +38,14 @@ def _shard(value: str | None) -> tuple[int, int] | None:
     return index, count
 
 
-def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
+def _finish(data: dict, review_dir: Path, fail_on: set[str]) -> None:
     from gdn_review.review import render, review_files
 
-    written = review_files.write(data, out_dir, render.markdown(data))
+    written = review_files.write(data, review_dir, render.markdown(data))
     click.echo(render.headline(data))
     print_written(written[:1])
     click.echo(f"json     {written[1]}")
-    sys.exit(exit_for(render.tripped(data, fail_on)))
+    sys.exit(exit_for(render.findings(data), fail_on))
 
 
 @click.command(name="review")
@@ -60,6 +61,7 @@ def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
 )
 @click.option(
     "--vllm-src",
+    "vllm_src_dir",
     default=None,
     type=click.Path(path_type=Path, file_okay=False),
     help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.",
@@ -106,16 +108,10 @@ def _finish(data: dict, out_dir: Path, fail_on: set[str]) -> None:
     help="Only every N-th affected record from the I-th (merge the "
     "shards' JSON with review-merge).",
 )
-@click.option(
-    "--generated",
-    default="generated_tests",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of generated modules.",
-)
+@generated_option
 @click.option(
     "--out",
-    "out_dir",
+    "review_dir",
     default=None,
     type=click.Path(path_type=Path, file_okay=False),
     help="Where NAME.md and NAME.json go.  [default: reports/review]",
@@ -161,16 +157,16 @@ def review_command(
     kb_dir,
     diff,
     onto,
-    vllm_src,
-    numbers,
+    vllm_src_dir,
+    keys,
     lands_in,
     keyword,
     timeout,
     max_mutants,
     jobs,
     shard,
-    generated,
-    out_dir,
+    generated_dir,
+    review_dir,
     name,
     work_dir,
     draft_number,
@@ -213,41 +209,39 @@ def review_command(
 
     if not diff.is_file():
         raise click.BadParameter(f"{diff}: no such file", param_hint="DIFF")
-    data = orchestrate.review(
-        diff,
-        kb_dir,
-        numbers,
-        onto,
-        vllm_src,
-        lands_in,
-        generated,
-        keyword,
-        timeout,
-        max_mutants,
-        jobs,
-        _shard(shard),
-        work_dir,
-        say=say,
+    options = orchestrate.ReviewOptions(
+        keys=keys,
+        onto=onto,
+        vllm_src_dir=vllm_src_dir,
+        lands_in=lands_in,
+        generated_dir=generated_dir,
+        keyword=keyword,
+        timeout=timeout,
+        max_mutants=max_mutants,
+        jobs=jobs,
+        shard=_shard(shard),
+        work_dir=work_dir,
         own=own,
     )
+    data = orchestrate.review(diff, kb_dir, options, say=say)
     interrupts.finishing()  # the review ran: its report is written whatever comes now
     if name:
         data["name"] = name
-    out_dir = out_dir or Path("reports") / "review"
+    review_dir = review_dir or Path("reports") / "review"
     if draft_number:
         click.echo(
             "draft    "
-            f"{review_files.write_draft(data, kb_dir, draft_number, out_dir)} "
+            f"{review_files.write_draft(data, kb_dir, draft_number, review_dir)} "
             "(fill its TODOs, then move it into kb/)"
         )
-    _finish(data, out_dir, fail_on)
+    _finish(data, review_dir, fail_on)
 
 
 @click.command(name="review-merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 @click.option(
     "--out",
-    "out_dir",
+    "review_dir",
     default=None,
     type=click.Path(path_type=Path, file_okay=False),
     help="Where NAME.md and NAME.json go.  [default: reports/review]",
@@ -255,7 +249,7 @@ def review_command(
 @click.option("--name", default=None, help="Report name.  [default: the first shard's]")
 @fail_on_option(fail_conditions.REVIEW, "breaks,drift")
 @exit_codes
-def review_merge_command(shards, out_dir, name, fail_on) -> None:
+def review_merge_command(shards, review_dir, name, fail_on) -> None:
     """Merge the JSON of review shards (--shard I/N, or a CI job matrix) into one report.
 
     \b
@@ -271,4 +265,4 @@ def review_merge_command(shards, out_dir, name, fail_on) -> None:
         raise review_files.ReviewError(str(error)) from None
     if name:
         data["name"] = name
-    _finish(data, out_dir or Path("reports") / "review", fail_on)
+    _finish(data, review_dir or Path("reports") / "review", fail_on)

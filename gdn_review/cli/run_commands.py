@@ -1,8 +1,9 @@
 """The click commands that check the KB on the installed vLLM: ``run`` and ``report``.
 
 ``run`` runs the generated suite and writes the reports; ``report`` writes them again from
-evidence already measured. Each parses its options, calls its stage (``report.kb_run``,
-``report.report``), prints and picks the exit code; ``cli/main.py`` adds them to the group.
+evidence already measured. Each parses its options, calls the stages in data-flow order (``run``:
+the suite, the own lines' reach, each open PR's diff side, the reports), prints and picks the
+exit code; ``cli/main.py`` adds them to the group.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from gdn_review.run.selection import current_modules, load_records
 )
 @click.option(
     "--out",
-    "out_dir",
+    "reports_dir",
     default="reports",
     show_default=True,
     type=click.Path(path_type=Path, file_okay=False),
@@ -56,7 +57,9 @@ from gdn_review.run.selection import current_modules, load_records
 )
 @fail_on_option(fail_conditions.REPORT, "fails")
 @exit_codes
-def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_on: str) -> None:
+def report(
+    kb_dir: Path, keys, evidence_paths, reports_dir: Path, fmt: str, fail_on: set[str]
+) -> None:
     """Write a risk report per record from evidence, plus reports/index.md.
 
     Each report says, claim by claim, holds / fails / known deviation / not
@@ -73,13 +76,13 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
     from gdn_review.report import report as reporting
     from gdn_review.report import verdicts
 
-    records = load_records(kb_dir, numbers)
+    records = load_records(kb_dir, keys)
     paths = evidence_paths or evidence_file.with_bench(evidence_file.DEFAULT_PATH, say)
     written, reports = reporting.write_reports(
-        records, evidence_file.load(list(paths)), out_dir, fmt
+        records, evidence_file.load(list(paths)), reports_dir, fmt
     )
     show_reports(reports, written, fmt)
-    sys.exit(exit_for(verdicts.tripped(reports, fail_on)))
+    sys.exit(exit_for(verdicts.findings(reports), fail_on))
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -120,8 +123,8 @@ def report(kb_dir: Path, numbers, evidence_paths, out_dir: Path, fmt: str, fail_
 @exit_codes
 def run(
     kb_dir,
-    numbers,
-    out_dir,
+    keys,
+    generated_dir,
     write,
     keyword,
     evidence_path,
@@ -161,24 +164,28 @@ def run(
       gdn-review run --record 53542 --fail-on fails,pending
     """
     from gdn_review.mutation import own_reach
-    from gdn_review.report import kb_run, verdicts
+    from gdn_review.report import report as reporting
+    from gdn_review.report import verdicts
     from gdn_review.review import diff_side
+    from gdn_review.run import suite
 
-    records = load_records(kb_dir, numbers)
-    modules = current_modules(kb_dir, records, out_dir, write, say)
-    done = kb_run.check_kb(
-        kb_dir,
-        records,
-        modules,
-        evidence_path,
-        reports_dir,
-        keyword,
-        pytest_args,
-        diff_sides=None if no_diff else diff_side,
-        generated=out_dir,
-        say=click.echo,
-        reach=own_reach,
-    )
-    show_reports(done.reports, done.written)
-    code = exit_for(verdicts.tripped(done.reports, fail_on))
-    sys.exit(EXIT_FAILED if done.collected_nothing else code)
+    # The stages in data-flow order; the evidence file carries what each adds to the next.
+    records = load_records(kb_dir, keys)
+    modules = current_modules(kb_dir, records, generated_dir, write, say)
+    diffs = {} if no_diff or keyword else diff_side.wanted(records)  # PatchError: nothing ran
+    traced = (*own_reach.pytest_args(records), *pytest_args)  # each case's lines traced
+    ran = suite.run_suite(list(modules.values()), evidence_path, keyword, traced, say=click.echo)
+    if ran != suite.NO_TESTS:
+        for line in own_reach.add_to_evidence(evidence_path, records, click.echo):
+            click.echo(line)
+        for path in diffs:  # each open PR's diff side, on the release the tests ran on
+            release = evidence_file.tests_release(evidence_path)
+            diff_side.add_to_evidence(
+                path, records[path], release, evidence_path, kb_dir, generated_dir, say=click.echo
+            )
+    click.echo("[2/2] writing risk reports")
+    evidence = evidence_file.load(list(evidence_file.with_bench(evidence_path, click.echo)))
+    written, reports = reporting.write_reports(records, evidence, reports_dir)
+    show_reports(reports, written)
+    code = exit_for(verdicts.findings(reports), fail_on)
+    sys.exit(EXIT_FAILED if ran == suite.NO_TESTS else code)

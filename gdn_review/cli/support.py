@@ -15,7 +15,6 @@ from gdn_review.common import fail_conditions
 from gdn_review.kb import RecordErrors
 from gdn_review.kb.subjects import is_record_key
 from gdn_review.report import report as reporting
-from gdn_review.report import verdicts
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import StaleModules
 
@@ -42,7 +41,6 @@ def _input_errors() -> tuple[type[Exception], ...]:
     return (
         selection.SelectionError,
         generator.GenerateError,
-        verdicts.ReportError,
         evidence_file.EvidenceError,
         suite.SuiteError,
         mutation.MutationError,
@@ -146,8 +144,8 @@ kb_option = click.option(
 
 
 def fail_on_option(allowed: tuple[str, ...], default: str):
-    """``--fail-on`` for a command whose stage can trip ``allowed`` (common.fail_on): the command
-    gets the chosen set."""
+    """``--fail-on`` for a command whose stage can trip ``allowed`` (common.fail_conditions): the
+    command gets the chosen set."""
 
     def chosen(ctx, param, value: str) -> set[str]:
         try:
@@ -165,8 +163,10 @@ def fail_on_option(allowed: tuple[str, ...], default: str):
     )
 
 
-def exit_for(tripped: list[str]) -> int:
-    """Say what --fail-on tripped (stderr); exit 1 if anything did, else 0."""
+def exit_for(findings: list[tuple[str, str]], chosen: set[str]) -> int:
+    """Say which of a stage's findings the chosen --fail-on conditions name (stderr); exit 1 if
+    any, else 0."""
+    tripped = fail_conditions.tripped(findings, chosen)
     for line in tripped:
         click.echo(f"fail-on: {line}", err=True)
     return EXIT_FAILED if tripped else EXIT_OK
@@ -194,12 +194,12 @@ def records_option(
     help_text: str = "Only this record: a PR's number or a contract's id (repeatable).",
 ):
     """``--record`` (repeatable): the records a command works on."""
-    return click.option("--record", "numbers", type=RECORD_KEY, multiple=True, help=help_text)
+    return click.option("--record", "keys", type=RECORD_KEY, multiple=True, help=help_text)
 
 
 generated_option = click.option(
     "--generated",
-    "out_dir",
+    "generated_dir",
     default="generated_tests",
     show_default=True,
     type=click.Path(path_type=Path),

@@ -31,31 +31,38 @@ import zipfile
 from pathlib import Path
 from typing import Callable
 
-from packaging.version import InvalidVersion, Version
+from gdn_review.common.release import Release, ReleaseError, loaded
 
 MANIFEST = ".complete"
 # Compiled extensions were built against that release's torch: only Python travels.
 KEEP_SUFFIXES = (".py", ".pyi", ".json", ".yaml", ".yml", ".txt", ".jinja", ".typed")
 
 
-class ReleaseError(Exception):
-    """A release that cannot be had (unknown, offline, corrupt): said for people."""
+class DamagedEntry(ReleaseError):
+    """A cached file no longer matches its manifest."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Release:
+class Entry:
     version: str
     path: Path  # folder to put first on PYTHONPATH (holds vllm/)
     wheel: str
     sha256: str
 
     def source(self, relative_path: str) -> str:
-        """Text of one file of this release, e.g. ``vllm/v1/attention/backends/gdn_attn.py``."""
-        file = self.path / relative_path
+        """Text of one file of this release (``vllm/v1/attention/backends/gdn_attn.py``), after
+        checking its hash against the manifest: DamagedEntry where it differs."""
+        manifest = json.loads((self.path / MANIFEST).read_text(encoding="utf-8"))
+        expected = manifest["files"].get(relative_path)
+        if expected is None:
+            raise ReleaseError(f"vLLM {self.version} has no {relative_path}")
         try:
-            return file.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ReleaseError(f"vLLM {self.version} has no {relative_path}") from None
+            data = (self.path / relative_path).read_bytes()
+        except OSError:
+            data = b""
+        if hashlib.sha256(data).hexdigest() != expected[0]:
+            raise DamagedEntry(f"vLLM {self.version}: cached {relative_path} is damaged")
+        return data.decode("utf-8")
 
 
 def cache_root() -> Path:
@@ -67,35 +74,9 @@ def cache_root() -> Path:
     return Path(base) / "releases"
 
 
-def checked_version(version: str) -> str:
-    """``version`` as a plain release number, or ReleaseError saying what is wrong with it."""
-    return _checked_version(version)
-
-
-def _checked_version(version: str) -> str:
-    try:
-        parsed = Version(version)
-    except InvalidVersion:
-        raise ReleaseError(f"{version!r} is not a release number (for example 0.29.0)") from None
-    if parsed.local or str(parsed) != version.strip():
-        raise ReleaseError(
-            f"{version!r}: give a plain release number, for example {parsed.base_version}"
-        )
-    return str(parsed)
-
-
-def minor_releases_after(low: Version, high: Version) -> list[Version]:
-    """Every X.Y.0 after ``low`` up to ``high`` (same major version), oldest first."""
-    found, minor = [], low.minor + 1
-    while Version(f"{low.major}.{minor}.0") <= high:
-        found.append(Version(f"{low.major}.{minor}.0"))
-        minor += 1
-    return found
-
-
-def cached(version: str, root: Path | None = None) -> Release | None:
+def cached(version: str, root: Path | None = None) -> Entry | None:
     """The complete, intact cache entry of ``version``, or None (nothing is fetched)."""
-    entry = (root or cache_root()) / _checked_version(version)
+    entry = (root or cache_root()) / Release(version)
     manifest = entry / MANIFEST
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
@@ -109,7 +90,7 @@ def cached(version: str, root: Path | None = None) -> Release | None:
                 return None
         except OSError:
             return None
-    return Release(data["version"], entry, data["wheel"], data["sha256"])
+    return Entry(data["version"], entry, data["wheel"], data["sha256"])
 
 
 def cached_versions(root: Path | None = None) -> list[str]:
@@ -121,21 +102,22 @@ def cached_versions(root: Path | None = None) -> list[str]:
     for child in folder.iterdir():
         try:
             if (child / MANIFEST).is_file():
-                found.append(Version(child.name))
-        except InvalidVersion:
+                found.append(Release(child.name))
+        except ReleaseError:
             continue
-    return [str(v) for v in sorted(found)]
+    return sorted(found)
 
 
 def ensure(
     version: str, root: Path | None = None, say: Callable[[str], None] | None = None
-) -> Release:
-    """The cache entry of ``version``, fetched and unpacked first if needed.
+) -> Entry:
+    """The cache entry of ``version``, fetched and unpacked first if needed: called by
+    ``release_trees``, the one owner that fetches.
 
     Its files are only read here; a child on the entry writes their bytecode as it imports
     them (``release_trees.environment``).
     """
-    version = _checked_version(version)
+    version = Release(version)
     root = root or cache_root()
     hit = cached(version, root)
     if hit is not None:
@@ -309,83 +291,23 @@ def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
     return files
 
 
-class DamagedEntry(ReleaseError):
-    """A cached file no longer matches its manifest."""
-
-
-def verified_source(release: Release, relative_path: str) -> str:
-    """A file's text, after checking its hash against the manifest."""
-    manifest = json.loads((release.path / MANIFEST).read_text(encoding="utf-8"))
-    expected = manifest["files"].get(relative_path)
-    if expected is None:
-        raise ReleaseError(f"vLLM {release.version} has no {relative_path}")
-    try:
-        data = (release.path / relative_path).read_bytes()
-    except OSError:
-        data = b""
-    if hashlib.sha256(data).hexdigest() != expected[0]:
-        raise DamagedEntry(f"vLLM {release.version}: cached {relative_path} is damaged")
-    return data.decode("utf-8")
-
-
-def source(
-    version: str, relative_path: str, root: Path | None = None, fetch: bool = True, say=None
-) -> str | None:
-    """Text of one file of release ``version`` from the cache; fetched if allowed, else None.
-
-    A damaged entry is dropped and, when fetching is allowed, fetched again.
-    """
-    release = ensure(version, root, say) if fetch else cached(version, root)
-    if release is None:
+def source(version: str, relative_path: str, root: Path | None = None) -> str | None:
+    """Text of one file of release ``version`` from the cache, never fetched (that is
+    ``release_trees.source``'s); None: not cached, or damaged (then dropped, so the next fetch
+    replaces it)."""
+    entry = cached(version, root)
+    if entry is None:
         return None
     try:
-        return verified_source(release, relative_path)
+        return entry.source(relative_path)
     except DamagedEntry:
-        shutil.rmtree(release.path, ignore_errors=True)
-        if not fetch:
-            return None
-        return verified_source(ensure(version, root, say), relative_path)
-
-
-def loaded() -> tuple[str, Path]:
-    """(release, folder holding vllm/) of the vLLM this interpreter would import, without importing
-    it.
-
-    An unpacked wheel first on PYTHONPATH wins over the installed distribution,
-    as it does for an import; its version comes from its own dist-info.
-    """
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        raise ReleaseError("vLLM is not importable here (run scripts/bootstrap)")
-    root = Path(list(spec.submodule_search_locations)[0]).parent
-    infos = sorted(root.glob("vllm-*.dist-info"))
-    versions = []
-    for info in infos:
-        try:
-            versions.append(Version(info.name[len("vllm-") : -len(".dist-info")]))
-        except InvalidVersion:
-            continue
-    if len(versions) != 1:
-        raise ReleaseError(
-            f"cannot tell which vLLM release is in {root} ({len(versions)} vllm dist-info folders)"
-        )
-    return versions[0].base_version, root
-
-
-def installed() -> str | None:
-    """The release an import of vLLM would load, or None where none is importable (a bundle's GPU
-    machine)."""
-    try:
-        return loaded()[0]
-    except ReleaseError:
+        shutil.rmtree(entry.path, ignore_errors=True)
         return None
 
 
-def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None = None) -> Release:
-    """The installed vLLM's Python files as a cache entry (a bundle carries entries; no wheel
-    download).
+def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None = None) -> Entry:
+    """The loaded vLLM's Python files (``release.loaded``: the installed one, unless an entry is
+    first on PYTHONPATH) as a cache entry (a bundle carries entries; no wheel download).
 
     Files are taken from the distribution's own RECORD and checked against it,
     as ``unpack_python`` does for a wheel; the entry's ``wheel`` names where

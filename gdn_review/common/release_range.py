@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
+
+from gdn_review.common.release import Release
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,15 +40,11 @@ class ReleaseRange:
             ) from None
 
     def contains(self, release: str | Version) -> bool:
-        """Whether ``release`` (``0.31.0``, a ``Version``) is in the range."""
+        """Whether ``release`` (``0.31.0``, a ``Version``) is in the range; ReleaseError (a
+        ValueError) where it is no release number."""
         if not self.text:
             return True
-        try:
-            version = release if isinstance(release, Version) else Version(str(release))
-        except InvalidVersion:
-            raise ValueError(
-                f"{release!r} is not a release number (for example '0.29.0')"
-            ) from None
+        version = release if isinstance(release, Version) else Release(release).version
         return self._specifiers().contains(version, prereleases=True)
 
     def first(self) -> Version | None:

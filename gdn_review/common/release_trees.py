@@ -1,13 +1,15 @@
 """A vLLM release's tree of Python files, and the environment of a child process that runs on one.
 
 Every stage that runs or reads another release asks here: ``tree`` gives the
-folder that holds a release's ``vllm/`` (None for the installed release, which
+folder that holds a release's ``vllm/`` (None for the loaded release, which
 a child imports as it is), ``entry`` the release cache's entry of a release
-(the installed one's copied in once), both fetched once into the release cache
-unless ``fetch`` is off; either raises ``ReleaseError`` saying why not.
-``environment`` is the environment of a child on a tree: the tree first on
-``PYTHONPATH`` and its release's own ``VLLM_CACHE_ROOT`` (``vllm_cache``). No
-other module sets ``PYTHONPATH`` or fetches a release. Nothing here imports vLLM.
+(the loaded one's copied in once), ``source`` a file of it, each fetched once into
+the release cache unless ``fetch`` is off; ``ReleaseError`` says why not.
+``tree`` also installs what an older release imports and this environment lacks
+(``release_imports``: gguf). ``environment`` is the environment of a child on a tree: the tree
+first on ``PYTHONPATH``, then those imports, and its release's own ``VLLM_CACHE_ROOT``
+(``vllm_cache``). No other module sets ``PYTHONPATH`` or fetches a release. Nothing here
+imports vLLM.
 """
 
 from __future__ import annotations
@@ -17,14 +19,21 @@ import os
 from pathlib import Path
 from typing import Callable, Mapping
 
-from gdn_review.common import release_cache, vllm_cache
-from gdn_review.common.release_cache import ReleaseError
+from gdn_review.common import release_cache, release_imports, vllm_cache
+from gdn_review.common.release import Release, ReleaseError, loaded_or_none
 
-__all__ = ["ReleaseError", "entry", "environment", "tree", "trees"]
+__all__ = ["ReleaseError", "entry", "environment", "source", "tree", "trees"]
 
-# The VLLM_CACHE_ROOT a parent set for a child (harness.environment leaves it to the child as its
-# own).
+# What a parent tells a child through its environment; the harness reads them, and a parent names
+# them from here without importing the harness (and torch). The VLLM_CACHE_ROOT a parent set for
+# a child (harness.environment leaves it to the child as its own):
 OUR_VLLM_CACHE_ROOT = "GDN_REVIEW_VLLM_CACHE_ROOT"
+# "1": the release matrix's base run (the release without the PR): every claim runs whatever its
+# `releases` range, so that a claim of an improvement is seen to fail without the PR.
+CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"
+# "1": a bundle's run where vLLM's CUDA platform cannot load (its compiled kernels are not carried,
+# or were built for another torch): vLLM on its CPU platform, the builder's tensors on the GPU.
+CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"
 
 
 def entry(
@@ -32,12 +41,12 @@ def entry(
     fetch: bool = True,
     say: Callable[[str], None] | None = None,
     root: Path | None = None,
-) -> release_cache.Release:
-    """The release cache's entry of ``version``: the installed release's files copied in (once),
+) -> release_cache.Entry:
+    """The release cache's entry of ``version``: the loaded release's files copied in (once),
     another release's fetched (once; with ``fetch`` off, ReleaseError where it is not cached).
     ``root``: another release cache than the default one."""
-    version = release_cache.checked_version(version)
-    if version == release_cache.installed():
+    version = Release(version)
+    if version == loaded_or_none():
         return release_cache.adopt_installed(root, say=say)
     hit = release_cache.cached(version, root)
     if hit is not None:
@@ -50,12 +59,32 @@ def entry(
 
 
 def tree(version: str, fetch: bool = True, say: Callable[[str], None] | None = None) -> Path | None:
-    """The folder holding ``version``'s vllm/ for a child to import; None: the installed release, as
+    """The folder holding ``version``'s vllm/ for a child to import; None: the loaded release, as
     it is."""
-    version = release_cache.checked_version(version)
-    if version == release_cache.installed():
+    version = Release(version)
+    if version == loaded_or_none():
         return None
-    return entry(version, fetch, say).path
+    found = entry(version, fetch, say).path
+    release_imports.ensure(found, version, fetch, say)  # gguf, which vLLM <= 0.23 imports
+    return found
+
+
+def source(
+    version: str,
+    relative_path: str,
+    fetch: bool = True,
+    say: Callable[[str], None] | None = None,
+    root: Path | None = None,
+) -> str | None:
+    """Text of one file of ``version`` (``entry``'s; None: not cached and ``fetch`` off); a damaged
+    entry is dropped and, when fetching is allowed, fetched again."""
+    for _ in range(2 if fetch else 1):
+        if fetch:
+            entry(version, say=say, root=root)
+        text = release_cache.source(version, relative_path, root)
+        if text is not None:
+            return text
+    return None
 
 
 def trees(versions: list[str], say: Callable[[str], None] | None = None) -> dict[str, Path | None]:
@@ -78,7 +107,9 @@ def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> d
     env = dict(os.environ if base is None else base)
     if folder is None:
         return env
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), env.get("PYTHONPATH", "")) if p)
+    imports = Path(folder) / release_imports.FOLDER  # what the release imports and we lack
+    paths = (str(folder), str(imports) if imports.is_dir() else "", env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     if Path(folder).resolve().is_relative_to(release_cache.cache_root().resolve()):
         # A release cache entry's bytecode is written beside its sources by the first process that
         # imports each module (a builder imports about 600 of its 2,500; where

@@ -56,10 +56,6 @@ class Hunk:
     def new_lines(self) -> list[str]:
         return [line[1:] for line in self.lines if line[0] in " +"]
 
-    def old_range(self) -> tuple[int, int]:
-        """First and last line of the old file the hunk removes or rests on (1-based, inclusive)."""
-        return self.old_start, self.old_start + max(self.old_count, 1) - 1
-
     def changed_old_lines(self) -> set[int]:
         """Lines of the old file this hunk removes; for a block that only inserts, the line it
         follows."""

@@ -24,6 +24,7 @@ carries, and fetching them, is ``bundle_wheels``'s; running it here (``--dry-run
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -35,9 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from packaging.version import Version
-
-from gdn_review.common import release_cache, release_trees, vllm_cache
+from gdn_review.common import release, release_cache, release_trees, vllm_cache
+from gdn_review.common.release import Release
 from gdn_review.export import bundle_dry_run, bundle_wheels
 from gdn_review.export.bundle_wheels import BundleError
 
@@ -51,13 +51,13 @@ def default_versions(records) -> list[str]:
     """The installed release (the generated suite's target) and the base and head of every latency
     claim (the bench)."""
     wanted = set()
-    installed = release_cache.installed()
+    installed = release.installed()
     if installed:
         wanted.add(installed)
     for record in records:
         if record.latency_check is not None:
             wanted.update(record.latency_releases())
-    return sorted((v for v in wanted if v), key=Version)
+    return sorted(Release(v) for v in wanted if v)
 
 
 def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -68,7 +68,7 @@ def _tar_filter(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 def pack_release(
-    release: release_cache.Release, destination: Path, say: Callable[[str], None]
+    release: release_cache.Entry, destination: Path, say: Callable[[str], None]
 ) -> None:
     """``<version>/...`` (the cache entry, manifest included) as tar.xz, packed once per entry and
     reused."""
@@ -126,6 +126,89 @@ def _size(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
+def _plan(records: dict, versions: list[Release]) -> list[dict]:
+    """bundle.json's records: each one's releases to run (from its base release on) and its
+    bench (the latency claim's two releases, which must be carried)."""
+    plan = []
+    for path, record in records.items():
+        base = record.target.base_release
+        bench = None
+        latency_base, latency_head = record.latency_releases()
+        # An open PR's latency claim has no head release (its side is the PR's diff): no bench.
+        if record.latency_check is not None and latency_head:
+            bench = {"base": latency_base, "head": latency_head}
+            absent = [v for v in bench.values() if v not in versions]
+            if absent:
+                raise BundleError(
+                    f"{path}: the latency claim's releases {', '.join(absent)} are "
+                    "not carried (add --vllm)"
+                )
+        plan.append(
+            {
+                "record": record.key,
+                "label": record.label,
+                "file": path.name,
+                "releases": [v for v in versions if not base or v >= base],
+                "bench": bench,
+            }
+        )
+    return plan
+
+
+def _stage_wheels(staging: Path, python: str, say: Callable[[str], None]) -> list[dict]:
+    """``wheels/``: what vLLM's builder path imports beyond the baseline, for ``python``, with
+    requirements.txt pinning each to its sha256; bundle.json's ``wheels``."""
+    (staging / "wheels").mkdir()
+    pins = bundle_wheels.carried_pins()
+    wheels = bundle_wheels.fetch_wheels(pins, python, say)
+    carried = [
+        {
+            "name": pin.name,
+            "version": pin.version,
+            "file": wheel.name,
+            "sha256": release_cache.file_sha256(wheel),
+        }
+        for pin, wheel in zip(pins, wheels)
+    ]
+    for wheel in wheels:
+        shutil.copyfile(wheel, staging / "wheels" / wheel.name)
+    # pip checks each wheel's hash before installing: a file damaged on the way is refused.
+    (staging / "wheels" / "requirements.txt").write_text(
+        "".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in carried),
+        encoding="utf-8",
+    )
+    say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
+    return carried
+
+
+def _stage_releases(
+    staging: Path, versions: list[Release], say: Callable[[str], None]
+) -> dict[str, list[str]]:
+    """``releases/V.tar.xz`` and ``vllm-cache/`` of each release; bundle.json's ``model_info``."""
+    (staging / "releases").mkdir()
+    model_info = {}
+    for version in versions:
+        release = release_trees.entry(version, say=say)
+        packed = staging / "releases" / f"{version}.tar.xz"
+        pack_release(release, packed, say)
+        say(f"vLLM {version}: {_mib(packed.stat().st_size)}")
+        model_info[version] = _carry_model_info(release.path / "vllm", staging)
+    return model_info
+
+
+def _refuse_over(staging: Path, size: int, max_bytes: int) -> None:
+    """A bundle of ``size`` bytes over ``max_bytes``: BundleError names its three biggest parts."""
+    if size > max_bytes:
+        parts = {p.name: _size(p) if p.is_dir() else p.stat().st_size for p in staging.iterdir()}
+        biggest = ", ".join(
+            f"{name} {_mib(n)}" for name, n in sorted(parts.items(), key=lambda i: -i[1])[:3]
+        )
+        raise BundleError(
+            f"the bundle would be {_mib(size)}, over the limit of "
+            f"{_mib(max_bytes)} ({biggest}): carry fewer releases with --vllm"
+        )
+
+
 def write_bundle(
     out: Path,
     records: dict,
@@ -143,73 +226,21 @@ def write_bundle(
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not force:
         raise BundleError(f"{out} exists and is not empty (--force replaces it)")
-    versions = sorted({release_cache.checked_version(v) for v in versions}, key=Version)
+    versions = sorted({Release(v) for v in versions})
     if not versions:
         raise BundleError("no vLLM release to carry (no vLLM installed here and no --vllm)")
-    ordered = sorted(records.items(), key=lambda item: item[1].sort_key)
-    plan = []
-    for path, record in ordered:
-        base = record.target.base_release
-        runs = [v for v in versions if not base or Version(v) >= Version(base)]
-        bench = None
-        latency_base, latency_head = record.latency_releases()
-        # An open PR's latency claim has no head release (its side is the PR's diff): not benched
-        # here.
-        if record.latency_check is not None and latency_head:
-            bench = {"base": latency_base, "head": latency_head}
-            absent = [v for v in bench.values() if v not in versions]
-            if absent:
-                raise BundleError(
-                    f"{path}: the latency claim's releases {', '.join(absent)} are "
-                    "not carried (add --vllm)"
-                )
-        plan.append(
-            {
-                "record": record.key,
-                "label": record.label,
-                "file": path.name,
-                "releases": runs,
-                "bench": bench,
-            }
-        )
-    first_case = next(iter(module_context(ordered[0][1], ordered[0][0].name)["cases"].items()))
+    ordered = dict(sorted(records.items(), key=lambda item: item[1].sort_key))
+    plan = _plan(ordered, versions)
+    first_path, first_record = next(iter(ordered.items()))
+    first_case = next(iter(module_context(first_record, first_path.name)["cases"].items()))
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         say(f"project files -> {out}/project")
         _copy_project(Path(project_root), staging / "project")
-        (staging / "wheels").mkdir()
-        pins = bundle_wheels.carried_pins()
-        wheels = bundle_wheels.fetch_wheels(pins, python, say)
-        carried = [
-            {
-                "name": pin.name,
-                "version": pin.version,
-                "file": wheel.name,
-                "sha256": release_cache.file_sha256(wheel),
-            }
-            for pin, wheel in zip(pins, wheels)
-        ]
-        for wheel in wheels:
-            shutil.copyfile(wheel, staging / "wheels" / wheel.name)
-        # pip checks each wheel against its hash before installing: a file damaged on the way is
-        # refused.
-        (staging / "wheels" / "requirements.txt").write_text(
-            "".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in carried),
-            encoding="utf-8",
-        )
-        say(f"{len(wheels)} wheels for Python {python}: {_mib(_size(staging / 'wheels'))}")
-        (staging / "releases").mkdir()
-        model_info = {}
-        for version in versions:
-            release = release_trees.entry(version, say=say)
-            pack_release(release, staging / "releases" / f"{version}.tar.xz", say)
-            say(
-                f"vLLM {version}: "
-                f"{_mib((staging / 'releases' / f'{version}.tar.xz').stat().st_size)}"
-            )
-            model_info[version] = _carry_model_info(release.path / "vllm", staging)
+        carried = _stage_wheels(staging, python, say)
+        model_info = _stage_releases(staging, versions, say)
         (staging / "probe-cases.json").write_text(
             json.dumps(dict([first_case]), indent=1, sort_keys=True) + "\n", encoding="utf-8"
         )
@@ -235,17 +266,7 @@ def write_bundle(
         (staging / "bundle.json").write_text(
             json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
         )
-        if size > max_bytes:
-            parts = {
-                p.name: _size(p) if p.is_dir() else p.stat().st_size for p in staging.iterdir()
-            }
-            biggest = ", ".join(
-                f"{name} {_mib(n)}" for name, n in sorted(parts.items(), key=lambda i: -i[1])[:3]
-            )
-            raise BundleError(
-                f"the bundle would be {_mib(size)}, over the limit of "
-                f"{_mib(max_bytes)} ({biggest}): carry fewer releases with --vllm"
-            )
+        _refuse_over(staging, size, max_bytes)
         if out.exists():
             shutil.rmtree(out)
         os.rename(staging, out)
@@ -282,15 +303,24 @@ def _discard(folders: list[Path], seconds: float = 3.0) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.rename(folder, target)
             moved.append(target)
-        except (
-            OSError
-        ):  # another file system (or another bundle command emptied the trash meanwhile)
+        except OSError:  # another file system (or another bundle command emptied the trash)
             shutil.rmtree(folder, ignore_errors=True)
     deleting = threading.Thread(
         target=lambda: [shutil.rmtree(path, ignore_errors=True) for path in moved], daemon=True
     )
     deleting.start()
     deleting.join(seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """``--dry-run``'s options: where its environment and evidence go (None: a temp folder,
+    kept), the interpreter whose packages it links (None: this one), and the pytest ``-k`` of the
+    generated tests it runs (None: all)."""
+
+    work_dir: Path | None = None
+    source_python: str | None = None
+    keyword: str | None = None
 
 
 def make_bundle(
@@ -300,15 +330,11 @@ def make_bundle(
     python: str,
     max_mib: int,
     force: bool,
-    dry: bool,
-    work_dir: Path | None,
-    source_python: str | None,
+    dry: DryRun | None = None,
     say: Callable[[str], None] = print,
-    keyword: str | None = None,
 ) -> tuple[int, Path, bool] | None:
     """``gdn-review bundle``: write the bundle of the records that are not drafts; with ``dry``,
-    run it here (only the generated tests ``keyword`` selects, where given) and return (run.sh's
-    exit code, its OUT folder, whether the network was cut).
+    run it here and return (run.sh's exit code, its OUT folder, whether the network was cut).
 
     Interrupted, it leaves no folder it made (the bundle, the dry run's work folder): they are
     moved into ``trash()`` at once and deleted there.
@@ -319,6 +345,7 @@ def make_bundle(
     if not records:
         raise BundleError("no record that is not a draft")
     shutil.rmtree(trash(), ignore_errors=True)  # what interrupted runs left there
+    work_dir = dry.work_dir if dry else None
     wanted = [out_dir] + ([work_dir, work_dir / "bare", work_dir / "evidence"] if work_dir else [])
     made = list(dict.fromkeys(m for m in map(_first_missing, wanted) if m is not None))
     try:
@@ -331,12 +358,12 @@ def make_bundle(
             force=force,
             say=say,
         )
-        if not dry:
+        if dry is None:
             return None
         work = work_dir or Path(tempfile.mkdtemp(prefix="gdn-bundle-dry-run-"))
         made += [] if work_dir else [work]
         return bundle_dry_run.dry_run(
-            out_dir, work, source_python=source_python, say=say, keyword=keyword
+            out_dir, work, source_python=dry.source_python, say=say, keyword=dry.keyword
         )
     except KeyboardInterrupt:
         _discard(made)

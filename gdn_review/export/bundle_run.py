@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from gdn_review.common import interrupts, release_trees
+from gdn_review.common.release_trees import CUDA_ON_CPU_PLATFORM
 from gdn_review.kb.subjects import key_label
 from gdn_review.run import evidence_file
 
@@ -34,17 +35,16 @@ MODES = {
     "cuda": {"VLLM_TARGET_DEVICE": "cuda"},
     "cuda tensors on the cpu platform": {
         "VLLM_TARGET_DEVICE": "cpu",
-        "GDN_REVIEW_CUDA_ON_CPU_PLATFORM": "1",
+        CUDA_ON_CPU_PLATFORM: "1",
     },
     "cpu": {"VLLM_TARGET_DEVICE": "cpu"},
 }
 
 
 def _probe_once(bundle: Path, out: Path, version: str, mode: str) -> dict:
-    env = release_trees.environment(
-        release_trees.tree(version, fetch=False)
-    )  # run.sh unpacked every release
-    env.pop("GDN_REVIEW_CUDA_ON_CPU_PLATFORM", None)
+    # run.sh unpacked every release
+    env = release_trees.environment(release_trees.tree(version, fetch=False))
+    env.pop(CUDA_ON_CPU_PLATFORM, None)
     env.update(MODES[mode])
     scratch = out / f".probe-{version}.json"
     command = [

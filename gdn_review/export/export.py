@@ -13,7 +13,8 @@ differential); the stored full-metadata snapshot of the target release
 a literal in the module and a test per case that compares ``build()`` with it.
 
 The module holds the tests of the record's module model (``generate.module_model``),
-the same tests its generated module holds, rendered from ``templates/export/``;
+the same tests its generated module holds, rendered from ``templates/export/`` by the
+generator's own renderer (``generate.Rendering``: render, parse, own the file);
 record strings reach it only as string literals or escaped docstring text. It is
 written as ``ruff format`` would write it at vLLM's settings (line length 88,
 double quotes, magic trailing commas: ``RUFF`` in generate/literals.py), so the
@@ -27,24 +28,26 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import re
 import sys
 from pathlib import Path
 
-import jinja2
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from gdn_review import generate
+from gdn_review.common import snapshots
 from gdn_review.common.files import atomic_write
+from gdn_review.common.release import Release, ReleaseError
 from gdn_review.export.export_context import EXPORT_MARK, module_context
 from gdn_review.export.export_helpers import HARNESS, ExportError
 from gdn_review.generate.literals import RUFF, LiteralError
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.subjects import key_label
-from gdn_review.run import snapshot_files
 
 TEMPLATES = generate.DEFAULT_TEMPLATES / "export"
-MODULE_TEMPLATE = "test_module.py.j2"
+# Exported modules: vLLM's ruff style; the mark starts a paragraph of the module docstring.
+MODULES = generate.Rendering(TEMPLATES, RUFF, EXPORT_MARK)
 ALLOWED_IMPORTS = {"pytest", "torch", "vllm", "__future__"}
 
 # --- The rendered module ------------------------------------------------------
@@ -78,12 +81,8 @@ def _undefined_names(tree: ast.Module) -> list[str]:
 
 
 def _check_module(text: str, name: str) -> None:
-    try:
-        tree = ast.parse(text, filename=name)
-    except SyntaxError as error:
-        raise ExportError(
-            f"exported module {name} is not valid Python: line {error.lineno}: {error.msg}"
-        ) from None
+    """What only an exported module must keep to: its imports, no name left undefined."""
+    tree = ast.parse(text, filename=name)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
@@ -119,21 +118,19 @@ def render(
     the module's docstring says that the snapshot is not exported.
     """
     try:
-        release = Version(str(release))
-    except InvalidVersion:
-        raise ExportError(f"{release!r} is not a vLLM release (for example 0.33.0)") from None
+        release = Release(release)
+    except ReleaseError as error:
+        raise ExportError(f"not a vLLM release: {error}") from None
     source = re.sub(r"[^A-Za-z0-9_./-]", "_", source)
-    env = generate.environment(templates, lit=RUFF.literal, assign=RUFF.assignment)
     try:
         context = module_context(record, source, release, harness, snapshot_folder)
-        text = env.get_template(MODULE_TEMPLATE).render(**context)
     except LiteralError as error:
         raise ExportError(f"{source}: {error}") from None
-    except jinja2.TemplateNotFound as error:
-        raise ExportError(f"template not found: {error.name} (in {templates})") from None
-    except jinja2.TemplateError as error:
-        raise ExportError(f"template error exporting {source}: {error}") from None
-    text = re.sub(r"\n{4,}", "\n\n\n", text)
+    rendering = dataclasses.replace(MODULES, templates=Path(templates))
+    try:
+        text = rendering.render(context, module_name(record), source)
+    except generate.GenerateError as error:  # a template's error, said as the export's
+        raise ExportError(str(error)) from None
     _check_module(text, module_name(record))
     return text
 
@@ -145,14 +142,6 @@ def find_record(kb_dir: Path, key: int | str) -> tuple[str, Record]:
         if record.key == key:
             return f"{Path(kb_dir).name}/{path.name}", record
     raise ExportError(f"no record of {key_label(key)} in {kb_dir}")
-
-
-def is_exported(path: Path) -> bool:
-    try:
-        head = path.read_text(encoding="utf-8")[:20000]
-    except (OSError, UnicodeDecodeError):
-        return False
-    return EXPORT_MARK in head
 
 
 def export(kb_dir: Path, key: int | str, out_dir: Path, release: str | None = None) -> Path:
@@ -167,12 +156,13 @@ def export(kb_dir: Path, key: int | str, out_dir: Path, release: str | None = No
         from gdn_review.harness.environment import vllm_release
 
         release = str(vllm_release())
-    text = render(record, source, release, snapshot_folder=snapshot_files.snapshot_dir(kb_dir, key))
+    text = render(record, source, release, snapshot_folder=snapshots.snapshot_dir(kb_dir, key))
     path = Path(out_dir) / module_name(record)
-    if path.exists() and not is_exported(path):
+    write, _, foreign = MODULES.compare({path: text})
+    if foreign:
         raise ExportError(f"refusing to overwrite {path}: it was not written by gdn-review export")
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        atomic_write(path, text)
+    for changed, new_text in write.items():
+        atomic_write(changed, new_text)
     return path
 
 

@@ -4,25 +4,24 @@
 target release decides: the claims and cases it covers (the others are left out and
 named in the module's docstring), the known deviations active there (strict xfails,
 pinned to what they measure), the stored full-metadata snapshot of that release, and
-the harness helpers the module's check kinds need. Record text reaches the context
-only as literals and docstrings of ``literals.RUFF``.
+the harness helpers the module's check kinds need. The context is plain data, laid out
+by the templates' ``py`` and ``assign`` filters (``literals.RUFF``); record text reaches
+the module only as those literals and as docstrings written here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from packaging.version import Version
 
 from gdn_review import generate
-from gdn_review.common import release_range
+from gdn_review.common import release_range, snapshots
 from gdn_review.export.export_helpers import HARNESS, ExportError, harness_helpers, import_sections
 from gdn_review.generate.literals import RUFF, Call, Code
 from gdn_review.generate.model import ClaimModel, ClaimTest, ModuleModel
 from gdn_review.kb import Record, is_draft
-from gdn_review.run import snapshot_files
 
 EXPORT_MARK = "Exported by gdn-review from "
 # Third-party modules the template itself imports at the top of the module.
@@ -92,17 +91,12 @@ PROXY_TEXT = (
 )
 
 
-def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, cases: set[str]):
-    """The template's context of one claim on ``release`` (None: no test of it applies)."""
-    kind = claim.kind
+def _deviation_marks(claim: ClaimModel, tests: list[ClaimTest], release: Version):
+    """Per test of ``claim`` on ``release``: its pytest parameter (a strict xfail's where a
+    known deviation is active there); the active deviations by index (their mark's name,
+    reason and releases); what each deviating test pins and what holds instead of it."""
     constant = claim.name.upper()
-    data = claim.check
-    # Its tests whose cases the release has (a property's: every one).
-    tests = [test for test in claim.tests if all(case_id in cases for case_id in test.cases)]
-    if kind == "differential":
-        tests = list({test.id: test for test in tests}.values())  # a pair is one key of PAIRS
-    deviations: dict[int, dict] = {}
-    params, pinned, instead = [], {}, {}
+    params, deviations, pinned, instead = [], {}, {}, {}
     for test in tests:
         found = _active_deviation(claim, test, release)
         if found is None:
@@ -115,19 +109,22 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
         if deviation.get("measured"):
             reason += f" (measured: {deviation['measured']})"
         deviations[index] = {"name": mark, "reason": reason, "releases": deviation.get("releases")}
-        params.append(Call("pytest.param", (test.id, Code(f"marks={mark}"))))
+        params.append(Call("pytest.param", (test.id,), {"marks": Code(mark)}))
         if deviation.get("expect") is not None:
             pinned[test.id] = dict(sorted(deviation["expect"].items()))
         if deviation.get("instead"):
             instead[test.id] = deviation["instead"]
-    if not params:
-        return None
-    seed = claim.seed
+    return params, deviations, pinned, instead
+
+
+def _claim_docs(model: ModuleModel, claim: ClaimModel, deviations: dict[int, dict]):
+    """The docstrings of the claim's test function and (gpu_sync) of its CPU proxy's."""
+    data = claim.check
     paragraphs = [f"Claim {claim.id} of {model.label}: {claim.text}"]
-    how = KIND_TEXT[kind].format(
+    how = KIND_TEXT[claim.kind].format(
         budget=RUFF.flat(data.get("budget")),
         examples=data.get("examples"),
-        seed=seed,
+        seed=claim.seed,
         max_syncs=data.get("max_syncs"),
         fields=", ".join(data.get("fields") or ()),
         prefix=" (the first case's lists a prefix of the second's)"
@@ -140,61 +137,49 @@ def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, case
     paragraphs.append(how + addresses)
     for deviation in deviations.values():
         paragraphs.append("Strict xfail, " + deviation["reason"])
-    # An equivalence claim that compares some fields only (fields / except): its own
-    # expectations.
+    proxy = [paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]]
+    return RUFF.docstring(paragraphs, 4), (
+        RUFF.docstring(proxy, 4) if claim.kind == "gpu_sync" else None
+    )
+
+
+def _claim_context(model: ModuleModel, claim: ClaimModel, release: Version, cases: set[str]):
+    """The template's context of one claim on ``release`` (None: no test of it applies)."""
+    data = claim.check
+    # Its tests whose cases the release has (a property's: every one).
+    tests = [test for test in claim.tests if all(case_id in cases for case_id in test.cases)]
+    if claim.kind == "differential":
+        tests = list({test.id: test for test in tests}.values())  # a pair is one key of PAIRS
+    params, deviations, pinned, instead = _deviation_marks(claim, tests, release)
+    if not params:
+        return None
+    doc, proxy_doc = _claim_docs(model, claim, deviations)
+    # An equivalence claim that compares some fields only (fields / except): its own expects.
     compares_some = data.get("fields") is not None or data.get("except_") is not None
-    pending = model.pending.get(claim.id)
     return {
         "id": claim.id,
-        "kind": kind,
-        "constant": constant,
+        "kind": claim.kind,
+        "constant": claim.name.upper(),
         "function": claim.exported_function,
-        "doc": RUFF.docstring(paragraphs, 4),
-        "proxy_doc": RUFF.docstring([paragraphs[0], PROXY_TEXT + addresses, *paragraphs[2:]], 4)
-        if kind == "gpu_sync"
-        else None,
+        "doc": doc,
+        "proxy_doc": proxy_doc,
         "cases": sorted({case_id for test in tests for case_id in test.cases}),
-        "pairs": RUFF.assignment(f"{constant}_PAIRS", {test.id: test.cases for test in tests})
-        if kind == "differential"
-        else None,
-        "fields": RUFF.assignment(f"{constant}_FIELDS", list(data["fields"]))
-        if kind == "differential"
-        else None,
         "compare": data.get("compare"),
         "check": data,
-        "params": RUFF.literal(params, 4, 4, 1),
-        "deviations": [
-            {
-                "name": d["name"],
-                "reason": RUFF.literal(d["reason"], len("    reason="), 4, 1),
-                # Strict where the loaded vLLM is in the deviation's releases (all: no range).
-                "releases": d["releases"],
-            }
-            for _, d in sorted(deviations.items())
-        ],
-        "pinned": RUFF.assignment(f"{constant}_PINNED", pinned) if pinned else None,
+        "params": params,
+        # Strict where the loaded vLLM is in a deviation's releases (all: no range).
+        "deviations": [d for _, d in sorted(deviations.items())],
+        "pinned": pinned,
         # An open PR's improvement claim fails on a release without its change: a
         # non-strict xfail there, a plain pass in the PR's own CI (its change applied).
-        "pending": RUFF.literal(f"pending: {pending}", len("    reason="), 4, 1)
-        if pending is not None
+        "pending": model.pending.get(claim.id),
+        "instead": instead,
+        "seed": claim.seed,
+        "pairs": {test.id: test.cases for test in tests},
+        "compared": {test.id: claim.compared[test.id] for test in tests}
+        if claim.kind == "equivalence" and compares_some
         else None,
-        "compared": RUFF.assignment(
-            f"{constant}_EXPECTED", {test.id: claim.compared[test.id] for test in tests}
-        )
-        if kind == "equivalence" and compares_some
-        else None,
-        "budget": RUFF.assignment(f"{constant}_BUDGET", dict(data.get("budget") or {}))
-        if kind == "op_budget"
-        else None,
-        "instead": RUFF.assignment(f"{constant}_INSTEAD", instead) if instead else None,
-        "seed": seed,
-        "examples": data.get("examples"),
-        "speculative_tokens": RUFF.flat(data.get("speculative_tokens")),
-        "max_rows": data.get("max_rows"),
-        "configuration": RUFF.assignment(f"{constant}_CONFIGURATION", claim.configuration)
-        if claim.configuration
-        else None,
-        "max_syncs": data.get("max_syncs"),
+        "configuration": claim.configuration,
     }
 
 
@@ -214,22 +199,6 @@ def case_inputs(model: ModuleModel) -> dict[str, dict]:
     module's CASES (``Record.case_inputs``, which resolves ``after`` into the earlier
     cases' data, one level deep) without what only the record reads."""
     return {case_id: _plain_case(data) for case_id, data in model.cases.items()}
-
-
-def _stored_snapshot(folder: Path | None, key: int | str, release: Version):
-    """(the stored full-metadata snapshot of ``release``, or None; why not)."""
-    make = f"make one with `{snapshot_files.command_for(key, str(release))}`"
-    path = Path(folder) / f"{release}.json" if folder is not None else None
-    if path is None or not path.exists():
-        return None, f"the full-metadata snapshot (no stored snapshot of vLLM {release}: {make})"
-    try:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ExportError(f"{path}: not a stored snapshot ({error}): {make}") from None
-    of_its_format = stored.get("format") == snapshot_files.SNAPSHOT_FORMAT
-    if not of_its_format or not isinstance(stored.get("cases"), dict):
-        raise ExportError(f"{path}: not a {snapshot_files.SNAPSHOT_FORMAT} file: {make}")
-    return stored, ""
 
 
 def _module_doc(record: Record, source: str, release: Version, risks: list, left_out: list):
@@ -268,26 +237,9 @@ def _module_doc(record: Record, source: str, release: Version, risks: list, left
     return RUFF.docstring(paragraphs)
 
 
-def module_context(
-    record: Record,
-    source: str,
-    release: Version,
-    harness: Path = HARNESS,
-    snapshot_folder: Path | None = None,
-) -> dict:
-    """The template's context: the record's module model (generate.module_model) resolved
-    for ``release``. ``snapshot_folder``: where the record's stored snapshots are
-    (kb/snapshots/N); the one of ``release`` is embedded (None: none is)."""
-    if is_draft(record):
-        raise ExportError(
-            f"{source} is a draft (open TODOs): complete it first (gdn-review validate lists them)"
-        )
-    model = generate.module_model(record)
-    cases = {
-        c
-        for c, data in model.cases.items()
-        if release_range.contains(data.get("releases"), release)
-    }
+def _exported_claims(model: ModuleModel, source: str, release: Version, cases: set[str]):
+    """(the contexts of the claims exported for ``release``, their models, what is left out
+    and why); an error where none is or two would share a name."""
     claims, exported, left_out = [], [], []
     for claim in model.claims:
         if claim.kind == "latency":  # an A/B between releases, not a test of one release
@@ -309,31 +261,71 @@ def module_context(
             raise ExportError(
                 f"{source}: claim ids that differ only in case give the same {attribute} name"
             )
-    kinds = {c["kind"] for c in claims}
-    make = snapshot_files.command_for(model.key, str(release))
-    stored, why = _stored_snapshot(snapshot_folder, model.key, release)
-    snapshot_cases = []
+    return claims, exported, left_out
+
+
+def _snapshot_context(
+    folder: Path | None, key: int | str, release: Version, cases: set[str], left_out: list
+) -> dict | None:
+    """The stored snapshot of ``release`` as the template's context, for the cases it has;
+    None where none is exported (why: added to ``left_out``, as a missing case is)."""
+    make = snapshots.command_for(key, str(release))
+    try:
+        stored, why = snapshots.of_release(folder, key, str(release))
+    except snapshots.SnapshotFileError as error:
+        raise ExportError(f"{error}: make one with `{make}`") from None
     if stored is None:
-        left_out.append(why)
-    else:
-        snapshot_cases = sorted(c for c in cases if c in stored["cases"])
-        missing = sorted(c for c in cases if c not in stored["cases"])
-        if missing:
-            left_out.append(
-                f"the snapshot of {', '.join(missing)} (the stored snapshot of vLLM {release} "
-                f"has no such case: make one with `{make}`)"
-            )
-        if not snapshot_cases:
-            stored = None
-    needs = kinds | ({"snapshot"} if stored is not None else set())
+        left_out.append(f"the full-metadata snapshot ({why})")
+        return None
+    snapshot_cases = sorted(c for c in cases if c in stored["cases"])
+    missing = sorted(c for c in cases if c not in stored["cases"])
+    if missing:
+        left_out.append(
+            f"the snapshot of {', '.join(missing)} (the stored snapshot of vLLM {release} "
+            f"has no such case: make one with `{make}`)"
+        )
+    if not snapshot_cases:
+        return None
+    return {
+        "release": str(release),
+        "made_by": make,
+        "cases": snapshot_cases,
+        "device": stored.get("device", "cpu"),
+        "data": RUFF.runs({c: stored["cases"][c] for c in snapshot_cases}),
+    }
+
+
+def module_context(
+    record: Record,
+    source: str,
+    release: Version,
+    harness: Path = HARNESS,
+    snapshot_folder: Path | None = None,
+) -> dict:
+    """The template's context: the record's module model (generate.module_model) resolved
+    for ``release``. ``snapshot_folder``: where the record's stored snapshots are
+    (kb/snapshots/N); the one of ``release`` is embedded (None: none is)."""
+    if is_draft(record):
+        raise ExportError(
+            f"{source} is a draft (open TODOs): complete it first (gdn-review validate lists them)"
+        )
+    model = generate.module_model(record)
+    cases = {
+        c
+        for c, data in model.cases.items()
+        if release_range.contains(data.get("releases"), release)
+    }
+    claims, exported, left_out = _exported_claims(model, source, release, cases)
+    kinds = {c["kind"] for c in claims}
+    snapshot = _snapshot_context(snapshot_folder, model.key, release, cases, left_out)
+    needs = kinds | ({"snapshot"} if snapshot else set())
     helpers, statements = harness_helpers(needs, harness)
     stdlib, third_party = import_sections(statements + [f"import {m}" for m in TEMPLATE_IMPORTS])
     inputs = case_inputs(model)
-    used_cases = (
-        sorted(cases)
-        if "invariant" in kinds
-        else sorted({c for claim in claims for c in claim["cases"]} | set(snapshot_cases))
-    )
+    # An invariant runs on every case of the release; other checks on the cases they name.
+    used_cases = set(snapshot["cases"] if snapshot else [])
+    used_cases |= cases if "invariant" in kinds else {c for claim in claims for c in claim["cases"]}
+    used_cases = sorted(used_cases)
     expected = {
         case_id: model.expectations.get(case_id, {})
         for claim in claims
@@ -352,24 +344,14 @@ def module_context(
         "stdlib": stdlib,
         "third_party": third_party,
         "helpers": helpers,
-        "cases": RUFF.assignment("CASES", {case_id: inputs[case_id] for case_id in used_cases}),
+        "cases": {case_id: inputs[case_id] for case_id in used_cases},
+        # Whether a case's expectations differ on CUDA (the equivalence checks then ask).
+        "on_cuda": any("expect_on_cuda" in inputs[case_id] for case_id in used_cases),
         "release": str(release),
-        "releases": RUFF.assignment("RELEASES", releases),
-        "expected": RUFF.assignment("EXPECTED", dict(sorted(expected.items())))
-        if expected
-        else None,
+        "releases": releases,
+        "expected": dict(sorted(expected.items())),
         "claims": claims,
         "kinds": sorted(kinds),
-        "needs_device": bool(kinds - {"gpu_sync"}) or stored is not None,
-        "snapshot": None
-        if stored is None
-        else {
-            "release": str(release),
-            "made_by": make,
-            "device": RUFF.assignment("SNAPSHOT_DEVICE", stored.get("device", "cpu")),
-            "data": RUFF.assignment(
-                "SNAPSHOT", RUFF.runs({c: stored["cases"][c] for c in snapshot_cases})
-            ),
-            "params": RUFF.literal(snapshot_cases, 4, 4, 1),
-        },
+        "needs_device": bool(kinds - {"gpu_sync"}) or snapshot is not None,
+        "snapshot": snapshot,
     }

@@ -18,7 +18,7 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 # Harness definitions copied into every exported module, in this order:
-# (file in gdn_review/harness/, names of its top-level definitions).
+# (file, relative to gdn_review/harness/, names of its top-level definitions).
 HELPERS = (
     ("environment.py", ("prepare_platform",)),
     (
@@ -31,6 +31,7 @@ HELPERS = (
             "_remove_model_dir",
             "_model_config",
             "_vllm_config",
+            "_set_after_config",
             "_vllm_platform_is_cuda",
             "_as_on_server",
             "GDN_BUILDER_MODULE",
@@ -40,6 +41,11 @@ HELPERS = (
             "make_builder",
             "new_builder",
         ),
+    ),
+    # What a stored form is (a tensor's parts, a missing field), which values.py imports.
+    (
+        "../common/snapshots.py",
+        ("NO_FIELD", "TENSOR_KEYS", "implied_shape", "tensor_parts", "tensor_change"),
     ),
     ("values.py", None),
     ("server.py", None),
@@ -87,8 +93,8 @@ OPTIONAL_HELPERS = {
         ("case_build.py", ("count_sync_warnings", "count_device_origin_reads")),
         ("sync_proxy.py", None),
     ),
-    "differential": (("snapshot_compare.py", ("NO_FIELD", "field_differences")),),
-    "snapshot": (("snapshot_compare.py", ("NO_FIELD", "snapshot_differences")),),
+    "differential": (("snapshot_compare.py", ("field_differences",)),),
+    "snapshot": (("snapshot_compare.py", ("snapshot_differences",)),),
 }
 
 

@@ -2,7 +2,8 @@
 
 ``model.py`` says what one record's module holds (the module model, which the export
 stage renders too); ``generate.py`` renders, parses and writes the modules (or only
-compares them); ``literals.py`` writes plain data as Python source, in generated
+compares them), and holds the one renderer of both trees of module templates
+(``Rendering``); ``literals.py`` writes plain data as Python source, in generated
 modules' style and in the ruff style of exported modules.
 """
 
@@ -12,12 +13,12 @@ from gdn_review.generate.generate import (
     DEVICES,
     GenerateError,
     Plan,
+    Rendering,
     apply,
     environment,
     expected_tests,
     module_context,
     plan,
-    py_literal,
     render_module,
 )
 from gdn_review.generate.model import ModuleModel, module_model, module_name, pair_id
@@ -29,6 +30,7 @@ __all__ = [
     "GenerateError",
     "ModuleModel",
     "Plan",
+    "Rendering",
     "apply",
     "environment",
     "expected_tests",
@@ -37,6 +39,5 @@ __all__ = [
     "module_name",
     "pair_id",
     "plan",
-    "py_literal",
     "render_module",
 ]

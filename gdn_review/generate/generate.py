@@ -1,11 +1,11 @@
 """Records -> pytest module source: render, parse, then write (or only compare).
 
 Rendering is deterministic: the same records give byte-identical modules.
-Record strings reach the module only through the ``py`` filter, which writes
-Python literals; ids become names only after validation. Every module is
-``ast.parse``d before it is written, writes go through a temp file and a
-rename, and only files carrying the generator's banner are ever replaced or
-removed.
+Record strings reach the module only through the ``py`` and ``assign`` filters,
+which write Python literals (``literals.GENERATED``); ids become names only after
+validation. Every module is ``ast.parse``d before it is written, writes go through
+a temp file and a rename, and only files carrying the generator's banner are ever
+replaced or removed. ``Rendering`` does this for the export's templates too.
 """
 
 from __future__ import annotations
@@ -18,16 +18,18 @@ from pathlib import Path
 
 import jinja2
 
+from gdn_review.common import snapshots
 from gdn_review.common.files import atomic_write
-from gdn_review.generate.literals import GENERATED, LiteralError
-from gdn_review.generate.model import module_model, module_name
+from gdn_review.generate.literals import GENERATED, Call, Code, LiteralError, Style
+from gdn_review.generate.model import ClaimModel, module_model, module_name
 from gdn_review.kb import Record, is_draft, load_kb
 from gdn_review.kb.models import python_name
 from gdn_review.kb.subjects import key_short
 
 BANNER_MARK = "# gdn-review: generated module"
 DEFAULT_TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
-MODULE_TEMPLATE = "test_module.py.j2"
+MODULE_TEMPLATE = "test_module.py.j2"  # the module template of every tree
+HEAD_CHARS = 20000  # characters of a module in which its mark is looked for
 # Every check runs on each of these devices (gpu_sync on CUDA only); CUDA skips without a GPU.
 DEVICES = ("cpu", "cuda")
 
@@ -51,18 +53,28 @@ class Plan:
         return sorted(list(self.write) + self.remove)
 
 
-def py_literal(value, indent: int = 0) -> str:
-    """A Python literal for plain data in generated modules' style (``literals.GENERATED``):
-    deterministic (sorted keys), one item a line when long.
+def _pytest_param(test_id: str, risks: list[str] | None = None) -> Call:
+    """A test's ``pytest.param``: its id, its case marker and (``risks``: a check's test,
+    a list of marks) the risks it addresses, sorted whatever their order in the record."""
+    marks = case = Call("pytest.mark.case", (test_id,))
+    if risks is not None:
+        marks = [case] + ([Call("pytest.mark.risk", tuple(sorted(risks)))] if risks else [])
+    return Call("pytest.param", (test_id,), {"id": test_id, "marks": marks})
 
-    Strings are written by ``repr``, so record text can never become code.
-    """
-    try:
-        text = GENERATED.literal(value, indent, indent)
-    except LiteralError as error:
-        raise GenerateError(str(error)) from None
-    ast.literal_eval(text)  # refuses anything that is not a plain literal
-    return text
+
+def _batch_calls(claim: ClaimModel) -> dict[str, Call]:
+    """An invariant's calls of the harness that make its batches: random ones (Hypothesis)
+    and those at the edges of its parameters; {} for another kind."""
+    if claim.kind != "invariant":
+        return {}
+    check = claim.check
+    arguments = {"speculative_tokens": check["speculative_tokens"], "max_rows": check["max_rows"]}
+    if claim.configuration:
+        arguments["configuration"] = Code(f"CONFIGURATION_{claim.name}")
+    if check.get("decodes_only"):
+        arguments["decodes_only"] = True
+    calls = ("random_batches", "boundary_batches")
+    return {call: Call(f"harness.{call}", (), arguments) for call in calls}
 
 
 def module_context(record: Record, source: str, snapshot_dir: str | None = None) -> dict:
@@ -80,22 +92,23 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
             "function": claim.function,
             "releases": claim.releases,
             "check": claim.check,
-            # Markers list risks sorted, whatever their order in the record.
-            "params": [{"id": test.id, "risks": sorted(test.risks)} for test in claim.tests],
-            "risks": sorted(claim.risks),
+            "params": [_pytest_param(test.id, test.risks) for test in claim.tests],
+            "risk_mark": Call("pytest.mark.risk", tuple(sorted(claim.risks)))
+            if claim.risks
+            else None,
             "deviations": claim.deviations,
             "example_cases": claim.example_cases,
             "seed": claim.seed,
             "configuration": claim.configuration,
             "builder": claim.builder,
+            **_batch_calls(claim),
         }
         for claim in model.claims
     ]
     return {
         # The banner names the record; keep it to path characters (it is a comment line).
         "source": re.sub(r"[^A-Za-z0-9_./-]", "_", source),
-        "record": record,
-        "number": model.key,
+        "key": model.key,
         "label": model.label,
         "title": model.title,
         "claims": claims,
@@ -103,7 +116,8 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         "expectations": model.expectations,
         "kinds": sorted({claim.kind for claim in model.claims}),
         "devices": list(DEVICES),
-        "snapshot_dir": snapshot_dir or f"../kb/snapshots/{record.key}",
+        "snapshot_dir": snapshot_dir or snapshots.snapshot_dir("../kb", record.key).as_posix(),
+        "snapshot_params": [_pytest_param(case_id) for case_id in model.cases],
         "pending": model.pending,
     }
 
@@ -139,11 +153,81 @@ def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Enviro
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters["py"] = py_literal
     env.filters["ident"] = python_name
     env.filters["short"] = key_short  # a record's key as people read it: #52078, update_block_table
     env.filters.update(filters)
     return env
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendering:
+    """The one renderer of generated and exported modules: a tree of module templates,
+    the style of its literals, and the mark that makes a file its own.
+
+    Why two trees (templates/, templates/export/): a generated module runs the harness
+    under the gdn-review plugin (markers, fixtures, evidence) on any release; an exported
+    one carries the harness's helpers, is resolved for one release and follows vLLM's
+    conventions. A check kind's two templates share the model and this renderer; their
+    lines differ nearly everywhere, so one tree would be two behind ``if``s.
+    """
+
+    templates: Path
+    style: Style  # literals.GENERATED or literals.RUFF
+    mark: str  # starts a line of every module it renders, near the top
+
+    def render(self, context: dict, name: str, source: str) -> str:
+        """The module ``name`` rendered from ``context`` (of record ``source``), parsed
+        and carrying the mark. Record strings reach it only through the filters ``py``
+        (a literal: ``value | py(first, indent, trail)``) and ``assign`` (``NAME = value``)."""
+        env = environment(
+            self.templates,
+            py=self.style.literal,
+            assign=lambda value, target: self.style.assignment(target, value),
+        )
+        try:
+            text = env.get_template(MODULE_TEMPLATE).render(**context)
+        except LiteralError as error:
+            raise GenerateError(f"{source}: {error}") from None
+        except jinja2.TemplateNotFound as error:
+            raise GenerateError(f"template not found: {error.name} (in {self.templates})") from None
+        except jinja2.TemplateError as error:
+            raise GenerateError(f"template error rendering {name} from {source}: {error}") from None
+        text = re.sub(r"\n{4,}", "\n\n\n", text)
+        try:
+            ast.parse(text, filename=name)
+        except SyntaxError as error:
+            raise GenerateError(
+                f"{name} rendered from {source} is not valid Python: "
+                f"line {error.lineno}: {error.msg}"
+            ) from None
+        if not self.marked(text):
+            raise GenerateError(f"{self.templates / MODULE_TEMPLATE} must write {self.mark!r}")
+        return text
+
+    def marked(self, text: str) -> bool:
+        """Whether a line of ``text``'s head (its banner, its docstring) starts with the mark."""
+        return any(line.lstrip().startswith(self.mark) for line in text[:HEAD_CHARS].splitlines())
+
+    def owns(self, path: Path) -> bool:
+        """Whether ``path`` is a module this rendering wrote (only those are replaced)."""
+        try:
+            with path.open(encoding="utf-8") as handle:
+                return self.marked(handle.read(HEAD_CHARS))
+        except (OSError, UnicodeDecodeError):
+            return False
+
+    def compare(self, wanted: dict[Path, str]) -> tuple[dict[Path, str], list[Path], list[Path]]:
+        """(to write, unchanged, foreign): ``wanted``'s files that differ from the disk, those
+        that do not, and those in the way that this rendering did not write."""
+        on_disk = sorted(path for path in wanted if path.exists())
+        foreign = [path for path in on_disk if not self.owns(path)]
+        same = [p for p in on_disk if p not in foreign and p.read_text("utf-8") == wanted[p]]
+        write = {p: text for p, text in sorted(wanted.items()) if p not in foreign + same}
+        return write, same, foreign
+
+
+# Generated modules (generated_tests/): the banner on line 2, the generator's style.
+MODULES = Rendering(DEFAULT_TEMPLATES, GENERATED, BANNER_MARK)
 
 
 def render_module(
@@ -153,37 +237,10 @@ def render_module(
     snapshot_dir: str | None = None,
 ) -> str:
     """The module source for one record; parsed before it is returned."""
-    try:
-        text = (
-            environment(templates)
-            .get_template(MODULE_TEMPLATE)
-            .render(**module_context(record, source, snapshot_dir))
-        )
-    except GenerateError as error:
-        raise GenerateError(f"{source}: {error}") from None
-    except jinja2.TemplateNotFound as error:
-        raise GenerateError(f"template not found: {error.name} (in {templates})") from None
-    except jinja2.TemplateError as error:
-        raise GenerateError(f"template error rendering {source}: {error}") from None
-    text = re.sub(r"\n{4,}", "\n\n\n", text)
-    try:
-        ast.parse(text, filename=module_name(record))
-    except SyntaxError as error:
-        raise GenerateError(
-            f"rendered module for {source} is not valid Python: line {error.lineno}: {error.msg}"
-        ) from None
-    if BANNER_MARK not in text.splitlines()[1]:
-        raise GenerateError(f"template {MODULE_TEMPLATE} must put {BANNER_MARK!r} on line 2")
-    return text
-
-
-def has_banner(path: Path) -> bool:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            head = [handle.readline() for _ in range(3)]
-    except (OSError, UnicodeDecodeError):
-        return False
-    return any(line.strip() == BANNER_MARK for line in head)
+    rendering = dataclasses.replace(MODULES, templates=Path(templates))
+    return rendering.render(
+        module_context(record, source, snapshot_dir), module_name(record), source
+    )
 
 
 def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Plan:
@@ -198,26 +255,16 @@ def plan(kb_dir: Path, out_dir: Path, templates: Path = DEFAULT_TEMPLATES) -> Pl
         # Named relative to the kb folder's own name, so output never depends on where it lies.
         source = f"{Path(kb_dir).name}/{path.name}"
         # Stored snapshots (kb/snapshots/N), relative to the module's folder, '/'-separated.
-        snapshot_dir = Path(
-            os.path.relpath(Path(kb_dir) / "snapshots" / str(record.key), out_dir)
-        ).as_posix()
+        folder = snapshots.snapshot_dir(kb_dir, record.key)
+        snapshot_dir = Path(os.path.relpath(folder, out_dir)).as_posix()
         wanted[out_dir / module_name(record)] = render_module(
             record, source, templates, snapshot_dir
         )
-    write, unchanged, foreign = {}, [], []
-    for path, text in sorted(wanted.items()):
-        if path.exists():
-            if not has_banner(path):
-                foreign.append(path)
-                continue
-            if path.read_text(encoding="utf-8") == text:
-                unchanged.append(path)
-                continue
-        write[path] = text
+    write, unchanged, foreign = MODULES.compare(wanted)
     # A draft's old module (if any) stays until the draft is complete again.
     keep = set(wanted) | {out_dir / module_name(records[p]) for p in drafts}
     remove = (
-        sorted(p for p in out_dir.glob("test_*.py") if p not in keep and has_banner(p))
+        sorted(p for p in out_dir.glob("test_*.py") if p not in keep and MODULES.owns(p))
         if out_dir.is_dir()
         else []
     )

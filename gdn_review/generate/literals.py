@@ -1,11 +1,12 @@
 """Plain data as Python source, in the two styles gdn-review writes modules in.
 
-``GENERATED`` (generated_tests/): ``repr`` strings, dict keys sorted, lines of 96
-columns, a collection that does not fit written one item a line. ``RUFF`` (exported
-modules): as ``ruff format`` writes it at vLLM's settings (line length 88, double
-quotes, magic trailing commas, long strings split at spaces, docstrings wrapped), so
-an exported module passes ``ruff check`` and ``ruff format --check`` without running
-ruff. One ``Style`` class holds the layout; the two styles are two instances of it.
+One layout, two styles: ``GENERATED`` (generated_tests/: ``repr`` strings, dict keys
+sorted, lines of 100 columns, the project's ruff settings) and ``RUFF`` (exported modules:
+double quotes, keys in their order, lines of 88 columns, vLLM's settings). Either way a
+value that does not fit is laid out as ``ruff format`` lays it out (a collection one item
+a line with magic trailing commas, a long string split at spaces, docstrings wrapped), so
+a module passes ``ruff check`` without running ruff, and an exported one ``ruff format
+--check`` too.
 
 This is how record text becomes source: an escaped string literal or escaped
 docstring text, never raw interpolation. Long runs in plain data (a stored
@@ -36,10 +37,16 @@ class Code:
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """A call inside a literal, e.g. ``pytest.param("case", marks=X)``."""
+    """A call inside a literal, e.g. ``pytest.param("case", marks=[...])``: its arguments,
+    then its keyword arguments (values laid out as the rest of the literal)."""
 
     function: str
     args: tuple
+    keywords: dict = dataclasses.field(default_factory=dict)
+
+    def items(self) -> list[tuple[str, object]]:
+        """Its arguments as (prefix, value): "" for a positional one, "name=" for a keyword."""
+        return [("", a) for a in self.args] + [(f"{k}=", v) for k, v in self.keywords.items()]
 
 
 SHORTEST_RUN = 8  # fewer equal or consecutive items stay written out
@@ -123,13 +130,8 @@ class Style:
     """How plain data is laid out as source. Every method works in every style."""
 
     line_length: int
-    columns: Callable[[str], int]  # the columns a piece of a line takes
     string: Callable[[str], str]  # a str's literal
     sort_keys: bool  # dict keys sorted by their text; else in insertion order
-    # Whether an item of a split collection must fit with its key and trailing comma, as
-    # ruff counts; generated modules count its indentation only (and keep their bytes).
-    whole_line: bool
-    split_strings: bool  # a long string becomes parenthesized pieces, split at spaces
 
     def _items(self, value: dict):
         return sorted(value.items(), key=lambda kv: str(kv[0])) if self.sort_keys else value.items()
@@ -139,7 +141,7 @@ class Style:
         if isinstance(value, Code):
             return value.text
         if isinstance(value, Call):
-            return value.function + "(" + ", ".join(self.flat(a) for a in value.args) + ")"
+            return f"{value.function}({', '.join(k + self.flat(a) for k, a in value.items())})"
         if isinstance(value, str):
             return self.string(value)
         if value is None or isinstance(value, (bool, int)):
@@ -160,29 +162,32 @@ class Style:
         indentation of that line; ``trail``: columns after the value on its last line.
         What fits stays on one line; a collection that does not is split one item a
         line with a trailing comma; a string that does not becomes parenthesized
-        pieces (implicit concatenation) where the style splits strings. ``rhs``: the
+        pieces (implicit concatenation), split at spaces. ``rhs``: the
         value is the right-hand side of an assignment, which ruff puts in parentheses
         of its own when that makes it fit.
         """
         flat = self.flat(value)
-        if first + self.columns(flat) + trail <= self.line_length:
+        if first + display_width(flat) + trail <= self.line_length:
             return flat
         inner = indent + 4
         pad = " " * inner
         close = "\n" + " " * indent
-        if isinstance(value, str) and self.split_strings:
+        if isinstance(value, str):
             pieces = self._string_pieces(value, inner)
             if len(pieces) == 1:
-                if rhs and inner + self.columns(flat) <= self.line_length:
+                if rhs and inner + display_width(flat) <= self.line_length:
                     return "(\n" + pad + flat + close + ")"
                 return flat  # one word: nothing to split
             return "(\n" + "\n".join(pad + self.string(piece) for piece in pieces) + close + ")"
         if isinstance(value, Call):
             # Arguments on one line of their own if they fit there, else one a line.
-            joined = ", ".join(self.flat(a) for a in value.args)
-            if inner + self.columns(joined) <= self.line_length:
+            joined = ", ".join(k + self.flat(a) for k, a in value.items())
+            if inner + display_width(joined) <= self.line_length:
                 return f"{value.function}(\n{pad}{joined}" + close + ")"
-            items = [pad + self._item(a, inner, inner) + "," for a in value.args]
+            items = [
+                pad + k + self._item(a, inner + display_width(k), inner) + ","
+                for k, a in value.items()
+            ]
             return value.function + "(\n" + "\n".join(items) + close + ")"
         if isinstance(value, (list, tuple)) and value:
             items = [pad + self._item(v, inner, inner) + "," for v in value]
@@ -191,22 +196,21 @@ class Style:
             items = []
             for key, item in self._items(value):
                 head = pad + self.flat(key) + ": "
-                items.append(head + self._item(item, self.columns(head), inner) + ",")
+                items.append(head + self._item(item, display_width(head), inner) + ",")
             return "{\n" + "\n".join(items) + close + "}"
         return flat
 
     def _item(self, value, first: int, indent: int) -> str:
-        """One item of a split collection (or call), followed by its comma."""
-        if self.whole_line:
-            return self.literal(value, first, indent, 1)
-        return self.literal(value, indent, indent)
+        """One item of a split collection (or call): it must fit with what precedes it on
+        its line (its key) and its trailing comma, as ruff counts."""
+        return self.literal(value, first, indent, 1)
 
     def _string_pieces(self, text: str, indent: int) -> list[str]:
         """Split ``text`` at spaces into pieces whose literals fit a line at ``indent``."""
         pieces, current = [], ""
 
         def too_long(piece: str) -> bool:
-            return indent + self.columns(self.string(piece)) > self.line_length
+            return indent + display_width(self.string(piece)) > self.line_length
 
         for token in re.findall(r"\S+\s*|\s+", text):
             if current and too_long(current + token):
@@ -280,24 +284,16 @@ class Style:
                 hang = "" if isinstance(paragraph, str) else "  "
                 first = self.line_length - indent - (3 if not lines else 0)
                 rest = self.line_length - indent - len(hang)
-                wrapped = _wrap(_doc_text(entry), first, rest, self.columns)
+                wrapped = _wrap(_doc_text(entry), first, rest, display_width)
                 lines.extend([wrapped[0], *(hang + line for line in wrapped[1:])])
-        if len(lines) == 1 and indent + self.columns(lines[0]) + 6 <= self.line_length:
+        if len(lines) == 1 and indent + display_width(lines[0]) + 6 <= self.line_length:
             return f'"""{lines[0]}"""'
         body = "\n".join(pad + line if line else "" for line in lines[1:])
         return f'"""{lines[0]}\n{body}\n{pad}"""' if body else f'"""{lines[0]}\n{pad}"""'
 
 
-# Generated modules: the generator's own layout (what generated_tests/ holds).
-GENERATED = Style(
-    line_length=96, columns=len, string=repr, sort_keys=True, whole_line=False, split_strings=False
-)
+# Generated modules: the generator's own layout (what generated_tests/ holds), at the
+# project's line length, so `ruff check` passes on them as on the rest of the project.
+GENERATED = Style(line_length=100, string=repr, sort_keys=True)
 # Exported modules: ruff format at vLLM's settings (line length 88).
-RUFF = Style(
-    line_length=88,
-    columns=display_width,
-    string=ruff_string,
-    sort_keys=False,
-    whole_line=True,
-    split_strings=True,
-)
+RUFF = Style(line_length=88, string=ruff_string, sort_keys=False)

@@ -19,7 +19,13 @@ vllm_cache_per_release()
 prepare_platform()
 
 from gdn_review.harness import properties as _properties
-from gdn_review.harness.builders import BuilderSettings, make_builder, warm_up
+from gdn_review.harness.builders import (
+    GDN_BUILDER,
+    BuilderSettings,
+    builder_class,
+    make_builder,
+    warm_up,
+)
 from gdn_review.harness.case_build import (
     BuildRun,
     build_case,
@@ -30,17 +36,11 @@ from gdn_review.harness.case_build import (
     snapshot_case,
 )
 from gdn_review.harness.environment import (
-    cuda_skip_reason,
     device_skip_reason,
     environment,
     prepare_platform,
     target_source,
     vllm_release,
-)
-from gdn_review.harness.mirror import (
-    GDN_BUILDER,
-    require_builder,
-    with_builder,
 )
 from gdn_review.harness.pytest_checks import (
     check_deviation_unchanged,
@@ -50,18 +50,14 @@ from gdn_review.harness.pytest_checks import (
     skip_outside_claim_releases,
     skip_outside_releases,
 )
-from gdn_review.harness.release_ranges import (
-    active_deviation,
-    claim_in_range,
-    release_in_range,
-)
+from gdn_review.harness.release_ranges import active_deviation, release_in_range
 from gdn_review.harness.server import expected_on
 from gdn_review.harness.snapshot_compare import (
     field_differences,
     snapshot_differences,
     stored_snapshot,
 )
-from gdn_review.harness.strategies import boundary_batches, random_batches
+from gdn_review.harness.strategies import boundary_batches, configured, random_batches
 from gdn_review.harness.values import describe_differences, stored_form
 
 
@@ -97,9 +93,12 @@ def check_invariant(
     """One invariant test's body: property ``prop`` on one batch (a named case, a random
     example or a boundary batch), under the claim's known ``deviation`` (or None).
 
-    ``builder``: the claim's builder part (``harness.mirror``): every batch, the named
-    cases too, is built by that class in the claim's configuration, and the evidence
-    names it; a release without the class skips the test as not applicable.
+    ``builder``: the claim's builder part (``BUILDER_<claim>`` of the generated module:
+    an in-tree subclass of GDNAttentionMetadataBuilder, the fields ``mirrors_gdn``
+    compares with GDN's own build, the claim's configuration): every batch, the named
+    cases too, is built by that class in that configuration (``strategies.configured``),
+    and the evidence names it; a release without the class skips the test as not
+    applicable.
 
     The batch is recorded before anything runs, and again as ``failed_batch`` when
     the check fails: Hypothesis replays the shrunk failing example last, and runs the
@@ -109,11 +108,9 @@ def check_invariant(
     __tracebackhide__ = True
     measured = {"property": prop}
     if builder is not None:
-        require_builder(builder["builder"])
-        batch = with_builder(batch, builder)
-        cases = {
-            case_id: with_builder(case, builder) for case_id, case in cases.items()
-        }
+        builder_class(builder["builder"])  # a skip where the release has no such class
+        batch = configured(batch, builder)
+        cases = {case_id: configured(case, builder) for case_id, case in cases.items()}
         measured.update(builder=builder["builder"], compared_with=GDN_BUILDER)
     record_property("measured", measured)
     record_property("batch", batch)
@@ -201,7 +198,6 @@ def batch_words(batch: dict, cases: dict) -> tuple[str, str]:
 
 
 __all__ = [
-    "BuildRun",
     "BuilderSettings",
     "active_deviation",
     "boundary_batches",
@@ -210,10 +206,8 @@ __all__ = [
     "build_case",
     "check_deviation_unchanged",
     "check_property",
-    "claim_in_range",
     "count_device_origin_reads",
     "count_sync_warnings",
-    "cuda_skip_reason",
     "describe_differences",
     "device_skip_reason",
     "environment",
@@ -227,7 +221,6 @@ __all__ = [
     "prepare_platform",
     "random_batches",
     "release_in_range",
-    "require_builder",
     "skip_outside_claim_releases",
     "skip_outside_releases",
     "snapshot_case",
@@ -237,5 +230,4 @@ __all__ = [
     "target_source",
     "vllm_release",
     "warm_up",
-    "with_builder",
 ]

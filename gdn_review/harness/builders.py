@@ -215,8 +215,15 @@ def _vllm_config(settings: BuilderSettings):
             additional_config=additional,
         ),
     )
-    # Set after the config is made, as vLLM's own CPU tests of the builder do:
-    # the eager model config would turn a requested graph mode back into NONE.
+    _set_after_config(config, speculative, settings)
+    return config
+
+
+def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
+    """What the case sets once the config is made, as vLLM's own CPU tests of the
+    builder do: made with them, the eager model config would turn a requested graph
+    mode back into NONE, and the engine resolves prefix caching only later.
+    ``speculative``: the config's speculative config, as it was made."""
     if settings.cudagraph_mode is not None:
         from vllm.config import CUDAGraphMode
 
@@ -231,8 +238,8 @@ def _vllm_config(settings: BuilderSettings):
     if settings.use_kda_recoverssm is not None:
         config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
     if settings.adaptive_verification is not None and speculative is not None:
-        # Set after the config too: vLLM's check (V2 runner, FULL graphs) reads the
-        # graph mode the eager model config has turned back into NONE by then.
+        # vLLM's check (V2 runner, FULL graphs) reads the graph mode the eager
+        # model config has turned back into NONE by then.
         speculative.enable_adaptive_verification = settings.adaptive_verification
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
@@ -241,7 +248,6 @@ def _vllm_config(settings: BuilderSettings):
         config.cache_config.mamba_cache_mode = "align"
         config.cache_config.hash_block_size = hash_block_size
         config.cache_config.cache_hit_alignment_tokens = alignment_tokens
-    return config
 
 
 def _vllm_platform_is_cuda() -> bool:

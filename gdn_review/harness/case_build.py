@@ -32,6 +32,7 @@ of a re-gather is the first plus ``SECOND_TABLE``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import warnings
 
@@ -287,10 +288,7 @@ def _build_case(device: str, case: dict, count_ops: bool) -> BuildRun:
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
     counter = _OpCounter()
-    if count_ops:
-        with counter.mode:
-            metadata, built = _run_entry(builder, case, settings, other)
-    else:
+    with counter.mode if count_ops else contextlib.nullcontext():
         metadata, built = _run_entry(builder, case, settings, other)
     data = snapshot(metadata, columns)
     _measure_parts(data, case, other if other is not None else builder, metadata)
@@ -340,11 +338,8 @@ def _build_step(device: str, case: dict, count_ops: bool) -> BuildRun:
     builders, settings = _step_builders(device, case)
     kwargs, _, columns = build_arguments(case, settings)
     counter = _OpCounter()
-    if count_ops:
-        with counter.mode:
-            metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
-    else:
-        metadatas, call_ops = run_step(builders, case, kwargs)
+    with counter.mode if count_ops else contextlib.nullcontext():
+        metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
     data = step_snapshot(metadatas, columns, case.get("block_table_offset", 0))
     _measure_parts(data, case, builders[0], metadatas[0])
     return BuildRun(
@@ -466,5 +461,4 @@ def snapshot_case(device: str, case: dict) -> dict:
     try:
         return build_case(device, case, count_ops=False).metadata
     except Exception as error:  # noqa: BLE001  (any crash is the release's behaviour)
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return {"raised": f"{type(error).__name__}: {message}"}
+        return {"raised": raised_words(error)}

@@ -7,11 +7,12 @@ import os
 import platform
 import sys
 
-from packaging.version import Version
-
-# The VLLM_CACHE_ROOT that vllm_cache_per_release (or a parent, release_trees) set:
-# a child process knows it is not the user's.
-from gdn_review.common.release_trees import OUR_VLLM_CACHE_ROOT
+from gdn_review.common import release
+from gdn_review.common.release_trees import (
+    CLAIMS_ON_ANY_RELEASE,
+    CUDA_ON_CPU_PLATFORM,
+    OUR_VLLM_CACHE_ROOT,
+)
 
 
 def prepare_platform() -> None:
@@ -58,18 +59,13 @@ def vllm_cache_per_release() -> None:
 
 
 @functools.cache
-def vllm_release() -> Version:
-    """The loaded vLLM's release without local or dev suffixes (0.33.0+cpu: 0.33.0)."""
+def vllm_release() -> release.Release:
+    """The loaded vLLM's release (``release.loaded``'s answer), once vLLM is
+    imported: a tree whose vLLM cannot import fails here."""
     prepare_platform()
-    import vllm
+    import vllm  # noqa: F401
 
-    return Version(Version(vllm.__version__).base_version)
-
-
-# Set by a bundle's run.sh where vLLM's CUDA platform cannot load (its compiled
-# kernels are not carried, or were built for another torch): vLLM runs on its CPU
-# platform while the builder's tensors are on the GPU. Evidence says so.
-CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"
+    return release.loaded()[0]
 
 
 def cuda_on_cpu_platform() -> bool:
@@ -126,8 +122,7 @@ def environment() -> dict:
         "vllm_target_device": os.environ.get("VLLM_TARGET_DEVICE"),
         "cuda_on_cpu_platform": cuda_on_cpu_platform() and torch.cuda.is_available(),
         # The release matrix runs every claim on the base release (release_ranges.py).
-        "claim_ranges_ignored": os.environ.get("GDN_REVIEW_CLAIMS_ON_ANY_RELEASE")
-        == "1",
+        "claim_ranges_ignored": os.environ.get(CLAIMS_ON_ANY_RELEASE) == "1",
         "python": sys.version.split()[0],
         "platform": platform.platform(),
     }

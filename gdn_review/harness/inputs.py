@@ -28,10 +28,27 @@ def row_values(case: dict) -> list[dict]:
 
 def build_arguments(case: dict, settings: BuilderSettings):
     """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
     device = torch.device(settings.device)
     rows = row_values(case)
+    columns = settings.block_table_columns
+    common = _common_metadata(case, rows, columns, device)
+    drafts, num_accepted = _speculation_counts(case, rows, device)
+    return (
+        {
+            "common_prefix_len": 0,
+            "common_attn_metadata": common,
+            "num_accepted_tokens": num_accepted,
+            "num_decode_draft_tokens_cpu": drafts,
+        },
+        rows,
+        columns,
+    )
+
+
+def _common_metadata(case: dict, rows: list[dict], columns: int, device):
+    """The case's CommonAttentionMetadata, with the fields this release accepts."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
     query_lens = [row["query_len"] for row in rows]
     seq_lens = [row["seq_len"] for row in rows]
     starts = [0]
@@ -39,7 +56,6 @@ def build_arguments(case: dict, settings: BuilderSettings):
         starts.append(starts[-1] + length)
     # Token padding (FULL-graph replay) counts tokens beyond the real ones.
     num_tokens = starts[-1] + case.get("padded_tokens", 0)
-    columns = settings.block_table_columns
     # Entry (r, c) = offset + r * columns + c + 1: every state index names its
     # row, and 0 (vLLM's NULL_BLOCK_ID) never appears as a real entry.
     block_table = case.get("block_table_offset", 0) + torch.arange(
@@ -48,9 +64,8 @@ def build_arguments(case: dict, settings: BuilderSettings):
     if case.get("null_padded_blocks"):
         # Padded rows own no blocks: every entry is NULL_BLOCK_ID (0).
         block_table[len(case["rows"]) :] = 0
-    # Unless a row says so, a row that does not speculate and has more than
-    # one query token is a prefill (vLLM's is_prefilling); capture batches
-    # are decodes.
+    # Unless a row says so, a row that does not speculate and has more than one
+    # query token is a prefill (vLLM's is_prefilling); capture batches are decodes.
     capture = case.get("entry") == "capture"
     prefilling = [
         row["prefilling"]
@@ -90,10 +105,13 @@ def build_arguments(case: dict, settings: BuilderSettings):
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
     accepted = {f.name for f in dataclasses.fields(CommonAttentionMetadata) if f.init}
-    common = CommonAttentionMetadata(
+    return CommonAttentionMetadata(
         **{k: v for k, v in candidates.items() if k in accepted}
     )
 
+
+def _speculation_counts(case: dict, rows: list[dict], device):
+    """(draft counts, accepted counts) of a speculative case; None where not sent."""
     drafts = None
     num_accepted = None
     given = case.get("drafts", "given")
@@ -108,13 +126,4 @@ def build_arguments(case: dict, settings: BuilderSettings):
         num_accepted = torch.tensor(
             [row.get("accepted", 1) for row in rows], dtype=torch.int32
         ).to(device)
-    return (
-        {
-            "common_prefix_len": 0,
-            "common_attn_metadata": common,
-            "num_accepted_tokens": num_accepted,
-            "num_decode_draft_tokens_cpu": drafts,
-        },
-        rows,
-        columns,
-    )
+    return drafts, num_accepted

@@ -53,9 +53,8 @@ def load_mutated(relative_path: str, code) -> None:
     """Execute compiled mutated source as the module and make the builders use it."""
     prepare_platform()
     name = module_name(relative_path)
-    original = importlib.import_module(
-        name
-    )  # its imports (and parents) are loaded as usual
+    # its imports (and parents) are loaded as usual
+    original = importlib.import_module(name)
     module = importlib.util.module_from_spec(original.__spec__)
     sys.modules[name] = module
     try:

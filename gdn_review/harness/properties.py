@@ -8,7 +8,10 @@ the generated suite; tests/test_export.py fails when the two drift apart.
 
 from __future__ import annotations
 
+from gdn_review.common.snapshots import NO_FIELD
+from gdn_review.harness.builders import GDN_BUILDER
 from gdn_review.harness.case_build import build_case
+from gdn_review.harness.steps import STATE_INDEX_FIELDS
 
 # Properties that read the drafts a case's rows state: a capture derives its drafts from
 # the query lengths (build_for_cudagraph_capture), so they say nothing of it.
@@ -241,7 +244,6 @@ def check_checkpoints_on_real_prefills(batch, run):
 
 # --- The builder family: a subclass's build() against GDN's ---------------------
 
-GDN_BUILDER_CLASS = "GDNAttentionMetadataBuilder"
 # Keys an invariant's check adds to every batch for mirrors_gdn (not a case's own).
 MIRROR_KEYS = ("builder", "mirror_fields")
 
@@ -259,24 +261,23 @@ def check_mirrors_gdn(batch, run):
     # Where a subclass keeps its own copy of GDN's classification and staging (Kimi-K3's
     # KimiK3KDAMetadataBuilder "intentionally mirrors" them), a fix to one copy that the
     # other lacks shows here, batch by batch.
-    subject = batch.get("builder") or GDN_BUILDER_CLASS
+    subject = batch.get("builder") or GDN_BUILDER
     reference = {key: value for key, value in batch.items() if key not in MIRROR_KEYS}
     try:
         gdn = build_case(run.device, reference, count_ops=False).metadata
     except AssertionError as error:  # a crash is no deviation of the mirror
         raise RuntimeError(
-            f"{GDN_BUILDER_CLASS}.build() raised AssertionError: {error}"
+            f"{GDN_BUILDER}.build() raised AssertionError: {error}"
         ) from error
-    missing = "(no such field)"
     fields = batch.get("mirror_fields") or sorted(set(run.metadata) & set(gdn))
     differ = [
         field
         for field in fields
-        if run.metadata.get(field, missing) != gdn.get(field, missing)
+        if run.metadata.get(field, NO_FIELD) != gdn.get(field, NO_FIELD)
     ]
-    assert not differ, f"{subject} differs from {GDN_BUILDER_CLASS} on " + "; ".join(
-        f"{field}: {_field_words(run.metadata.get(field, missing))}, GDN's "
-        f"{_field_words(gdn.get(field, missing))}"
+    assert not differ, f"{subject} differs from {GDN_BUILDER} on " + "; ".join(
+        f"{field}: {_field_words(run.metadata.get(field, NO_FIELD))}, GDN's "
+        f"{_field_words(gdn.get(field, NO_FIELD))}"
         for field in differ
     )
 
@@ -442,11 +443,7 @@ def check_regather_matches_fresh_build(batch, run):
         _variant(base, block_table_offset=10000, aligned_state_indices=second),
         count_ops=False,
     ).metadata
-    state = {
-        "spec_state_indices_tensor",
-        "non_spec_state_indices_tensor",
-        "prefill_state_indices",
-    }
+    state = set(STATE_INDEX_FIELDS)
     for field in sorted(state):
         assert regather.metadata[field] == fresh[field], (
             f"{field}: re-gathered {regather.metadata[field]} != fresh {fresh[field]}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from packaging.version import Version
-
 from gdn_review.common import release_range
+from gdn_review.common.release import Release
+from gdn_review.common.release_trees import CLAIMS_ON_ANY_RELEASE
 from gdn_review.harness.environment import vllm_release
 
 # Set by `gdn-review review` for its run of a change that is not released yet:
@@ -16,11 +16,11 @@ from gdn_review.harness.environment import vllm_release
 RANGES_AS_RELEASE = "GDN_REVIEW_RANGES_AS_RELEASE"
 
 
-def release_for_ranges() -> Version:
+def release_for_ranges() -> Release:
     """The release that ranges are read against: the loaded vLLM's, unless a review says
     otherwise."""
     forced = os.environ.get(RANGES_AS_RELEASE)
-    return Version(forced) if forced else vllm_release()
+    return Release(forced) if forced else vllm_release()
 
 
 def release_in_range(releases: str | None) -> bool:
@@ -29,16 +29,9 @@ def release_in_range(releases: str | None) -> bool:
     return release_range.contains(releases, release_for_ranges())
 
 
-# Set by the release matrix for its run of the base release (the release without
-# the PR): every claim runs there whatever its `releases` range, so that a claim
-# of an improvement can be seen to fail without the PR. Case ranges and known
-# deviations keep their ranges.
-CLAIMS_ON_ANY_RELEASE = "GDN_REVIEW_CLAIMS_ON_ANY_RELEASE"
-
-
 def claim_in_range(releases: str | None) -> bool:
     """Whether a claim with this range runs on the loaded vLLM (always, in the matrix's
-    base run)."""
+    base run; case ranges and known deviations keep theirs there)."""
     if os.environ.get(CLAIMS_ON_ANY_RELEASE) == "1":
         return True
     return release_in_range(releases)

@@ -18,8 +18,7 @@ import torch
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.values import plain
 
-# Classes a call case may pass (kb.models.HostClass) -> their module (None: the
-# target's own).
+# Classes a call case may pass (kb.models.HostClass) -> their module (None: target's).
 HOST_CLASSES = {
     "GDNAttentionMetadataBuilder": None,
     "KimiK3ROCmKDAMetadataBuilder": "vllm.models.kimi_k3.amd.kda_metadata",

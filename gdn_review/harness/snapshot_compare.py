@@ -1,14 +1,15 @@
-"""Stored full-metadata snapshots (`gdn-review snapshot`), read by generated tests."""
+"""A build's metadata compared with a stored full-metadata snapshot (where they lie,
+reading them and the name of a missing field: ``common.snapshots``), or two scenarios'
+builds with each other; read by generated tests and copied into exported modules."""
 
 from __future__ import annotations
 
-import json
 import os
 
+from gdn_review.common import snapshots
+from gdn_review.common.snapshots import NO_FIELD
 from gdn_review.harness.release_ranges import release_for_ranges
 from gdn_review.harness.values import Tensor, stored_differences, stored_form
-
-NO_FIELD = "(no such field)"
 
 
 def stored_snapshot(
@@ -18,18 +19,16 @@ def stored_snapshot(
 
     ``folder`` is relative to the generated module's own folder.
     """
-    release = str(release_for_ranges())
+    release = release_for_ranges()
     base = os.path.dirname(os.path.abspath(module_file))
-    path = os.path.join(base, folder, release + ".json")
-    make = f"make one with `gdn-review snapshot --record {record} --release {release}`"
-    if not os.path.exists(path):
-        return None, f"no stored snapshot of vLLM {release}: {make}"
-    with open(path, encoding="utf-8") as handle:
-        stored = json.load(handle)
+    stored, why = snapshots.of_release(os.path.join(base, folder), record, release)
+    if stored is None:
+        return None, why
     if stored.get("device") != device:
         taken = stored.get("device")
         return None, f"the stored snapshot of vLLM {release} was taken on {taken}"
-    if case_id not in stored.get("cases", {}):
+    if case_id not in stored["cases"]:
+        make = f"make one with `{snapshots.command_for(record, release)}`"
         return None, f"the snapshot of vLLM {release} has no case {case_id}: {make}"
     return stored["cases"][case_id], ""
 
@@ -37,7 +36,7 @@ def stored_snapshot(
 def snapshot_differences(measured: dict, stored: dict) -> dict:
     """field -> (measured, stored) of every field whose value, dtype or shape differs,
     or that appears or goes (both in stored form: ``values.stored_form``)."""
-    return stored_differences(measured, stored, missing=NO_FIELD)
+    return stored_differences(measured, stored)
 
 
 def field_differences(

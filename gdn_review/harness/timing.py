@@ -79,8 +79,7 @@ def serve(stdin=None, stdout=None) -> None:
 
 
 if __name__ == "__main__":
-    # vLLM logs to stdout: keep the protocol on a private copy of it, send the rest to
-    # stderr.
+    # vLLM logs to stdout: the protocol uses a private copy of it, the rest stderr.
     import os
 
     protocol = os.fdopen(os.dup(1), "w")

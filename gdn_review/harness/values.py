@@ -20,6 +20,13 @@ import dataclasses
 
 import torch
 
+from gdn_review.common.snapshots import (
+    NO_FIELD,
+    implied_shape,
+    tensor_change,
+    tensor_parts,
+)
+
 # Offset of the second block table (update_block_table); table offsets are
 # multiples of it, so an entry still names its row and slot.
 SECOND_TABLE = 10000
@@ -101,24 +108,13 @@ class Tensor(list):
         return Tensor, (list(self), self.dtype, self.shape)
 
 
-def _implied_shape(values) -> list[int]:
-    """The shape a nested list of values implies: [] -> [0], [[], []] -> [2, 0]."""
-    shape = []
-    while isinstance(values, list):
-        shape.append(len(values))
-        if not values:
-            break
-        values = values[0]
-    return shape
-
-
 def stored_form(value, name: str | None = None):
     """Plain data as it is stored (JSON, YAML): a ``Tensor`` (under field ``name``) as
     its values where its dtype is the field's usual one and its values imply its shape,
     else ``{"dtype", "values"}`` (and ``"shape"`` where the values do not imply it)."""
     if isinstance(value, Tensor):
         values = list(value)
-        implied = _implied_shape(values) == value.shape
+        implied = implied_shape(values) == value.shape
         if value.dtype == USUAL_DTYPES.get(name) and implied:
             return values
         form = {"dtype": value.dtype, "values": values}
@@ -132,31 +128,16 @@ def stored_form(value, name: str | None = None):
     return value
 
 
-# The keys of a tensor's stored form where it states its dtype.
-TENSOR_KEYS = {"dtype", "values", "shape"}
-
-
-def _tensor_parts(form, name: str):
-    """(dtype, shape, values) of a stored tensor form; None: ``form`` is no tensor."""
-    if isinstance(form, dict) and {"dtype", "values"} <= set(form) <= TENSOR_KEYS:
-        values = form["values"]
-        return form["dtype"], form.get("shape", _implied_shape(values)), values
-    if isinstance(form, list) and name in USUAL_DTYPES:
-        return USUAL_DTYPES[name], _implied_shape(form), form
-    return None
-
-
-def stored_differences(
-    measured: dict, stored: dict, fields=None, missing="(no such field)"
-) -> dict:
+def stored_differences(measured: dict, stored: dict, fields=None) -> dict:
     """field -> (measured, stored), both in stored form, of every field (of ``fields``;
-    default: of either) whose value, dtype or shape differs, or that only one has."""
+    default: of either) whose value, dtype or shape differs, or that only one has
+    (``NO_FIELD`` on the side that lacks it)."""
     if fields is None:
         fields = sorted(set(measured) | set(stored))
     found = {}
     for field in fields:
-        a = stored_form(measured[field], field) if field in measured else missing
-        b = stored.get(field, missing)
+        a = stored_form(measured[field], field) if field in measured else NO_FIELD
+        b = stored.get(field, NO_FIELD)
         if a != b:
             found[field] = (a, b)
     return found
@@ -168,15 +149,12 @@ def describe_differences(differences: dict, other: str = "expected") -> str:
     shape [0, 3], expected [0]``, ``num_decodes: 2, expected 1``."""
     clauses = []
     for field, (a, b) in differences.items():
-        first, second = _tensor_parts(a, field), _tensor_parts(b, field)
-        if first is not None and second is not None and first[2] == second[2]:
-            if first[0] != second[0]:
-                clauses.append(f"{field}: dtype {first[0]}, {other} {second[0]}")
-                continue
-            if first[1] != second[1]:
-                clauses.append(f"{field}: shape {first[1]}, {other} {second[1]}")
-                continue
-        clauses.append(f"{field}: {a!r}, {other} {b!r}")
+        usual = USUAL_DTYPES.get(field)
+        change = tensor_change(tensor_parts(a, usual), tensor_parts(b, usual))
+        if change:
+            clauses.append(f"{field}: {change[0]} {change[1]}, {other} {change[2]}")
+        else:
+            clauses.append(f"{field}: {a!r}, {other} {b!r}")
     return "; ".join(clauses)
 
 

@@ -54,9 +54,8 @@ class _Scope:
         self.func = None
         if match and match.group(2) == "class":
             self.cls = match.group(3)
-        elif (
-            match
-        ):  # a def: a method of the class seen before, or a function (git drops the indent)
+        elif match:
+            # a def: a method of the class seen before, or a function (git drops the indent)
             self.func, self.func_indent = match.group(3), 4 if self.cls else 0
 
     def line(self, text: str) -> None:

@@ -71,9 +71,8 @@ def write_draft(
     name = f"{number}.yaml"
     if out_path is None:
         target = Path("kb") / name
-    elif (
-        Path(out_path).is_dir() or not Path(out_path).suffix
-    ):  # a folder, made if it does not exist yet
+    elif Path(out_path).is_dir() or not Path(out_path).suffix:
+        # a folder, made if it does not exist yet
         target = Path(out_path) / name
     else:
         target = Path(out_path)

@@ -15,6 +15,7 @@ import re
 
 import yaml
 
+from gdn_review.kb.completeness import open_items
 from gdn_review.kb.errors import RecordErrors
 from gdn_review.kb.load import parse_record
 from gdn_review.kb.subjects import OPEN_STATES
@@ -191,8 +192,12 @@ def hint(sentence: str) -> str | None:
 def quoted(where: str, sentence: str) -> str:
     """``where: 'sentence'`` (cut at 300 characters): the source of a claim whose text a reviewer
     will rewrite."""
-    quote = sentence if len(sentence) <= _QUOTE_LIMIT else sentence[: _QUOTE_LIMIT - 1] + "…"
-    return f"{where}: '{quote}'"
+    return f"{where}: '{cut(sentence)}'"
+
+
+def cut(sentence: str) -> str:
+    """The sentence, cut at 300 characters (an ellipsis its last)."""
+    return sentence if len(sentence) <= _QUOTE_LIMIT else sentence[: _QUOTE_LIMIT - 1] + "…"
 
 
 # A PR named in a sentence (``#53426``, a pull link): the sentence is about that PR.
@@ -295,10 +300,8 @@ def draft_yaml(
 ) -> str:
     """The draft's text: a header of open TODOs (plus ``notes``), then the data with comments before
     its keys."""
-    for dumper in (
-        _Dumper,
-        yaml.SafeDumper,
-    ):  # literal blocks read best; plain dumping is the fallback
+    # literal blocks read best; plain dumping is the fallback
+    for dumper in (_Dumper, yaml.SafeDumper):
         body = yaml.dump(
             data,
             Dumper=dumper,
@@ -347,23 +350,22 @@ def draft_yaml(
 def open_todos(text: str, number: int, source: str) -> list[str]:
     """The draft's open items, as `gdn-review validate` and the import's count name them (one line
     each)."""
-    from gdn_review.kb.completeness import open_items
-
-    try:
-        record = parse_record(text, f"{number}.yaml")
-    except RecordErrors as failure:
-        raise ReportImportError(
-            f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}"
-        ) from None
-    return [message.removeprefix("TODO: ") for _, message in open_items(record)]
+    return [
+        message.removeprefix("TODO: ") for _, message in open_items(_loaded(text, number, source))
+    ]
 
 
 def checked(text: str, number: int, source: str) -> str:
     """``text`` once it loads as the record of PR ``number``; an internal error otherwise."""
+    _loaded(text, number, source)
+    return text
+
+
+def _loaded(text: str, number: int, source: str):
+    """The draft as a record (an importer's draft always loads: an internal error otherwise)."""
     try:
-        parse_record(text, f"{number}.yaml")
+        return parse_record(text, f"{number}.yaml")
     except RecordErrors as failure:
         raise ReportImportError(
             f"{source}: internal error: the draft of PR #{number} does not load:\n{failure}"
         ) from None
-    return text

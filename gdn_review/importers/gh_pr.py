@@ -29,8 +29,10 @@ from pathlib import Path
 from gdn_review.common.unified_diff import PatchError, read_diff_file
 from gdn_review.importers.diff_target import diff_target
 from gdn_review.importers.drafting import (
+    PR_REFERENCE,
     ReportImportError,
     checked,
+    cut,
     draft_claims,
     draft_yaml,
     sentences,
@@ -42,7 +44,6 @@ ORIGIN = "the PR's JSON"
 _PULL = re.compile(
     r"^https?://[^/\s]+/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)/pulls?/(\d{1,12})(?:[/?#]\S*)?$"
 )
-_REFERENCE = re.compile(r"(?<![\w&#/])#(\d{1,12})(?!\d)|/pulls?/(\d{1,12})(?!\d)")
 _TAGS = re.compile(r"^(?:\s*\[[^\[\]]{1,40}\])+\s*")  # "[Perf][GDN] " before a title
 # Words that make a paragraph of a review or comment a concern (lowercase).
 _CONCERNS = (
@@ -207,9 +208,8 @@ def _pull_request(data: dict, source: str) -> dict:
 
 def _blocks(markdown: str | None) -> list[str]:
     """The paragraphs and list items of a markdown text (no code, no HTML, no headings)."""
-    return [
-        event.text for event in parse_markdown(markdown or "") if hasattr(event, "item")
-    ]  # blocks have .item
+    # blocks have .item
+    return [event.text for event in parse_markdown(markdown or "") if hasattr(event, "item")]
 
 
 def _fences(markdown: str | None) -> list[str]:
@@ -273,9 +273,8 @@ def _risks(thread) -> list[dict]:
             ]
             if errors:
                 found.append((False, f"`{errors[-1][:300]}` ({label}: the error it reports)"))
-    ordered = [
-        text for _, text in sorted(found, key=lambda item: item[0])
-    ]  # stable: the thread's order within each group
+    # stable: the thread's order within each group
+    ordered = [text for _, text in sorted(found, key=lambda item: item[0])]
     return [
         {"id": f"R{i}", "text": text, "cases": [], "claims": []}
         for i, text in enumerate(ordered, 1)
@@ -288,7 +287,7 @@ def _related(data: dict, thread_sources: list[tuple[str, str]]) -> list[dict]:
     found: dict[int, tuple[str, str]] = {}
     for text, where in thread_sources:
         for sentence in sentences(text or ""):
-            for match in _REFERENCE.finditer(sentence):
+            for match in PR_REFERENCE.finditer(sentence):
                 number = int(match.group(1) or match.group(2))
                 if number > 0 and number != data["number"]:
                     found.setdefault(number, (where, sentence))
@@ -297,8 +296,7 @@ def _related(data: dict, thread_sources: list[tuple[str, str]]) -> list[dict]:
             "number": n,
             "title": f"PR #{n} (no title in the PR's JSON; a PR or an issue)",
             "relation": "same-area",
-            "note": f"referenced in the {where}: "
-            f"{sentence if len(sentence) <= 300 else sentence[:299] + '…'}",
+            "note": f"referenced in the {where}: {cut(sentence)}",
         }
         for n, (where, sentence) in found.items()
     ]
@@ -348,22 +346,18 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
     files, target = _read_diff(diff_path) if diff_path is not None else ([], None)
     thread = _thread(data)
     title = _TAGS.sub("", pr["title"]).strip() or pr["title"]
-    claim_sources = [(title, "PR title")] + [
-        (block, "PR body") for block in _blocks(data.get("body"))
-    ]
+    body = _blocks(data.get("body"))
+    body_sources = [(block, "PR body") for block in body]
     paths = [file["path"] for file in data.get("files") or []]
-    notes: dict = {}
-    if data.get("body"):
-        notes["motivation"] = "\n".join(_blocks(data["body"])) or None
+    notes: dict = {"motivation": "\n".join(body)}
     notes["key_files"] = _key_files(data, [f.path for f in files if not f.binary])
     if target:
         notes["key_symbols"] = target.symbols
     notes["code_snippets"] = [{"code": code} for code in _fences(data.get("body"))] + (
         [{"file": target.file, "code": target.snippet}] if target and target.snippet else []
     )
-    notes["discussion"] = (
-        "\n".join(f"- {label}: {' '.join(blocks)}" for _, label, blocks, _, _ in thread if blocks)
-        or None
+    notes["discussion"] = "\n".join(
+        f"- {label}: {' '.join(blocks)}" for _, label, blocks, _, _ in thread if blocks
     )
     if target:
         file, symbol = target.file, (target.symbols[0] if target.symbols else "TODO")
@@ -376,13 +370,15 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
         "schema_version": 1,
         "pr": pr,
         "target": {"file": file, "symbol": symbol},
-        "claims": draft_claims(claim_sources, origin="the PR's title and body", own=pr["number"]),
+        "claims": draft_claims(
+            [(title, "PR title")] + body_sources, origin="the PR's title and body", own=pr["number"]
+        ),
         "cases": [],
         "risks": _risks(thread),
         "related": _related(
             data,
             [(data.get("title"), "PR title")]
-            + [(block, "PR body") for block in _blocks(data.get("body"))]
+            + body_sources
             + [(" ".join(blocks), label) for _, label, blocks, _, _ in thread],
         ),
     }

@@ -350,9 +350,8 @@ def _read_code(report: ReportContents, section: _Section) -> None:
         if isinstance(event, _Heading):
             file = _unmark(event.text) if _looks_like_path(_unmark(event.text)) else None
         elif isinstance(event, _Fence) and event.code.strip():
-            code = event.code.lstrip(
-                "\n"
-            ).rstrip()  # lines were stripped on the right: blank ones are empty
+            # lines were stripped on the right: blank ones are empty
+            code = event.code.lstrip("\n").rstrip()
             first = code.split("\n", 1)[0].strip()
             comment = _unmark(first.lstrip("#/").strip()) if first.startswith(("#", "//")) else ""
             snippet = {"file": file or comment} if file or _looks_like_path(comment) else {}

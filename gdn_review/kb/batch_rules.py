@@ -42,11 +42,9 @@ def query_within_seq(case: Case) -> Iterator[tuple[Loc, str]]:
         if row.query_len > row.seq_len:
             yield (
                 ("rows", i, "query_len"),
-                (
-                    f"query_len {row.query_len} > seq_len {row.seq_len}: seq_len "
-                    "counts the tokens computed before this step and its query_len "
-                    "new ones"
-                ),
+                f"query_len {row.query_len} > seq_len {row.seq_len}: seq_len "
+                "counts the tokens computed before this step and its query_len "
+                "new ones",
             )
 
 
@@ -88,10 +86,8 @@ def accepted_range(case: Case) -> Iterator[tuple[Loc, str]]:
             # The previous step's count: bounded by k + 1, not by this step's drafted + 1.
             yield (
                 ("rows", i, "accepted"),
-                (
-                    f"accepted {row.accepted} > speculative_tokens + 1 = {k + 1}: a "
-                    "row accepts at most its k drafts and one sampled token"
-                ),
+                f"accepted {row.accepted} > speculative_tokens + 1 = {k + 1}: a "
+                "row accepts at most its k drafts and one sampled token",
             )
 
 
@@ -101,10 +97,8 @@ def spec_query_len(case: Case) -> Iterator[tuple[Loc, str]]:
         if row.drafted is not None and k is not None and row.query_len > k + 1:
             yield (
                 ("rows", i, "query_len"),
-                (
-                    f"query_len {row.query_len} of a speculating row > speculative_tokens + 1 = "
-                    f"{k + 1}: a speculating row computes one new token and its drafts"
-                ),
+                f"query_len {row.query_len} of a speculating row > speculative_tokens + 1 = "
+                f"{k + 1}: a speculating row computes one new token and its drafts",
             )
 
 
@@ -194,11 +188,9 @@ def runner_order(case: Case) -> Iterator[tuple[Loc, str]]:
         index = max(breaks)
         yield (
             ("rows", index),
-            (
-                f"no vLLM model runner puts this row after rows[0..{index - 1}]: V1 orders "
-                "decodes, then extends of a sequence with context, then first chunks (seq_len == "
-                "query_len); V2 orders rows with drafts first, then by query_len"
-            ),
+            f"no vLLM model runner puts this row after rows[0..{index - 1}]: V1 orders "
+            "decodes, then extends of a sequence with context, then first chunks (seq_len == "
+            "query_len); V2 orders rows with drafts first, then by query_len",
         )
 
 
@@ -207,10 +199,8 @@ def zero_length_rows(case: Case) -> Iterator[tuple[Loc, str]]:
         if row.query_len == 0:
             yield (
                 ("rows", i, "query_len"),
-                (
-                    "a zero-length row is CUDA-graph padding, which the runner puts "
-                    "after every real row: use padded_rows"
-                ),
+                "a zero-length row is CUDA-graph padding, which the runner puts "
+                "after every real row: use padded_rows",
             )
 
 

@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 
 from gdn_review.common import release_cache
+from gdn_review.kb.checks import GDN_BUILDER
 
-GDN_BUILDER = "GDNAttentionMetadataBuilder"
 GDN_BUILDER_MODULE = "vllm.v1.attention.backends.gdn_attn"
 _CLASS = re.compile(rb"^class (\w+)\(([\w., ]+)\):", re.MULTILINE)
 

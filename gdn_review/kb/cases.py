@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from gdn_review.kb.checks import BuilderClass
 from gdn_review.kb.server_config import SecondBuilder, ServerFields, configuration_words
 from gdn_review.kb.step_config import Step, step_words
 from gdn_review.kb.types import ExpectField, Id, PlainValue, ReleaseRange, Strict, Text
@@ -162,7 +163,7 @@ class Case(ServerFields):
         "builder and block table, after the methods a PR adds (before_builds), as the runner calls "
         "them; checks count per step or per call",
     )
-    builder: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = Field(
+    builder: BuilderClass | None = Field(
         default=None,
         description="the builder class: an in-tree subclass of GDNAttentionMetadataBuilder that "
         "a release ships (e.g. KimiK3KDAMetadataBuilder), constructed as the engine does; a "

@@ -21,7 +21,14 @@ from pydantic import Field, StringConstraints, ValidationError, model_validator
 from gdn_review.common import release_range
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.models import Release, Strict, Text
-from gdn_review.kb.yaml_source import duplicate_keys, field_path, locate, read_yaml
+from gdn_review.kb.yaml_source import (
+    error_at,
+    field_path,
+    locate,
+    read_mapping,
+    read_text,
+    read_yaml,
+)
 
 CHANGES_FILE = Path("history") / "changes.yaml"
 
@@ -84,32 +91,9 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
     if not path.is_file():
         return []
     file = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise RecordErrors([RecordError(file, 1, 1, "", f"cannot read: {error}")]) from None
-    root, data = read_yaml(text, file)
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else type(data).__name__
-        raise RecordErrors(
-            [
-                RecordError(
-                    file, 1, 1, "", f"expected a mapping with schema_version and changes; got {got}"
-                )
-            ]
-        )
-    found: list = []
-    duplicate_keys(root, (), found)
-    errors = [
-        RecordError(
-            file,
-            n.start_mark.line + 1,
-            n.start_mark.column + 1,
-            field_path(loc),
-            f"duplicate key {loc[-1]!r}",
-        )
-        for loc, n in found
-    ]
+    root, data, errors = read_mapping(
+        read_text(path), file, "expected a mapping with schema_version and changes"
+    )
     try:
         parsed = BuilderChanges.model_validate(data)
     except ValidationError as error:
@@ -128,20 +112,17 @@ def load_changes(kb_dir: str | os.PathLike) -> list[BuilderChange]:
         raise RecordErrors(errors) from None
     seen: dict[str, int] = {}
     for index, change in enumerate(parsed.changes):
-        if change.id is None:
-            continue
         if change.id in seen:
-            line, column = locate(root, ("changes", index, "id"))
             errors.append(
-                RecordError(
+                error_at(
                     file,
-                    line,
-                    column,
-                    f"changes[{index}].id",
+                    root,
+                    ("changes", index, "id"),
                     f"id {change.id!r} is already changes[{seen[change.id]}]'s",
                 )
             )
-        seen.setdefault(change.id, index)
+        elif change.id is not None:
+            seen[change.id] = index
     if errors:
         raise RecordErrors(errors)
     return parsed.changes
@@ -178,12 +159,8 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 message = f"no case {', '.join(map(repr, unknown))} in this record"
             else:
                 continue
-            if root is None:
-                root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-            line, column = locate(root, place + (index,))
-            problems.append(
-                RecordError(str(path), line, column, f"{'.'.join(place)}[{index}]", message)
-            )
+            root = root or read_yaml(read_text(path), str(path))[0]
+            problems.append(error_at(str(path), root, place + (index,), message))
         if record.contract is None:
             continue
         for index, name in enumerate(record.contract.covers):
@@ -205,21 +182,6 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 )
             else:
                 continue
-            if root is None:
-                root, _ = read_yaml(Path(path).read_text(encoding="utf-8"), str(path))
-            line, column = locate(root, ("contract", "covers", index))
-            problems.append(
-                RecordError(str(path), line, column, f"contract.covers[{index}]", message)
-            )
+            root = root or read_yaml(read_text(path), str(path))[0]
+            problems.append(error_at(str(path), root, ("contract", "covers", index), message))
     return problems
-
-
-def contract_release(record, changes: list[BuilderChange]) -> str | None:
-    """The release a contract record belongs to on the history page: its earliest covered
-    change's."""
-    from packaging.version import Version
-
-    releases = [
-        c.release for c in changes if c.id and record.contract and c.id in record.contract.covers
-    ]
-    return min(releases, key=Version) if releases else None

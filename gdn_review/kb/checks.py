@@ -41,6 +41,15 @@ InvariantProperty = Literal[
 BuilderClass = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 GDN_BUILDER = "GDNAttentionMetadataBuilder"
 
+# The decodes_only of equivalence and invariant checks.
+DecodesOnly = Annotated[
+    bool,
+    Field(
+        description="draw only decode rows (speculating or not) and padding, and leave out "
+        "the boundary batches with a prefill: for a builder whose prefill metadata is a "
+        "device-only kernel (Kimi-K3's ROCm builder: a Triton kernel); name decode cases only"
+    ),
+]
 
 # What a budget counts on a step case (one call elsewhere): the whole step, or the most one call
 # executed.
@@ -61,12 +70,7 @@ class OpBudgetCheck(Strict):
 class EquivalenceCheck(Strict):
     kind: Literal["equivalence"]
     cases: Annotated[list[Id], Field(min_length=1)]
-    decodes_only: bool = Field(
-        default=False,
-        description="draw only decode rows (speculating or not) and padding, and leave out "
-        "the boundary batches with a prefill: for a builder whose prefill metadata is a "
-        "device-only kernel (Kimi-K3's ROCm builder: a Triton kernel); name decode cases only",
-    )
+    decodes_only: DecodesOnly = False
     fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
         default=None,
         description="compare only these of each case's expected fields (one case, several claims)",
@@ -118,12 +122,7 @@ class InvariantCheck(Strict):
         "in-tree subclass of GDNAttentionMetadataBuilder; a release without it reads 'not "
         "applicable: vLLM X has no <class>'; mirrors_gdn compares it with GDN's own",
     )
-    decodes_only: bool = Field(
-        default=False,
-        description="draw only decode rows (speculating or not) and padding, and leave out "
-        "the boundary batches with a prefill: for a builder whose prefill metadata is a "
-        "device-only kernel (Kimi-K3's ROCm builder: a Triton kernel); name decode cases only",
-    )
+    decodes_only: DecodesOnly = False
     fields: Annotated[list[ExpectField], Field(min_length=1)] | None = Field(
         default=None,
         description="mirrors_gdn: the metadata fields the builder's build() must return as "

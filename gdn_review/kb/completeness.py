@@ -13,7 +13,7 @@ import yaml
 
 from gdn_review.kb.errors import RecordError
 from gdn_review.kb.models import Record
-from gdn_review.kb.yaml_source import SAFE_LOADER, field_path, locate
+from gdn_review.kb.yaml_source import SAFE_LOADER, error_at
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:
@@ -55,8 +55,4 @@ def incomplete(path: Path, record: Record) -> list[RecordError]:
     if not items:
         return []
     root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    errors = []
-    for loc, message in items:
-        line, column = locate(root, loc)
-        errors.append(RecordError(str(path), line, column, field_path(loc), message))
-    return errors
+    return [error_at(str(path), root, loc, message) for loc, message in items]

@@ -20,7 +20,7 @@ from gdn_review.kb.batch_rules import FIELD_RULES
 from gdn_review.kb.errors import RecordError, RecordErrors
 from gdn_review.kb.models import Record
 from gdn_review.kb.record_rules import record_problems
-from gdn_review.kb.yaml_source import Loc, duplicate_keys, field_path, locate, read_yaml
+from gdn_review.kb.yaml_source import Loc, error_at, field_path, locate, read_mapping, read_text
 
 
 def _allowed_keys(loc: Loc) -> list[str]:
@@ -97,15 +97,14 @@ def _pydantic_errors(
     return errors
 
 
+# Check kinds: the tags pydantic puts into an error's location, which field paths leave out.
+_CHECK_TAGS = {"op_budget", "equivalence", "invariant", "gpu_sync", "differential", "TODO"}
+
+
 def _is_union_tag(item: Any) -> bool:
-    return item in {
-        "op_budget",
-        "equivalence",
-        "invariant",
-        "gpu_sync",
-        "differential",
-        "TODO",
-    } or (isinstance(item, str) and item.startswith(("function-", "list[", "int", "str")))
+    return item in _CHECK_TAGS or (
+        isinstance(item, str) and item.startswith(("function-", "list[", "int", "str"))
+    )
 
 
 def parse_record(text: str, file: str, expects_optional: bool = False) -> Record:
@@ -114,49 +113,24 @@ def parse_record(text: str, file: str, expects_optional: bool = False) -> Record
     ``expects_optional``: a case an equivalence check names may state no ``expect``
     yet (``snapshot --fill-expects`` and ``--as-expect`` measure them).
     """
-    stem = Path(file).stem
-    root, data = read_yaml(text, file)
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else type(data).__name__
-        raise RecordErrors(
-            [
-                RecordError(
-                    file, 1, 1, "", f"a record is a mapping with pr, target, claims...; got {got}"
-                )
-            ]
-        )
-
-    duplicates: list[tuple[Loc, yaml.Node]] = []
-    duplicate_keys(root, (), duplicates)
-    errors = [
-        RecordError(
-            file,
-            node.start_mark.line + 1,
-            node.start_mark.column + 1,
-            field_path(loc),
-            f"duplicate key {loc[-1]!r}",
-        )
-        for loc, node in duplicates
-    ]
+    root, data, errors = read_mapping(
+        text, file, "a record is a mapping with pr, target, claims..."
+    )
     try:
         record = Record.model_validate(data)
     except ValidationError as error:
         raise RecordErrors(errors + _pydantic_errors(file, root, error)) from None
-    for loc, message in record_problems(record, stem, expects_optional):
-        line, column = locate(root, loc)
-        errors.append(RecordError(file, line, column, field_path(loc), message))
+    errors += [
+        error_at(file, root, loc, message)
+        for loc, message in record_problems(record, Path(file).stem, expects_optional)
+    ]
     if errors:
         raise RecordErrors(errors)
     return record
 
 
 def load_record(path: str | os.PathLike, expects_optional: bool = False) -> Record:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise RecordErrors([RecordError(str(path), 1, 1, "", f"cannot read: {error}")]) from None
-    return parse_record(text, str(path), expects_optional)
+    return parse_record(read_text(path), str(path), expects_optional)
 
 
 def record_paths(kb_dir: str | os.PathLike) -> list[Path]:

@@ -33,6 +33,8 @@ from gdn_review.kb.subjects import (
     Contract,
     ContractMove,
     PullRequest,
+    key_label,
+    key_short,
     state_words,
 )
 from gdn_review.kb.types import (  # noqa: F401  (re-exported: KB modules import them from here)
@@ -246,12 +248,12 @@ class Record(Strict):
     @property
     def label(self) -> str:
         """How people read the key: ``PR #52078``, ``contract update_block_table``."""
-        return f"PR #{self.pr.number}" if self.pr is not None else f"contract {self.contract.id}"
+        return key_label(self.key)
 
     @property
     def short(self) -> str:
         """``#52078`` or ``update_block_table`` (lists, tables)."""
-        return f"#{self.pr.number}" if self.pr is not None else self.contract.id
+        return key_short(self.key)
 
     @property
     def title(self) -> str:

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, StringConstraints, model_validator
 
 from gdn_review.kb.types import BuilderExpectField, Id, PlainValue, ServerExpectField, Strict
+from gdn_review.kb.yaml_source import Problems
 
 # The GDN prefill backends vLLM's _resolve_gdn_prefill_backend returns (0.33.0), and the
 # device a server resolves each on (what "configured as on ..." names in reports).
@@ -215,35 +216,67 @@ def configuration_words(case) -> str | None:
 
 def server_problems(case) -> list[tuple[tuple, str]]:
     """Server configurations vLLM itself refuses or never makes (a record error, not a skip)."""
-    problems: list[tuple[tuple, str]] = []
+    problems = _prefix_caching_problems(case) + _aligned_indices_problems(case)
+    # A call case calls a host function on its own: no builder scenario.
+    scenario = [
+        name
+        for name in (
+            "speculative_tokens",
+            "cudagraph_mode",
+            "mamba_cache_mode",
+            "prefix_caching",
+            "resolved_prefill_backend",
+            "model_runner",
+            "aligned_state_indices",
+            "after",
+            "second_builder",
+        )
+        if case.call is not None and getattr(case, name) is not None
+    ]
+    if scenario:
+        problems.append(
+            (
+                ("call",),
+                "a call case calls a host function on its own, with no builder: "
+                f"leave out {', '.join(scenario)}",
+            )
+        )
+    return problems
+
+
+def _prefix_caching_problems(case) -> Problems:
+    """Prefix caching is align mode, on blocks the hash blocks divide."""
+    problems = Problems()
     caching = case.prefix_caching
-    if caching is not None:
-        block_size = case.block_size or 16
-        if case.mamba_cache_mode == "none":
-            problems.append(
-                (
-                    ("mamba_cache_mode",),
-                    "prefix_caching is mamba align mode: leave mamba_cache_mode out or give align",
-                )
-            )
-        if block_size % caching.hash_block_size:
-            problems.append(
-                (
-                    ("prefix_caching", "hash_block_size"),
-                    f"block_size {block_size} is not a multiple of hash_block_size "
-                    f"{caching.hash_block_size} (vLLM's BlockPool asserts it)",
-                )
-            )
-        if caching.cache_hit_alignment_tokens % caching.hash_block_size:
-            problems.append(
-                (
-                    ("prefix_caching", "cache_hit_alignment_tokens"),
-                    f"{caching.cache_hit_alignment_tokens} is not a multiple of "
-                    f"hash_block_size {caching.hash_block_size}: cache hits land on "
-                    "hash blocks",
-                )
-            )
-    align = caching is not None or case.mamba_cache_mode == "align"
+    if caching is None:
+        return problems
+    block_size = case.block_size or 16
+    if case.mamba_cache_mode == "none":
+        problems.add(
+            ("mamba_cache_mode",),
+            "prefix_caching is mamba align mode: leave mamba_cache_mode out or give align",
+        )
+    if block_size % caching.hash_block_size:
+        problems.add(
+            ("prefix_caching", "hash_block_size"),
+            f"block_size {block_size} is not a multiple of hash_block_size "
+            f"{caching.hash_block_size} (vLLM's BlockPool asserts it)",
+        )
+    if caching.cache_hit_alignment_tokens % caching.hash_block_size:
+        problems.add(
+            ("prefix_caching", "cache_hit_alignment_tokens"),
+            f"{caching.cache_hit_alignment_tokens} is not a multiple of "
+            f"hash_block_size {caching.hash_block_size}: cache hits land on "
+            "hash blocks",
+        )
+    return problems
+
+
+def _aligned_indices_problems(case) -> Problems:
+    """Aligned state indices (the case's, its second builder's) as the V2 runner hands them: in
+    align mode, one row per request, each k + 1 slots wide."""
+    problems = Problems()
+    align = case.prefix_caching is not None or case.mamba_cache_mode == "align"
     k = case.speculative_tokens or 0
     given = [(("aligned_state_indices",), case.aligned_state_indices)]
     if case.second_builder is not None:
@@ -254,66 +287,34 @@ def server_problems(case) -> list[tuple[tuple, str]]:
         if indices is None:
             continue
         if case.model_runner != "v2":
-            problems.append(
-                (
-                    loc,
-                    "only the V2 model runner hands the builder aligned state "
-                    "indices: give model_runner: v2",
-                )
+            problems.add(
+                loc,
+                "only the V2 model runner hands the builder aligned state "
+                "indices: give model_runner: v2",
             )
         if not align:
-            problems.append(
-                (
-                    loc,
-                    "the V2 runner precomputes aligned state indices only in mamba "
-                    "align mode: give prefix_caching (or mamba_cache_mode: align)",
-                )
+            problems.add(
+                loc,
+                "the V2 runner precomputes aligned state indices only in mamba "
+                "align mode: give prefix_caching (or mamba_cache_mode: align)",
             )
         requests = len(case.rows) + case.padded_rows
         if len(indices) != requests:
-            problems.append(
-                (
-                    loc,
-                    f"{len(indices)} rows of aligned indices for {requests} requests: the V2 "
-                    "runner hands one per request (compute_aligned_state_indices returns "
-                    "aligned_state_indices[:, :num_reqs])",
-                )
+            problems.add(
+                loc,
+                f"{len(indices)} rows of aligned indices for {requests} requests: the V2 "
+                "runner hands one per request (compute_aligned_state_indices returns "
+                "aligned_state_indices[:, :num_reqs])",
             )
         widths = {len(row) for row in indices}
         if len(widths) > 1:
-            problems.append(
-                (loc, f"rows of different widths {sorted(widths)}: the runner hands one tensor")
+            problems.add(
+                loc, f"rows of different widths {sorted(widths)}: the runner hands one tensor"
             )
         elif min(widths) < k + 1:
-            problems.append(
-                (
-                    loc,
-                    f"width {min(widths)} < 1 + speculative_tokens = {k + 1}: a "
-                    "speculating row reads k + 1 state slots",
-                )
-            )
-    if case.call is not None:
-        scenario = [
-            name
-            for name in (
-                "speculative_tokens",
-                "cudagraph_mode",
-                "mamba_cache_mode",
-                "prefix_caching",
-                "resolved_prefill_backend",
-                "model_runner",
-                "aligned_state_indices",
-                "after",
-                "second_builder",
-            )
-            if getattr(case, name) is not None
-        ]
-        if scenario:
-            problems.append(
-                (
-                    ("call",),
-                    "a call case calls a host function on its own, with no builder: "
-                    f"leave out {', '.join(scenario)}",
-                )
+            problems.add(
+                loc,
+                f"width {min(widths)} < 1 + speculative_tokens = {k + 1}: a "
+                "speculating row reads k + 1 state slots",
             )
     return problems

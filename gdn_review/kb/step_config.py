@@ -17,6 +17,7 @@ from typing import Annotated, get_args
 from pydantic import Field, StringConstraints
 
 from gdn_review.kb.types import StepExpectField, Strict
+from gdn_review.kb.yaml_source import Problems
 
 PythonName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=80)]
 
@@ -72,46 +73,36 @@ STEP_ARGUMENTS = (
 def step_problems(case) -> list[tuple[tuple, str]]:
     """Steps the harness cannot run as a runner would (a record error, not a skip)."""
     step = case.step
+    problems = Problems()
     if step is None:
-        return []
-    problems: list[tuple[tuple, str]] = []
+        return problems
     if case.call is not None:
-        problems.append(
-            (("step",), "a call case calls a host function on its own: a step needs rows")
-        )
+        problems.add(("step",), "a call case calls a host function on its own: a step needs rows")
     if case.entry not in (None, "build"):
-        problems.append(
-            (("entry",), "a step calls each group's build() as the runner does: leave entry out")
+        problems.add(
+            ("entry",), "a step calls each group's build() as the runner does: leave entry out"
         )
     for name in ("second_builder", "after"):
         if getattr(case, name) is not None:
-            problems.append(
-                ((name,), f"a step makes each group's builder itself: leave {name} out")
-            )
+            problems.add((name,), f"a step makes each group's builder itself: leave {name} out")
     if case.aligned_state_indices is not None:
-        problems.append(
-            (
-                ("aligned_state_indices",),
-                "a step hands no aligned indices (one group's): leave aligned_state_indices out",
-            )
+        problems.add(
+            ("aligned_state_indices",),
+            "a step hands no aligned indices (one group's): leave aligned_state_indices out",
         )
     for index, call in enumerate(step.before_builds):
         for a_index, argument in enumerate(call.arguments):
             if argument not in STEP_ARGUMENTS:
-                problems.append(
-                    (
-                        ("step", "before_builds", index, "arguments", a_index),
-                        f"{argument!r} is not one of build()'s arguments a step passes "
-                        f"({', '.join(STEP_ARGUMENTS)})",
-                    )
+                problems.add(
+                    ("step", "before_builds", index, "arguments", a_index),
+                    f"{argument!r} is not one of build()'s arguments a step passes "
+                    f"({', '.join(STEP_ARGUMENTS)})",
                 )
     missing = set(STEP_EXPECT_FIELDS) & set(case.expect) if step.groups < 2 else set()
     if missing:
-        problems.append(
-            (
-                ("step", "groups"),
-                f"{', '.join(sorted(missing))} compare groups: give groups: 2 or more",
-            )
+        problems.add(
+            ("step", "groups"),
+            f"{', '.join(sorted(missing))} compare groups: give groups: 2 or more",
         )
     return problems
 

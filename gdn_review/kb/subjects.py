@@ -98,10 +98,8 @@ class Contract(Strict):
         return self
 
 
-OPEN_STATES = (
-    "open",
-    "closed",
-)  # a PR whose change is in no release: its `before: fails` claims are pending
+# a PR whose change is in no release: its `before: fails` claims are pending
+OPEN_STATES = ("open", "closed")
 
 
 def state_words(state: str) -> str:

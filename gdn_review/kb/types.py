@@ -10,10 +10,9 @@ import keyword
 import re
 from typing import Annotated, Any, Literal
 
-from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 
-from gdn_review.common import release_range
+from gdn_review.common import release, release_range
 
 
 class Strict(BaseModel):
@@ -30,14 +29,6 @@ def python_name(identifier: str) -> str:
 
 
 Text = Annotated[str, StringConstraints(min_length=1)]
-
-
-def _release(value: str) -> str:
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise ValueError(f"{value!r} is not a release number (for example '0.29.0')") from None
-    return value
 
 
 def _release_range(value: str) -> str:
@@ -71,7 +62,8 @@ def _plain_value(value: Any) -> Any:
 
 
 PlainValue = Annotated[Any, AfterValidator(_plain_value)]
-Release = Annotated[str, AfterValidator(_release)]
+# A plain release number (``common.release.Release`` checks it), kept a plain str.
+Release = Annotated[str, AfterValidator(lambda value: str(release.Release(value)))]
 ReleaseRange = Annotated[str, AfterValidator(_release_range)]
 
 # Fields of a build() snapshot that a case may state expectations for: the core ones

@@ -3,12 +3,16 @@
 YAML is read with the safe loader only, aliases refused, every failure said for
 people. The node tree (which keeps line numbers) is what the loader's errors and
 every other stage's point into: ``locate`` gives the line and column of a field,
-``field_path`` its dotted path, ``duplicate_keys`` the keys plain YAML silently
-collapses.
+``field_path`` its dotted path, ``read_mapping`` the keys plain YAML silently
+collapses. ``Problems`` is what the rules of a record (``kb.record_rules``) find,
+and ``error_at`` turns one into ``file:line:col``.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,6 +25,13 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 TOO_DEEP = "YAML nested too deeply to be a knowledge-base file"
 
 Loc = tuple[Any, ...]
+
+
+class Problems(list):
+    """(field location, message) pairs, as the rules of a record find them."""
+
+    def add(self, loc: Loc, message: str) -> None:
+        self.append((loc, message))
 
 
 def field_path(loc: Loc) -> str:
@@ -53,6 +64,12 @@ def locate(root: yaml.Node | None, loc: Loc, at_key: bool = False) -> tuple[int,
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
+def error_at(file: str, root: yaml.Node | None, loc: Loc, message: str) -> RecordError:
+    """``message`` about the field at ``loc`` of a file's node tree: file, line, column, field."""
+    line, column = locate(root, loc)
+    return RecordError(file, line, column, field_path(loc), message)
+
+
 def _aliases(text: str) -> list[yaml.Token]:
     """Alias tokens (``*name``): records are written out in full, never by reference."""
     return [
@@ -60,17 +77,46 @@ def _aliases(text: str) -> list[yaml.Token]:
     ]
 
 
-def duplicate_keys(node: yaml.Node, path: Loc, found: list[tuple[Loc, yaml.Node]]) -> None:
+def _duplicate_keys(node: yaml.Node, path: Loc = ()) -> Iterator[tuple[Loc, yaml.Node]]:
+    """Each key a mapping repeats (plain YAML silently keeps its last value), and its node."""
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key, value in node.value:
             if key.value in seen:
-                found.append((path + (key.value,), key))
+                yield path + (key.value,), key
             seen.add(key.value)
-            duplicate_keys(value, path + (key.value,), found)
+            yield from _duplicate_keys(value, path + (key.value,))
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            duplicate_keys(item, path + (index,), found)
+            yield from _duplicate_keys(item, path + (index,))
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A KB file's UTF-8 text; RecordErrors naming the file when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RecordErrors([RecordError(str(path), 1, 1, "", f"cannot read: {error}")]) from None
+
+
+def read_mapping(text: str, file: str, shape: str) -> tuple[yaml.Node | None, dict, list]:
+    """``read_yaml`` of a file that must be a mapping (``shape`` says of what), and its duplicate
+    keys as errors (plain YAML keeps the last); RecordErrors when it is no mapping."""
+    root, data = read_yaml(text, file)
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else type(data).__name__
+        raise RecordErrors([RecordError(file, 1, 1, "", f"{shape}; got {got}")])
+    duplicates = [
+        RecordError(
+            file,
+            key.start_mark.line + 1,
+            key.start_mark.column + 1,
+            field_path(loc),
+            f"duplicate key {loc[-1]!r}",
+        )
+        for loc, key in _duplicate_keys(root)
+    ]
+    return root, data, duplicates
 
 
 def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:

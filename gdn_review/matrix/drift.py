@@ -1,23 +1,25 @@
 """Drift between consecutive releases' snapshots of one record: which case fields moved, and
 which PR (the record's own, a related one, an untied history entry) explains each move.
 
-A case that raised on one side moves as one field (``raised``); a subclass builder's own
-metadata fields that come or go are kept apart (``family_schema``): they are not
-gdn_attn.py's history.
+A case that raised on one side moves as one field (``raised``); a case that is not applicable
+on one side only became applicable (or stopped being so), which is said as that
+(``applicability``), not as its fields coming or going; a subclass builder's own metadata fields
+that come or go are kept apart (``family_schema``): they are not gdn_attn.py's history.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from packaging.version import Version
 
+from gdn_review.common import snapshots
 from gdn_review.kb import Record
 from gdn_review.kb.builder_family import GDN_BUILDER
 
 
 def _in_window(release: str | None, after: str, upto: str) -> bool:
-
     return release is not None and Version(after) < Version(release) <= Version(upto)
 
 
@@ -30,13 +32,9 @@ def _explainers(record: Record, previous: str, current: str) -> list[tuple[str, 
     for relation in record.related:
         if _in_window(relation.from_release, previous, current):
             found.append((relation.relation, relation.number, relation.changes))
-    for move in [
-        *record.target.moved,
-        *(record.contract.moved if record.contract is not None else []),
-    ]:
-        if _in_window(
-            move.release, previous, current
-        ):  # an untied change, named by its changes.yaml id
+    # untied changes, each named by its changes.yaml id
+    for move in [*record.target.moved, *(record.contract.moved if record.contract else [])]:
+        if _in_window(move.release, previous, current):
             found.append(("changes.yaml", move.change, [move]))
     return found
 
@@ -68,86 +66,23 @@ def drift_data(
     (its diff, in a review): what the record states it changes explains a move
     whatever the releases, and so does a case's ``expect`` that the new value meets.
     """
-    from gdn_review.run import snapshot_files
-
-    rows, schema, family_schema, missing = [], [], [], []
+    found = {"rows": [], "schema": [], "family_schema": [], "applicability": []}
     present = [(v, s) for v, s in snapshots_by_release if s is not None]
-    # A subclass's metadata class is its own: its fields coming and going are not GDN's.
-    subclass = {c.id: c.builder for c in record.cases if c.builder not in (None, GDN_BUILDER)}
-    missing = [v for v, s in snapshots_by_release if s is None]
     for (previous, old), (current, new) in zip(present, present[1:]):
-        differences = _raised_as_one_field(
-            snapshot_files.differences(
-                old["cases"], new["cases"], old.get("usual_dtypes"), new.get("usual_dtypes")
-            ),
-            old["cases"],
-            new["cases"],
-        )
-        added, removed = set(), set()
-        family: dict[str, dict[str, set]] = {}
-        by_case: dict[str, list[dict]] = {}
-        calls = {c.id for c in record.cases if c.call is not None}
-        for difference in differences:
-            if difference["field"] == "(case)":
-                continue
-            if difference["case"] in calls:
-                # A host function's result, not the metadata class: a function that appears
-                # (or goes) moves its cases, as any change does.
-                by_case.setdefault(difference["case"], []).append(difference)
-            elif difference["case"] in subclass and "(no such field)" in (
-                difference["before"],
-                difference["after"],
-            ):
-                entry = family.setdefault(
-                    subclass[difference["case"]], {"added": set(), "removed": set()}
-                )
-                side = "added" if difference["before"] == "(no such field)" else "removed"
-                entry[side].add(difference["field"])
-            elif difference["before"] == "(no such field)":
-                added.add(difference["field"])
-            elif difference["after"] == "(no such field)":
-                removed.add(difference["field"])
-            else:
-                by_case.setdefault(difference["case"], []).append(difference)
-        for builder, entry in sorted(family.items()):
-            family_schema.append(
-                {
-                    "from": previous,
-                    "to": current,
-                    "builder": builder,
-                    "added": sorted(entry["added"]),
-                    "removed": sorted(entry["removed"]),
-                }
-            )
+        step = {"from": previous, "to": current}
+        by_case, added, removed, family, became = _sorted_moves(record, old, new)
+        found["applicability"] += [{**step, **row} for row in became]
+        found["family_schema"] += [
+            {**step, "builder": builder, "added": sorted(sides[0]), "removed": sorted(sides[1])}
+            for builder, sides in sorted(family.items())
+        ]
         if added or removed:
-            schema.append(
-                {
-                    "from": previous,
-                    "to": current,
-                    "added": sorted(added),
-                    "removed": sorted(removed),
-                }
-            )
+            found["schema"].append({**step, "added": sorted(added), "removed": sorted(removed)})
         explainers = _explainers(record, previous, current)
         if own_change and not any(number == record.key for _, number, _ in explainers):
             explainers.insert(0, ("this PR", record.key, record.target.changes))
         for case_id, changed in sorted(by_case.items()):
-            fields = [d["field"] for d in changed]
-            explained_by = []
-            for label, number, changes in explainers:
-                for change in changes:
-                    if case_id in change.cases and (
-                        not change.fields or set(fields) <= set(change.fields)
-                    ):
-                        explained_by.append(
-                            {
-                                "number": number,
-                                "relation": label,
-                                "record": number in known_records,
-                                "note": change.note,
-                            }
-                        )
-                        break
+            explained_by = _explained_by(explainers, case_id, changed, known_records)
             if own_change and not explained_by and _meets_expect(record, case_id, changed):
                 explained_by.append(
                     {
@@ -157,12 +92,11 @@ def drift_data(
                         "note": "the record's expect states the new value",
                     }
                 )
-            rows.append(
+            found["rows"].append(
                 {
-                    "from": previous,
-                    "to": current,
+                    **step,
                     "case": case_id,
-                    "fields": fields,
+                    "fields": [d["field"] for d in changed],
                     "changes": [
                         f"{d['field']}: {d.get('change') or _short(d['before'])}"
                         + ("" if d.get("change") else f" → {_short(d['after'])}")
@@ -172,13 +106,85 @@ def drift_data(
                 }
             )
     return {
-        "rows": rows,
-        "unexplained": [r for r in rows if not r["explained_by"]],
-        "schema": schema,
-        # A subclass builder's own metadata fields (their history is not gdn_attn.py's).
-        "family_schema": family_schema,
-        "missing": missing,
+        **found,
+        "unexplained": [r for r in found["rows"] if not r["explained_by"]],
+        "missing": [v for v, s in snapshots_by_release if s is None],
     }
+
+
+def _sorted_moves(record: Record, old: dict, new: dict) -> tuple:
+    """One step's differences sorted: (case -> its moved fields, metadata fields added, removed,
+    subclass builder -> its own fields (added, removed), cases that became (not) applicable).
+
+    A subclass's metadata class is its own: its fields coming and going are not GDN's; a host
+    function's result (a call case) is not the metadata class: a function that appears (or goes)
+    moves its cases, as any change does."""
+    differences = _raised_as_one_field(
+        snapshots.differences(
+            old["cases"], new["cases"], old.get("usual_dtypes"), new.get("usual_dtypes")
+        ),
+        old["cases"],
+        new["cases"],
+    )
+    became = _applicability(old["cases"], new["cases"])
+    subclass = {c.id: c.builder for c in record.cases if c.builder not in (None, GDN_BUILDER)}
+    calls = {c.id for c in record.cases if c.call is not None}
+    by_case: dict[str, list[dict]] = {}
+    added, removed, family = set(), set(), {}
+    for difference in differences:
+        case, field = difference["case"], difference["field"]
+        sides = (difference["before"], difference["after"])
+        if field == "(case)" or case in {row["case"] for row in became}:
+            continue
+        if case in calls or snapshots.NO_FIELD not in sides:
+            by_case.setdefault(case, []).append(difference)
+        elif case in subclass:
+            own = family.setdefault(subclass[case], (set(), set()))
+            own[0 if sides[0] == snapshots.NO_FIELD else 1].add(field)
+        else:
+            (added if sides[0] == snapshots.NO_FIELD else removed).add(field)
+    return by_case, added, removed, family, became
+
+
+def _explained_by(
+    explainers: list, case_id: str, changed: list[dict], known_records: set
+) -> list[dict]:
+    """The stated changes that explain one case's moved fields: per explaining PR, its first
+    change that names the case and all those fields (or no fields: any of them)."""
+    fields = {d["field"] for d in changed}
+    found = []
+    for label, number, changes in explainers:
+        change = next(
+            (
+                c
+                for c in changes
+                if case_id in c.cases and (not c.fields or fields <= set(c.fields))
+            ),
+            None,
+        )
+        if change is not None:
+            found.append(
+                {
+                    "number": number,
+                    "relation": label,
+                    "record": number in known_records,
+                    "note": change.note,
+                }
+            )
+    return found
+
+
+def _applicability(old: dict, new: dict) -> list[dict]:
+    """The cases not applicable on exactly one side and built on the other: each {case, became,
+    reason} (the reason is the not-applicable side's)."""
+    found = []
+    for case in sorted(set(old) & set(new)):
+        sides = (old[case] or {}, new[case] or {})
+        before, after = (side.get("not_applicable") for side in sides)
+        if (before is None) != (after is None) and not any("raised" in side for side in sides):
+            became = "applicable" if after is None else "not applicable"
+            found.append({"case": case, "became": became, "reason": before or after})
+    return found
 
 
 def _raised_as_one_field(differences: list[dict], old: dict, new: dict) -> list[dict]:
@@ -196,3 +202,108 @@ def _raised_as_one_field(differences: list[dict], old: dict, new: dict) -> list[
         if before != after:
             kept.append({"case": case, "field": "raised", "before": before, "after": after})
     return kept
+
+
+# --- A draft of the changes that would explain the unexplained drift ---------------------------
+
+
+def draft_changes(record: Record, drift: dict, others: list = (), notes: list = ()) -> str:
+    """The YAML to add to ``record`` so that ``drift``'s unexplained rows are explained ("": none
+    is). Per pair of releases, the change goes where the record's keys take it:
+
+    - ``target.changes``: the record's own PR first shipped in between;
+    - ``related``: a PR the record already names there, another record's PR (``others``) or one
+      ``kb/history/changes.yaml`` (``notes``) ties to a change there, else a PR still to find;
+    - ``target.moved`` (``contract.moved``): an untied changes.yaml entry of that release.
+
+    Each moved case's fields are stated (cases that moved the same fields share an entry)."""
+    draft: dict = {}
+    said = []
+    steps: dict[tuple[str, str], list[dict]] = {}
+    for row in drift["unexplained"]:
+        steps.setdefault((row["from"], row["to"]), []).append(row)
+    for (previous, current), rows in steps.items():
+        said += [f"{previous} → {current}: {r['case']}: {'; '.join(r['changes'])}" for r in rows]
+        said = [line if len(line) <= 160 else line[:159] + "…" for line in said]
+        groups: dict[tuple, list[str]] = {}
+        for row in rows:
+            groups.setdefault(tuple(row["fields"]), []).append(row["case"])
+        entries = [{"cases": cases, "fields": list(fields)} for fields, cases in groups.items()]
+        _draft_step(record, previous, current, entries, others, notes, draft)
+    if not draft:
+        return ""
+    import yaml
+
+    head = [f"# {record.label}: drift that no record or kb/history/changes.yaml explains:"]
+    head += [f"#   {line}" for line in said]
+    head.append(
+        "# Add this to the record, merged with its keys (a related PR it names: its changes)"
+    )
+    text = yaml.safe_dump(draft, sort_keys=False, default_flow_style=None, allow_unicode=True)
+    return "\n".join(head) + "\n" + text
+
+
+def _draft_step(record, previous, current, entries, others, notes, draft: dict) -> None:
+    """Add to ``draft`` what explains ``entries`` (moved cases and fields) between two releases."""
+
+    def within(release) -> bool:
+        return _in_window(release, previous, current)
+
+    if record.contract is None and within(record.target.head_release):
+        for entry in entries:
+            entry["note"] = "TODO: what this PR changed in these cases"
+        draft.setdefault("target", {}).setdefault("changes", []).extend(entries)
+        return
+    named = [(r.number, r.title, r.from_release) for r in record.related if within(r.from_release)]
+    named += [
+        (o.key, o.title, o.target.head_release)
+        for o in others
+        if o.key != record.key and within(o.target.head_release)
+    ]
+    named += [(n.pr.number, n.pr.title, n.release) for n in notes if n.pr and within(n.release)]
+    untied = [n for n in notes if n.pr is None and n.id and within(n.release)]
+    if not named and untied:
+        where = "target" if record.contract is None else "contract"
+        moved = [{"change": untied[0].id, "release": str(untied[0].release), **e} for e in entries]
+        draft.setdefault(where, {}).setdefault("moved", []).extend(moved)
+        return
+    number, title, release = named[0] if named else ("TODO", "TODO", current)
+    for entry in entries:
+        entry["note"] = f"TODO: what {f'#{number}' if named else 'the PR'} changed in these cases"
+    relation = {"number": number, "changes": entries}  # a PR the record names: add its changes
+    if number not in {r.number for r in record.related}:
+        relation = {"number": number, "title": title, "relation": "same-area"} | {
+            "from_release": str(release),  # the first release with it
+            "changes": entries,
+        }
+    draft.setdefault("related", []).append(relation)
+
+
+def drafts(kb_dir: Path, keys: list, work_dir: Path | None = None) -> list[str]:
+    """``gdn-review matrix --draft-changes``: per record (``keys``; none: every record with a matrix
+    run), ``draft_changes`` of its last matrix run (``work_dir``, as ``gdn-review matrix`` has it).
+    Runs and writes nothing."""
+    from gdn_review.kb.changes import load_changes
+    from gdn_review.matrix.matrix_files import MatrixError, load_matrix, matrix_folder_name
+    from gdn_review.run.selection import load_records
+
+    every = list(load_records(kb_dir).values())
+    notes = load_changes(kb_dir)
+    texts = []
+    for record in sorted(load_records(kb_dir, tuple(keys)).values(), key=lambda r: r.sort_key):
+        folder = Path(work_dir or ".gdn-review")
+        if not (len(keys) == 1 and work_dir):  # one record's --work is its own folder
+            folder = folder / matrix_folder_name(record.key)
+        try:
+            matrix = load_matrix(folder)
+        except MatrixError:
+            if keys:
+                raise
+            continue
+        taken = [(e["version"], e.get("snapshot_data")) for e in matrix["releases"]]
+        drift = drift_data(record, taken, {r.key for r in every})
+        texts.append(
+            draft_changes(record, drift, every, notes)
+            or f"# {record.label}: no unexplained drift in {folder}"
+        )
+    return texts

@@ -17,7 +17,7 @@ from packaging.version import Version
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.matrix.history_sources import HistoryError, Matrices, load_bench, load_matrices
-from gdn_review.run.evidence_file import RAN
+from gdn_review.matrix.matrix_report import most_ops
 
 # Short forms of verdicts for the release x claim table.
 SHORT = {
@@ -137,61 +137,45 @@ def _moved(reports: dict[int, dict], releases: list[str]) -> dict[str, list[dict
     return per
 
 
+def _merged(changes: list[dict], by: str, keep: tuple[str, ...] = ()) -> dict[str, dict]:
+    """The fields ``added`` and ``removed`` of ``changes`` (drift's, any record's) merged per
+    ``change[by]``, with the first change's ``keep`` keys."""
+    per: dict[str, dict] = {}
+    for change in changes:
+        entry = per.setdefault(change[by], {key: change[key] for key in keep})
+        for side in ("added", "removed"):
+            entry[side] = sorted({*entry.get(side, ()), *change[side]})
+    return per
+
+
 def _schema(reports: dict[int, dict], releases: list[str]) -> dict[str, dict]:
     """Per release, the metadata fields that appeared or went away (any record's snapshots)."""
-    per: dict[str, dict] = {}
-    for data in reports.values():
-        for change in data["matrix"]["drift"]["schema"]:
-            if change["to"] in releases and change["from"] in releases:
-                entry = per.setdefault(
-                    change["to"], {"from": change["from"], "added": set(), "removed": set()}
-                )
-                entry["added"] |= set(change["added"])
-                entry["removed"] |= set(change["removed"])
-    return {
-        v: {"from": e["from"], "added": sorted(e["added"]), "removed": sorted(e["removed"])}
-        for v, e in per.items()
-    }
+    changes = [c for data in reports.values() for c in data["matrix"]["drift"]["schema"]]
+    inside = [c for c in changes if c["to"] in releases and c["from"] in releases]
+    return _merged(inside, "to", keep=("from",))
 
 
 def _family_schema(reports: dict[int, dict], release: str) -> list[dict]:
     """The subclass builders' own metadata fields that came or went in ``release`` (any
     record's drift), one entry per builder."""
-    per: dict[str, dict[str, set]] = {}
-    for data in reports.values():
-        for change in data["matrix"]["drift"].get("family_schema", []):
-            if change["to"] == release:
-                entry = per.setdefault(change["builder"], {"added": set(), "removed": set()})
-                entry["added"] |= set(change["added"])
-                entry["removed"] |= set(change["removed"])
-    return [
-        {"builder": b, "added": sorted(e["added"]), "removed": sorted(e["removed"])}
-        for b, e in sorted(per.items())
-    ]
+    changes = [c for d in reports.values() for c in d["matrix"]["drift"].get("family_schema", [])]
+    merged = _merged([c for c in changes if c["to"] == release], "builder")
+    return [{"builder": builder, **entry} for builder, entry in sorted(merged.items())]
 
 
 def _ops(records: dict[int, Record], matrices: Matrices, releases: list[str]) -> list[dict]:
     """Op counts per release of every op_budget claim: the most per build() over its cases."""
-    from gdn_review.matrix.matrix_report import (
-        op_values,  # one reading of measured op counts
-    )
-
     series = []
     for number in sorted(matrices.reports, key=key_order):
-        record = records[number]
-        for claim in record.claims:
+        for claim in records[number].claims:
             if claim.check.kind != "op_budget":
                 continue
+            by_release = matrices.tests[number]
+            tests = {
+                v: [t for t in by_release.get(v, []) if t["claim"] == claim.id] for v in releases
+            }
             for key in claim.check.budget:
-                values = {}
-                for version in releases:
-                    ran = [
-                        t
-                        for t in matrices.tests[number].get(version, [])
-                        if t["claim"] == claim.id and t["outcome"] in RAN
-                    ]
-                    found = op_values(ran, key)
-                    values[version] = found[-1] if found else None
+                values = {version: most_ops(ran, key) for version, ran in tests.items()}
                 if any(v is not None for v in values.values()):
                     series.append(
                         {
@@ -216,10 +200,8 @@ def _verdicts(
         for row in data["matrix"]["rows"]:
             by_version = {c["version"]: c for c in row["cells"]}
             claim = next(c for c in record.claims if c.id == row["id"])
-            cells = []
-            for version in releases:
-                cell = by_version.get(version)
-                cells.append(SHORT.get(cell["verdict"], cell["verdict"]) if cell else "")
+            verdicts = [by_version[v]["verdict"] if v in by_version else "" for v in releases]
+            cells = [SHORT.get(verdict, verdict) for verdict in verdicts]
             verdict = discrimination[row["id"]]
             base = record.target.base_release
             if base and base not in releases and claim.before:
@@ -257,6 +239,23 @@ def _attributed_schema(schema: dict | None, notes: list) -> dict | None:
         "added": [{"field": f, "by": who(f)} for f in schema["added"]],
         "removed": [{"field": f, "by": who(f)} for f in schema["removed"]],
     }
+
+
+def _unattributed(fields: dict | None, version: str) -> list[dict]:
+    """A release's metadata fields that came or went with no noted change behind them, each as
+    an unexplained row of the metadata class."""
+    return [
+        {
+            "record": None,
+            "from": fields["from"],
+            "to": version,
+            "case": "(metadata class)",
+            "fields": [f["field"]],
+            "explained_by": [],
+        }
+        for f in (fields["added"] + fields["removed"] if fields else [])
+        if f["by"] is None
+    ]
 
 
 def _note(change) -> dict:
@@ -326,47 +325,29 @@ def history_data(
         for r in by_number.values()
         if r.state == "open"
     ]
-    latency = []
-    for number, result in sorted((bench or {}).items(), key=lambda item: key_order(item[0])):
-        if number in by_number:
-            pooled = result["pooled"]
-            latency.append(
-                {
-                    "record": number,
-                    "base": result.get("base"),
-                    "head": result.get("head"),
-                    "device": result.get("device", "cpu"),
-                    "ratio": pooled.get("ratio"),
-                    "ci95": pooled.get("ci95"),
-                    "verdict": result.get("verdict"),
-                }
-            )
+    latency = [
+        {
+            "record": number,
+            **{key: result.get(key) for key in ("base", "head", "verdict")},
+            "device": result.get("device", "cpu"),
+            "ratio": result["pooled"].get("ratio"),
+            "ci95": result["pooled"].get("ci95"),
+        }
+        for number, result in sorted((bench or {}).items(), key=lambda item: key_order(item[0]))
+        if number in by_number
+    ]
     per_release = []
     for index, version in enumerate(releases):
-        rows = moved[version]
         notes = [c for c in changes if c.release == version]
         fields = _attributed_schema(schema.get(version), notes)
-        unattributed = [
-            f for f in (fields["added"] + fields["removed"] if fields else []) if f["by"] is None
-        ]
         per_release.append(
             {
                 "version": version,
                 "previous": releases[index - 1] if index else None,
                 "prs": shipped[version],
-                "moved": rows,
-                "unexplained": [r for r in rows if not r["explained_by"]]
-                + [
-                    {
-                        "record": None,
-                        "from": fields["from"],
-                        "to": version,
-                        "case": "(metadata class)",
-                        "fields": [f["field"]],
-                        "explained_by": [],
-                    }
-                    for f in unattributed
-                ],
+                "moved": moved[version],
+                "unexplained": [r for r in moved[version] if not r["explained_by"]]
+                + _unattributed(fields, version),
                 "schema": fields,
                 "family_schema": _family_schema(reports, version),
                 "changes": [_note(c) for c in notes],
@@ -419,10 +400,6 @@ def write_page(
         since=since,
         changes=load_changes(kb_dir),
     )
-    data["matrix_link"] = (
-        Path(
-            os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)
-        ).as_posix()
-        + "/"
-    )
+    link = os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)
+    data["matrix_link"] = Path(link).as_posix() + "/"
     return data, reporting.write_history(data, out_path)

@@ -30,10 +30,6 @@ class Matrices:
     missing: dict[int, str]
 
 
-def matrix_folder(work_root: Path, key: int | str) -> Path:
-    return Path(work_root) / matrix_folder_name(key)
-
-
 def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
     """Each record's matrix report data from its last matrix run under ``work_root``."""
     known = {r.key for r in records.values()}
@@ -41,15 +37,12 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             continue
-        number = record.key
+        number, folder = record.key, Path(work_root) / matrix_folder_name(record.key)
         try:
-            matrix = load_matrix(matrix_folder(work_root, number))
+            matrix = load_matrix(folder)
             stale = _stale(path, matrix)
             if stale:
-                missing[number] = (
-                    f"{matrix_folder(work_root, number)}: {stale}; run `gdn-review "
-                    f"matrix --record {number}`"
-                )
+                missing[number] = f"{folder}: {stale}; run `gdn-review matrix --record {number}`"
                 continue
             reports[number] = matrix_report(record, matrix, known)
             tests[number] = {
@@ -73,10 +66,8 @@ def load_matrices(records: dict[Path, Record], work_root: Path) -> Matrices:
 
 def _stale(record_path: Path, matrix: dict) -> str | None:
     """Why a matrix run no longer speaks for its record (None: it does)."""
-    import hashlib
-
     digest = matrix.get("record_sha256")
-    if digest and digest != hashlib.sha256(Path(record_path).read_bytes()).hexdigest():
+    if digest and digest != evidence_file.record_sha256(record_path):
         return f"{record_path} changed since this run"
     if matrix.get("keyword"):
         return f"the run selected tests with -k {matrix['keyword']!r}: only part of the record ran"

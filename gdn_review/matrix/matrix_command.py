@@ -2,18 +2,20 @@
 the builder's history page.
 
 The records are chosen and their modules made current (``run.selection``), planned
-(release_plan.py) and run on their releases in one pool (matrix.py); an open PR's diff side is
-added on its base release's evidence; each record's matrix report is written, then the
-history page from the same runs (history.py).
+(release_plan.py) and run on their releases in one pool (matrix.py): ``run_records``. Then
+the command hands each open PR's record and its base release's evidence (``open_pr_bases``)
+to the review stage, which adds the PR's diff side there; ``write_reports`` writes each
+record's matrix report, then the history page from the same runs (history.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import release_cache
-from gdn_review.kb import is_draft
+from gdn_review.common.release import loaded_or_none
+from gdn_review.kb import Record, is_draft
 from gdn_review.matrix import history, matrix_report
 from gdn_review.matrix.matrix import Job, run_matrices
 from gdn_review.matrix.matrix_files import MatrixError, load_matrix, matrix_folder_name
@@ -23,84 +25,94 @@ from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
 
 
-def run_records(
-    kb_dir: Path,
-    numbers: list[int],
-    versions: list[str],
-    jobs: int | None,
-    keyword: str | None,
-    generated: Path,
-    write: bool,
-    work_dir: Path | None,
-    reports_dir: Path,
-    say: Callable[[str], None] = print,
-    since: str | None = None,
-    diff_side: Callable | None = None,
-    history_path: Path | None = None,
-) -> tuple[list[dict], list[Path], dict | None]:
-    """``gdn-review matrix``: run the records on their releases, write their reports; their data,
-    the files written and the history page's data (None: no page).
+@dataclasses.dataclass(frozen=True)
+class MatrixOptions:
+    """What ``gdn-review matrix`` runs (``gdn-review matrix --help`` says each option)."""
 
-    ``numbers`` empty: every record that is not a draft. With several records
-    the release runs share one pool and each record's work goes to
-    ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
-    ``diff_side(record_path, record, release, evidence_path)``: after the runs,
-    called for each record of an open PR on its base release's evidence (the
-    review stage adds the PR's diff side there, when the diff is stored).
-    ``history_path``: also write the builder's history page there, from these runs.
+    keys: tuple = ()  # the records (empty: every record that is not a draft)
+    since: str | None = None
+    versions: tuple[str, ...] = ()
+    jobs: int | None = None
+    keyword: str | None = None
+    generated_dir: Path = Path("generated_tests")
+    write: bool = False
+    work_dir: Path | None = None
+
+
+@dataclasses.dataclass
+class MatrixRuns:
+    """The records' matrices, run: what their reports, the diff sides and the history read."""
+
+    kb_dir: Path
+    options: MatrixOptions
+    records: dict[Path, Record]
+    work: list[Job]
+    root: Path  # where each record's matrix-N folder is (the history reads them there)
+    known: set  # every record's key in the KB
+
+
+def run_records(
+    kb_dir: Path, options: MatrixOptions, say: Callable[[str], None] = print
+) -> MatrixRuns:
+    """Run the records on their releases; the runs (nothing reported yet).
+
+    With several records the release runs share one pool and each record's work
+    goes to ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
     """
     every = load_records(kb_dir)
-    known = {r.key for r in every.values()}
-    records = (
-        load_records(kb_dir, tuple(numbers))
-        if numbers
-        else {p: r for p, r in every.items() if not is_draft(r)}
-    )
+    keys = options.keys
+    if keys:
+        records = load_records(kb_dir, tuple(keys))
+    else:
+        records = {p: r for p, r in every.items() if not is_draft(r)}
     for record_path, record in records.items():
         if is_draft(record):
             raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
     if not records:
         raise MatrixError(f"{kb_dir}: no record to run")
-    modules = current_modules(kb_dir, records, generated, write, say)
-    installed = release_cache.installed()
-    # --work is then the record's own folder, as before
-    single = len(records) == 1 and bool(numbers)
+    modules = current_modules(kb_dir, records, options.generated_dir, options.write, say)
+    installed = loaded_or_none()  # the release an import of vLLM gives here
+    work_dir = options.work_dir
+    single = len(records) == 1 and bool(keys)  # --work is then the record's own folder
     root = work_dir if work_dir and not single else Path(".gdn-review")
     work = []
     for record_path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
-        number = record.key
-        folder = work_dir if single and work_dir else root / matrix_folder_name(number)
-        work.append(
-            Job(
-                record,
-                record_path,
-                modules[number],
-                folder,
-                plan(record, installed, versions or None, since),
-            )
-        )
-    run_matrices(work, installed, jobs, keyword, say)
-    for job in work:
-        if diff_side is not None and job.record.is_open and job.record.target.base_release:
-            entry = next(
-                (
-                    e
-                    for e in load_matrix(job.out_dir)["releases"]
-                    if e["version"] == job.record.target.base_release and e.get("evidence_path")
-                ),
-                None,
-            )
-            if entry is not None:
-                diff_side(
-                    job.record_path, job.record, entry["version"], Path(entry["evidence_path"])
-                )
+        folder = work_dir if single and work_dir else root / matrix_folder_name(record.key)
+        planned = plan(record, installed, list(options.versions) or None, options.since)
+        work.append(Job(record, record_path, modules[record.key], folder, planned))
+    run_matrices(work, installed, options.jobs, options.keyword, say)
+    return MatrixRuns(kb_dir, options, records, work, root, {r.key for r in every.values()})
+
+
+def open_pr_bases(runs: MatrixRuns) -> list[tuple[Path, Record, str, Path]]:
+    """(record path, record, base release, that release's evidence file) of each open PR's record
+    whose base release ran: where the review stage adds the PR's diff side."""
+    found = []
+    for job in runs.work:
+        base = job.record.target.base_release
+        if not job.record.is_open or not base:
+            continue
+        for entry in load_matrix(job.out_dir)["releases"]:
+            if entry["version"] == base and entry.get("evidence_path"):
+                found.append((job.record_path, job.record, base, Path(entry["evidence_path"])))
+                break
+    return found
+
+
+def write_reports(
+    runs: MatrixRuns, reports_dir: Path, history_path: Path | None = None
+) -> tuple[list[dict], list[Path], dict | None]:
+    """Each record's matrix report; their data, the files written and the history page's data
+    (``history_path`` None: no page)."""
     reports = [
-        matrix_report.matrix_report(job.record, load_matrix(job.out_dir), known) for job in work
+        matrix_report.matrix_report(job.record, load_matrix(job.out_dir), runs.known)
+        for job in runs.work
     ]
-    written, _ = reporting.write_reports(records, None, reports_dir, "markdown", reports=reports)
+    written, _ = reporting.write_reports(
+        runs.records, None, reports_dir, "markdown", reports=reports
+    )
     if history_path is None:
         return reports, written, None
-    data, page = history.write_page(
-        kb_dir, root, evidence_file.BENCH_PATH, history_path, since, reports_dir
-    )
+    since, bench = runs.options.since, evidence_file.BENCH_PATH
+    data, page = history.write_page(runs.kb_dir, runs.root, bench, history_path, since, reports_dir)
     return reports, written + [page], data

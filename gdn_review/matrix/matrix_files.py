@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gdn_review.common import snapshots
 from gdn_review.common.files import atomic_write
-from gdn_review.run import snapshot_files
 
 MATRIX_FORMAT = "gdn-review-matrix/1"
 
@@ -53,6 +53,6 @@ def load_matrix(folder: Path) -> dict:
             str(Path(folder) / entry["evidence"]) if entry.get("evidence") else None
         )
         entry["snapshot_data"] = (
-            snapshot_files.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
+            snapshots.load(Path(folder) / entry["snapshot"]) if entry.get("snapshot") else None
         )
     return data

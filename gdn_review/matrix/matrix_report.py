@@ -13,10 +13,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from gdn_review.common import fail_conditions
+from gdn_review.common.release import Release
 from gdn_review.kb import Record
 from gdn_review.kb.builder_family import GDN_BUILDER
+from gdn_review.kb.subjects import key_label
 from gdn_review.matrix.drift import drift_data
+from gdn_review.matrix.release_plan import cannot_run_here, left_out
 from gdn_review.report import failing_batch, verdicts
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import discrimination, kept
@@ -30,6 +32,12 @@ def op_values(tests: list[dict], key: str) -> list[int]:
         for t in tests
         if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
     )
+
+
+def most_ops(tests: list[dict], key: str) -> int | None:
+    """The most ``key`` ops per build() measured by the tests that ran (None: none measured it)."""
+    found = op_values([t for t in tests if t["outcome"] in RAN], key)
+    return found[-1] if found else None
 
 
 def cell_measure(claim, tests: list[dict]) -> str:
@@ -108,163 +116,148 @@ def _trajectory(values: list[tuple[str, int | None]]) -> str:
     return " → ".join(f"{v} ({a})" if a == b else f"{v} ({a}–{b})" for v, a, b in runs)
 
 
+DIFF_SIDE = "base + the PR's diff"  # an open PR's head side: its diff on the base release
+
+
 def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
     """Release x claim table, before -> after per claim, op-count trajectories and drift of one
     record."""
-    known_records = known_records or set()
     entries = matrix["releases"]
-    columns, per_release = [], {}
+    columns = [
+        {
+            "version": entry["version"],
+            "role": entry["role"],
+            "source": entry["source"],
+            "claims_on_any_release": entry.get("claims_on_any_release", False),
+            "summary": entry.get("summary", ""),
+        }
+        for entry in entries
+    ]
+    per_release = {}
     for entry in entries:
-        version = entry["version"]
-        columns.append(
-            {
-                "version": version,
-                "role": entry["role"],
-                "source": entry["source"],
-                "claims_on_any_release": entry.get("claims_on_any_release", False),
-                "summary": entry.get("summary", ""),
-            }
-        )
         if entry.get("evidence_path"):
             evidence = evidence_file.load([Path(entry["evidence_path"])])
-            per_release[version] = (report_data(record, evidence), evidence)
-    base = record.target.base_release
-    head = record.target.head_release
-    rows = []
-    for claim in record.claims:
-        cells = []
-        for entry in entries:
-            version = entry["version"]
-            if version not in per_release:
-                cells.append(
-                    {
-                        "version": version,
-                        "verdict": "not run",
-                        "reason": entry.get("summary", ""),
-                        "measure": "",
-                    }
-                )
-                continue
-            data, evidence = per_release[version]
-            row = next(c for c in data["claims"] if c["id"] == claim.id)
-            tests = [
-                t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id
-            ]
-            found = failing_batch.of_tests(tests)
-            cells.append(
-                {
-                    "version": version,
-                    "verdict": row["verdict"],
-                    "reason": row["reason"],
-                    "measure": cell_measure(claim, tests),
-                    "tests": tests,
-                    # The batches its failed tests failed on: one line here, whole under the table.
-                    "failing_batch": failing_batch.compact(found[0]) if found else "",
-                    "failing_batches": found,
-                }
-            )
-        by_version = {c["version"]: c for c in cells}
-        # A head release that cannot run here (0.24 to 0.27 pick no CPU platform) is
-        # stood in for by the first later release that ran; the reason says so.
-        after = head
-        if head and head not in per_release:
-            later = sorted((v for v in per_release if Version(v) > Version(head)), key=Version)
-            after = later[0] if later else head
-        if record.contract is not None:
-            verdict, why = kept(cells)
-        elif record.is_open and by_version.get(base) is not None:
-            # An open PR: the head side is its diff applied onto the base release, where stored.
-            data, _ = per_release[base]
-            with_diff = next(
-                (
-                    row
-                    for row in (data.get("diff_side") or {}).get("claims", [])
-                    if row["id"] == claim.id
-                ),
-                None,
-            )
-            if with_diff is not None:
-                verdict, why = with_diff["discrimination"], with_diff["why"]
-                cells.append(
-                    {
-                        "version": "base + the PR's diff",
-                        "verdict": with_diff["with_diff"],
-                        "reason": with_diff["reason"],
-                        "measure": with_diff["measured"],
-                    }
-                )
-            else:
-                verdict, why = discrimination(
-                    claim.before, {**by_version[base], "open": True}, None
-                )
-        else:
-            verdict, why = discrimination(
-                claim.before, by_version.get(base), by_version.get(after) if after else None
-            )
-        if after != head and record.contract is None and head:
-            why += (
-                f" (head release {head} not run: {after}, the first later release "
-                "that ran, stands in)"
-            )
-        trajectories = []
-        if claim.check.kind == "op_budget":
-            for key in claim.check.budget:
-                values = []
-                for cell in cells:
-                    ran = [t for t in cell.get("tests", []) if t["outcome"] in RAN]
-                    found = op_values(ran, key)
-                    values.append((cell["version"], found[-1] if found else None))
-                if any(v is not None for _, v in values):
-                    trajectories.append(f"{key}, most per build(): {_trajectory(values)}")
-        rows.append(
-            {
-                "id": claim.id,
-                "before": claim.before or "—",
-                "cells": [
-                    {k: v for k, v in c.items() if k not in ("tests", "failing_batches")}
-                    for c in cells
-                ],
-                "failing_batches": [
-                    {"version": c["version"], "batches": c["failing_batches"]}
-                    for c in cells
-                    if c.get("failing_batches")
-                ],
-                "discrimination": verdict,
-                "discrimination_reason": why,
-                "trajectories": trajectories,
-                "builders": by_builder(record, cells),
-            }
-        )
-    if rows and all(
-        len(row["cells"]) == len(columns) + 1 for row in rows
-    ):  # the PR's diff ran: its column
+            per_release[entry["version"]] = (report_data(record, evidence), evidence)
+    rows = [_claim_row(record, claim, entries, per_release) for claim in record.claims]
+    if rows and all(len(row["cells"]) == len(columns) + 1 for row in rows):  # the diff ran
         columns.append(
             {
-                "version": "base + the PR's diff",
+                "version": DIFF_SIDE,
                 "role": "head side",
                 "source": "diff",
                 "claims_on_any_release": False,
                 "summary": "",
             }
         )
-    drift = drift_data(
-        record, [(e["version"], e.get("snapshot_data")) for e in entries], known_records
-    )
+    taken = [(e["version"], e.get("snapshot_data")) for e in entries]
+    ran = sorted(Release(e["version"]) for e in entries)
+    between = [v for v in ran[0].minors_until(ran[-1]) if v not in ran] if ran else []
     return {
         "columns": columns,
+        # Releases inside the run's span that cannot run on this machine, each with why.
+        "left_out": left_out(between),
         # A column per builder class the record's cases build (shown where one is a subclass).
         "builders": record_builders(record),
         "releases_run": len(entries),
         "rows": rows,
-        "drift": drift,
+        "drift": drift_data(record, taken, known_records or set()),
+        **{key: matrix.get(key) for key in ("duration_s", "run_id", "jobs", "target_diff")},
         "downloaded": matrix.get("downloaded", []),
-        "duration_s": matrix.get("duration_s"),
-        "run_id": matrix.get("run_id"),
-        "jobs": matrix.get("jobs"),
-        "target_diff": matrix.get("target_diff"),
-        "base_release": base,
-        "head_release": head,
+        "base_release": record.target.base_release,
+        "head_release": record.target.head_release,
     }
+
+
+def _claim_row(record: Record, claim, entries: list[dict], per_release: dict) -> dict:
+    """One claim's row: its cell per release, before -> after, op-count trajectories."""
+    cells = [_cell(record, claim, entry, per_release.get(entry["version"])) for entry in entries]
+    verdict, why = _before_after(record, claim, cells, per_release)
+    trajectories = []
+    for key in claim.check.budget if claim.check.kind == "op_budget" else ():
+        values = [(cell["version"], most_ops(cell.get("tests", []), key)) for cell in cells]
+        if any(v is not None for _, v in values):
+            trajectories.append(f"{key}, most per build(): {_trajectory(values)}")
+    return {
+        "id": claim.id,
+        "before": claim.before or "—",
+        "cells": [
+            {k: v for k, v in c.items() if k not in ("tests", "failing_batches")} for c in cells
+        ],
+        "failing_batches": [
+            {"version": c["version"], "batches": c["failing_batches"]}
+            for c in cells
+            if c.get("failing_batches")
+        ],
+        "discrimination": verdict,
+        "discrimination_reason": why,
+        "trajectories": trajectories,
+        "builders": by_builder(record, cells),
+    }
+
+
+def _cell(record: Record, claim, entry: dict, ran: tuple | None) -> dict:
+    """A claim on one release: its verdict, why, what was measured (``ran``: that release's
+    report data and evidence; None: it wrote none)."""
+    if ran is None:
+        return {
+            "version": entry["version"],
+            "verdict": "not run",
+            "reason": entry.get("summary", ""),
+            "measure": "",
+        }
+    data, evidence = ran
+    row = next(c for c in data["claims"] if c["id"] == claim.id)
+    tests = [t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id]
+    found = failing_batch.of_tests(tests)
+    measure = cell_measure(claim, tests)
+    if row["verdict"] == "not applicable" and not measure:  # the skip's text says why
+        measure = row["reason"].removeprefix("not applicable: ")
+    return {
+        "version": entry["version"],
+        "verdict": row["verdict"],
+        "reason": row["reason"],
+        "measure": measure,
+        "tests": tests,
+        # The batches its failed tests failed on: one line here, whole under the table.
+        "failing_batch": failing_batch.compact(found[0]) if found else "",
+        "failing_batches": found,
+    }
+
+
+def _before_after(record: Record, claim, cells: list[dict], per_release: dict) -> tuple[str, str]:
+    """A claim's before -> after verdict and why; an open PR's diff side, where it ran, is added
+    to ``cells`` as a column of its own."""
+    base, head = record.target.base_release, record.target.head_release
+    by_version = {c["version"]: c for c in cells}
+    if record.contract is not None:
+        return kept(cells)
+    if record.is_open and base in by_version and base in per_release:
+        # An open PR: the head side is its diff applied onto the base release, where stored.
+        sides = (per_release[base][0].get("diff_side") or {}).get("claims", [])
+        with_diff = next((row for row in sides if row["id"] == claim.id), None)
+        if with_diff is None:
+            return discrimination(claim.before, {**by_version[base], "open": True}, None)
+        cells.append(
+            {
+                "version": DIFF_SIDE,
+                "verdict": with_diff["with_diff"],
+                "reason": with_diff["reason"],
+                "measure": with_diff["measured"],
+            }
+        )
+        return with_diff["discrimination"], with_diff["why"]
+    # A head release that did not run (left out: 0.24 to 0.27 pick no CPU platform here) is
+    # stood in for by the first later release that ran; the reason says so.
+    later = sorted((v for v in per_release if head and Version(v) > Version(head)), key=Version)
+    after = head if not head or head in per_release or not later else later[0]
+    verdict, why = discrimination(
+        claim.before, by_version.get(base), by_version.get(after) if after else None
+    )
+    if after != head:  # the whole reason is said once, with the releases left out
+        cause = "cannot run on this machine" if cannot_run_here(head) else "not run"
+        why += f" (head release {head} {cause}: {after}, the first later release that ran, "
+        why += "stands in)"
+    return verdict, why
 
 
 def matrix_report(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
@@ -297,42 +290,50 @@ def summary_lines(report_data: dict) -> list[str]:
             lines.append(f"    on {found['version']}:")
             lines += failing_batch.terminal_section(found["batches"], indent="    ")
         lines += [f"    {line}" for line in row["trajectories"]]
+    left = report_data["matrix"].get("left_out") or {}
+    for why in dict.fromkeys(left.values()):  # one line per reason, not per release
+        lines.append(f"left out: vLLM {', '.join(v for v, w in left.items() if w == why)}: {why}")
     drift = report_data["matrix"]["drift"]
     lines.append(
         f"drift: {len(drift['rows'])} changed case(s) between releases, "
         f"{len(drift['unexplained'])} unexplained"
     )
+    lines += [
+        f"    {row['from']} → {row['to']}: case {row['case']} became {row['became']} "
+        f"(not applicable {'before' if row['became'] == 'applicable' else 'now'}: "
+        f"{row['reason'].removeprefix('not applicable: ')})"
+        for row in drift.get("applicability", [])
+    ]
     return lines
 
 
-FAIL_ON = (
-    fail_conditions.MATRIX
-)  # what a matrix run (or the history page alone: fail_conditions.HISTORY) can trip
-
-
-def tripped(chosen: set[str], reports: list[dict] = (), history: dict | None = None) -> list[str]:
+def findings(reports: list[dict] = (), history: dict | None = None) -> list[tuple[str, str]]:
     """What a matrix run (its records' ``reports``, and with ``--all`` the ``history`` page's data)
-    or the history page alone trips among the chosen --fail-on conditions, a line each.
+    or the history page alone holds that --fail-on can name, a ``(condition, what)`` pair each.
 
     drift: a case's field that moved between releases with no recorded change behind it
     (per record), and a metadata field that came or went with none (the history's own).
     """
-    found = verdicts.tripped(list(reports), chosen - {"drift"})
-    if "drift" not in chosen:
-        return found
+    found = verdicts.findings(list(reports))
     for data in reports:
         for row in data["matrix"]["drift"]["unexplained"]:
             found.append(
-                f"PR {data['number']} unexplained drift {row['from']} → "
-                f"{row['to']}: {row['case']}: {', '.join(row['fields'])}"
+                (
+                    "drift",
+                    f"{key_label(data['key'])} {row['from']} → {row['to']}: "
+                    f"{row['case']}: {', '.join(row['fields'])}",
+                )
             )
-    said = {data["number"] for data in reports}
+    said = {data["key"] for data in reports}
     for row in (history or {}).get("unexplained", []):
         if row["record"] is not None and row["record"] in said:
             continue  # already said as that record's drift
-        whose = f"{row['record']} " if row["record"] is not None else ""
+        whose = f"{key_label(row['record'])} " if row["record"] is not None else ""
         found.append(
-            f"history: {whose}{row['from']} → {row['to']}: field "
-            f"{', '.join(row['fields'])} unattributed"
+            (
+                "drift",
+                f"history: {whose}{row['from']} → {row['to']}: field "
+                f"{', '.join(row['fields'])} unattributed",
+            )
         )
     return found

@@ -17,9 +17,8 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from packaging.version import InvalidVersion, Version
-
-from gdn_review.common import release_cache, release_trees
+from gdn_review.common import release, release_cache, release_trees
+from gdn_review.common.release import Release, ReleaseError
 
 DEFAULT_FILE = "vllm/v1/attention/backends/gdn_attn.py"
 DEFAULT_FROM = "0.28.0"
@@ -91,17 +90,13 @@ class Finding:
 
     def unchecked_between(self, low: str | None, high: str) -> list[str]:
         """Releases in (low, high) that were meant to be checked and were not."""
-        return [
-            v
-            for v in self.not_checked
-            if (low is None or Version(low) < Version(v)) and Version(v) < Version(high)
-        ]
+        return [v for v in map(Release, self.not_checked) if (low is None or low < v) and v < high]
 
 
-def _version(text: str, what: str) -> Version:
+def _version(text: str, what: str) -> Release:
     try:
-        return Version(release_cache.checked_version(text))
-    except release_cache.ReleaseError as error:
+        return Release(text)
+    except ReleaseError as error:
         raise FinderError(f"{what}: {error}") from None
 
 
@@ -111,17 +106,11 @@ def releases_between(start: str, end: str, cached: list[str]) -> list[str]:
     low, high = _version(start, "--from"), _version(end, "--to")
     if low > high:
         raise FinderError(f"--from {start} is later than --to {end}")
-    if low.major != high.major:
+    if low.version.major != high.version.major:
         raise FinderError(f"--from {start} and --to {end}: give a range within one major version")
-    chosen = {low, high, *release_cache.minor_releases_after(low, high)}
-    for version in cached:
-        try:
-            parsed = Version(version)
-        except InvalidVersion:
-            continue
-        if low <= parsed <= high:
-            chosen.add(parsed)
-    return [str(v) for v in sorted(chosen)]
+    chosen = {low, high, *low.minors_until(high)}
+    chosen.update(v for v in map(Release, cached) if low <= v <= high)
+    return sorted(chosen)
 
 
 def matches(text: str, wanted: str, fixed_string: bool) -> tuple[int, ...]:
@@ -167,8 +156,8 @@ def find_release(
         raise FinderError(f"--file {file!r}: give a path inside vLLM, e.g. {DEFAULT_FILE}")
     installed_root: Path | None = None
     try:
-        installed, installed_root = release_cache.loaded()
-    except release_cache.ReleaseError:
+        installed, installed_root = release.loaded()
+    except ReleaseError:
         installed = None
     if end is None and installed is None:
         raise FinderError("no vLLM is importable here: give --to X.Y.Z")
@@ -182,31 +171,17 @@ def find_release(
             text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
             seen.append(_seen(version, text, wanted, fixed_string, "installed"))
             continue
-        try:
-            release = (
-                release_cache.cached(version, root)
-                if offline
-                else release_trees.entry(version, say=say, root=root)
-            )
-            if release is not None and not (release.path / file).is_file():
+        try:  # not on the index, no network, not cached or damaged (--offline)
+            entry = release_trees.entry(version, fetch=not offline, say=say, root=root)
+            if not (entry.path / file).is_file():
                 seen.append(Seen(version, no_file=True))
                 continue
-            text = (
-                None
-                if release is None
-                else release_cache.source(version, file, root, fetch=not offline, say=say)
-            )
-        except (
-            release_cache.ReleaseError
-        ) as error:  # not on the index, no network, a damaged entry offline
+            text = release_trees.source(version, file, fetch=not offline, say=say, root=root)
+        except ReleaseError as error:
             not_checked[version] = str(error)
             continue
         if text is None:
-            not_checked[version] = (
-                "not in the release cache (--offline)"
-                if release is None
-                else "its cache entry is damaged (--offline)"
-            )
+            not_checked[version] = "its cache entry is damaged (--offline)"
             continue
         seen.append(_seen(version, text, wanted, fixed_string, "release cache"))
     if not seen:
@@ -239,7 +214,7 @@ def finding_lines(finding: Finding) -> list[str]:
         for item in finding.seen
     ]
     rows += [(version, f"not checked: {why}") for version, why in finding.not_checked.items()]
-    for version, state in sorted(rows, key=lambda row: Version(row[0])):
+    for version, state in sorted(rows, key=lambda row: Release(row[0])):
         out.append(f"  {version:<10} {state}")
     if finding.first is None:
         out.append(f"not found in any of the {len(finding.seen)} releases checked")

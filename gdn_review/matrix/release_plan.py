@@ -3,18 +3,27 @@
 The base release (the last one without the PR), the head release (the first with it) and
 every minor release after it up to the installed one, or the releases asked for; a contract
 runs from the first release its range names; each in its role (base, head, later, earlier).
-matrix.py runs what ``plan`` gives, ``default_jobs`` at a time.
+A release that cannot run on this machine (``cannot_run_here``) is left out, and the matrix
+report says why. matrix.py runs what ``plan`` gives, ``default_jobs`` at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
-from packaging.version import Version
-
-from gdn_review.common import release_cache
+from gdn_review.common import release_range
+from gdn_review.common.release import Release, ReleaseError
 from gdn_review.matrix.matrix_files import MatrixError
+
+# vLLM 0.24 to 0.27 choose their CPU platform only when vLLM is a CPU build (from 0.28
+# VLLM_TARGET_DEVICE=cpu is enough); the release cache holds the index's CUDA build.
+NO_CPU_PLATFORM = ">=0.24,<0.28"
+NO_CPU_PLATFORM_REASON = (
+    "vLLM 0.24 to 0.27 choose their CPU platform only in a CPU build of vLLM; the CUDA build "
+    'stops with "Found no NVIDIA driver" on a machine without one, as this one'
+)
 
 
 @dataclasses.dataclass
@@ -35,19 +44,35 @@ def default_releases(base: str | None, head: str | None, installed: str | None) 
         raise MatrixError(
             "no vLLM is importable here to end the default range: give releases with --vllm"
         )
-    head = head or base
-    chosen = [Version(base), Version(head)]
-    top = Version(installed)
-    chosen += release_cache.minor_releases_after(Version(head), top)
-    if top not in chosen and top > Version(head):
-        chosen.append(top)
-    return [str(v) for v in sorted(set(chosen))]
+    base, head, top = Release(base), Release(head or base), Release(installed)
+    chosen = {base, head, *head.minors_until(top)}
+    if top > head:
+        chosen.add(top)
+    return sorted(chosen)
+
+
+def nvidia_driver() -> bool:
+    """Whether this machine has an NVIDIA driver loaded (read without importing torch)."""
+    return Path("/proc/driver/nvidia").is_dir()
+
+
+def cannot_run_here(version: str) -> str | None:
+    """Why ``version`` cannot run on this machine (None: it can)."""
+    if release_range.contains(NO_CPU_PLATFORM, version) and not nvidia_driver():
+        return NO_CPU_PLATFORM_REASON
+    return None
+
+
+def left_out(versions: list[str]) -> dict[str, str]:
+    """The releases of ``versions`` that cannot run here, each with why."""
+    return {v: why for v in versions if (why := cannot_run_here(v)) is not None}
 
 
 def plan(
     record, installed: str | None, requested: list[str] | None = None, since: str | None = None
 ) -> list[Planned]:
-    """The releases to run for a record; ``since``: none older than that (a history's window)."""
+    """The releases to run for a record, those that cannot run here left out; ``since``: none
+    older than that (a history's window)."""
     base, head = record.target.base_release, record.target.head_release
     if record.contract is not None:
         # A contract has no base: it runs from the first release its range names (as a head) on.
@@ -57,32 +82,30 @@ def plan(
                 f"{record.label} names no lower bound in contract.releases: give "
                 "releases with --vllm"
             )
-    versions = requested or default_releases(head if base is None else base, head, installed)
-    if since:
-        versions = [v for v in versions if Version(v) >= Version(since)]
-        if not versions:
-            raise MatrixError(f"{record.label}: no release of its matrix is at or after {since}")
-    checked = set()
-    for version in versions:
-        try:
-            checked.add(release_cache.checked_version(version))
-        except release_cache.ReleaseError as error:
-            raise MatrixError(str(error)) from None
+    try:
+        versions = {
+            Release(v)
+            for v in requested or default_releases(head if base is None else base, head, installed)
+        }
+        versions = {v for v in versions if not since or v >= Release(since)}
+    except ReleaseError as error:
+        raise MatrixError(str(error)) from None
+    if not versions:
+        raise MatrixError(f"{record.label}: no release of its matrix is at or after {since}")
+    skipped = left_out(sorted(versions))
+    if len(skipped) == len(versions):
+        raise MatrixError(f"no release to run: {', '.join(skipped)}: {NO_CPU_PLATFORM_REASON}")
     planned = []
-    for version in sorted(checked, key=Version):
-        if base and Version(version) == Version(base):
+    for version in sorted(versions - set(skipped)):
+        if version == base:
             role = "base"
-        elif head and Version(version) == Version(head):
+        elif version == head:
             role = "head"
-        elif (head or base) and Version(version) > Version(
-            head or base
-        ):  # an open PR (no head yet): after its base
+        elif (head or base) and version > (head or base):  # an open PR (no head): after its base
             role = "later"
         else:
             role = "earlier"
-        planned.append(
-            Planned(version, role, installed is not None and Version(version) == Version(installed))
-        )
+        planned.append(Planned(version, role, version == installed))
     return planned
 
 

@@ -15,9 +15,12 @@ import fnmatch
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from gdn_review.common import interrupts, release_cache, release_trees
+from gdn_review.common.release import ReleaseError
+from gdn_review.common.release import loaded as loaded_release
+from gdn_review.common.release_range import contains
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.mutation import operators
@@ -30,7 +33,10 @@ from gdn_review.mutation.catalogue import (
     own_hunks,
     record_mutants,
 )
-from gdn_review.run import evidence_file
+from gdn_review.run import evidence_file, suite
+
+if TYPE_CHECKING:  # runner imports pytest: only where mutants run
+    from gdn_review.mutation.runner import Progress
 
 MUTATION_FORMAT = "gdn-review-mutation/1"
 
@@ -44,129 +50,146 @@ def catalogue_for(
 ) -> Catalogue:
     """The record's mutants on the loaded vLLM; RecordErrors when a record mutant's find is
     wrong."""
-    release, root = release_cache.loaded()
+    release, root = loaded_release()
     target = record.target.file
     try:
         loaded = (root / target).read_text(encoding="utf-8")
     except OSError:
         raise MutationError(f"the loaded vLLM {release} has no {target}") from None
+    sources, notes = _other_sources(record, release, fetch, say)
+    problems = find_problems(path, record, {**sources, release: loaded})
+    if problems:
+        raise RecordErrors(problems)
+    mutants = record_mutants(record, release, loaded, sources)
+    auto, gone, auto_notes = _diff_mutants(record, release, {**sources, release: loaded})
+    return Catalogue(record.key, release, target, mutants + auto, gone, notes + auto_notes, loaded)
+
+
+def _other_sources(
+    record: Record, release: str, fetch: bool, say: Callable[[str], None]
+) -> tuple[dict[str, str], list[str]]:
+    """The target file on the record's base and head releases (fetched when ``fetch``) and on
+    every release in the cache, but the loaded ``release``; notes on those that cannot be had."""
+    target = record.target.file
     sources: dict[str, str] = {}
     notes: list[str] = []
     for version in (record.target.base_release, record.target.head_release):
         if not version or version == release:
             continue
         try:
-            text = release_cache.source(version, target, fetch=fetch, say=say)
-        except release_cache.ReleaseError as error:
+            text = release_trees.source(version, target, fetch=fetch, say=say)
+        except ReleaseError as error:
             notes.append(f"vLLM {version} unavailable: {error}")
             continue
         if text is None:  # --offline, and not in the release cache
             notes.append(f"vLLM {version} unavailable: not in the release cache (--offline)")
         else:
             sources[version] = text
-    for version in release_cache.cached_versions():
-        if version not in sources and version != release:
-            text = _quiet_source(version, target)
-            if text is not None:
-                sources[version] = text
-    problems = find_problems(path, record, {**sources, release: loaded})
-    if problems:
-        raise RecordErrors(problems)
-    mutants = record_mutants(record, release, loaded, sources)
-    gone: list[str] = []
+    sources.update(_cached_sources(target, {*sources, release}))
+    return sources, notes
+
+
+def _diff_mutants(
+    record: Record, release: str, sources: dict[str, str]
+) -> tuple[list[Mutant], list[str], list[str]]:
+    """The automatic mutants of the record's PR diff on the loaded ``release`` (``sources``:
+    release -> target file), the PR's hunks gone from it, and notes on what was not derived."""
     base, head = record.target.base_release, record.target.head_release
-    base_text = loaded if base == release else sources.get(base)
-    head_text = loaded if head == release else sources.get(head)
+    missing = " and ".join(f"vLLM {v}" for v in (base, head) if v and v not in sources)
     if record.contract is not None:
-        notes.append(
+        why_none = (
             "a contract record has no PR diff, so no automatic mutants: its risks' mutants "
-            "are its own, "
-            "and `gdn-review mutate --whole-file` scores the whole file"
+            "are its own, and `gdn-review mutate --whole-file` scores the whole file"
         )
     elif record.is_open:
-        notes.append(
+        why_none = (
             f"{record.label} is {state_words(record.state)}: no release has its lines, "
             "so its automatic mutants come from its diff "
             f"(`gdn-review review kb/{record.key}.diff --pr {record.key}` runs them "
             "against the KB's tests)"
         )
-    elif base_text is None or head_text is None:
-        missing = (
-            " and ".join(
-                f"vLLM {v}" for v in (base, head) if v and sources.get(v) is None and v != release
-            )
-            or "both releases"
-        )
-        notes.append(
-            f"automatic mutants not derived: the sources of {missing} are needed for the PR's diff"
+    elif sources.get(base) is None or sources.get(head) is None:
+        why_none = (
+            "automatic mutants not derived: the sources of "
+            f"{missing or 'both releases'} are needed for the PR's diff"
         )
     else:
-        auto, gone = automatic(record, loaded, base_text, head_text)
-        mutants += auto
-        if record.target.own_hunks is not None:
-            step = len(operators.pr_hunks(base_text, head_text))
-            kept = len(own_hunks(record, operators.pr_hunks(base_text, head_text)))
-            notes.append(
-                f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} "
-                "are this PR's and give "
-                f"automatic mutants; the other {step - kept} are other PRs' "
-                "(kb/history/changes.yaml)"
-            )
-        known = {m.id for m in auto}
-        for risk in record.risks:
-            for ident in risk.auto_mutants:
-                if ident not in known:
-                    notes.append(
-                        f"risk {risk.id} names automatic mutant {ident}, which the diff "
-                        f"does not give on vLLM {release}"
-                    )
-        for ident in record.equivalent_mutants:
-            if ident not in known:
-                notes.append(
-                    f"equivalent_mutants names {ident}, which the diff does not give "
-                    f"on vLLM {release}"
-                )
-    return Catalogue(record.key, release, target, mutants, gone, notes, loaded)
+        why_none = None
+    if why_none:
+        return [], [], [why_none]
+    auto, gone = automatic(record, sources[release], sources[base], sources[head])
+    notes = []
+    if record.target.own_hunks is not None:
+        hunks = operators.pr_hunks(sources[base], sources[head])
+        step, kept = len(hunks), len(own_hunks(record, hunks))
+        step_prs = [
+            f"#{r.number}"
+            for r in record.related
+            if r.from_release and contains(f">{base},<={head}", r.from_release)
+        ]
+        notes.append(
+            f"target.own_hunks: {kept} of the {step} changed blocks of {base} -> {head} are this "
+            f"PR's and give automatic mutants; the other {step - kept} are changes of other PRs "
+            "that shipped in the same release, and give none"
+            + (f" (the record names {', '.join(step_prs)} among them)" if step_prs else "")
+        )
+    known = {m.id for m in auto}
+    notes += [
+        f"risk {risk.id} names automatic mutant {ident}, which the diff "
+        f"does not give on vLLM {release}"
+        for risk in record.risks
+        for ident in risk.auto_mutants
+        if ident not in known
+    ]
+    notes += [
+        f"equivalent_mutants names {ident}, which the diff does not give on vLLM {release}"
+        for ident in record.equivalent_mutants
+        if ident not in known
+    ]
+    return auto, gone, notes
 
 
-def check_finds(path: Path, record: Record) -> tuple[list, list[str]]:
-    """Record errors of mutant finds on the releases at hand (nothing is fetched), and what was
-    skipped.
+def check_finds(records: dict[Path, Record]) -> tuple[list, list[str]]:
+    """``gdn-review validate``'s check of every record's mutant finds on the releases at hand
+    (nothing is fetched): (record errors, notes on what could not be checked).
 
     At hand: the installed (loaded) release and any release in the cache; the
     head release is the one a find must match, so it is named when missing.
     """
-    if not any(risk.mutants for risk in record.risks) and record.target.own_hunks is None:
-        return [], []
-    target = record.target.file
-    sources: dict[str, str] = {}
-    skipped: list[str] = []
-    try:
-        release, root = release_cache.loaded()
-        sources[release] = (root / target).read_text(encoding="utf-8")
-    except (release_cache.ReleaseError, OSError) as error:
-        skipped.append(f"the installed vLLM: {error}")
+    problems, notes = [], []
+    for path, record in records.items():
+        if not any(risk.mutants for risk in record.risks) and record.target.own_hunks is None:
+            continue
+        target, sources, skipped = record.target.file, {}, []
+        try:
+            release, root = loaded_release()
+            sources[release] = (root / target).read_text(encoding="utf-8")
+        except (ReleaseError, OSError) as error:
+            skipped.append(f"the installed vLLM: {error}")
+        sources.update(_cached_sources(target, sources))
+        head, base = record.target.head_release, record.target.base_release
+        if head and head not in sources:
+            skipped.append(
+                f"vLLM {head} (the head release) is not in the release cache; "
+                "`gdn-review mutate` fetches it"
+            )
+        problems += find_problems(path, record, sources)
+        if record.target.own_hunks and base in sources and head in sources:
+            problems += own_hunk_problems(path, record, sources[base], sources[head])
+        notes += [f"{path}: mutant finds not checked against {what}" for what in skipped]
+    return problems, notes
+
+
+def _cached_sources(target: str, have) -> dict[str, str]:
+    """The target file on each release in the cache but those in ``have`` (nothing is fetched; a
+    release without the file is left out)."""
+    found = {}
     for version in release_cache.cached_versions():
-        text = _quiet_source(version, target)
-        if text is not None:
-            sources.setdefault(version, text)
-    head, base = record.target.head_release, record.target.base_release
-    if head and head not in sources:
-        skipped.append(
-            f"vLLM {head} (the head release) is not in the release cache; "
-            "`gdn-review mutate` fetches it"
-        )
-    problems = find_problems(path, record, sources)
-    if record.target.own_hunks and base in sources and head in sources:
-        problems += own_hunk_problems(path, record, sources[base], sources[head])
-    return problems, skipped
-
-
-def _quiet_source(version: str, target: str) -> str | None:
-    try:
-        return release_cache.source(version, target, fetch=False)
-    except release_cache.ReleaseError:
-        return None
+        with contextlib.suppress(ReleaseError):
+            text = None if version in have else release_cache.source(version, target)
+            if text is not None:
+                found[version] = text
+    return found
 
 
 def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Catalogue:
@@ -191,20 +214,17 @@ def catalogues(
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
-    if fetch:  # the PRs' base and head releases not at hand, fetched side by side first
-        try:
-            release_trees.trees(
-                [
-                    version
-                    for record in records.values()
-                    if not is_draft(record)
-                    for version in (record.target.base_release, record.target.head_release)
-                    if version
-                ],
-                say=say,
-            )
-        except release_trees.ReleaseError:
-            pass  # each record's own read below says which release it lacks and why
+    wanted = [
+        version
+        for record in records.values()
+        if fetch and not is_draft(record)
+        for version in (record.target.base_release, record.target.head_release)
+        if version
+    ]
+    # The PRs' base and head releases not at hand, fetched side by side first; a failure is
+    # said by each record's own read below (which release it lacks, and why).
+    with contextlib.suppress(ReleaseError):
+        release_trees.trees(wanted, say=say)
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             say(f"warning: skipped draft {path}: it has open TODOs")
@@ -259,19 +279,14 @@ def result_entry(
     tests (None: not traced); a survivor none of whose edited statements is
     among them is **not reached** (see ``reach``).
     """
-    result = result or {}
-    status = mutant.status or result.get("status", "error")
-    reason = mutant.reason or result.get("reason") or ""
-    if status == "survived" and mutant.source and found.source:
-        from gdn_review.mutation import reach  # imports pytest: only where mutants ran
+    from gdn_review.mutation import reach, runner  # import pytest: only where mutants ran
 
+    status, reason = runner.outcome(mutant, result)
+    result = result or {}
+    if status == "survived" and mutant.source and found.source:
         hint = reach.unreached(reach.edit_sites(found.source, mutant.source), reached)
         if hint:
             status, reason = "not reached", hint
-    killed_by = result.get("killed_by", {})
-    if status == "killed" and not reason:
-        first = next(iter(killed_by.values()))[0]
-        reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
     return {
         "record": found.record,
         "id": mutant.id,
@@ -281,7 +296,7 @@ def result_entry(
         "risks": mutant.risks,
         "status": status,
         "reason": reason,
-        "killed_by": killed_by,
+        "killed_by": result.get("killed_by", {}),
         "claims_passed": result.get("claims_passed", []),
         "tests_run": result.get("tests_run", 0),
         "duration_s": result.get("duration_s", 0.0),
@@ -322,14 +337,14 @@ def mutate(
     jobs: int,
     timeout: float,
     evidence_path: Path,
-    on_start: Callable[[int], None] = lambda total: None,
-    on_result: Callable[[dict], None] = lambda entry: None,
+    progress: Progress | None = None,
     on_baseline: Callable[[object, Path], None] = lambda trace, staged: None,
 ) -> list[dict]:
     """Baseline suite, then every runnable mutant; returns the evidence entries (also written).
 
-    ``on_baseline(trace, staged)``: after the baseline passed, with its line trace (per case)
-    and its staged evidence file (the reach of the records' own lines goes there, ``own_reach``).
+    ``progress``: how the mutants' run is shown (``runner.Progress``; None: nowhere).
+    ``on_baseline(trace, staged)``: after the baseline passed, with its line trace (per case) and
+    its staged evidence file (the reach of the records' own lines goes there, ``own_reach``).
 
     Interrupted (``interrupts.Interrupted``), it leaves nothing behind: no
     evidence, no staged baseline, no folder it made for them.
@@ -338,37 +353,24 @@ def mutate(
 
     runner.prepare_cpu()
     evidence_path = Path(evidence_path)
-    kept = evidence_file.take_parts(
-        evidence_path
-    )  # the diff side and other records' mutants outlive this run
+    # the diff side and other records' mutants outlive this run
+    kept = evidence_file.take_parts(evidence_path)
     staged = evidence_path.with_name(f".{evidence_path.name}.baseline")
     made = [
         folder
         for folder in [evidence_path.parent, *evidence_path.parent.parents]
         if not folder.exists()
     ]
-    args = runner.test_args([modules[c.record] for c in catalogues], keyword)
-    from gdn_review import harness
-
+    tests = suite.test_args([modules[c.record] for c in catalogues], keyword)
     try:
-        harness.warm_up()  # vLLM imported before the traced tests start (reach: tracing is slow)
-        trace = reach.LineTrace(
-            {c.target_file for c in catalogues}, per_case=True
-        )  # which lines run, to name the unreached
-        code, seconds = runner.baseline(args, staged, plugins=(trace,))
-        # pytest ends an interrupted session with exit code 2: the run stops here
-        interrupts.check()
+        # which lines run, to name the unreached
+        trace = reach.LineTrace({c.target_file for c in catalogues}, per_case=True)
+        code, seconds = runner.baseline(tests, staged, plugins=(trace,))
         if code != 0 or not staged.exists():
             staged.unlink(missing_ok=True)
-            raise MutationError(
-                f"the generated suite does not pass without mutants (pytest exit {code}): "
-                "a kill would mean nothing; "
-                "fix the suite or the record first (gdn-review run shows the failures)"
-            )
+            raise MutationError(runner.baseline_failed(code))
         on_baseline(trace, staged)
-        entries = _run_mutants(
-            catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace
-        )
+        entries = _run_mutants(catalogues, modules, keyword, (jobs, timeout), progress, trace)
     except KeyboardInterrupt:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
         for folder in made:  # deepest first; one that holds anything else stays
@@ -400,46 +402,23 @@ def mutate(
     return entries
 
 
-def _run_mutants(
-    catalogues, modules, keyword, jobs, timeout, on_start, on_result, trace
-) -> list[dict]:
-    """Every runnable mutant of every catalogue, forked from this (unmutated) process."""
-    from gdn_review.harness import mutation as loader
+def _run_mutants(catalogues, modules, keyword, limits, progress, trace) -> list[dict]:
+    """Every mutant of every catalogue, the runnable ones forked from this (unmutated) process;
+    ``limits``: (jobs, seconds per mutant)."""
     from gdn_review.mutation import runner
 
     entries: list[dict] = []
-    on_start(sum(len(c.runnable()) for c in catalogues))
+    progress = progress or runner.Progress()
+    progress.start(sum(len(c.runnable()) for c in catalogues))
     for found in catalogues:
         reached = trace.reached(modules[found.record], found.target_file)
 
-        def finished(mutant, result, found=found, reached=reached, progress=True):
+        def finished(mutant, result, found=found, reached=reached):
             entry = result_entry(found, mutant, result, reached)
             entries.append(entry)
-            if (
-                progress
-            ):  # decided before anything ran (equivalent, not applicable): no progress step
-                on_result(entry)
+            if result is not None:  # decided before anything ran: no progress step
+                progress.advance(entry)
 
-        for mutant in found.mutants:
-            if mutant.status is not None:
-                finished(mutant, None, progress=False)
-        runnable = found.runnable()
-        for mutant in runnable:
-            try:
-                mutant.code = loader.compile_source(found.target_file, mutant.source)
-            except SyntaxError as error:
-                mutant.status, mutant.reason = (
-                    "error",
-                    f"does not compile: line {error.lineno}: {error.msg}",
-                )
-                finished(mutant, None)
-        ready = [m for m in runnable if m.status is None]
-        runner.run_forked(
-            ready,
-            found.target_file,
-            runner.test_args([modules[found.record]], keyword),
-            jobs,
-            timeout,
-            finished,
-        )
+        tests = suite.test_args([modules[found.record]], keyword)
+        runner.run_mutants(found.mutants, found.target_file, tests, *limits, finished)
     return entries

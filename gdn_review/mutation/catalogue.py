@@ -23,6 +23,7 @@ import yaml
 from packaging.version import Version
 
 from gdn_review.common import release_range
+from gdn_review.common.release import Release
 from gdn_review.kb import Record, RecordError
 from gdn_review.kb.yaml_source import SAFE_LOADER, locate
 from gdn_review.mutation import operators
@@ -67,6 +68,12 @@ def edit_diff(original: str, mutated: str, name: str) -> str:
         n=1,
     )
     return "".join(lines)
+
+
+def from_automatic(auto, origin: str, risks: list[str], original: str, target: str) -> Mutant:
+    """A mutant of ``operators``' automatic one on ``original``, the text of the ``target`` file."""
+    diff = edit_diff(original, auto.source, target)
+    return Mutant(auto.id, origin, risks, diff, auto.source, operator=auto.operator, line=auto.line)
 
 
 def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[RecordError]:
@@ -138,8 +145,7 @@ def _changed_in(mutant, head: str | None, sources: dict[str, str]) -> str:
 
 def _next_minor(previous: str, version: str) -> bool:
     """True when ``version`` is the minor release right after ``previous`` (0.29.x -> 0.30.x)."""
-    a, b = Version(previous), Version(version)
-    return (b.major, b.minor) in {(a.major, a.minor + 1), (a.major, a.minor)}
+    return Release(version).minor in (Release(previous).minor, Release(previous).next_minor())
 
 
 def record_mutants(
@@ -217,15 +223,8 @@ def automatic(record: Record, loaded: str, base: str, head: str) -> tuple[list[M
     equivalent = dict(record.equivalent_mutants)
     mutants = []
     for auto in operators.automatic_mutants(loaded, lines):
-        entry = Mutant(
-            auto.id,
-            "diff",
-            sorted(named.get(auto.id, [])),
-            edit_diff(loaded, auto.source, record.target.file),
-            source=auto.source,
-            operator=auto.operator,
-            line=auto.line,
-        )
+        risks = sorted(named.get(auto.id, []))
+        entry = from_automatic(auto, "diff", risks, loaded, record.target.file)
         if auto.id in equivalent:
             entry.status, entry.reason, entry.source = "equivalent", equivalent[auto.id], None
         mutants.append(entry)

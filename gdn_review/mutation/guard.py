@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from gdn_review.common import interrupts
+from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.mutation import family, operators
-from gdn_review.mutation.catalogue import Mutant, edit_diff
+from gdn_review.mutation.catalogue import Mutant, from_automatic
 from gdn_review.mutation.guard_lines import (
     construction_functions,
     line_map,
@@ -41,10 +44,14 @@ from gdn_review.mutation.guard_lines import (
     test_configurations,
 )
 from gdn_review.mutation.guard_notes import Notes, unreachable_lines
+from gdn_review.run import suite
+
+if TYPE_CHECKING:  # runner imports pytest: only where mutants run
+    from gdn_review.mutation.runner import Progress
 
 GUARD_FORMAT = "gdn-review-guard/1"
 DETECTED = ("killed", "timeout")  # a mutant that hangs the suite is caught too
-SCORED = ("killed", "timeout", "survived", "not reached")
+SCORED = SURVIVED | {"killed", "timeout"}
 
 
 def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
@@ -53,15 +60,7 @@ def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
     lines = scope(source)
     mutants = []
     for auto in operators.automatic_mutants(source, set(lines), broad=True):
-        entry = Mutant(
-            auto.id,
-            "file",
-            [],
-            edit_diff(source, auto.source, target),
-            source=auto.source,
-            operator=auto.operator,
-            line=auto.line,
-        )
+        entry = from_automatic(auto, "file", [], source, target)
         if auto.id in notes.equivalent:
             entry.status, entry.reason = "equivalent", notes.equivalent[auto.id]
         elif auto.id in notes.elsewhere:
@@ -107,15 +106,13 @@ def plan(
         site_lines = {line for site in sites for line in site.lines}
         if not site_lines & reached:
             first = sites[0]
+            function = scope_lines.get(first.line, first.function)
             reason = unreachable.get(first.line)
-            if reason:
-                decided[mutant.id] = ("unreachable here", reason)
-            else:
-                decided[mutant.id] = (
-                    "not reached",
-                    f"no test executes line {first.line} of "
-                    f"{scope_lines.get(first.line, first.function)}",
-                )
+            decided[mutant.id] = (
+                ("unreachable here", reason)
+                if reason
+                else ("not reached", f"no test executes line {first.line} of {function}")
+            )
             continue
         if any(site.function in construction for site in sites):
             tests[mutant.id] = None
@@ -144,11 +141,9 @@ def kill_order(tests: list[str], killers: list[str]) -> list[str]:
     test), then the tests of one batch (a case, a boundary batch), then the random examples'
     tests (many builds each). The order only changes which test reports the kill, and when."""
     recent = {test: index for index, test in enumerate(killers)}
-
-    def cost(test: str) -> int:
-        return 1 if "_invariant[" in test else 0
-
-    return sorted(tests, key=lambda test: (recent.get(test, len(recent)), cost(test), test))
+    return sorted(
+        tests, key=lambda test: (recent.get(test, len(recent)), "_invariant[" in test, test)
+    )
 
 
 def score(entries: list[dict]) -> dict:
@@ -164,61 +159,51 @@ def score(entries: list[dict]) -> dict:
     }
 
 
+@dataclasses.dataclass
+class Settings:
+    """How the whole-file score runs: mutants at once, seconds each, and which mutants (shell
+    patterns such as 'auto.*'; none: every one)."""
+
+    jobs: int = 1
+    timeout: float = 60.0
+    patterns: tuple[str, ...] = ()
+
+
 def score_whole_file(
-    modules: dict[str, Path],
     target: str,
     release: str,
     source: str,
     notes: Notes,
-    jobs: int,
-    timeout: float,
-    on_start: Callable[[int], None] = lambda total: None,
-    on_result: Callable[[dict], None] = lambda entry: None,
-    patterns: tuple[str, ...] = (),
+    modules: dict[str, Path],
     configurations: dict[str, dict[str, str]] | None = None,
+    settings: Settings | None = None,
+    progress: Progress | None = None,
 ) -> dict:
     """Baseline, then every runnable mutant of the whole file; returns the guard data (nothing
     written).
 
+    ``target``: the file's path in the tree, ``source`` its text on the loaded ``release``;
     ``modules``: record name -> generated module; ``configurations``: record name -> case id -> how
-    the case configures the builder (``kb.server_config.configuration_label``), for the line map.
+    the case configures the builder (``kb.server_config.configuration_label``), for the line map;
+    ``progress``: how the mutants' run is shown (``runner.Progress``; None: nowhere).
     """
-    import fnmatch
-    import tempfile
-
-    from gdn_review import harness
-    from gdn_review.harness import mutation as loader
     from gdn_review.mutation import reach, runner
 
+    settings = settings or Settings()
     runner.prepare_cpu()
     started = time.monotonic()
     scope_lines = scope(source)
     unreachable, unmatched = unreachable_lines(source, notes)
     # A kernel's own body (``@triton.jit``) is device code: unreachable here, named.
     unreachable = {**family.kernel_lines(source), **unreachable}
-    mutants = catalogue(source, target, notes)
-    if patterns:
-        mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]
-    known = {m.id for m in catalogue(source, target, Notes())}
-    stale = [
-        f"{section} names {ident}, which this release's file does not give"
-        for section in ("equivalent", "elsewhere")
-        for ident in getattr(notes, section)
-        if ident not in known
-    ]
-    harness.warm_up()
+    mutants, stale = _mutants(source, target, notes, settings.patterns)
     trace = reach.LineTrace({target}, per_test=True)
-    args = runner.test_args(sorted(modules.values()), None)
-    with tempfile.TemporaryDirectory(
-        prefix="gdn-review-guard-"
-    ) as scratch:  # the baseline's evidence: not kept
-        code, baseline_s = runner.baseline(args, Path(scratch) / "baseline.json", plugins=(trace,))
-    interrupts.check()
+    tests = suite.test_args(sorted(modules.values()))
+    # the baseline's evidence: not kept
+    with tempfile.TemporaryDirectory(prefix="gdn-review-guard-") as scratch:
+        code, baseline_s = runner.baseline(tests, Path(scratch) / "baseline.json", plugins=(trace,))
     if code != 0:
-        raise GuardError(
-            "the generated suite does not pass without mutants (pytest exit "
-            f"{code}): a kill would mean nothing; run `gdn-review run` first"
-        )
+        raise GuardError(runner.baseline_failed(code))
     if not trace.active:
         raise GuardError(
             "another tracer (coverage, a debugger) is active: the line map "
@@ -227,79 +212,9 @@ def score_whole_file(
     key = target.replace("\\", "/")
     by_test = {nodeid: lines.get(key, set()) for nodeid, lines in (trace.by_test or {}).items()}
     work = plan(mutants, source, by_test, unreachable, scope_lines)
-    entries: list[dict] = []
-    by_id = {m.id: m for m in mutants}
-    killers: list[str] = []  # tests that killed a mutant, the latest first (see kill_order)
-
-    def finished(mutant: Mutant, result: dict | None, progress: bool = True) -> None:
-        result = result or {}
-        status = mutant.status or result.get("status", "error")
-        reason = mutant.reason or result.get("reason", "")
-        killed_by = result.get("killed_by", {})
-        for ids in killed_by.values():
-            for test in ids:
-                if test in killers:
-                    killers.remove(test)
-                killers.insert(0, test)
-        del killers[64:]
-        if status == "killed" and not reason:
-            first = next(iter(killed_by.values()))[0]
-            reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
-        entry = {
-            "id": mutant.id,
-            "operator": mutant.operator,
-            "line": mutant.line,
-            "function": scope_lines.get(mutant.line, "?"),
-            "status": status,
-            "reason": reason,
-            "killed_by": sorted({t for ids in killed_by.values() for t in ids}),
-            "tests_selected": _selected(work, mutant.id),
-            "duration_s": result.get("duration_s", 0.0),
-            "diff": mutant.diff,
-        }
-        entries.append(entry)
-        if progress:
-            on_result(entry)
-
-    for ident, (status, reason) in work.decided.items():
-        by_id[ident].status, by_id[ident].reason = status, reason
-    for mutant in mutants:
-        if mutant.status is not None:
-            finished(mutant, None, progress=False)
-    ready = []
-    for mutant in mutants:
-        if mutant.status is None:
-            try:
-                mutant.code = loader.compile_source(target, mutant.source)
-                ready.append(mutant)
-            except SyntaxError as error:
-                mutant.status, mutant.reason = (
-                    "error",
-                    f"does not compile: line {error.lineno}: {error.msg}",
-                )
-                finished(mutant, None, progress=False)
-    on_start(len(ready))
-    # Each mutant under its own selection: one runner call per distinct selection would
-    # serialise them, so the selection travels with the mutant (``args`` per mutant).
-    runner.run_forked(
-        ready,
-        target,
-        # Called in the forked child: it sees the killers as they were when it was forked.
-        lambda mutant: [
-            *(
-                kill_order(work.tests[mutant.id], killers)
-                if work.tests[mutant.id] is not None
-                else ordered_args(args, work.first_files.get(mutant.id, []))
-            ),
-            "-x",
-        ],
-        jobs,
-        timeout,
-        finished,
+    entries = _run(
+        target, scope_lines, mutants, work, tests, settings, progress or runner.Progress()
     )
-    interrupts.finishing()
-    order = {m.id: i for i, m in enumerate(mutants)}
-    entries.sort(key=lambda e: order[e["id"]])
     by_module_key = {reach.module_key(path): name for name, path in modules.items()}
     by_module = {module: lines.get(key, set()) for module, lines in trace.by_module.items()}
     return {
@@ -320,14 +235,91 @@ def score_whole_file(
         ),
         "notes": unmatched + stale,
         "settings": {
-            "jobs": jobs,
-            "timeout_s": timeout,
+            "jobs": settings.jobs,
+            "timeout_s": settings.timeout,
             "baseline_s": round(baseline_s, 1),
-            "patterns": list(patterns),
+            "patterns": list(settings.patterns),
         },
         "duration_s": round(time.monotonic() - started, 1),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _mutants(
+    source: str, target: str, notes: Notes, patterns: tuple[str, ...]
+) -> tuple[list[Mutant], list[str]]:
+    """The file's mutants (only those matching ``patterns``, when any), and the notes that name a
+    mutant this release's file does not give."""
+    mutants = catalogue(source, target, notes)
+    if patterns:
+        mutants = [m for m in mutants if any(fnmatch.fnmatchcase(m.id, p) for p in patterns)]
+    known = {m.id for m in catalogue(source, target, Notes())}
+    stale = [
+        f"{section} names {ident}, which this release's file does not give"
+        for section in ("equivalent", "elsewhere")
+        for ident in getattr(notes, section)
+        if ident not in known
+    ]
+    return mutants, stale
+
+
+def _run(
+    target: str,
+    scope_lines: dict[int, str],
+    mutants: list[Mutant],
+    work: Plan,
+    tests: list[str],
+    settings: Settings,
+    progress: Progress,
+) -> list[dict]:
+    """Each mutant's entry, in the file's order: those ``work`` decided, then the rest run, each
+    under its own tests (``work.tests``), the first failure stopping it."""
+    from gdn_review.mutation import runner
+
+    entries: list[dict] = []
+    killers: list[str] = []  # tests that killed a mutant, the latest first (see kill_order)
+
+    def finished(mutant: Mutant, result: dict | None) -> None:
+        status, reason = runner.outcome(mutant, result)
+        killed_by = (result or {}).get("killed_by", {})
+        for test in (test for ids in killed_by.values() for test in ids):
+            if test in killers:
+                killers.remove(test)
+            killers.insert(0, test)
+        del killers[64:]
+        entry = {
+            "id": mutant.id,
+            "operator": mutant.operator,
+            "line": mutant.line,
+            "function": scope_lines.get(mutant.line, "?"),
+            "status": status,
+            "reason": reason,
+            "killed_by": sorted({t for ids in killed_by.values() for t in ids}),
+            "tests_selected": _selected(work, mutant.id),
+            "duration_s": (result or {}).get("duration_s", 0.0),
+            "diff": mutant.diff,
+        }
+        entries.append(entry)
+        if result is not None:  # decided before anything ran: no progress step
+            progress.advance(entry)
+
+    def selection(mutant: Mutant) -> list[str]:
+        # Called in the forked child: it sees the killers as they were when it was forked.
+        chosen = work.tests[mutant.id]
+        if chosen is None:
+            return [*ordered_args(tests, work.first_files.get(mutant.id, [])), "-x"]
+        return [*kill_order(chosen, killers), "-x"]
+
+    for mutant in mutants:
+        if mutant.id in work.decided:
+            mutant.status, mutant.reason = work.decided[mutant.id]
+    progress.start(sum(m.status is None for m in mutants))
+    # Each mutant under its own selection: one runner call per distinct selection would
+    # serialise them, so the selection travels with the mutant (``tests`` per mutant).
+    runner.run_mutants(mutants, target, selection, settings.jobs, settings.timeout, finished)
+    interrupts.finishing()
+    order = {m.id: i for i, m in enumerate(mutants)}
+    return sorted(entries, key=lambda e: order[e["id"]])
 
 
 def _selected(work: Plan, ident: str) -> int | str | None:

@@ -17,6 +17,8 @@ import yaml
 from gdn_review.kb import RecordError, RecordErrors
 from gdn_review.kb.yaml_source import SAFE_LOADER, locate
 
+ENTRY_KEYS = {"find", "reason", "after"}  # of an ``unreachable`` entry
+
 
 @dataclasses.dataclass
 class Unreachable:
@@ -67,6 +69,16 @@ def load_notes(path: Path) -> Notes:
             (key,), key, "unknown field (allowed: equivalent, unreachable, elsewhere)", at_key=True
         )
     notes = Notes()
+    _mutant_notes(data, notes, error)
+    notes.unreachable = _unreachable_notes(data.get("unreachable") or [], root, path, error)
+    if errors:
+        raise RecordErrors(errors)
+    return notes
+
+
+def _mutant_notes(data: dict, notes: Notes, error) -> None:
+    """The ``equivalent`` and ``elsewhere`` sections into ``notes`` (mutant id -> reason); what is
+    malformed to ``error``."""
     for section, why in (
         ("equivalent", "why the mutant cannot change behaviour"),
         ("elsewhere", "which device or backend can tell it apart"),
@@ -77,68 +89,49 @@ def load_notes(path: Path) -> Notes:
             continue
         for ident, reason in entries.items():
             if not (isinstance(ident, str) and ident.startswith("auto.")):
-                error(
-                    (section, ident),
-                    f"{section}.{ident}",
-                    "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)",
-                )
+                problem = "a key is an automatic mutant's id (auto.<operator>.<site>.<hash>)"
             elif not (isinstance(reason, str) and reason.strip()):
-                error((section, ident), f"{section}.{ident}", f"say {why}")
+                problem = f"say {why}"
             elif ident in notes.equivalent:
-                error(
-                    (section, ident),
-                    f"{section}.{ident}",
-                    "already under equivalent: a mutant is one or the other",
-                )
+                problem = "already under equivalent: a mutant is one or the other"
             else:
                 getattr(notes, section)[ident] = " ".join(reason.split())
-    unreachable = data.get("unreachable") or []
+                continue
+            error((section, ident), f"{section}.{ident}", problem)
+
+
+def _unreachable_notes(unreachable, root, path: Path, error) -> list[Unreachable]:
+    """The ``unreachable`` section's entries, each with its file:line; what is malformed to
+    ``error``."""
+    found = []
     if not isinstance(unreachable, list):
         error(("unreachable",), "unreachable", "expected a list of {find, reason}")
         unreachable = []
     for index, entry in enumerate(unreachable):
-        field = f"unreachable[{index}]"
-        if not isinstance(entry, dict) or not {"find", "reason"} <= set(entry) <= {
-            "find",
-            "reason",
-            "after",
-        }:
-            error(
-                ("unreachable", index),
-                field,
+        if not isinstance(entry, dict) or not {"find", "reason"} <= set(entry) <= ENTRY_KEYS:
+            problem = (
                 "expected `find` (a statement's first line), `reason` and "
-                "optionally `after` (a line before it)",
+                "optionally `after` (a line before it)"
             )
+        elif not all(isinstance(entry[k], str) and entry[k].strip() for k in entry):
+            problem = "`find`, `reason` and `after` are non-empty strings"
+        else:
+            line, _ = locate(root, ("unreachable", index))
+            after = entry["after"].strip() if "after" in entry else None
+            reason = " ".join(entry["reason"].split())
+            found.append(Unreachable(entry["find"].strip(), reason, f"{path}:{line}", after))
             continue
-        if not all(isinstance(entry[k], str) and entry[k].strip() for k in entry):
-            error(
-                ("unreachable", index), field, "`find`, `reason` and `after` are non-empty strings"
-            )
-            continue
-        line, _ = locate(root, ("unreachable", index))
-        after = entry["after"].strip() if "after" in entry else None
-        notes.unreachable.append(
-            Unreachable(
-                entry["find"].strip(), " ".join(entry["reason"].split()), f"{path}:{line}", after
-            )
-        )
-    if errors:
-        raise RecordErrors(errors)
-    return notes
-
-
-def statement_spans(source: str) -> list[tuple[int, int]]:
-    """(first, last) line of every statement, to resolve an ``unreachable`` note to whole
-    statements."""
-    return [
-        (n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)
-    ]
+        error(("unreachable", index), f"unreachable[{index}]", problem)
+    return found
 
 
 def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[str]]:
     """Line -> reason for the statements each note names, and the notes that name nothing here."""
     text_lines = [line.strip() for line in source.splitlines()]
-    spans = statement_spans(source)
+    # (first, last) line of every statement: a note resolves to whole statements
+    spans = [
+        (n.lineno, n.end_lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)
+    ]
     marked: dict[int, str] = {}
     unmatched = []
     for note in notes.unreachable:

@@ -33,7 +33,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import release_cache
+from gdn_review.common import release, release_trees
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import key_label
 from gdn_review.mutation import operators, reach
@@ -69,13 +69,13 @@ def own_lines(record: Record, fetch: bool = True, say: Callable[[str], None] = p
     """The statements of the loaded release's target file that carry the record's own hunks."""
     key, target = str(record.key), record.target.file
     try:
-        release, root = release_cache.loaded()
+        loaded_release, root = release.loaded()
         loaded = (root / target).read_text(encoding="utf-8")
-    except (release_cache.ReleaseError, OSError) as error:
+    except (release.ReleaseError, OSError) as error:
         return OwnLines(key, "?", target, [], "not judged", f"the loaded vLLM: {error}")
 
     def none(state: str, reason: str) -> OwnLines:
-        return OwnLines(key, release, target, [], state, reason)
+        return OwnLines(key, loaded_release, target, [], state, reason)
 
     if record.contract is not None:
         return none("no own lines stated", "a contract record has no PR diff")
@@ -89,10 +89,10 @@ def own_lines(record: Record, fetch: bool = True, say: Callable[[str], None] = p
         try:
             texts[version] = (
                 loaded
-                if version == release
-                else release_cache.source(version, target, fetch=fetch, say=say)
+                if version == loaded_release
+                else release_trees.source(version, target, fetch=fetch, say=say)
             )
-        except release_cache.ReleaseError as error:
+        except release.ReleaseError as error:
             texts[version] = None
             say(f"note: {key_label(record.key)}: vLLM {version} unavailable: {error}")
     missing = [v for v in (base, head) if texts[v] is None]
@@ -107,7 +107,7 @@ def own_lines(record: Record, fetch: bool = True, say: Callable[[str], None] = p
     statements = _statements(loaded, mapped)
     if not statements:
         why = (
-            f"the PR's {len(gone)} changed block(s) are no longer in vLLM {release}"
+            f"the PR's {len(gone)} changed block(s) are no longer in vLLM {loaded_release}"
             if gone
             else "the PR's lines are outside function bodies (they run at import)"
         )
@@ -118,7 +118,7 @@ def own_lines(record: Record, fetch: bool = True, say: Callable[[str], None] = p
             bodies.setdefault(function, set()).update(range(start, end + 1))
     return OwnLines(
         key,
-        release,
+        loaded_release,
         target,
         statements,
         construction=frozenset(construction_functions(loaded)),

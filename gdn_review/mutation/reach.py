@@ -5,7 +5,7 @@ missing one: ``gdn-review mutate`` names it **not reached**, with the line and
 the function, instead of ``survived``.
 
 Why the baseline, traced once (and not each forked child): the tests are
-deterministic (fixed cases; Hypothesis runs ``derandomize=True``), and a
+deterministic (fixed cases; Hypothesis is seeded per claim, ``@seed``), and a
 mutant's run is the baseline's run up to the first time it executes an edited
 statement. So a statement the unmutated suite never executes is never executed
 under a mutant whose edits all lie there: the mutant cannot be told apart by
@@ -78,9 +78,8 @@ class LineTrace:
         self.by_test: dict[str, dict[str, set[int]]] | None = {} if per_test else None
         # per_case (the reach report): (record, case label) -> target -> lines
         self.by_case: dict[tuple[str, str], dict[str, set[int]]] | None = {} if per_case else None
-        self.active = (
-            False  # False when another tracer (coverage, a debugger) was there: nothing judged
-        )
+        # False when another tracer (coverage, a debugger) was there: nothing judged
+        self.active = False
         self._files: dict[str, str | None] = {}
         self._current: dict[str, set[int]] = {}
 
@@ -170,10 +169,7 @@ class LineTrace:
         mutant of construction code not reached when it ran; the union can only err
         the safe way (survived instead of not reached).
         """
-        if not self.active:
-            return None
-        key = target.replace(os.sep, "/")
-        return set().union(*(lines.get(key, set()) for lines in self.by_module.values()))
+        return self.session_lines(target) if self.active else None
 
 
 def module_key(path) -> str:
@@ -346,9 +342,8 @@ def function_statements(tree: ast.Module) -> list[tuple[int, int, int, str]]:
                     # statements.
                     visit(child, [*scope, child.name], ".".join([*scope, child.name]))
                 elif isinstance(child, ast.ClassDef):
-                    visit(
-                        child, [*scope, child.name], function
-                    )  # a class body runs where the class statement does
+                    # a class body runs where the class statement does
+                    visit(child, [*scope, child.name], function)
                 else:
                     visit(child, scope, function)
             elif isinstance(child, (ast.ExceptHandler, ast.match_case)):

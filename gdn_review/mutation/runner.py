@@ -27,8 +27,7 @@ from typing import Callable
 import pytest
 
 from gdn_review.common import forked, interrupts
-
-PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+from gdn_review.run import suite
 
 
 def prepare_cpu() -> None:
@@ -37,25 +36,33 @@ def prepare_cpu() -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"
 
 
-def test_args(modules: list[Path], keyword: str | None) -> list[str]:
-    args = [str(m) for m in modules]
-    return args + (["-k", keyword] if keyword else [])
-
-
-def baseline(args: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int, float]:
+def baseline(tests: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int, float]:
     """The unmutated suite, in this process, with the evidence plugin: (pytest exit code, seconds).
 
-    ``plugins``: more pytest plugins for this run (``reach.LineTrace``: the lines it executes).
+    ``tests``: ``suite.test_args``; ``plugins``: more pytest plugins for this run
+    (``reach.LineTrace``: the lines it executes). vLLM is imported and warm first, so the
+    seconds are the tests' and a traced run does not trace the imports.
     """
+    from gdn_review import harness
+
+    harness.warm_up()
     started = time.monotonic()
-    code = pytest.main(
-        [*args, *PYTEST_ARGS, "--gdn-evidence", str(evidence)], plugins=list(plugins)
-    )
+    code = suite.run_pytest(suite.pytest_args(tests, evidence), here=True, plugins=plugins)
     # Everything made so far is shared with every child: keep the collector off it
     # (a full collection over vLLM's and torch's objects costs a child ~1.5 s).
     gc.collect()
     gc.freeze()
-    return int(code), time.monotonic() - started
+    interrupts.check()  # pytest ends an interrupted session with exit code 2: the run stops here
+    return code, time.monotonic() - started
+
+
+def baseline_failed(code: int) -> str:
+    """Why no mutant runs when the baseline failed."""
+    return (
+        f"the generated suite does not pass without mutants (pytest exit {code}): "
+        "a kill would mean nothing; "
+        "fix the suite or the record first (gdn-review run shows the failures)"
+    )
 
 
 class KillCollector:
@@ -116,7 +123,7 @@ class KillCollector:
         }
 
 
-def run_in_this_process(relative_path: str, code, args: list[str]) -> dict:
+def run_in_this_process(relative_path: str, code, tests: list[str]) -> dict:
     """Load the mutant here and run the tests (only ever in a throwaway process)."""
     from gdn_review.harness import mutation
 
@@ -124,22 +131,85 @@ def run_in_this_process(relative_path: str, code, args: list[str]) -> dict:
     try:
         mutation.load_mutated(relative_path, code)
     except Exception as error:  # the mutated module does not even load
-        return {
-            "status": "killed",
-            "killed_by": {"(import)": ["(module import)"]},
-            "messages": {"(module import)": f"{type(error).__name__}: {error}"[:300]},
-            "claims_passed": [],
-            "tests_run": 0,
-        }
+        return _killed("(import)", "(module import)", f"{type(error).__name__}: {error}"[:300])
     collector = KillCollector()
-    code = pytest.main([*args, *PYTEST_ARGS, "--gdn-no-evidence"], plugins=[collector])
-    return collector.result(int(code))
+    exit_code = suite.run_pytest(suite.pytest_args(tests, None), here=True, plugins=(collector,))
+    return collector.result(exit_code)
+
+
+def _killed(claim: str, test: str, message: str | None = None) -> dict:
+    """A kill that no test reported: the mutated module did not import, or the child crashed."""
+    return {
+        "status": "killed",
+        "killed_by": {claim: [test]},
+        "messages": {test: message} if message else {},
+        "claims_passed": [],
+        "tests_run": 0,
+    }
+
+
+class Progress:
+    """How a run of mutants is shown (``cli.progress.MutationProgress``): ``start`` with how many
+    will run, ``advance`` with each one's entry as it ends. This one shows it nowhere."""
+
+    def start(self, total: int) -> None: ...
+
+    def advance(self, entry: dict) -> None: ...
+
+
+Tests = list[str] | Callable[[object], list[str]]
+
+
+def run_mutants(
+    mutants: list,
+    relative_path: str,
+    tests: Tests,
+    jobs: int,
+    timeout: float,
+    on_result: Callable[[object, dict | None], None],
+) -> None:
+    """Each mutant's outcome, to ``on_result(mutant, result)`` as it comes: the one flow of
+    ``mutate``, ``mutate --whole-file`` and ``review``.
+
+    ``result`` is None for a mutant decided before anything runs (its ``status`` set:
+    equivalent, not applicable, unreachable here, not reached); an ``error`` for one that does
+    not compile; else how its forked child ended (``run_forked``: killed, survived, timeout).
+    ``outcome`` reads a status and a reason from either.
+    """
+    from gdn_review.harness import mutation as loader
+
+    ready = []
+    for mutant in mutants:
+        if getattr(mutant, "status", None) is not None:
+            on_result(mutant, None)
+            continue
+        try:
+            mutant.code = loader.compile_source(relative_path, mutant.source)
+        except SyntaxError as error:
+            reason = f"does not compile: line {error.lineno}: {error.msg}"
+            on_result(mutant, {"status": "error", "reason": reason})
+            continue
+        ready.append(mutant)
+    run_forked(ready, relative_path, tests, jobs, timeout, on_result)
+
+
+def outcome(mutant, result: dict | None) -> tuple[str, str]:
+    """(status, reason) of a mutant: decided before it ran, or how it ran; a kill's reason is its
+    first failing test with that test's message."""
+    result = result or {}
+    status = mutant.status or result.get("status", "error")
+    reason = mutant.reason or result.get("reason") or ""
+    killed_by = result.get("killed_by", {})
+    if status == "killed" and not reason:
+        first = next(iter(killed_by.values()))[0]
+        reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
+    return status, reason
 
 
 def run_forked(
     mutants: list,
     relative_path: str,
-    args: list[str] | Callable[[object], list[str]],
+    tests: Tests,
     jobs: int,
     timeout: float,
     on_result: Callable[[object, dict], None],
@@ -147,17 +217,17 @@ def run_forked(
     """Run each mutant (with a compiled ``code``) in its own forked child (``common.forked``),
     ``jobs`` at a time.
 
-    ``args``: pytest's arguments, or a function of the mutant giving them (the
-    whole-file score runs each mutant under its own selection of tests). A child
-    that dies without a result (the interpreter crashed under the mutant) killed
-    it: the crash is a detected failure.
+    ``tests``: ``suite.test_args`` (and options that narrow them), or a function of the mutant
+    giving them (the whole-file score runs each mutant under its own selection of tests). A child
+    that dies without a result (the interpreter crashed under the mutant) killed it: the crash
+    is a detected failure.
     """
 
     def body(mutant) -> Callable[[], dict]:
         def run_mutant() -> dict:
             interrupts.hold("mutant")  # the test hook: a mutant's child is running
             return run_in_this_process(
-                relative_path, mutant.code, args(mutant) if callable(args) else args
+                relative_path, mutant.code, tests(mutant) if callable(tests) else tests
             )
 
         return run_mutant
@@ -165,11 +235,7 @@ def run_forked(
     def finished(mutant, result: dict) -> None:
         if result["status"] == forked.CRASHED:
             result = {
-                "status": "killed",
-                "killed_by": {"(crash)": [f"({result['reason']})"]},
-                "messages": {},
-                "claims_passed": [],
-                "tests_run": 0,
+                **_killed("(crash)", f"({result['reason']})"),
                 "duration_s": result["duration_s"],
             }
         on_result(mutant, result)
@@ -182,10 +248,10 @@ import json, sys
 from gdn_review.mutation import runner
 runner.prepare_cpu()
 path, source_file, out = sys.argv[1], sys.argv[2], sys.argv[3]
-args = json.loads(sys.argv[4])
+tests = json.loads(sys.argv[4])
 from gdn_review.harness import mutation
 source = open(source_file, encoding="utf-8").read()
-result = runner.run_in_this_process(path, mutation.compile_source(path, source), args)
+result = runner.run_in_this_process(path, mutation.compile_source(path, source), tests)
 with open(out, "w", encoding="utf-8") as handle:
     handle.write(json.dumps(result))
 from gdn_review.common.fast_exit import exit_now
@@ -194,7 +260,7 @@ exit_now(0)
 
 
 def run_fresh_process(
-    relative_path: str, source: str, args: list[str], cwd: Path, timeout: float = 600
+    relative_path: str, source: str, tests: list[str], cwd: Path, timeout: float = 600
 ) -> dict:
     """The same mutant in a fresh interpreter (imports vLLM anew): for parity checks and
     benchmarks."""
@@ -210,19 +276,18 @@ def run_fresh_process(
                 relative_path,
                 str(source_file),
                 str(out),
-                json.dumps(args),
+                json.dumps(tests),
             ],
             cwd=cwd,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+        seconds = round(time.monotonic() - started, 2)
         if not out.exists():
             return {
                 "status": "error",
                 "reason": f"fresh process exit {done.returncode}: {done.stderr[-500:]}",
-                "duration_s": round(time.monotonic() - started, 2),
+                "duration_s": seconds,
             }
-        result = json.loads(out.read_text(encoding="utf-8"))
-        result["duration_s"] = round(time.monotonic() - started, 2)
-        return result
+        return {**json.loads(out.read_text(encoding="utf-8")), "duration_s": seconds}

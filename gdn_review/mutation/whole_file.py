@@ -3,29 +3,34 @@ report.
 
 On the loaded vLLM the score runs in this process (``guard.score_whole_file``)
 and goes to ``reports/guard.json`` and ``reports/guard.md`` (for a release
-asked for by ``--release``: ``guard-<release>.*``). On another release this
-command runs again in a child whose vLLM is that release's tree
-(``common.release_trees``, fetched once), which writes its own files.
+asked for by ``--release``: ``guard-<release>.*``). On another release the score runs
+in a child of this module (``python -m gdn_review.mutation.whole_file SPEC``) whose vLLM is
+that release's tree (``common.release_trees``, fetched once): it writes the files, and its
+progress, result or error come back to the parent as lines on its stderr.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import subprocess
 import sys
+import types
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from gdn_review.common import interrupts, release_cache, release_trees
+from gdn_review.common import interrupts, release_trees
+from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
+from gdn_review.common.release import loaded as loaded_release
 from gdn_review.kb.server_config import configuration_label
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.mutation import family, guard, guard_notes
 from gdn_review.report import guard_report
 
-# What the gate (``--min-score 100``, in the test suite) fails on: a reachable, non-equivalent
-# mutant that no test detected.
-ESCAPED = ("survived", "not reached")
+if TYPE_CHECKING:  # runner imports pytest: only where mutants run
+    from gdn_review.mutation.runner import Progress
 
 
 @dataclasses.dataclass
@@ -51,44 +56,40 @@ class Scored:
         detected: survivors and those no test reaches, in the file's order."""
         mutants = (self.data or {}).get("mutants", [])
         return sorted(
-            (m for m in mutants if m["status"] in ESCAPED),
+            (m for m in mutants if m["status"] in SURVIVED),
             key=lambda m: (m.get("line") or 0, m["id"]),
         )
 
 
+@dataclasses.dataclass
+class Options(guard.Settings):
+    """``mutate --whole-file``'s options: the KB (its ``guard/`` notes), where the reports go, the
+    release (None: the loaded one) and whether it may be fetched, the file (None: GDN's)."""
+
+    kb_dir: Path = Path("kb")
+    reports_dir: Path = Path("reports")
+    release: str | None = None
+    fetch: bool = True
+    file: str | None = None
+
+
 def score_and_write(
-    kb_dir: Path,
     records: dict,
     modules: dict,
-    reports_dir: Path,
-    release: str | None = None,
-    child_options: list[str] = (),
-    fetch: bool = True,
-    patterns: tuple[str, ...] = (),
-    jobs: int = 1,
-    timeout: float = 60.0,
-    on_start: Callable[[int], None] = lambda total: None,
-    on_result: Callable[[dict], None] = lambda entry: None,
+    options: Options,
+    progress: Progress | None = None,
     say: Callable[[str], None] = print,
-    file: str | None = None,
 ) -> Scored:
-    """Score the target file of the loaded vLLM, or of ``release`` in a child (``child_options``:
-    the command's own options for it); GuardError when the score cannot be measured (a check
-    failed), ReleaseError when the release cannot be had (bad input)."""
-    loaded, root = release_cache.loaded()
-    if release and release != loaded:
-        return Scored(
-            child_exit=_rerun_on(
-                release,
-                ["mutate", "--whole-file", "--release", release, *child_options],
-                fetch,
-                say,
-            )
-        )
-    target = file or family.GDN_FILE
+    """Score the target file of the loaded vLLM, or of ``options.release`` in a child on that
+    release's tree; GuardError when the score cannot be measured (a check failed), ReleaseError
+    when the release cannot be had (bad input)."""
+    loaded, root = loaded_release()
+    if options.release and options.release != loaded:
+        return _score_on(options.release, records, modules, options, progress, say)
+    target = options.file or family.GDN_FILE
     if family.is_family_file(target):
         records, modules = _covering(records, modules, target)
-    notes_file = family.notes_path(Path(kb_dir), target)
+    notes_file = family.notes_path(Path(options.kb_dir), target)
     notes = guard_notes.load_notes(notes_file)
     source = (root / target).read_text(encoding="utf-8")
     if family.is_family_file(target):
@@ -112,21 +113,11 @@ def score_and_write(
         for record in records.values()
     }
     data = guard.score_whole_file(
-        named,
-        target,
-        loaded,
-        source,
-        notes,
-        jobs,
-        timeout,
-        on_start,
-        on_result,
-        patterns,
-        configurations,
+        target, loaded, source, notes, named, configurations, options, progress
     )
     stem = family.report_stem(target)
-    stem = f"{stem}-{loaded}" if release else stem
-    folder = Path(reports_dir)
+    stem = f"{stem}-{loaded}" if options.release else stem
+    folder = Path(options.reports_dir)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(
         folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
@@ -162,9 +153,86 @@ def _covering(records: dict, modules: dict, target: str) -> tuple[dict, dict]:
     return chosen, kept
 
 
-def _rerun_on(version: str, argv: list[str], fetch: bool, say: Callable[[str], None]) -> int:
-    """``gdn-review <argv>`` in a child whose vLLM is release ``version``'s tree; its exit code."""
-    folder = release_trees.tree(version, fetch=fetch, say=say)  # ReleaseError: bad input
+# The child's lines on stderr that carry its progress and result to the parent (the rest of
+# its output is the parent's to show as it is).
+EVENT = "gdn-review-whole-file:"
+
+
+def _score_on(
+    version: str,
+    records: dict,
+    modules: dict,
+    options: Options,
+    progress: Progress | None,
+    say: Callable[[str], None],
+) -> Scored:
+    """The score on release ``version``, by this module in a child whose vLLM is that release's
+    tree: its progress shown here as it comes, its files read back, its error raised here."""
+    folder = release_trees.tree(version, fetch=options.fetch, say=say)  # ReleaseError: bad input
     say(f"vLLM {version}: running in a process on {folder or 'the installed vLLM'}")
-    command = [sys.executable, "-m", "gdn_review.cli", *argv]
-    return interrupts.run_child(command, env=release_trees.environment(folder)).returncode
+    spec = {
+        "options": dataclasses.asdict(options),
+        "records": [str(path) for path in records],
+        "modules": [[key, str(path)] for key, path in modules.items()],
+    }
+    child = interrupts.popen(
+        [sys.executable, "-m", "gdn_review.mutation.whole_file", json.dumps(spec, default=str)],
+        env=release_trees.environment(folder),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ended: dict = {}
+    try:
+        for line in child.stderr:
+            if not line.startswith(EVENT):
+                sys.stderr.write(line)
+                continue
+            event = json.loads(line[len(EVENT) :])
+            for step in {"start", "advance"} & event.keys() if progress else ():
+                getattr(progress, step)(event[step])
+            ended.update(event)
+        child.wait()
+    finally:
+        code = interrupts.stop(child)
+    interrupts.check()
+    if "error" in ended:
+        raise {"GuardError": guard.GuardError, "FamilyError": FamilyError}[ended["error"]](
+            ended["message"]
+        )
+    if "written" not in ended:  # it died before it could say how it ended
+        return Scored(child_exit=code)
+    written = [Path(p) for p in ended["written"]]
+    return Scored(json.loads(written[1].read_text(encoding="utf-8")), written)
+
+
+def child_main(spec_json: str) -> int:
+    """The child of ``_score_on``: the score on this process's vLLM, said on stderr as events."""
+    from gdn_review.kb import load_record
+
+    def tell(**event) -> None:
+        print(EVENT + json.dumps(event, default=str), file=sys.stderr, flush=True)
+
+    told = types.SimpleNamespace(
+        start=lambda total: tell(start=total), advance=lambda entry: tell(advance=entry)
+    )
+    spec = json.loads(spec_json)
+    options = Options(**spec["options"])
+    options.kb_dir, options.reports_dir = Path(options.kb_dir), Path(options.reports_dir)
+    options.patterns = tuple(options.patterns)
+    records = {Path(path): load_record(Path(path)) for path in spec["records"]}
+    modules = {key: Path(path) for key, path in spec["modules"]}
+    say = functools.partial(print, file=sys.stderr, flush=True)
+    try:
+        scored = score_and_write(records, modules, options, told, say)
+    except (guard.GuardError, FamilyError) as error:
+        tell(error=type(error).__name__, message=str(error))
+        return 1
+    tell(written=[str(path) for path in scored.written])
+    return 0
+
+
+if __name__ == "__main__":
+    from gdn_review.common.fast_exit import exit_now
+    from gdn_review.mutation import whole_file  # the module's own classes, not __main__'s
+
+    exit_now(whole_file.child_main(sys.argv[1]))

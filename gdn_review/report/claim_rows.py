@@ -87,35 +87,28 @@ def _measured_summary(claim, ran: list[dict]) -> str:
         parts.append(f"{counts['xfailed']} known deviation")
     if claim.check.kind == "op_budget":
         for op, limit in claim.check.budget.items():
-            values = sorted(
-                {
-                    t["measured"][op]
-                    for t in ran
-                    if isinstance(t.get("measured"), dict)
-                    and isinstance(t["measured"].get(op), int)
-                }
-            )
-            if values:
-                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+            counts = [t["measured"].get(op) for t in ran if isinstance(t.get("measured"), dict)]
+            shown = _span([count for count in counts if isinstance(count, int)])
+            if shown:
                 parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
     if claim.check.kind == "gpu_sync":
         for device, key, name in (
             ("cuda", "syncs", "CUDA syncs"),
             ("cpu", "device_origin_reads", "CPU proxy: device-origin reads"),
         ):
-            values = sorted(
-                {
-                    t["measured"][key]
-                    for t in ran
-                    if t.get("device") == device
-                    and isinstance(t.get("measured"), dict)
-                    and key in t["measured"]
-                }
-            )
-            if values:
-                shown = str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+            on_device = [t.get("measured") for t in ran if t.get("device") == device]
+            shown = _span([m[key] for m in on_device if isinstance(m, dict) and key in m])
+            if shown:
                 parts.append(f"{name}: measured {shown}, budget ≤ {claim.check.max_syncs}")
     return "; ".join(parts)
+
+
+def _span(values: list) -> str | None:
+    """``3`` or ``2–5``: the values measured, lowest to highest (None: none)."""
+    values = sorted(set(values))
+    if not values:
+        return None
+    return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
 
 
 MECHANISM = (
@@ -284,6 +277,11 @@ def release_of(evidence: Evidence, test: dict) -> str:
     )
 
 
+def releases_cell(evidence: Evidence, tests: list[dict]) -> str:
+    """The releases the tests that ran ran on, for a table cell."""
+    return ", ".join(sorted({release_of(evidence, t) for t in tests if t["outcome"] in RAN})) or "—"
+
+
 def claim_rows(
     record: Record,
     evidence: Evidence,
@@ -319,7 +317,7 @@ def claim_rows(
                 "verdict": verdict,
                 "reason": reason,
                 "measured": _measured_summary(claim, ran),
-                "vllm": ", ".join(sorted({release_of(evidence, t) for t in ran})) or "—",
+                "vllm": releases_cell(evidence, ran),
                 # a CUDA-only claim here: "cuda: unverified"
                 "devices": _device_cell(by_device, bool(ran)),
                 "by_device": by_device,

@@ -30,35 +30,35 @@ def stale_parts(
     current = record_sha256(path) if path is not None else None
     if current is None:
         return {}
-    number, key = record.key, str(record.key)
+    key, name = record.key, str(record.key)  # evidence JSON's keys are text
     edited = f"an earlier version of {path} (edited since)"
     found = {}
     ran_on = {
-        evidence.tests_record_hash(t["environment"], number)
+        evidence.tests_record_hash(t["environment"], key)
         for t in tests
         if t["environment"] is not None
     }
     if ran_on - {None, current}:
         found["tests"] = (
             f"stale: the tests of {record.label} ran on {edited}; run "
-            f"`gdn-review run --record {number}`"
+            f"`gdn-review run --record {key}`"
         )
-    if (evidence.mutation.get(key) or {}).get("record_sha256") not in (None, current):
+    if (evidence.mutation.get(name) or {}).get("record_sha256") not in (None, current):
         found["mutants"] = (
             f"stale: the mutation results of {record.label} were measured on "
-            f"{edited}; run `gdn-review mutate --record {number}`"
+            f"{edited}; run `gdn-review mutate --record {key}`"
         )
-    if (evidence.diff.get(key) or {}).get("record_sha256") not in (None, current):
+    if (evidence.diff.get(name) or {}).get("record_sha256") not in (None, current):
         found["diff"] = (
             f"stale: the results with the PR's diff of {record.label} were "
-            f"measured on {edited}; run `gdn-review run --record {number}`"
+            f"measured on {edited}; run `gdn-review run --record {key}`"
         )
-    for device, result in sorted(evidence.bench.get(key, {}).items()):
+    for device, result in sorted(evidence.bench.get(name, {}).items()):
         if result.get("record_sha256") not in (None, current):
             on = " --device cuda" if device == "cuda" else ""
             found[f"bench ({device})"] = (
                 f"stale: the bench ({device}) of {record.label} was measured on "
-                f"{edited}; run `gdn-review bench --record {number}{on}`"
+                f"{edited}; run `gdn-review bench --record {key}{on}`"
             )
     return found
 

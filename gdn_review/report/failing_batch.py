@@ -166,10 +166,6 @@ def configuration(batch: dict, case: dict, left_out: list[str]) -> dict:
     return {**ordered, **dict(sorted(found.items()))}
 
 
-def _words(value) -> str | None:
-    return None if value is None else str(value)
-
-
 def describe(
     batch, claim: str | None = None, prop: str | None = None, device: str | None = None
 ) -> dict | None:
@@ -179,7 +175,7 @@ def describe(
     """
     if not isinstance(batch, dict) or not isinstance(batch.get("rows", []), list):
         return None
-    claim, prop, device = _words(claim), _words(prop), _words(device)
+    claim, prop, device = (None if part is None else str(part) for part in (claim, prop, device))
     rows = [row for row in batch.get("rows", []) if isinstance(row, dict)]
     case, left_out = as_case(batch, claim, prop)
     problem = _problem(case)
@@ -259,6 +255,9 @@ def markdown(described: dict | None, heading: str | None = None) -> list[str]:
         return []
     claim, prop, device = described["claim"], described["property"], described["device"]
     where = " ".join(code(part) for part in (claim, prop) if part) or "the invariant"
+    configured = ", ".join(
+        f"{code(key)} {code(_flow(value))}" for key, value in described["configuration"].items()
+    )
     lines = [
         heading
         or f"Failing batch of {where}"
@@ -273,15 +272,7 @@ def markdown(described: dict | None, heading: str | None = None) -> list[str]:
     lines += [
         "",
         f"Padding: {text(_padding_words(described))}. "
-        "Configuration: "
-        + (
-            ", ".join(
-                f"{code(key)} {code(_flow(value))}"
-                for key, value in described["configuration"].items()
-            )
-            or "the default"
-        )
-        + ".",
+        f"Configuration: {configured or 'the default'}.",
         "",
         "As a case (paste under the record's `cases:`):",
         "",

@@ -38,10 +38,9 @@ def _escape(line: str, markup: set[str]) -> str:
     out = []
     for index, ch in enumerate(line):
         following = line[index + 1 : index + 2]
+        # "<" only where HTML would start a tag or comment: "<= 1" stays readable.
         if ch == "<" and (following.isalpha() or following in ("/", "!", "?")):
-            out.append(
-                "&lt;"
-            )  # only where HTML would start a tag or comment: "<= 1" stays readable
+            out.append("&lt;")
         elif ch == "&" and (following.isalnum() or following == "#"):
             out.append("&amp;")  # only where it could start an entity
         elif ch in markup:

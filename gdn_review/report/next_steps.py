@@ -20,6 +20,53 @@ def next_steps(
     """One sentence per thing to do: a pending claim's diff to store, what the PR's diff breaks or
     moves unstated, missing tests, failing and unverified claims, risks short of protected, known
     deviations to decide on."""
+    steps = _change_steps(claims, mutation, diff_side, record)
+    steps += [
+        f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or "
+        "record the deviation with its measured reason."
+        for claim in claims
+        if claim["verdict"] == "fails"
+    ]
+    for claim in claims:
+        if claim["verdict"] == "unverified":
+            hint = (
+                " Run the suite on a machine with a CUDA GPU."
+                if "needs CUDA" in claim["reason"]
+                else ""
+            )
+            steps.append(f"Claim {claim['id']} is unverified: {claim['reason']}.{hint}")
+    steps += [
+        f"Claim {claim['id']} holds by its CPU proxy only: CUDA's sync count, the authority, "
+        "needs the suite on a machine with a CUDA GPU (gdn-review bundle)."
+        for claim in claims
+        if claim["kind"] == "gpu_sync"
+        and claim["verdict"] == "holds"
+        and "CPU proxy" in claim["reason"]
+    ]
+    for risk in risks:
+        if risk["coverage"] == "uncovered":
+            steps.append(f"Risk {risk['id']} is uncovered: {risk['missing'][0]}.")
+        elif risk["coverage"] == "targeted":
+            steps.append(f"Risk {risk['id']} is only targeted: {'; '.join(risk['missing'][:2])}.")
+        elif risk["coverage"] == "not protected":
+            steps.append(
+                f"Risk {risk['id']} is not protected: {risk['coverage_note']}; its tests pass "
+                "with the bug planted. Add a case, an expected field or a property that kills "
+                "them (see Survivors), or mark one equivalent with a reason."
+            )
+    return steps + [
+        f"Claim {claim['id']} is a known deviation (see its row): decide "
+        "whether the claim's wording or vLLM should change."
+        for claim in claims
+        if claim["verdict"] == "known deviation"
+    ]
+
+
+def _change_steps(
+    claims: list[dict], mutation: dict | None, diff_side: dict | None, record: Record | None
+) -> list[str]:
+    """The PR's change: a pending claim's diff to store, a claim that fails with the diff, a case
+    that moves with it unstated, a mutant of its code that no test reaches or kills."""
     steps = []
     pending = [c["id"] for c in claims if c["verdict"] == "pending"]
     if pending and diff_side is None and record is not None and record.pr is not None:
@@ -37,65 +84,16 @@ def next_steps(
                 + (f" (cases: {text(', '.join(row['failing']))})" if row["failing"] else "")
                 + "."
             )
-    for item in (diff_side or {}).get("unexplained", []):
-        steps.append(
-            f"With the PR's diff, case {item['case']} moves in "
-            f"{', '.join(item['fields'])}, which the record does not state: "
-            "add it to target.changes or the case's expect."
-        )
-    for row in (mutation or {}).get("missing_tests", []):
-        if row["status"] == "not reached":
-            steps.append(
-                f"Missing test: mutant {row['id']} of the PR's code is not "
-                f"reached ({row['reason']})."
-            )
-        else:
-            steps.append(
-                f"Missing test: the PR's code survives mutant {row['id']} (see "
-                "its diff): add a case, an expected field or a property that "
-                "catches it, or mark it equivalent with a reason."
-            )
-    for claim in claims:
-        if claim["verdict"] == "fails":
-            steps.append(
-                f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or "
-                "record the deviation with its measured reason."
-            )
-    for claim in claims:
-        if claim["verdict"] == "unverified":
-            hint = (
-                " Run the suite on a machine with a CUDA GPU."
-                if "needs CUDA" in claim["reason"]
-                else ""
-            )
-            steps.append(f"Claim {claim['id']} is unverified: {claim['reason']}.{hint}")
-    for claim in claims:
-        if (
-            claim["kind"] == "gpu_sync"
-            and claim["verdict"] == "holds"
-            and "CPU proxy" in claim["reason"]
-        ):
-            steps.append(
-                f"Claim {claim['id']} holds by its CPU proxy only: CUDA's sync count, "
-                "the authority, "
-                "needs the suite on a machine with a CUDA GPU (gdn-review bundle)."
-            )
-    for risk in risks:
-        if risk["coverage"] == "uncovered":
-            steps.append(f"Risk {risk['id']} is uncovered: {risk['missing'][0]}.")
-        elif risk["coverage"] == "targeted":
-            steps.append(f"Risk {risk['id']} is only targeted: {'; '.join(risk['missing'][:2])}.")
-        elif risk["coverage"] == "not protected":
-            steps.append(
-                f"Risk {risk['id']} is not protected: {risk['coverage_note']}; its tests pass "
-                "with the bug planted. "
-                "Add a case, an expected field or a property that kills them (see Survivors), "
-                "or mark one equivalent with a reason."
-            )
-    for claim in claims:
-        if claim["verdict"] == "known deviation":
-            steps.append(
-                f"Claim {claim['id']} is a known deviation (see its row): decide "
-                "whether the claim's wording or vLLM should change."
-            )
-    return steps
+    steps += [
+        f"With the PR's diff, case {item['case']} moves in {', '.join(item['fields'])}, which the "
+        "record does not state: add it to target.changes or the case's expect."
+        for item in (diff_side or {}).get("unexplained", [])
+    ]
+    return steps + [
+        f"Missing test: mutant {row['id']} of the PR's code is not reached ({row['reason']})."
+        if row["status"] == "not reached"
+        else f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a "
+        "case, an expected field or a property that catches it, or mark it equivalent with a "
+        "reason."
+        for row in (mutation or {}).get("missing_tests", [])
+    ]

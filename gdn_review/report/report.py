@@ -19,22 +19,23 @@ from gdn_review.report.report_contents import report_data
 from gdn_review.run.evidence_file import Evidence
 
 
-def render_markdown(data: dict) -> str:
-    return (
-        environment(
-            cell=markdown.cell, text=markdown.text, failing_batch=failing_batch.markdown_text
-        )
-        .get_template("report.md.j2")
-        .render(**data)
+def _template(name: str):
+    """A report template, with the report's own filters: untrusted text shown as text, failing
+    batches."""
+    env = environment()
+    env.filters.update(
+        cell=markdown.cell, text=markdown.text, failing_batch=failing_batch.markdown_text
     )
+    return env.get_template(name)
+
+
+def render_markdown(data: dict) -> str:
+    return _template("report.md.j2").render(**data)
 
 
 def render_index(reports: list[dict]) -> str:
-    return (
-        environment(cell=markdown.cell, text=markdown.text)
-        .get_template("index.md.j2")
-        .render(reports=reports, finished_at=max((r["finished_at"] for r in reports), default=""))
-    )
+    finished_at = max((r["finished_at"] for r in reports), default="")
+    return _template("index.md.j2").render(reports=reports, finished_at=finished_at)
 
 
 def write_reports(
@@ -54,19 +55,19 @@ def write_reports(
             for path, record in sorted(records.items(), key=lambda item: item[1].sort_key)
         ]
         # A related PR with a record of its own links to that record's report.
-        numbers = {record.key for record in records.values()}
+        keys = {record.key for record in records.values()}
         for data in reports:
             for related in data["related"]:
-                related["has_record"] = related["number"] in numbers
+                related["has_record"] = related["number"] in keys
     written = []
     for data in reports:
         if fmt == "json":
-            path = out_dir / f"{data['number']}.json"
+            path = out_dir / f"{data['key']}.json"
             atomic_write(
                 path, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
             )
         else:
-            path = out_dir / f"{data['number']}.md"
+            path = out_dir / f"{data['key']}.md"
             atomic_write(path, render_markdown(data))
         written.append(path)
     if fmt == "markdown":
@@ -86,7 +87,7 @@ def summary_lines(reports: list[dict]) -> list[str]:
         coverage = (
             ", ".join(f"{n} {c}" for c, n in data["coverage_counts"].items() if n) or "no risks"
         )
-        lines.append(f"{key_label(data['number'])}: claims {claims}; risks {coverage}")
+        lines.append(f"{key_label(data['key'])}: claims {claims}; risks {coverage}")
         for claim in data.get("claims", []):
             lines += failing_batch.terminal_section(claim.get("failing_batches"))
         lines += [f"  {line}" for line in data.get("stale", [])]
@@ -94,11 +95,7 @@ def summary_lines(reports: list[dict]) -> list[str]:
 
 
 def render_history(data: dict) -> str:
-    return (
-        environment(cell=markdown.cell, text=markdown.text)
-        .get_template("history.md.j2")
-        .render(**data)
-    )
+    return _template("history.md.j2").render(**data)
 
 
 def write_history(data: dict, path: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
-from gdn_review.report.claim_rows import claim_rows, release_of, tested_on
+from gdn_review.report.claim_rows import claim_rows, releases_cell, tested_on
 from gdn_review.report.evidence_age import evidence_parts, stale_parts
 from gdn_review.report.next_steps import next_steps
 from gdn_review.report.risk_rows import mutation_data, risk_rows
@@ -28,6 +28,9 @@ from gdn_review.report.verdicts import (
     tie_to_change,
 )
 from gdn_review.run.evidence_file import NOT_TIED, RAN, VERDICTS, Evidence
+
+# A claim the diff side has no result for.
+NOT_WITH_DIFF = {"verdict": "unverified", "reason": "not run with the diff", "measured": ""}
 
 
 def report_data(
@@ -53,49 +56,11 @@ def report_data(
     reach = evidence.reach.get(str(record.key)) if not with_change else None
     claims = tie_to_change(claim_rows(record, evidence, mine, with_change, path), reach)
     diff_side = _diff_side(record, evidence, claims) if not with_change else None
-    upstream = []
-    for item in record.upstream_tests:
-        # The verdict of the claims' tests on these cases only (a claim's other cases aside).
-        chosen = [
-            t
-            for t in mine
-            if t["claim"] in item.claims
-            and (t.get("case") in item.cases or t.get("property") in item.cases)
-        ]
-        by_id = {claim.id: claim for claim in record.claims}
-        verdicts = []
-        for cid in item.claims:
-            picked = [t for t in chosen if t["claim"] == cid]
-            verdicts.append(
-                pending_verdict(
-                    record,
-                    by_id[cid],
-                    *claim_verdict(by_id[cid], picked),
-                    tested_on(evidence, picked),
-                    with_change,
-                )
-            )
-        severity = ("fails", "unverified", "pending", "known deviation", "not applicable", "holds")
-        worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
-        upstream.append(
-            {
-                "test": item.test,
-                "cases": item.cases,
-                "claims": item.claims,
-                "verdict": worst[0],
-                "reason": worst[1].removeprefix("not applicable: "),
-                "vllm": ", ".join(
-                    sorted({release_of(evidence, t) for t in chosen if t["outcome"] in RAN})
-                )
-                or "—",
-                "note": item.note,
-            }
-        )
     mutation = mutation_data(record, evidence)
     risks = risk_rows(record, evidence, mine, expected, claims, mutation, diff_side)
     stale = stale_parts(record, evidence, path, mine)
     data = {
-        "number": record.key,
+        "key": record.key,
         "title": record.title,
         "label": record.label,
         "repo": record.pr.repo if record.pr else None,
@@ -115,7 +80,7 @@ def report_data(
         "vllm_versions": environments,
         "claims": claims,
         "risks": risks,
-        "upstream_tests": upstream,
+        "upstream_tests": _upstream_rows(record, evidence, mine, with_change),
         "verdict_counts": {
             v: sum(c["verdict"] == v for c in claims)
             for v in VERDICTS + ((NOT_TIED,) if reach and reach.get("state") == "not tied" else ())
@@ -138,6 +103,44 @@ def report_data(
     return data
 
 
+def _upstream_rows(
+    record: Record, evidence: Evidence, mine: list[dict], with_change: bool
+) -> list[dict]:
+    """Each vLLM test the record states: the verdict of its claims' tests on its cases only (a
+    claim's other cases aside), the worst of them."""
+    by_id = {claim.id: claim for claim in record.claims}
+    severity = ("fails", "unverified", "pending", "known deviation", "not applicable", "holds")
+    rows = []
+    for item in record.upstream_tests:
+        chosen = [
+            t
+            for t in mine
+            if t["claim"] in item.claims
+            and (t.get("case") in item.cases or t.get("property") in item.cases)
+        ]
+        verdicts = []
+        for cid in item.claims:
+            picked = [t for t in chosen if t["claim"] == cid]
+            verdict, reason = claim_verdict(by_id[cid], picked)
+            tested = tested_on(evidence, picked)
+            verdicts.append(
+                pending_verdict(record, by_id[cid], verdict, reason, tested, with_change)
+            )
+        worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
+        rows.append(
+            {
+                "test": item.test,
+                "cases": item.cases,
+                "claims": item.claims,
+                "verdict": worst[0],
+                "reason": worst[1].removeprefix("not applicable: "),
+                "vllm": releases_cell(evidence, chosen),
+                "note": item.note,
+            }
+        )
+    return rows
+
+
 def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict | None:
     """Each claim with the open PR's diff applied (the evidence's ``diff`` part), and before → after
     against it."""
@@ -146,20 +149,10 @@ def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict |
         return None
     rows = []
     for claim, row in zip(record.claims, claims):
-        found = side["claims"].get(claim.id) or {
-            "verdict": "unverified",
-            "reason": "not run with the diff",
-            "measured": "",
-        }
+        found = {"reason": "", "measured": "", **(side["claims"].get(claim.id) or NOT_WITH_DIFF)}
+        failing = [f for f in found.get("failing") or [] if isinstance(f, dict)]
         verdict, why = discrimination(
-            claim.before,
-            {"verdict": row["verdict"], "reason": row["reason"], "measure": row["measured"]},
-            {
-                "verdict": found["verdict"],
-                "reason": found.get("reason", ""),
-                "measure": found.get("measured", ""),
-            },
-            head_name="the PR's diff",
+            claim.before, _verdict_of(row), _verdict_of(found), head_name="the PR's diff"
         )
         rows.append(
             {
@@ -167,21 +160,15 @@ def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict |
                 "before": claim.before or "—",
                 "on_release": row["verdict"],
                 "with_diff": found["verdict"],
-                "reason": found.get("reason", ""),
-                "measured": found.get("measured", ""),
+                "reason": found["reason"],
+                "measured": found["measured"],
                 "discrimination": verdict,
                 "why": why,
-                "failing": [
-                    f"{f.get('case')} ({f.get('device')})"
-                    for f in found.get("failing") or []
-                    if isinstance(f, dict)
-                ],
+                "failing": [f"{f.get('case')} ({f.get('device')})" for f in failing],
                 # The batches its invariants failed on with the diff (shown through
                 # report.failing_batch, which describes each again from its batch).
                 "failing_batches": [
-                    f["failing_batch"]
-                    for f in found.get("failing") or []
-                    if isinstance(f, dict) and isinstance(f.get("failing_batch"), dict)
+                    f["failing_batch"] for f in failing if isinstance(f.get("failing_batch"), dict)
                 ],
             }
         )
@@ -194,6 +181,11 @@ def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict |
         "unexplained": side.get("unexplained") or [],
         "claims": rows,
     }
+
+
+def _verdict_of(row: dict) -> dict:
+    """A claim's verdict, reason and measured values as ``verdicts.discrimination`` takes them."""
+    return {"verdict": row["verdict"], "reason": row["reason"], "measure": row["measured"]}
 
 
 def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:

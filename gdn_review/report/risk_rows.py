@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.kb import Record
-from gdn_review.report.verdicts import SURVIVED, protection, risk_coverage
+from gdn_review.report.verdicts import protection, risk_coverage
 from gdn_review.run.evidence_file import MUTANT_STATUSES, Evidence
 
 
@@ -70,12 +71,6 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
     }
 
 
-def _risk_mutants(risk, mutants: list[dict] | None) -> list[dict] | None:
-    if mutants is None:
-        return None
-    return [m for m in mutants if risk.id in m.get("risks", [])]
-
-
 def risk_rows(
     record: Record,
     evidence: Evidence,
@@ -92,12 +87,13 @@ def risk_rows(
     with the open PR's diff, or None.
     """
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
-    ran_mutants = [m for m in evidence.mutants if m["record"] == record.key] if mutation else None
+    own_mutants = [m for m in evidence.mutants if m["record"] == record.key]
     risks = []
     pending = {c["id"] for c in claims if c["verdict"] == "pending"}
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
-        mutants = _risk_mutants(risk, ran_mutants)
+        # Its mutants' results (None: mutate never ran).
+        mutants = [m for m in own_mutants if risk.id in m.get("risks", [])] if mutation else None
         coverage, missing = risk_coverage(risk, tests, risk.id in addressed, mutants, pending)
         for row in (diff_side or {}).get("claims", []):
             if row["id"] in pending and any(t["claim"] == row["id"] for t in tests):

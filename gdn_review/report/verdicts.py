@@ -1,4 +1,4 @@
-"""What the evidence says: a verdict per claim, coverage per risk, what trips --fail-on.
+"""What the evidence says: a verdict per claim, coverage per risk, what --fail-on can name.
 
 Plain functions over evidence and records; no markdown, no files written
 (report_contents.py, with claim_rows.py, risk_rows.py and next_steps.py, words
@@ -11,20 +11,14 @@ but do not demote what ran on CPU.
 
 from __future__ import annotations
 
-from gdn_review.common import fail_conditions
-from gdn_review.kb.subjects import state_words
+from gdn_review.common.fail_conditions import SURVIVED
+from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.run.evidence_file import NOT_TIED, RAN
 
 FAILED = {"failed", "error", "xpassed"}
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test
 # executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
-# "not reached": a survivor whose edited lines no test executed (mutation.reach).
-SURVIVED = {"survived", "not reached"}
-
-
-class ReportError(Exception):
-    """A report that cannot be made from the evidence at hand (bad input)."""
 
 
 def plural(count: int, word: str) -> str:
@@ -105,15 +99,11 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     if ran:
         if not_run or other_skips:
             why = sorted({_not_run_reason(t) for t in not_run})
+            skips = f", {len(other_skips)} skipped" if other_skips else ""
+            known = any(t["outcome"] == "xfailed" for t in ran)
             return "unverified", (
                 f"only {plural(len(ran), 'test')} ran ({len(not_run)} {'; '.join(why) or 'not run'}"
-                + (f", {len(other_skips)} skipped" if other_skips else "")
-                + "); those that ran "
-                + (
-                    "pass"
-                    if not any(t["outcome"] == "xfailed" for t in ran)
-                    else "pass or deviate as known"
-                )
+                f"{skips}); those that ran {'pass or deviate as known' if known else 'pass'}"
             )
         notes = (
             [f"{plural(len(needs_cuda), 'CUDA test')} not run: needs CUDA"] if needs_cuda else []
@@ -445,29 +435,27 @@ def reach_steps(reach: dict | None) -> list[str]:
     return steps
 
 
-FAIL_ON = fail_conditions.REPORT  # what reports can trip
-
-
-def tripped(reports: list[dict], chosen: set[str]) -> list[str]:
-    """What in the reports trips the chosen --fail-on conditions, a line each."""
+def findings(reports: list[dict]) -> list[tuple[str, str]]:
+    """What in the reports --fail-on can name, a ``(condition, what)`` pair each
+    (``fail_conditions.tripped`` keeps the chosen ones)."""
     found = []
     for data in reports:
+        who = key_label(data["key"])
         for claim in data["claims"]:
-            if claim["verdict"] == "fails" and "fails" in chosen:
-                found.append(f"PR {data['number']} claim {claim['id']} fails")
-            if claim["verdict"] == "pending" and "pending" in chosen:
-                found.append(f"PR {data['number']} claim {claim['id']} pending: {claim['reason']}")
-            if claim["verdict"] == "unverified" and "unverified" in chosen:
-                found.append(
-                    f"PR {data['number']} claim {claim['id']} unverified: {claim['reason']}"
-                )
-            if claim["verdict"] == NOT_TIED and "unverified" in chosen:
-                found.append(f"PR {data['number']} claim {claim['id']} {NOT_TIED}")
-        for risk in data["risks"]:
-            if risk["coverage"] == "uncovered" and "uncovered" in chosen:
-                found.append(f"PR {data['number']} risk {risk['id']} uncovered")
-        if "survived" in chosen:
-            for row in (data.get("mutation") or {}).get("survivors", []):
-                if row["status"] in SURVIVED:
-                    found.append(f"PR {data['number']} mutant {row['id']} {row['status']}")
+            verdict, claim_id = claim["verdict"], f"{who} claim {claim['id']}"
+            if verdict == "fails":
+                found.append(("fails", claim_id))
+            elif verdict in ("pending", "unverified"):
+                found.append((verdict, f"{claim_id}: {claim['reason']}"))
+            elif verdict == NOT_TIED:
+                found.append(("unverified", f"{claim_id} {NOT_TIED}"))
+        found += [
+            ("uncovered", f"{who} risk {r['id']}")
+            for r in data["risks"]
+            if r["coverage"] == "uncovered"
+        ]
+        for row in (data.get("mutation") or {}).get("survivors", []):
+            if row["status"] in SURVIVED:
+                how = "" if row["status"] == "survived" else f" ({row['status']})"
+                found.append(("survived", f"{who} mutant {row['id']}{how}"))
     return found

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gdn_review.common import snapshots
+from gdn_review.common.release import Release
 from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.drift import drift_data
 from gdn_review.matrix.matrix_report import cell_measure
 from gdn_review.report import failing_batch
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import label_of
-from gdn_review.run import evidence_file, snapshot_files
+from gdn_review.run import evidence_file
 
 HOLDING = ("holds", "known deviation")
 
@@ -33,7 +35,7 @@ def _side(
     folder = Path(side["folder"])
     evidence = evidence_file.load([folder / side["evidence"]])
     name = side.get("snapshots", {}).get(str(record.key))
-    snapshot = snapshot_files.load(folder / name) if name else None
+    snapshot = snapshots.load(folder / name) if name else None
     return (
         report_data(record, evidence, with_change),
         [t for t in evidence.tests if t["record"] == record.key],
@@ -84,42 +86,12 @@ def record_effect(
     read with the change in (no claim pending there), and what the record states
     it changes explains the fields that move.
     """
-    before, before_tests, before_snapshot = _side(sides.get("unpatched"), record)
-    after, after_tests, after_snapshot = _side(sides.get("patched"), record, with_change=own)
-    claims = []
-    for claim in record.claims:
-        old = next((c for c in before["claims"] if c["id"] == claim.id), None) if before else None
-        new = next((c for c in after["claims"] if c["id"] == claim.id), None) if after else None
-        old_verdict = old["verdict"] if old else "not run"
-        new_verdict = new["verdict"] if new else f"not run: {side_failure(sides.get('patched'))}"
-        measures = (_measure(claim, before_tests), _measure(claim, after_tests))
-        claims.append(
-            {
-                "id": claim.id,
-                "text": claim.text,
-                "check": claim.check.kind,
-                "expected": (new or old or {}).get(
-                    "check", ""
-                ),  # what the check expects (budget, cases)
-                "before": old_verdict,
-                "after": new_verdict,
-                "measured_before": measures[0],
-                "measured_after": measures[1],
-                "reason_before": old["reason"] if old else "",
-                "reason_after": new["reason"] if new else "",
-                "failing_after": failing_cases(after_tests, claim.id),
-                "changed": old_verdict != new_verdict or measures[0] != measures[1],
-                # A claim that held (or deviated only as known) and no longer does
-                # (one whose range ends before the release the change lands in has not broken).
-                # The PR's own claim failing with its own diff is a break too.
-                "broke": (
-                    old_verdict in HOLDING
-                    and new_verdict not in HOLDING
-                    and new_verdict != "not applicable"
-                )
-                or (own and new_verdict == "fails"),
-            }
-        )
+    from gdn_review.run.snapshot_take import core_expect  # it imports pytest: only when needed
+
+    before = _side(sides.get("unpatched"), record)
+    after = _side(sides.get("patched"), record, with_change=own)
+    (_, before_tests, before_snapshot), (_, after_tests, after_snapshot) = before, after
+    not_run = f"not run: {side_failure(sides.get('patched'))}"
     drift = drift_data(
         record, [(onto, before_snapshot), (lands_in, after_snapshot)], known, own_change=own
     )
@@ -129,34 +101,68 @@ def record_effect(
     xfailed_after = {t["nodeid"] for t in after_tests if t["outcome"] == "xfailed"}
     moved_cases = {row["case"] for row in drift["rows"]}
     after_cases = (after_snapshot or {}).get("cases", {})
-    carried = (
-        record.target.head_release is not None
-        and _after(record.target.head_release, onto)
-        and not _after(record.target.head_release, lands_in)
-    )
     return {
-        "number": record.key,
+        "key": record.key,
         "title": record.title,
-        "claims": claims,
+        "claims": [_claim_effect(claim, before, after, not_run, own) for claim in record.claims],
         "moved": drift["rows"],
         # What each moved case measures with the change, in `expect` terms (for a draft record).
         "expect_after": {
-            case: _expect_fields(after_cases[case])
+            case: core_expect(after_cases[case])
             for case in sorted(moved_cases)
             if case in after_cases
         },
         "unexplained": [row for row in drift["rows"] if not row["explained_by"]],
         "fields_added_or_removed": drift["schema"],
+        "applicability": drift["applicability"],
         "deviations_appeared": sorted(xfailed_after - xfailed_before),
         "deviations_vanished": sorted(xfailed_before - xfailed_after),
         # The change is (or carries) this record's PR: it first shipped in the window.
-        "carries_pr": carried,
+        "carries_pr": _shipped_between(record.target.head_release, onto, lands_in),
         # The change is the record's own PR's diff (review --pr N, or run's diff side).
         "own": own,
         "sides": {
             name: side_failure(sides.get(name)) or "ran" for name in ("unpatched", "patched")
         },
     }
+
+
+def _claim_effect(claim, before: tuple, after: tuple, not_run: str, own: bool) -> dict:
+    """One claim's verdict and measurement on each side (``_side``'s), and whether it broke;
+    ``not_run``: its verdict after where the patched side has none."""
+    old, new = _claim_row(before[0], claim.id), _claim_row(after[0], claim.id)
+    old_verdict = old["verdict"] if old else "not run"
+    new_verdict = new["verdict"] if new else not_run
+    measures = (_measure(claim, before[1]), _measure(claim, after[1]))
+    return {
+        "id": claim.id,
+        "text": claim.text,
+        "check": claim.check.kind,
+        # what the check expects (budget, cases)
+        "expected": (new or old or {}).get("check", ""),
+        "before": old_verdict,
+        "after": new_verdict,
+        "measured_before": measures[0],
+        "measured_after": measures[1],
+        "reason_before": old["reason"] if old else "",
+        "reason_after": new["reason"] if new else "",
+        "failing_after": failing_cases(after[1], claim.id),
+        "changed": old_verdict != new_verdict or measures[0] != measures[1],
+        # A claim that held (or deviated only as known) and no longer does
+        # (one whose range ends before the release the change lands in has not broken).
+        # The PR's own claim failing with its own diff is a break too.
+        "broke": (
+            old_verdict in HOLDING
+            and new_verdict not in HOLDING
+            and new_verdict != "not applicable"
+        )
+        or (own and new_verdict == "fails"),
+    }
+
+
+def _claim_row(data: dict | None, claim_id: str) -> dict | None:
+    """The claim's row in a side's report data (None: the side did not run)."""
+    return next((c for c in data["claims"] if c["id"] == claim_id), None) if data else None
 
 
 def carried(records, onto: str, lands_in: str) -> list[dict]:
@@ -167,43 +173,18 @@ def carried(records, onto: str, lands_in: str) -> list[dict]:
     """
     found = {}
     for record in records:
-        release = record.target.head_release
-        if release and _after(release, onto) and not _after(release, lands_in):
-            found[record.key] = {
-                "number": record.key,
-                "title": record.title,
-                "release": release,
-                "record": True,
-            }
-        for relation in record.related:
-            release = relation.from_release
-            if release and _after(release, onto) and not _after(release, lands_in):
-                found.setdefault(
-                    relation.number,
-                    {
-                        "number": relation.number,
-                        "title": relation.title,
-                        "release": release,
-                        "record": False,
-                    },
-                )
-    return sorted(found.values(), key=lambda entry: key_order(entry["number"]))
+        shipped = [(record.key, record.title, record.target.head_release, True)]
+        shipped += [(r.number, r.title, r.from_release, False) for r in record.related]
+        for key, title, release, own in shipped:
+            # A record's own entry wins over a related PR's entry of the same PR.
+            if _shipped_between(release, onto, lands_in) and (own or key not in found):
+                found[key] = {"key": key, "title": title, "release": release, "record": own}
+    return sorted(found.values(), key=lambda entry: key_order(entry["key"]))
 
 
-def _expect_fields(snapshot: dict) -> dict:
-    import typing
-
-    from gdn_review.kb.models import CoreExpectField
-
-    return {
-        field: snapshot[field] for field in typing.get_args(CoreExpectField) if field in snapshot
-    }
-
-
-def _after(release: str, other: str) -> bool:
-    from packaging.version import Version
-
-    return Version(release) > Version(other)
+def _shipped_between(release: str | None, onto: str, lands_in: str) -> bool:
+    """Whether a PR that first shipped in ``release`` shipped after ``onto``, by ``lands_in``."""
+    return release is not None and Release(onto) < release <= Release(lands_in)
 
 
 def mutant_entries(catalogue: list[dict], results: list[dict]) -> list[dict]:
@@ -227,7 +208,7 @@ def mutant_entries(catalogue: list[dict], results: list[dict]) -> list[dict]:
 
 # Merging shards: a mutant is killed when any shard's tests kill it (one run over
 # every record's tests fails as soon as one test fails).
-STATUS_ORDER = ("killed", "timeout", "error", "survived", "not run")
+STATUS_ORDER = ("killed", "timeout", "error", "survived", "not reached", "not run")
 
 
 def merged_status(statuses: list[str]) -> str:

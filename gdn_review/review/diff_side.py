@@ -2,10 +2,11 @@
 evidence.
 
 The diff is the file beside the record (``kb/N.diff``, as ``gh pr diff N``
-writes it). ``gdn-review run`` reviews it with the record as its own PR
-(``orchestrate.review``: a copy of the release's files with the diff
-applied, never the installed vLLM) on the release the tests just ran on, and
-adds the result to the evidence file as its ``diff`` part for that record:
+writes it). After ``gdn-review run``'s suite (and ``matrix``'s runs) the command
+calls ``add_to_evidence``: the diff is reviewed with the record as its own PR
+(``orchestrate.review``: a copy of the release's files with the diff applied,
+never the installed vLLM) on the release the tests ran on, and the result is
+added to that release's evidence file as its ``diff`` part for the record:
 each claim's verdict with the change, the cases that fail, the fields that
 moved and whether the record explains them. The report then reads an
 improvement claim as pending on the release and **discriminating** with the
@@ -20,8 +21,6 @@ from typing import Callable
 
 from gdn_review.common import unified_diff
 from gdn_review.review import orchestrate
-from gdn_review.review.onto_release import onto_release
-from gdn_review.review.review_files import ReviewError
 
 
 def wanted(records: dict) -> dict[Path, Path]:
@@ -53,18 +52,12 @@ def run_diff_side(
 ) -> dict:
     """The record's claims with its PR's diff applied onto ``release``: the evidence's ``diff`` part
     for the record."""
-    data = orchestrate.review(
-        diff,
-        kb_dir,
-        (record.key,),
-        onto=release,
-        generated=generated,
-        timeout=timeout,
-        max_mutants=0,
-        say=say,
-        own=record.key,
+    own = record.key
+    options = orchestrate.ReviewOptions(
+        (own,), onto=release, generated_dir=generated, timeout=timeout, max_mutants=0, own=own
     )
-    effect = next((r for r in data["records"] if r["number"] == record.key), None)
+    data = orchestrate.review(diff, kb_dir, options, say)
+    effect = next((r for r in data["records"] if r["key"] == record.key), None)
     part = {
         "release": data["onto"],
         "diff": str(diff),
@@ -96,36 +89,6 @@ def run_diff_side(
     return part
 
 
-def release_with_diff(
-    diff: Path, release: str, folder: Path, say: Callable[[str], None] = print
-) -> tuple[Path, Path]:
-    """(the release's files, the same with the PR's ``diff`` applied): two folders holding vllm/
-    (`gdn-review bench`'s two sides).
-
-    The diff is applied as a review applies it: every name checked, nothing
-    outside vLLM's tree (``patch``); a tree of links to the release's files
-    with only the changed files written, in ``folder`` (``tree.overlay``).
-    """
-    from gdn_review.review import tree
-
-    onto = onto_release(release, None, say)
-    _, files = unified_diff.read_diff_file(
-        diff
-    )  # PatchError: a file name that leaves vLLM's tree, or no diff
-    in_tree = [
-        f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))
-    ]
-    if not in_tree:
-        raise ReviewError(
-            f"{diff}: the diff changes no file of vLLM's Python package: nothing to time"
-        )
-    unified_diff.confine(in_tree, onto.tree, str(diff))
-    patched = unified_diff.apply(
-        in_tree, onto.read, str(diff)
-    )  # PatchError: a hunk that does not apply
-    return onto.tree, tree.overlay(onto.tree, patched, Path(folder) / "tree")
-
-
 def add_to_evidence(
     record_path: Path,
     record,
@@ -143,9 +106,7 @@ def add_to_evidence(
     from gdn_review.run import evidence_file
 
     say(f"[diff] {record.label}: its diff {diff} applied onto a copy of vLLM {release}'s files")
-    stamp = evidence_file.record_sha256(
-        record_path
-    )  # the record as it is when the diff side starts
+    stamp = evidence_file.record_sha256(record_path)  # the record as the diff side starts
     part = {
         **run_diff_side(record, diff, kb_dir, release, generated, say=say),
         "record_sha256": stamp,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, is_draft, parse_record
 from gdn_review.kb.subjects import key_short
@@ -35,21 +36,19 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
     symbols = [s for s in (impact["reaches_target"] or impact["symbols"])] if impact else []
     cases, changes = [], []
     for effect in review["records"]:
-        record = records[effect["number"]]
+        record = records[effect["key"]]
         by_id = {case.id: case for case in record.cases}
         moved = []
         for case_id, expect in effect["expect_after"].items():
             new_id = (
-                case_id
-                if case_id not in {c["id"] for c in cases}
-                else f"{case_id}_{effect['number']}"
+                case_id if case_id not in {c["id"] for c in cases} else f"{case_id}_{effect['key']}"
             )
             case = by_id[case_id].model_dump(mode="json", exclude_none=True, exclude_defaults=True)
             case.update(
                 id=new_id,
                 expect=expect,
                 text=f"{by_id[case_id].text} (from record "
-                f"{key_short(effect['number'])}; expect measured with the change)",
+                f"{key_short(effect['key'])}; expect measured with the change)",
             )
             cases.append(case)
             moved.append(
@@ -61,10 +60,10 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
                     "cases": [case_id for case_id, _ in moved],
                     "fields": sorted({f for _, fields in moved for f in fields}),
                     "note": f"measured by gdn-review review onto {review['onto']} (cases of "
-                    f"record {key_short(effect['number'])})",
+                    f"record {key_short(effect['key'])})",
                 }
             )
-    survivors = [m for m in review["mutants"] if m["status"] == "survived"]
+    survivors = [m for m in review["mutants"] if m["status"] in SURVIVED]
     return {
         "schema_version": 1,
         "pr": {"number": number, "repo": "vllm-project/vllm", "title": "TODO: the PR's title"},

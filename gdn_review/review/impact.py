@@ -25,10 +25,9 @@ def symbol_spans(source: str) -> dict[str, tuple[int, int]]:
     spans: dict[str, tuple[int, int]] = {}
     tree = ast.parse(source)
     for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             spans[node.name] = (_first_line(node), node.end_lineno)
-        elif isinstance(node, ast.ClassDef):
-            spans[node.name] = (_first_line(node), node.end_lineno)
+        if isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     spans[f"{node.name}.{item.name}"] = (_first_line(item), item.end_lineno)
@@ -114,23 +113,17 @@ def record_impact(
     for risk in record.risks if own else []:  # a record's mutants edit its target file
         for mutant in risk.mutants:
             hit = [
-                span
-                for span in _find_lines(source, mutant.find)
-                if any(span[0] <= line <= span[1] for line in changed)
+                (first, last)
+                for first, last in _find_lines(source, mutant.find)
+                if any(first <= line <= last for line in changed)
             ]
             if hit:
-                sites.append(
-                    {
-                        "risk": risk.id,
-                        "mutant": mutant.id,
-                        "lines": f"{hit[0][0]}"
-                        if hit[0][0] == hit[0][1]
-                        else f"{hit[0][0]}-{hit[0][1]}",
-                    }
-                )
+                first, last = hit[0]
+                lines = str(first) if first == last else f"{first}-{last}"
+                sites.append({"risk": risk.id, "mutant": mutant.id, "lines": lines})
     checked = [claim.id for claim in record.claims if claim.check.kind != "TODO"]
     return {
-        "number": record.key,
+        "key": record.key,
         "record": str(path),
         "target": f"{record.target.file if own else file.path} ({symbol})",
         "hunks": len(file.hunks),
@@ -146,13 +139,10 @@ def record_impact(
 
 def impact_lines(files: list[dict], impacts: list[dict]) -> list[str]:
     """The impact, printed before anything runs."""
-    lines = []
-    for file in files:
-        lines.append(f"  {file['path']}: {file['status']}")
+    lines = [f"  {file['path']}: {file['status']}" for file in files]
     for impact in impacts:
         lines.append(
-            f"record of {key_label(impact['number'])} ({impact['record']}) targets "
-            f"{impact['target']}"
+            f"record of {key_label(impact['key'])} ({impact['record']}) targets {impact['target']}"
         )
         lines.append(f"  hunks change: {', '.join(impact['symbols']) or 'nothing'}")
         if impact["reaches_target"]:

@@ -1,24 +1,21 @@
 """``gdn-review review DIFF``: the whole KB against a vLLM release with a change applied.
 
-The diff is applied to a copy of the release's Python files (the release
-cache's entry, or a vLLM source folder: ``onto_release``): never to the
-installed vLLM and never to the cache itself. Before anything runs, what the hunks touch is said per
-record (``impact``). Then one worker per vLLM tree (``worker``) runs each
-selected record's generated module and snapshots on the release as it is and
-with the change, and the automatic mutants of the change's added lines; a
-change of the target module alone is loaded in memory over the release (one
-vLLM import for everything), a change of several files runs on a patched tree
-of links (``tree``). What moved is compared in ``compare`` and rendered as
-markdown for a PR comment (``render``); the command writes it and the JSON
-through ``review_files``, which also reads a shard's JSON back for merging.
+``review()`` is a pipeline of named steps, each a function of its own inputs: ``apply`` (the
+diff onto a copy of the release's files, ``onto_release``: never the installed vLLM nor the
+cache), ``map_records`` (what the hunks touch per record, ``impact``, said before anything runs;
+which records run), ``mutate`` (the automatic mutants of the added lines), ``run_sides`` (one
+``worker`` per vLLM tree: the records' modules and snapshots before and with the change, then
+the mutants; one changed target module is loaded in memory, several files make a patched
+``tree`` of links) and ``render`` (what moved, ``compare``, into the review's data).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -26,14 +23,68 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from gdn_review.common import interrupts, release_cache, release_trees, unified_diff
-from gdn_review.matrix.matrix import CLAIMS_ON_ANY_RELEASE
+from gdn_review.common import interrupts, patched_tree, release_trees, unified_diff
+from gdn_review.common.release import Release
+from gdn_review.common.release_trees import CLAIMS_ON_ANY_RELEASE
+from gdn_review.kb import Record
+from gdn_review.kb.subjects import key_short
 from gdn_review.mutation import family
-from gdn_review.review import compare, impact, tree
-from gdn_review.review.onto_release import next_minor, onto_release
+from gdn_review.review import compare, impact
+from gdn_review.review.onto_release import Onto, check_work, onto_release, own_record
 from gdn_review.review.review_files import REVIEW_FORMAT, ReviewError
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewOptions:
+    """What a review checks and how (`gdn-review review --help` says each option)."""
+
+    keys: tuple = ()  # the records to check (empty: every one that is not a draft)
+    onto: str | None = None
+    vllm_src_dir: Path | None = None
+    lands_in: str | None = None
+    generated_dir: Path = Path("generated_tests")
+    keyword: str | None = None
+    timeout: float = 300.0
+    max_mutants: int = 30
+    jobs: int = 2
+    shard: tuple[int, int] | None = None
+    work_dir: Path | None = None
+    own: int | None = None  # the PR whose diff this is (None: from the diff's file name)
+
+
+@dataclasses.dataclass
+class Change:
+    """The diff applied onto its release (``apply``): nothing has run yet."""
+
+    path: Path
+    text: str
+    files: list[unified_diff.FileDiff]
+    in_tree: list[unified_diff.FileDiff]  # the files in vLLM's Python package (applied)
+    base: Onto
+    lands_in: str
+    patched: dict[str, str | None]  # relative path -> its text with the change (None: deleted)
+    records: dict[Path, Record]  # the records asked for that are not drafts
+    known: set  # every record's key in the KB
+    own: int | None
+
+
+@dataclasses.dataclass
+class Chosen:
+    """The records that run and how (``map_records``)."""
+
+    records: dict[Path, Record]  # in the KB's order (this shard's only)
+    covered: set[str]  # the changed files the records' cases build through
+    modules: dict  # record key -> its generated module
+    target: str  # the file whose added lines are mutated (in memory when it is the only change)
+    in_memory: bool
+
+    @property
+    def mode(self) -> str:
+        if self.in_memory:
+            return "in memory over the release (one vLLM import)"
+        return "patched tree of links (one vLLM import per side)"
 
 
 def classify(files: list[unified_diff.FileDiff], targets: set[str]) -> list[dict]:
@@ -48,38 +99,6 @@ def classify(files: list[unified_diff.FileDiff], targets: set[str]) -> list[dict
             status = "outside the KB (applied)"
         rows.append({"path": file.path, "status": status})
     return rows
-
-
-def plan_mutants(
-    target: str,
-    patched_text: str,
-    added: set[int],
-    equivalent: dict[str, str],
-    limit: int,
-    folder: Path,
-) -> tuple[list[dict], int]:
-    """The automatic mutants of the added lines (at most ``limit``, in line order) and how many were
-    left out."""
-    from gdn_review.mutation import catalogue, operators
-
-    found = sorted(operators.automatic_mutants(patched_text, added), key=lambda m: (m.line, m.id))
-    chosen, left_out = found[:limit], max(0, len(found) - limit)
-    entries = []
-    for index, auto in enumerate(chosen):
-        entry = {
-            "id": auto.id,
-            "operator": auto.operator,
-            "line": auto.line,
-            "diff": catalogue.edit_diff(patched_text, auto.source, target),
-        }
-        if auto.id in equivalent:
-            entry.update(status="equivalent", reason=equivalent[auto.id])
-        else:
-            source_file = folder / f"mutant-{index}.py.txt"
-            source_file.write_text(auto.source, encoding="utf-8")
-            entry["source_file"] = str(source_file)
-        entries.append(entry)
-    return entries, left_out
 
 
 class _Workers:
@@ -126,257 +145,308 @@ class _Workers:
 def review(
     diff_path: Path,
     kb_dir: Path,
-    numbers: tuple[int, ...] = (),
-    onto: str | None = None,
-    vllm_src: Path | None = None,
-    lands_in: str | None = None,
-    generated: Path = Path("generated_tests"),
-    keyword: str | None = None,
-    timeout: float = 300.0,
-    max_mutants: int = 30,
-    jobs: int = 2,
-    shard: tuple[int, int] | None = None,
-    work: Path | None = None,
+    options: ReviewOptions = ReviewOptions(),
     say: Callable[[str], None] = print,
-    own: int | None = None,
 ) -> dict:
     """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing
     written yet).
 
-    ``own``: the PR whose diff this is (``--pr N``; default: the diff's file
-    name ``N.diff`` or ``pr-N.diff`` where the KB holds an open record of PR
-    N). Its record explains the fields it states it changes, and its claims
+    ``options.own``: the PR whose diff this is (``--pr N``; default: the diff's
+    file name ``N.diff`` or ``pr-N.diff`` where the KB holds an open record of
+    PR N). Its record explains the fields it states it changes, and its claims
     are read with the change in.
     """
-    from gdn_review.kb import is_draft
-    from gdn_review.run.selection import current_modules, load_records
-
     started = time.monotonic()
-    text, files = unified_diff.read_diff_file(
-        diff_path
-    )  # every file name a plain relative path, or PatchError
-    records = {p: r for p, r in load_records(kb_dir, numbers).items() if not is_draft(r)}
+    change = apply(diff_path, kb_dir, options, say)
+    data, chosen = map_records(change, kb_dir, options, say)
+    if chosen is not None:
+        with _workspace(options.work_dir, say) as (workspace, workers):
+            mutants, data["mutants_left_out"] = mutate(
+                change, chosen, options.max_mutants, workspace
+            )
+            results = run_sides(change, chosen, options, mutants, workspace, workers)
+            sides_s = render(change, chosen, results, mutants, workspace, data)
+            data["run"].update(seconds=round(time.monotonic() - started, 1), sides_s=sides_s)
+            return data
+    data["run"] = {"seconds": round(time.monotonic() - started, 1)}
+    return data
+
+
+def apply(diff_path: Path, kb_dir: Path, options: ReviewOptions, say: Callable) -> Change:
+    """Read the diff and the records, choose the release, apply the diff in memory (PatchError or
+    ReviewError: nothing has run)."""
+    from gdn_review.kb import is_draft
+    from gdn_review.run.selection import load_records
+
+    text, files = unified_diff.read_diff_file(diff_path)  # every file name a plain relative path
+    records = {p: r for p, r in load_records(kb_dir, options.keys).items() if not is_draft(r)}
     every = load_records(kb_dir)
-    known = {r.key for r in every.values()}
-    own = own_record(own, diff_path, every)
-    if own is not None and onto is None and vllm_src is None:
+    own = own_record(options.own, diff_path, every)
+    onto = options.onto
+    if own is not None and onto is None and options.vllm_src_dir is None:
         # The PR's own diff goes onto the release its record checks it against.
         onto = next(r for r in every.values() if r.key == own).target.base_release
-    base = onto_release(onto, vllm_src, say)
-    window_end = release_cache.checked_version(lands_in) if lands_in else next_minor(base.version)
+    base = onto_release(onto, options.vllm_src_dir, say)
+    lands_in = options.lands_in
+    window_end = Release(lands_in) if lands_in else Release(base.version).next_minor()
     in_tree = [
         f for f in files if any(p and p.startswith("vllm/") for p in (f.old_path, f.new_path))
     ]
-    unified_diff.confine(
-        in_tree, base.tree, str(diff_path)
-    )  # no symlink out of the release, regular files only
-    _check_work(work, base.tree)
-    patched = unified_diff.apply(in_tree, base.read, str(diff_path))  # PatchError: nothing has run
-    targets = {r.target.file for r in records.values()} | {
-        relative
-        for r in records.values()
-        for relative, _ in family.covered_files(r, patched, base.read)
+    # no symlink out of the release, regular files only
+    unified_diff.confine(in_tree, base.tree, str(diff_path))
+    check_work(options.work_dir, base.tree)
+    patched = unified_diff.apply(in_tree, base.read, str(diff_path))
+    known = {r.key for r in every.values()}
+    return Change(diff_path, text, files, in_tree, base, window_end, patched, records, known, own)
+
+
+def map_records(
+    change: Change, kb_dir: Path, options: ReviewOptions, say: Callable
+) -> tuple[dict, Chosen | None]:
+    """The review's data with what the hunks touch per record, said before anything runs; the
+    records that run (None: none)."""
+    base = change.base
+    # A record runs when the diff changes its target file, a file that defines a builder its
+    # cases name (a subclass of GDN's), or GDN's file under a subclass case (the subclass
+    # inherits GDN's __init__, and build() where it has none of its own).
+    covered = {
+        p: family.covered_files(r, change.patched, base.read)
+        for p, r in sorted(change.records.items(), key=lambda item: item[1].sort_key)
     }
+    targets = {r.target.file for r in change.records.values()}
     data = {
         "format": REVIEW_FORMAT,
-        "name": Path(diff_path).stem,
-        "diff_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "name": Path(change.path).stem,
+        "diff_sha256": hashlib.sha256(change.text.encode("utf-8")).hexdigest(),
         "onto": base.version,
         "source": base.label,
-        "lands_in": window_end,
-        "files": classify(files, targets),
-        "shard": list(shard) if shard else None,
+        "lands_in": change.lands_in,
+        "files": classify(change.files, targets | {f for c in covered.values() for f, _ in c}),
+        "shard": list(options.shard) if options.shard else None,
         "impact": [],
         "carried": [],
         "records": [],
         "mutants": [],
         "mutants_left_out": 0,
         "run": {},
-        "own": own,
+        "own": change.own,
     }
     say(
-        f"review of {diff_path} onto {base.label}: {len(files)} file(s)"
-        + (f"; the diff of PR #{own}, with its record" if own else "")
+        f"review of {change.path} onto {base.label}: {len(change.files)} file(s)"
+        + (f"; the diff of PR #{change.own}, with its record" if change.own else "")
     )
-    # A record runs when the diff changes its target file, a file that defines a builder its
-    # cases name (a subclass of GDN's), or GDN's file under a subclass case (the subclass
-    # inherits GDN's __init__, and build() where it has none of its own).
-    covered = {
-        p: family.covered_files(r, patched, base.read)
-        for p, r in sorted(records.items(), key=lambda item: item[1].sort_key)
-    }
-    affected = {p: r for p, r in records.items() if covered[p]}
-    affected = dict(sorted(affected.items(), key=lambda item: item[1].sort_key))
-    by_file = {f.path: f for f in in_tree}
+    affected = {p: change.records[p] for p in covered if covered[p]}
+    _say_impact(change, affected, covered, data, say)
+    if not affected:
+        say("no recorded claim affected: the diff changes no file a record targets")
+        return data, None
+    picked = list(affected.items())
+    if options.shard:
+        index, count = options.shard
+        picked = picked[index - 1 :: count]
+        say(f"shard {index}/{count}: records {', '.join(str(r.key) for _, r in picked) or 'none'}")
+        if not picked:
+            return data, None
+    records = dict(picked)
+    files = {relative for p in records for relative, _ in covered[p]}
+    deleted = sorted(f for f in files if change.patched.get(f) is None)
+    if deleted:
+        raise ReviewError(
+            f"{change.path}: the change deletes {', '.join(deleted)}, which "
+            "records target: nothing to run them on"
+        )
+    from gdn_review.run.selection import current_modules
+
+    modules = current_modules(kb_dir, records, options.generated_dir, False, say)
+    changed_py = sorted(p for p in change.patched if p.endswith(".py"))
+    target = (
+        changed_py[0]  # a subclass file alone: its own module, in memory
+        if len(changed_py) == 1 and changed_py[0] in files
+        else next(iter(records.values())).target.file
+    )
+    in_memory = changed_py == [target] and change.patched[target] is not None
+    chosen = Chosen(records, files, modules, target, in_memory)
+    data["run"]["mode"] = chosen.mode
+    return data, chosen
+
+
+def _say_impact(change: Change, affected: dict, covered: dict, data: dict, say: Callable) -> None:
+    """Each affected record's impact rows and the recorded PRs the change carries, into ``data``
+    and said."""
+    by_file = {f.path: f for f in change.in_tree}
     for path, record in affected.items():
         for relative, symbol in covered[path]:
-            file = by_file.get(relative) or next(f for f in in_tree if f.old_path == relative)
-            data["impact"].append(
-                impact.record_impact(record, path, file, base.read(relative) or "", symbol)
+            file = by_file.get(relative) or next(
+                f for f in change.in_tree if f.old_path == relative
             )
-    data["carried"] = compare.carried(affected.values(), base.version, window_end)
+            source = change.base.read(relative) or ""
+            data["impact"].append(impact.record_impact(record, path, file, source, symbol))
+    base, own = change.base.version, change.own
+    data["carried"] = compare.carried(affected.values(), base, change.lands_in)
     own_record_ = next((r for r in affected.values() if r.key == own), None)
-    if own_record_ is not None and not any(c["number"] == own for c in data["carried"]):
+    if own_record_ is not None and not any(c["key"] == own for c in data["carried"]):
         data["carried"].insert(
-            0, {"number": own, "title": own_record_.title, "release": "this diff", "record": True}
+            0, {"key": own, "title": own_record_.title, "release": "this diff", "record": True}
         )
     for line in impact.impact_lines(data["files"], data["impact"]):
         say(line)
     if affected:
         say(
-            f"recorded PRs that first shipped after {base.version}, by {window_end}: "
+            f"recorded PRs that first shipped after {base}, by {change.lands_in}: "
             + (
-                ", ".join(f"#{c['number']} ({c['release']})" for c in data["carried"])
+                ", ".join(f"{key_short(c['key'])} ({c['release']})" for c in data["carried"])
                 or "none: no record explains a change there"
             )
         )
-    if not affected:
-        say("no recorded claim affected: the diff changes no file a record targets")
-        data["run"] = {"seconds": round(time.monotonic() - started, 1)}
-        return data
-    chosen = list(affected.items())
-    if shard:
-        index, count = shard
-        chosen = chosen[index - 1 :: count]
-        say(f"shard {index}/{count}: records {', '.join(str(r.key) for _, r in chosen) or 'none'}")
-        if not chosen:
-            data["run"] = {"seconds": round(time.monotonic() - started, 1)}
-            return data
-    chosen_records = dict(chosen)
-    deleted = sorted(
-        {
-            relative
-            for p in chosen_records
-            for relative, _ in covered[p]
-            if patched.get(relative) is None
+
+
+def mutate(change: Change, chosen: Chosen, limit: int, workspace: Path) -> tuple[list[dict], int]:
+    """The automatic mutants of the target's added lines (at most ``limit``, in line order; their
+    sources in ``workspace``) and how many were left out."""
+    from gdn_review.mutation import catalogue, operators
+
+    target, text = chosen.target, change.patched.get(chosen.target)
+    if not text:
+        return [], 0
+    equivalent = {k: v for r in chosen.records.values() for k, v in r.equivalent_mutants.items()}
+    added = next((f.added_lines() for f in change.in_tree if f.path == target), set())
+    found = sorted(operators.automatic_mutants(text, added), key=lambda m: (m.line, m.id))
+    entries = []
+    for index, auto in enumerate(found[:limit]):
+        entry = {
+            "id": auto.id,
+            "operator": auto.operator,
+            "line": auto.line,
+            "diff": catalogue.edit_diff(text, auto.source, target),
         }
+        if auto.id in equivalent:
+            entry.update(status="equivalent", reason=equivalent[auto.id])
+        else:
+            source_file = workspace / f"mutant-{index}.py.txt"
+            source_file.write_text(auto.source, encoding="utf-8")
+            entry["source_file"] = str(source_file)
+        entries.append(entry)
+    return entries, max(0, len(found) - limit)
+
+
+def run_sides(
+    change: Change,
+    chosen: Chosen,
+    options: ReviewOptions,
+    mutants: list[dict],
+    workspace: Path,
+    workers: _Workers,
+) -> dict[str, dict]:
+    """Both sides of each chosen record, and the mutants, in the workers; each worker's result by
+    its name."""
+    workers.say(
+        f"running {len(chosen.records)} record(s) before and after the change ({chosen.mode}), "
+        f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines"
     )
-    if deleted:
+    patched = change.patched
+    spec = {
+        "modules": [str(chosen.modules[r.key]) for r in chosen.records.values()],
+        "records": {str(r.key): str(p) for p, r in chosen.records.items()},
+        "keyword": options.keyword,
+        "target": chosen.target,
+        # The records' target module must import with the change (it imports what it needs of
+        # the rest).
+        "changed_modules": sorted(
+            f for f in chosen.covered if f.endswith(".py") and patched.get(f) is not None
+        ),
+        "timeout": options.timeout,
+        "jobs": options.jobs,
+        "lands_in": change.lands_in,
+        "mutants": [m for m in mutants if "source_file" in m],
+        "own": change.own,
+    }
+    env = dict(os.environ, **{CLAIMS_ON_ANY_RELEASE: "1"})
+    unpatched_env = release_trees.environment(change.base.pythonpath, env)
+    if chosen.in_memory:
+        source_file = workspace / "patched.py.txt"
+        source_file.write_text(patched[chosen.target], encoding="utf-8")
+        in_memory = {"path": chosen.target, "source_file": str(source_file)}
+        paths = {"both": _spec(workspace, spec, ["unpatched", "patched"], in_memory)}
+        workers.start(paths["both"], unpatched_env)
+    else:
+        overlay = patched_tree.overlay(change.base.tree, dict(patched), workspace / "tree")
+        paths = {
+            "unpatched": _spec(workspace, {**spec, "mutants": []}, ["unpatched"], None),
+            "patched": _spec(workspace, spec, ["patched"], None),
+        }
+        workers.start(paths["unpatched"], unpatched_env)
+        # The overlay's vllm/_version.py is its release's: it gets that release's VLLM_CACHE_ROOT.
+        workers.start(paths["patched"], release_trees.environment(overlay, env))
+    workers.wait()
+    results = {}
+    for name, spec_path in paths.items():
+        result_file = spec_path.with_name(f"result-{name}.json")
+        if not result_file.exists():
+            tail = "\n".join(next(iter(workers.tails.values()), [])[-15:])
+            raise RuntimeError(f"the review worker ({name}) ended without a result:\n{tail}")
+        results[name] = json.loads(result_file.read_text(encoding="utf-8"))
+    error = next((r["import_error"] for r in results.values() if r.get("import_error")), None)
+    if error:
         raise ReviewError(
-            f"{diff_path}: the change deletes {', '.join(deleted)}, which "
-            "records target: nothing to run them on"
+            f"{change.path}: with the change, {', '.join(spec['changed_modules'])} "
+            f"does not import on {change.base.label}: {error}. "
+            "The change needs code outside the diff: add those files to the diff, "
+            "or review it onto a later release (--onto)"
         )
-    modules = current_modules(kb_dir, chosen_records, generated, False, say)
-    changed_py = sorted(p for p, t in patched.items() if p.endswith(".py"))
-    covered_files = {relative for p in chosen_records for relative, _ in covered[p]}
-    target = (
-        changed_py[0]  # a subclass file alone: its own module, in memory
-        if len(changed_py) == 1 and changed_py[0] in covered_files
-        else next(iter(chosen_records.values())).target.file
-    )
-    in_memory = changed_py == [target] and patched[target] is not None
-    data["run"]["mode"] = (
-        "in memory over the release (one vLLM import)"
-        if in_memory
-        else "patched tree of links (one vLLM import per side)"
-    )
-    # The outermost folder --work makes (None: it is there): an interrupted review removes it.
-    made = (
+    return results
+
+
+def render(
+    change: Change,
+    chosen: Chosen,
+    results: dict[str, dict],
+    mutants: list[dict],
+    workspace: Path,
+    data: dict,
+) -> dict[str, float | None]:
+    """What moved, into ``data``: each chosen record's before and after, the mutants' outcomes;
+    each side's seconds."""
+    sides = {
+        side: {**outcome, "folder": str(workspace / name)}
+        for name, r in results.items()
+        for side, outcome in r["sides"].items()
+    }
+    mutant_results = [m for r in results.values() for m in r.get("mutants", [])]
+    onto, known = change.base.version, change.known
+    data["records"] = [
+        compare.record_effect(r, sides, onto, change.lands_in, known, own=r.key == change.own)
+        for r in chosen.records.values()
+    ]
+    data["mutants"] = compare.mutant_entries(mutants, mutant_results)
+    return {side: outcome.get("duration_s") for side, outcome in sides.items()}
+
+
+@contextlib.contextmanager
+def _workspace(work: Path | None, say: Callable) -> Iterator[tuple[Path, _Workers]]:
+    """``work`` (kept: each side's evidence and snapshots, for a look), else a temp folder removed
+    at the end; and the workers, stopped if anything goes wrong. An interrupted review leaves
+    ``work`` as it was (not there, or empty)."""
+    made = (  # the outermost folder --work makes (None: it is there)
         next((f for f in reversed([Path(work), *Path(work).parents]) if not f.exists()), None)
         if work is not None
         else None
     )
-    workspace = _workspace(work)
+    if work is None:
+        workspace = Path(tempfile.mkdtemp(prefix="gdn-review-review-"))
+    elif Path(work).exists() and any(Path(work).iterdir()):
+        raise ReviewError(
+            f"--work {work}: not empty (give a new or empty folder; an "
+            "earlier run's files would be mixed in)"
+        )
+    else:
+        workspace = Path(work)
+        workspace.mkdir(parents=True, exist_ok=True)
     workers = _Workers(say)
     try:
-        equivalent = {
-            k: v for r in chosen_records.values() for k, v in r.equivalent_mutants.items()
-        }
-        added = next((f.added_lines() for f in in_tree if f.path == target), set())
-        mutants, data["mutants_left_out"] = (
-            plan_mutants(target, patched[target], added, equivalent, max_mutants, workspace)
-            if patched.get(target)
-            else ([], 0)
-        )
-        say(
-            f"running {len(chosen_records)} record(s) before and after the change "
-            f"({data['run']['mode']}), "
-            f"then {sum('source_file' in m for m in mutants)} mutant(s) of the added lines"
-        )
-        spec = {
-            "modules": [str(modules[r.key]) for r in chosen_records.values()],
-            "records": {str(r.key): str(p) for p, r in chosen_records.items()},
-            "keyword": keyword,
-            "target": target,
-            # The records' target module must import with the change (it imports what it needs of
-            # the rest).
-            "changed_modules": sorted(
-                {
-                    relative
-                    for relative in covered_files
-                    if relative.endswith(".py") and patched.get(relative) is not None
-                }
-            ),
-            "timeout": timeout,
-            "jobs": jobs,
-            "lands_in": window_end,
-            "mutants": [m for m in mutants if "source_file" in m],
-            "own": own,
-        }
-        env = dict(os.environ, **{CLAIMS_ON_ANY_RELEASE: "1"})
-        results = {}
-        if in_memory:
-            source_file = workspace / "patched.py.txt"
-            source_file.write_text(patched[target], encoding="utf-8")
-            paths = {
-                "both": _spec(
-                    workspace,
-                    spec,
-                    ["unpatched", "patched"],
-                    {"path": target, "source_file": str(source_file)},
-                )
-            }
-            workers.start(paths["both"], release_trees.environment(base.pythonpath, env))
-        else:
-            overlay = tree.overlay(
-                base.tree, {p: t for p, t in patched.items()}, workspace / "tree"
-            )
-            paths = {
-                "unpatched": _spec(workspace, {**spec, "mutants": []}, ["unpatched"], None),
-                "patched": _spec(workspace, spec, ["patched"], None),
-            }
-            workers.start(paths["unpatched"], release_trees.environment(base.pythonpath, env))
-            # The overlay's vllm/_version.py is its release's: it gets that release's
-            # VLLM_CACHE_ROOT.
-            workers.start(paths["patched"], release_trees.environment(overlay, env))
-        workers.wait()
-        for name, spec_path in paths.items():
-            result_file = spec_path.with_name(f"result-{name}.json")
-            if not result_file.exists():
-                tail = "\n".join(next(iter(workers.tails.values()), [])[-15:])
-                raise RuntimeError(f"the review worker ({name}) ended without a result:\n{tail}")
-            results[name] = json.loads(result_file.read_text(encoding="utf-8"))
-        error = next((r["import_error"] for r in results.values() if r.get("import_error")), None)
-        if error:
-            raise ReviewError(
-                f"{diff_path}: with the change, {', '.join(spec['changed_modules'])} "
-                f"does not import on {base.label}: {error}. "
-                "The change needs code outside the diff: add those files to the diff, "
-                "or review it onto a later release (--onto)"
-            )
-        sides = {
-            side: {**outcome, "folder": str(workspace / name)}
-            for name, r in results.items()
-            for side, outcome in r["sides"].items()
-        }
-        mutant_results = [m for r in results.values() for m in r.get("mutants", [])]
-        data["records"] = [
-            compare.record_effect(
-                record, sides, base.version, window_end, known, own=record.key == own
-            )
-            for record in chosen_records.values()
-        ]
-        data["mutants"] = compare.mutant_entries(mutants, mutant_results)
-        data["run"]["seconds"] = round(time.monotonic() - started, 1)
-        data["run"]["sides_s"] = {
-            side: outcome.get("duration_s") for side, outcome in sides.items()
-        }
-        return data
+        yield workspace, workers
     except BaseException as error:
         workers.stop()
-        if (
-            isinstance(error, KeyboardInterrupt) and work is not None
-        ):  # interrupted: --work as it was (not there, or empty)
+        if isinstance(error, KeyboardInterrupt) and work is not None:
             shutil.rmtree(made or workspace, ignore_errors=True)
             if made is None:
                 workspace.mkdir()
@@ -386,66 +456,11 @@ def review(
             shutil.rmtree(workspace, ignore_errors=True)
 
 
-def own_record(own: int | None, diff_path: Path, records: dict) -> int | None:
-    """The PR whose diff is reviewed: ``own`` (checked: the KB has a record of it), else one its
-    file name gives."""
-    numbers = {r.key: r for r in records.values() if r.pr is not None}
-    if own is not None:
-        if own not in numbers:
-            raise ReviewError(
-                f"--pr {own}: the KB has no record of PR #{own} (its record "
-                "explains the diff's stated changes)"
-            )
-        return own
-    match = re.fullmatch(r"(?:pr-)?([1-9][0-9]{0,8})", Path(diff_path).stem)
-    if match and int(match.group(1)) in numbers and numbers[int(match.group(1))].is_open:
-        return int(match.group(1))
-    return None
-
-
-def _check_work(work: Path | None, tree: Path) -> None:
-    """--work must not lie in the sources the diff is applied to (their files are read, never
-    written)."""
-    if work is None:
-        return
-    resolved, tree = Path(work).resolve(), Path(tree).resolve()
-    if resolved == tree or tree in resolved.parents or resolved in tree.parents:
-        raise ReviewError(
-            f"--work {work}: inside (or holding) the vLLM sources the diff is "
-            f"applied to ({tree}); give a folder apart from them"
-        )
-
-
-def _workspace(work: Path | None) -> Path:
-    """``work`` (kept: each side's evidence and snapshots, for a look), else a temp folder removed
-    at the end."""
-    if work is None:
-        return Path(tempfile.mkdtemp(prefix="gdn-review-review-"))
-    work = Path(work)
-    if work.exists() and any(work.iterdir()):
-        raise ReviewError(
-            f"--work {work}: not empty (give a new or empty folder; an "
-            "earlier run's files would be mixed in)"
-        )
-    work.mkdir(parents=True, exist_ok=True)
-    return work
-
-
 def _spec(workspace: Path, spec: dict, sides: list[str], in_memory: dict | None) -> Path:
     name = "both" if len(sides) == 2 else sides[0]
     out = workspace / name
     out.mkdir()
     path = out / "spec.json"
-    path.write_text(
-        json.dumps(
-            {
-                **spec,
-                "sides": sides,
-                "in_memory": in_memory,
-                "out_dir": str(out),
-                "result": f"result-{name}.json",
-            }
-        ),
-        encoding="utf-8",
-    )
+    whole = {**spec, "sides": sides, "in_memory": in_memory, "out_dir": str(out)}
+    path.write_text(json.dumps({**whole, "result": f"result-{name}.json"}), encoding="utf-8")
     return path

@@ -1,4 +1,4 @@
-"""A review's data as markdown for a PR comment, the verdict that picks the exit code, and merging
+"""A review's data as markdown for a PR comment, what --fail-on can name in it, and merging
 shards.
 
 The markdown holds only what the change did (no timings, no shard numbers),
@@ -10,14 +10,14 @@ in fences nothing can close).
 
 from __future__ import annotations
 
-from gdn_review.common import fail_conditions
+from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.kb.subjects import is_record_key, key_label, key_order
 from gdn_review.report import failing_batch
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
 
-FAIL_ON = fail_conditions.REVIEW  # what a review can trip
 SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
+RAN = SURVIVED | {"killed", "timeout"}  # mutants whose tests ran to an end
 
 
 def _name(key) -> str:
@@ -28,50 +28,47 @@ def _name(key) -> str:
     return f"#{key}" if isinstance(key, int) else key_label(key)
 
 
-def findings(data: dict) -> dict[str, list[str]]:
-    """What the review found, by the --fail-on name that makes it an exit 1."""
-    found: dict[str, list[str]] = {"breaks": [], "drift": [], "survived": []}
+def _key(entry: dict):
+    """An entry's record key: ``key``, or ``number`` as older reviews' shards and the matrix's
+    drift rows (``explained_by``) name it."""
+    return entry["key"] if "key" in entry else entry["number"]
+
+
+def findings(data: dict) -> list[tuple[str, str]]:
+    """What the review found that --fail-on can name, a ``(condition, what)`` pair each."""
+    found = []
     for record in data["records"]:
+        who = _name(_key(record))
         for claim in record["claims"]:
             if claim["broke"]:
-                found["breaks"].append(
-                    f"{_name(record['number'])} {claim['id']}: {claim['before']} → {claim['after']}"
+                found.append(
+                    ("breaks", f"{who} {claim['id']}: {claim['before']} → {claim['after']}")
                 )
         for row in record["unexplained"]:
-            found["drift"].append(
-                f"{_name(record['number'])} {row['case']}: {', '.join(row['fields'])}"
-            )
-    found["survived"] = [m["id"] for m in data["mutants"] if m["status"] == "survived"]
+            found.append(("drift", f"{who} {row['case']}: {', '.join(row['fields'])}"))
+    for mutant in data["mutants"]:
+        if mutant["status"] in SURVIVED:
+            how = "" if mutant["status"] == "survived" else f" ({mutant['status']})"
+            found.append(("survived", f"mutant {mutant['id']}{how}"))
     return found
-
-
-def tripped(data: dict, chosen: set[str]) -> list[str]:
-    """What the review found that trips the chosen --fail-on conditions, a line each (``kind:
-    finding``)."""
-    found = findings(data)
-    return [f"{kind}: {item}" for kind in sorted(chosen) for item in found.get(kind, [])]
 
 
 def headline(data: dict) -> str:
     if not data["records"] and not data["impact"]:
         return "No recorded claim affected: the change touches no file a record targets."
-    found = findings(data)
-    parts = []
-    parts.append(
-        f"**{len(found['breaks'])} claim(s) break**"
-        if found["breaks"]
-        else "no recorded claim breaks"
-    )
+    found = [condition for condition, _ in findings(data)]
+    breaks, drift = found.count("breaks"), found.count("drift")
+    parts = [f"**{breaks} claim(s) break**" if breaks else "no recorded claim breaks"]
     moved = sum(len(r["moved"]) for r in data["records"])
-    if found["drift"]:
-        parts.append(f"**{len(found['drift'])} case(s) move that no record explains**")
+    if drift:
+        parts.append(f"**{drift} case(s) move that no record explains**")
     elif moved:
         parts.append(f"{moved} case(s) move, each explained by a record")
     else:
         parts.append("no field of any recorded case moves")
     if not data.get("carried"):
         parts.append("**no recorded PR explains the change**")
-    ran = [m for m in data["mutants"] if m["status"] in ("killed", "survived", "timeout")]
+    ran = [m for m in data["mutants"] if m["status"] in RAN]
     if data["mutants"]:
         killed = sum(m["status"] in ("killed", "timeout") for m in ran)
         parts.append(f"{killed} of {len(ran)} mutants of the new lines killed")
@@ -89,7 +86,7 @@ def own_claims(data: dict) -> dict | None:
         after = claim["after"]
         key = "hold" if after in compare.HOLDING else "fail" if after == "fails" else "pending"
         counts[key].append(claim["id"])
-    return {"number": record["number"], **counts}
+    return {"key": _key(record), **counts}
 
 
 def own_claims_line(data: dict) -> str | None:
@@ -98,7 +95,7 @@ def own_claims_line(data: dict) -> str | None:
     if own is None:
         return None
     line = (
-        f"**The PR's own claims** ({_name(own['number'])}, "
+        f"**The PR's own claims** ({_name(own['key'])}, "
         f"with its diff onto {text(data['onto'])}): "
         f"{len(own['hold'])} hold, {len(own['pending'])} pending, {len(own['fail'])} fail"
     )
@@ -120,7 +117,7 @@ def markdown(data: dict) -> str:
     )
     for item in data["impact"]:
         lines.append(
-            f"**Record {_name(item['number'])}** ({code(item['record'])}, "
+            f"**Record {_name(_key(item))}** ({code(item['record'])}, "
             f"{code(item['target'])}): the hunks change "
             f"{', '.join(code(s) for s in item['symbols']) or 'nothing'}"
             + (
@@ -135,28 +132,20 @@ def markdown(data: dict) -> str:
             )
             + "."
         )
-    if data["impact"]:
-        carried = data.get("carried", [])
-        if carried:
-            lines.append("")
-            lines.append(
-                f"Recorded PRs that first shipped after {text(data['onto'])}, by "
-                f"{text(data['lands_in'])}: "
-                + ", ".join(
-                    f"{_name(c['number'])} {text(c['title'])} "
-                    f"({text(c['release'])}{', record' if c['record'] else ', named by a record'})"
-                    for c in carried
-                )
-                + "."
-            )
-        else:
-            lines.append("")
-            lines.append(
-                f"**Unexplained change**: no recorded PR first shipped after "
-                f"{text(data['onto'])}, by {text(data['lands_in'])}; "
-                "no record says what this change is for."
-            )
-        lines.append("")
+    if data["impact"] and data.get("carried"):
+        prs = ", ".join(
+            f"{_name(_key(c))} {text(c['title'])} "
+            f"({text(c['release'])}{', record' if c['record'] else ', named by a record'})"
+            for c in data["carried"]
+        )
+        lines += ["", f"Recorded PRs that first shipped {_window(data)}: {prs}.", ""]
+    elif data["impact"]:
+        lines += [
+            "",
+            f"**Unexplained change**: no recorded PR first shipped {_window(data)}; "
+            "no record says what this change is for.",
+            "",
+        ]
     for record in data["records"]:
         lines += _record_section(record, data)
     if data["mutants"] or data["mutants_left_out"]:
@@ -165,21 +154,22 @@ def markdown(data: dict) -> str:
 
 
 def _record_section(record: dict, data: dict) -> list[str]:
-    lines = [f"### {_name(record['number'])} {text(record['title'])}", ""]
-    failed = {k: v for k, v in record["sides"].items() if v != "ran"}
-    for side, why in failed.items():
-        lines.append(f"- **{text(side)} side did not finish**: {text(why)}")
+    lines = [f"### {_name(_key(record))} {text(record['title'])}", ""]
+    lines += [
+        f"- **{text(side)} side did not finish**: {text(why)}"
+        for side, why in record["sides"].items()
+        if why != "ran"
+    ]
     if record["carries_pr"]:
         lines.append(
-            f"- This change carries the record's own PR: {_name(record['number'])} "
-            f"first shipped after {text(data['onto'])}, "
-            f"by {text(data['lands_in'])}; its claims below are read against the record's `before`."
+            f"- This change carries the record's own PR: {_name(_key(record))} first shipped "
+            f"{_window(data)}; its claims below are read against the record's `before`."
         )
     if record.get("own"):
         lines.append(
-            "- This diff is the record's own PR: its stated changes "
-            "(`target.changes`, its cases' `expect`) explain what moves, "
-            "and its claims are read with the change in (pending on the release as it is)."
+            "- This diff is the record's own PR: its stated changes (`target.changes`, its cases' "
+            "`expect`) explain what moves, and its claims are read with the change in (pending "
+            "on the release as it is)."
         )
     changed = [c for c in record["claims"] if c["changed"]]
     if changed:
@@ -191,64 +181,59 @@ def _record_section(record: dict, data: dict) -> list[str]:
         for claim in changed:
             after = f"**{text(claim['after'])}**" if claim["broke"] else text(claim["after"])
             lines.append(
-                f"| {text(claim['id'])} | "
-                f"{cell(claim['expected'] or claim['check'])} | "
-                f"{text(claim['before'])} | {after} | "
-                f"{cell(claim['measured_before'] or '—')} | "
+                f"| {text(claim['id'])} | {cell(claim['expected'] or claim['check'])} | "
+                f"{text(claim['before'])} | {after} | {cell(claim['measured_before'] or '—')} | "
                 f"{cell(claim['measured_after'] or '—')} |"
             )
         lines.append("")
     for claim in record["claims"]:
-        failing = claim.get("failing_after") or []
-        if not failing:
-            continue
-        lines.append(
-            f"- {text(claim['id'])} fails with the change on: "
-            + "; ".join(
-                f"{code(f['case'])} ({text(f['device'])}): {cell(f['reason'][:200])}"
-                for f in failing[:SHOWN_CHANGES]
-            )
-            + (
-                f"; … {len(failing) - SHOWN_CHANGES} more (in the JSON)"
-                if len(failing) > SHOWN_CHANGES
-                else ""
-            )
-            + "."
-        )
-        batches = failing_batch.markdown_section([f.get("failing_batch") for f in failing])
-        if batches:
-            lines += ["", *batches, ""]
-        for f in failing:
-            if f.get("smallest") and not f.get("failing_batch"):
-                lines += [
-                    "",
-                    f"Smallest failing batch Hypothesis found for {code(f['case'])} "
-                    "(copy it into a case):",
-                    "",
-                ]
-                lines += fence(f["smallest"], "python") + [""]
+        lines += _failing_lines(claim)
     if any(c.get("failing_after") for c in record["claims"]):
         lines.append("")
     unchanged = len(record["claims"]) - len(changed)
-    lines.append(
-        f"- {unchanged} claim(s) unchanged"
-        + (" (verdict and measurement)" if unchanged else "")
-        + "."
-    )
+    detail = " (verdict and measurement)" if unchanged else ""
+    lines.append(f"- {unchanged} claim(s) unchanged{detail}.")
+    return lines + _moved_lines(record) + [""]
+
+
+def _failing_lines(claim: dict) -> list[str]:
+    """The cases a claim fails on with the change, and the batches they failed on."""
+    failing = claim.get("failing_after") or []
+    if not failing:
+        return []
+    shown = [
+        f"{code(f['case'])} ({text(f['device'])}): {cell(f['reason'][:200])}"
+        for f in failing[:SHOWN_CHANGES]
+    ]
+    lines = [
+        f"- {text(claim['id'])} fails with the change on: {'; '.join(shown + _more(failing))}."
+    ]
+    batches = failing_batch.markdown_section([f.get("failing_batch") for f in failing])
+    if batches:
+        lines += ["", *batches, ""]
+    for f in failing:
+        if f.get("smallest") and not f.get("failing_batch"):
+            lines += [
+                "",
+                f"Smallest failing batch Hypothesis found for {code(f['case'])} "
+                "(copy it into a case):",
+                "",
+            ]
+            lines += fence(f["smallest"], "python") + [""]
+    return lines
+
+
+def _moved_lines(record: dict) -> list[str]:
+    """The cases whose fields moved and who explains them, fields added or removed, cases that
+    became applicable or not, known deviations that appeared or vanished."""
     if record["moved"]:
-        lines += ["", "| case | fields | before → after | explained by |", "|---|---|---|---|"]
+        lines = ["", "| case | fields | before → after | explained by |", "|---|---|---|---|"]
         for row in record["moved"]:
             explained = (
-                ", ".join(
-                    f"{_name(e['number'])} ({text(e['relation'])})" for e in row["explained_by"]
-                )
+                ", ".join(f"{_name(_key(e))} ({text(e['relation'])})" for e in row["explained_by"])
                 or "**unexplained**"
             )
-            shown = [cell(c) for c in row["changes"][:SHOWN_CHANGES]] + (
-                [f"… {len(row['changes']) - SHOWN_CHANGES} more (in the JSON)"]
-                if len(row["changes"]) > SHOWN_CHANGES
-                else []
-            )
+            shown = [cell(c) for c in row["changes"][:SHOWN_CHANGES]] + _more(row["changes"])
             lines.append(
                 f"| {text(row['case'])} | "
                 f"{', '.join(text(f) for f in row['fields'])} | "
@@ -256,7 +241,7 @@ def _record_section(record: dict, data: dict) -> list[str]:
             )
         lines.append("")
     else:
-        lines.append("- No field of any case moved.")
+        lines = ["- No field of any case moved."]
     for schema in record["fields_added_or_removed"]:
         lines.append(
             "- Fields added: "
@@ -264,15 +249,28 @@ def _record_section(record: dict, data: dict) -> list[str]:
             "removed: "
             f"{', '.join(text(f) for f in schema['removed']) or 'none'}."
         )
+    for row in record.get("applicability", []):
+        lines.append(f"- Case {text(row['case'])} became {row['became']} ({text(row['reason'])}).")
     for kind in ("appeared", "vanished"):
         found = record[f"deviations_{kind}"]
         if found:
             lines.append(f"- Known deviations that {kind}: {', '.join(code(n) for n in found)}.")
-    return lines + [""]
+    return lines
+
+
+def _window(data: dict) -> str:
+    """``after 0.29.0, by 0.30.0``: the releases between which a PR the change carries shipped."""
+    return f"after {text(data['onto'])}, by {text(data['lands_in'])}"
+
+
+def _more(items: list) -> list[str]:
+    """How many of ``items`` the markdown leaves out (past ``SHOWN_CHANGES``), if any."""
+    left_out = len(items) - SHOWN_CHANGES
+    return [f"… {left_out} more (in the JSON)"] if left_out > 0 else []
 
 
 def _mutant_section(data: dict) -> list[str]:
-    ran = [m for m in data["mutants"] if m["status"] in ("killed", "survived", "timeout")]
+    ran = [m for m in data["mutants"] if m["status"] in RAN]
     killed = [m for m in ran if m["status"] in ("killed", "timeout")]
     lines = [
         "### The change's own lines",
@@ -287,7 +285,7 @@ def _mutant_section(data: dict) -> list[str]:
         )
     if data["mutants_left_out"]:
         lines.append(f"- {data['mutants_left_out']} more mutant(s) not run (over --max-mutants).")
-    survivors = [m for m in ran if m["status"] == "survived"]
+    survivors = [m for m in ran if m["status"] in SURVIVED]
     if survivors:
         lines += ["", "Lines no recorded claim protects (each survivor's edit):", ""]
         for mutant in survivors:
@@ -314,7 +312,7 @@ def merge(shards: list[dict]) -> dict:
                 )
     merged = {**first, "shard": None, "run": {"merged_shards": len(shards)}}
     merged["records"] = sorted(
-        (r for s in shards for r in s["records"]), key=lambda r: key_order(r["number"])
+        (r for s in shards for r in s["records"]), key=lambda r: key_order(_key(r))
     )
     mutants: dict[str, dict] = {}
     for shard in shards:

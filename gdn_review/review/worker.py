@@ -94,10 +94,9 @@ def as_shipped(spec: dict) -> None:
 
 def side_body(spec: dict, side: str):
     """What one side's child does: the suite, then the snapshots."""
-    import pytest
-
+    from gdn_review.common import snapshots
     from gdn_review.kb import load_record
-    from gdn_review.run import snapshot_files, snapshot_take
+    from gdn_review.run import snapshot_take, suite
 
     out = Path(spec["out_dir"])
 
@@ -107,35 +106,24 @@ def side_body(spec: dict, side: str):
             _load_patch(spec)
             as_shipped(spec)
         evidence = out / f"evidence-{side}.json"
-        args = [
-            *spec["modules"],
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            "--gdn-evidence",
-            str(evidence),
-        ]
-        if spec.get("keyword"):
-            args += ["-k", spec["keyword"]]
-        code = int(pytest.main(args))
-        snapshots = {}
+        tests = suite.test_args(spec["modules"], spec.get("keyword"))
+        code = suite.run_pytest(suite.pytest_args(tests, evidence), here=True)
+        written = {}
         for number, record_path in spec["records"].items():
             record = load_record(Path(record_path))
             target = out / f"snapshot-{side}-{number}.json"
             target.write_text(
-                snapshot_files.dumps(
-                    snapshot_files.document(record.key, snapshot_take.take(record.case_inputs()))
+                snapshots.dumps(
+                    snapshots.document(record.key, snapshot_take.take(record.case_inputs()))
                 ),
                 encoding="utf-8",
             )
-            snapshots[number] = target.name
+            written[number] = target.name
         return {
             "status": "ran",
             "pytest_exit": code,
             "evidence": evidence.name if evidence.exists() else None,
-            "snapshots": snapshots,
+            "snapshots": written,
         }
 
     return body
@@ -143,45 +131,29 @@ def side_body(spec: dict, side: str):
 
 def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
     """Each mutant of the change's new lines against the tests that passed with the change."""
-    from gdn_review.harness import mutation
+    import types
+
     from gdn_review.mutation import runner
-    from gdn_review.run import evidence_file
+    from gdn_review.run import evidence_file, suite
 
     tests = evidence_file.tests_of(patched_evidence)
     failing = sorted({t["nodeid"] for t in tests if t["outcome"] in ("failed", "error")})
     # -x: a review needs killed or survived, not every claim's kills; a kill stops the run.
-    args = [*spec["modules"], "-x"] + (["-k", spec["keyword"]] if spec.get("keyword") else [])
-    for nodeid in failing:  # already failing with the change: they would kill every mutant
-        args += ["--deselect", nodeid]
-
-    class Job:
-        def __init__(self, entry):
-            self.entry = entry
-            self.code = mutation.compile_source(
-                spec["target"], Path(entry["source_file"]).read_text(encoding="utf-8")
-            )
-
+    # Tests already failing with the change are left out: they would kill every mutant.
+    selected = [*suite.test_args(spec["modules"], spec.get("keyword")), "-x"]
+    selected += [option for nodeid in failing for option in ("--deselect", nodeid)]
+    mutants = [
+        types.SimpleNamespace(id=entry["id"], source=Path(entry["source_file"]).read_text("utf-8"))
+        for entry in spec["mutants"]
+    ]
     results: list[dict] = []
-    total = len(spec["mutants"])
     as_shipped(spec)  # the children run as the patched side did (this process runs no more sides)
 
-    def finished(job, result):
-        results.append({"id": job.entry["id"], **result})
-        say(f"mutant {len(results)}/{total} {job.entry['id']}: {result['status']}")
+    def finished(mutant, result):
+        results.append({"id": mutant.id, **result})
+        say(f"mutant {len(results)}/{len(mutants)} {mutant.id}: {result['status']}")
 
-    jobs = []
-    for entry in spec["mutants"]:
-        try:
-            jobs.append(Job(entry))
-        except SyntaxError as error:
-            results.append(
-                {
-                    "id": entry["id"],
-                    "status": "error",
-                    "reason": f"does not compile: line {error.lineno}: {error.msg}",
-                }
-            )
-    runner.run_forked(jobs, spec["target"], args, spec["jobs"], spec["timeout"], finished)
+    runner.run_mutants(mutants, spec["target"], selected, spec["jobs"], spec["timeout"], finished)
     return results
 
 

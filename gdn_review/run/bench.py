@@ -11,7 +11,7 @@ geometric mean over cases.
 
 An open PR's change is in no release: its head side is its base release
 with the PR's diff (``kb/N.diff``) applied to a copy of the release's files,
-as ``gdn-review review`` applies it (``review.diff_side.release_with_diff``,
+as ``gdn-review review`` applies it (``common.patched_tree.release_with_diff``,
 which the command passes in: the review stage comes after this one), and
 both sides then load that release's files from the same copy.
 
@@ -35,11 +35,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from gdn_review.common import interrupts, release_trees, unified_diff
+from gdn_review.common import interrupts, patched_tree, release_trees, unified_diff
+from gdn_review.common.release_trees import CUDA_ON_CPU_PLATFORM
 from gdn_review.kb.subjects import key_label, key_order
 
 SUPPORTED, NOISE, CONTRADICTED = "supported", "not distinguishable from noise", "contradicted"
-CUDA_ON_CPU_PLATFORM = "GDN_REVIEW_CUDA_ON_CPU_PLATFORM"  # read by harness.cuda_on_cpu_platform
 
 
 class BenchError(Exception):
@@ -157,17 +157,24 @@ class _Worker:
                 self.process.kill()
 
 
+@dataclasses.dataclass(frozen=True)
+class BenchOptions:
+    """How the A/B rounds run: on which device, and when they stop."""
+
+    device: str = "cpu"
+    max_seconds: float = 90.0  # stop adding rounds after this long, tight or not
+    tolerance: float = 0.01  # or once every case's 95% half-interval is this narrow
+    round_seconds: float = 0.15  # calls per case per round: about this long of build()
+    min_rounds: int = 4
+    resamples: int = 1000
+    seed: int = 0
+
+
 def bench(
     cases: dict[str, dict],
     base: str,
     head: str,
-    device: str = "cpu",
-    round_seconds: float = 0.15,
-    min_rounds: int = 4,
-    max_seconds: float = 90.0,
-    tolerance: float = 0.01,
-    resamples: int = 1000,
-    seed: int = 0,
+    options: BenchOptions = BenchOptions(),
     say: Callable[[str], None] = lambda line: None,
     paths: dict[str, Path] | None = None,
 ) -> dict:
@@ -182,42 +189,16 @@ def bench(
     workers = []
     try:
         for side, release in (("base", base), ("head", head)):
-            say(f"starting a timing worker for vLLM {release} ({device})")
-            workers.append(_Worker(release, device, cases, (paths or {}).get(side)))
+            say(f"starting a timing worker for vLLM {release} ({options.device})")
+            workers.append(_Worker(release, options.device, cases, (paths or {}).get(side)))
         for worker in workers:  # both import vLLM at once; only the rounds must not overlap
             worker.wait_ready()
-        timings = {case: CaseTiming(case, [], []) for case in cases}
         # Calls per case per round: about round_seconds of build() each, 5 to 200 calls.
-        repeats = {
-            case: max(
-                5,
-                min(200, int(round_seconds * 1e9 / max(1, max(w.warm_ns[case] for w in workers)))),
-            )
-            for case in cases
-        }
-        rng = random.Random(seed)
-        rounds = 0
-        while True:
-            rounds += 1
-            order = workers if rounds % 2 else workers[::-1]
-            for case in cases:
-                for worker in order:
-                    samples = worker.ask({"case": case, "repeats": repeats[case]})["ns"]
-                    target = (
-                        timings[case].base_ns if worker is workers[0] else timings[case].head_ns
-                    )
-                    target.extend(samples)
-            elapsed = time.monotonic() - started
-            if rounds < min_rounds:
-                continue
-            widths = []
-            for timing in timings.values():
-                low, high = bootstrap_ratio([timing.base_ns], [timing.head_ns], 200, rng)
-                widths.append((high - low) / 2)
-            tight = max(widths) <= tolerance
-            say(f"round {rounds}: {elapsed:.0f} s, widest 95% half-interval {max(widths):.3f}")
-            if tight or elapsed >= max_seconds:
-                break
+        slowest = {case: max(1, *(w.warm_ns[case] for w in workers)) for case in cases}
+        per_call = options.round_seconds * 1e9
+        repeats = {case: max(5, min(200, int(per_call / ns))) for case, ns in slowest.items()}
+        rng = random.Random(options.seed)
+        timings, rounds, tight = _time_rounds(workers, repeats, options, rng, started, say)
         environments = {w.release: w.environment for w in workers}
     except BaseException:
         for worker in workers:  # now: a worker left to end on its own finishes its request first
@@ -226,26 +207,57 @@ def bench(
     finally:
         for worker in workers:
             worker.close()
-    per_case = [timing.summary(resamples, rng) for timing in timings.values()]
-    low, high = bootstrap_ratio(
-        [t.base_ns for t in timings.values()], [t.head_ns for t in timings.values()], resamples, rng
-    )
-    pooled = _median_ratio(
-        [t.base_ns for t in timings.values()], [t.head_ns for t in timings.values()]
-    )
+    per_case = [timing.summary(options.resamples, rng) for timing in timings.values()]
+    base_sets = [t.base_ns for t in timings.values()]
+    head_sets = [t.head_ns for t in timings.values()]
+    low, high = bootstrap_ratio(base_sets, head_sets, options.resamples, rng)
+    pooled = _median_ratio(base_sets, head_sets)
     return {
         "base": base,
         "head": head,
-        "device": device,
+        "device": options.device,
         "rounds": rounds,
         "repeats_per_round": repeats,
-        "stopped": "intervals tight" if tight else f"time cap ({max_seconds:g} s)",
+        "stopped": "intervals tight" if tight else f"time cap ({options.max_seconds:g} s)",
         "seconds": round(time.monotonic() - started, 1),
         "cases": per_case,
         "pooled": {"ratio": round(pooled, 4), "ci95": [round(low, 4), round(high, 4)]},
         "verdict": verdict(low, high),
         "environments": environments,
     }
+
+
+def _time_rounds(
+    workers: list[_Worker],
+    repeats: dict[str, int],
+    options: BenchOptions,
+    rng: random.Random,
+    started: float,
+    say: Callable[[str], None],
+) -> tuple[dict[str, CaseTiming], int, bool]:
+    """(timings, rounds, whether every interval is tight): rounds alternate which side goes first
+    (A B, B A, ...) and stop, after ``min_rounds``, once tight or past ``max_seconds``."""
+    timings = {case: CaseTiming(case, [], []) for case in repeats}
+    rounds = 0
+    while True:
+        rounds += 1
+        order = workers if rounds % 2 else workers[::-1]
+        for case in repeats:
+            for worker in order:
+                samples = worker.ask({"case": case, "repeats": repeats[case]})["ns"]
+                target = timings[case].base_ns if worker is workers[0] else timings[case].head_ns
+                target.extend(samples)
+        elapsed = time.monotonic() - started
+        if rounds < options.min_rounds:
+            continue
+        widths = []
+        for timing in timings.values():
+            low, high = bootstrap_ratio([timing.base_ns], [timing.head_ns], 200, rng)
+            widths.append((high - low) / 2)
+        tight = max(widths) <= options.tolerance
+        say(f"round {rounds}: {elapsed:.0f} s, widest 95% half-interval {max(widths):.3f}")
+        if tight or elapsed >= options.max_seconds:
+            return timings, rounds, tight
 
 
 def write_evidence(path: Path, results: dict[int, dict]) -> None:
@@ -259,22 +271,8 @@ def write_evidence(path: Path, results: dict[int, dict]) -> None:
         for number, result in sorted(results.items(), key=lambda item: key_order(item[0]))
     }
     finished = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
-    evidence_file.write(
-        path,
-        evidence_file.bench_document(
-            by_record, finished, first["environments"].get(first["head"], {})
-        ),
-    )
-
-
-def latency_records(records: dict, named: bool) -> list[tuple[Path, object, object]]:
-    """(path, record, latency check or None) of the records to bench: those with a latency claim,
-    or every named record (``named``: --record was given)."""
-    chosen = []
-    for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
-        if record.latency_check is not None or named:
-            chosen.append((path, record, record.latency_check))
-    return chosen
+    environment = first["environments"].get(first["head"], {})
+    evidence_file.write(path, evidence_file.bench_document(by_record, finished, environment))
 
 
 DIFF_SIDE = "+diff"  # the head side of an open PR: its base release with its diff applied
@@ -300,13 +298,12 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
     if base and not head and record.is_open:
         diff = unified_diff.stored_beside(path)  # PatchError: a link or a folder there
         if diff is None:
-            number = record.key
             raise DiffNeeded(
                 f"{path}: {record.label} is open, so no release has its change: "
                 f"bench times vLLM {base} against {base} "
                 "with the PR's diff, which is not stored; put it beside the "
                 f"record as {Path(path).with_suffix('.diff')} "
-                f"(`gh pr diff {number} > {Path(path).with_suffix('.diff')}`), or "
+                f"(`gh pr diff {record.key} > {Path(path).with_suffix('.diff')}`), or "
                 "give --releases BASE,HEAD"
             )
         return base, base + DIFF_SIDE, diff
@@ -317,41 +314,39 @@ def sides(path: Path, record, pair: str | None) -> tuple[str, str, Path | None]:
     return base, head, None
 
 
-def bench_records(
-    records: dict,
-    named: bool,
-    pair: str | None,
-    device: str,
-    case_ids: tuple[str, ...],
-    max_seconds: float,
-    tolerance: float,
-    evidence_path: Path,
-    say: Callable[[str], None] = print,
-    show: Callable[[str], None] = print,
-    apply_diff: Callable[..., tuple[Path, Path]] | None = None,
-) -> dict[int, dict]:
-    """``gdn-review bench``: time each chosen record's cases between its two releases; write the
-    evidence.
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """One record to time: its two sides (``diff``: an open PR's head side) and its cases."""
 
-    ``say`` gets progress, ``show`` the result table of each record.
-    ``apply_diff(diff, release, folder, say)``: (the release's files, the same
-    with the diff applied), two folders holding vllm/, for an open PR's two sides
-    (``review.diff_side.release_with_diff``).
+    path: Path
+    record: object
+    base: str
+    head: str
+    diff: Path | None
+    cases: dict[str, dict]
+
+
+def _plan(
+    records: dict, named: bool, pair: str | None, case_ids: tuple[str, ...], say
+) -> list[_Planned]:
+    """Every record to time, with its sides and cases, before any timing: bad input stops here.
+
+    The records with a latency claim, or every named one (``named``: --record was given); an
+    open PR without its diff is skipped, saying so, unless it was named.
     """
     from gdn_review.generate import module_context
-    from gdn_review.run.evidence_file import record_sha256
 
-    chosen = latency_records(records, named)
+    chosen = [
+        (path, record)
+        for path, record in sorted(records.items(), key=lambda item: item[1].sort_key)
+        if record.latency_check is not None or named
+    ]
     if not chosen:
         raise BenchError("no record has a latency claim; name one with --record N")
     if case_ids and len(chosen) > 1:
         raise BenchError("--case needs a single --record")
     planned = []
-    for (
-        path,
-        record,
-        latency,
-    ) in chosen:  # every record's sides and cases first: bad input stops before any timing
+    for path, record in chosen:
         try:
             base, head, diff = sides(path, record, pair)
         except DiffNeeded as error:
@@ -360,58 +355,75 @@ def bench_records(
             say(f"skipped: {error}")  # every record with a latency claim: the others are timed
             continue
         cases = module_context(record, path.name)["cases"]
+        latency = record.latency_check
         wanted = list(case_ids) or (list(latency.cases) if latency is not None else list(cases))
         unknown = [c for c in wanted if c not in cases]
         if unknown:
             raise BenchError(f"no case {', '.join(unknown)} in {path} (cases: {', '.join(cases)})")
-        planned.append((path, record, base, head, diff, {c: cases[c] for c in wanted}))
+        planned.append(_Planned(path, record, base, head, diff, {c: cases[c] for c in wanted}))
     if not planned:
         raise BenchError(
             "no record to time: each one with a latency claim is an open PR "
             "without its diff stored (see above)"
         )
-    results = {}
-    for path, record, base, head, diff, cases in planned:
-        stamp = record_sha256(path)  # the record as it is when its timing starts
-        folder = Path(tempfile.mkdtemp(prefix="gdn-review-bench-")) if diff is not None else None
-        try:
-            paths = None
-            if diff is not None:
-                if apply_diff is None:
-                    raise BenchError(
-                        f"{record.label}: timing its diff needs a function that applies "
-                        "it (review.diff_side.release_with_diff)"
-                    )
-                say(
-                    f"{record.label}: its diff {diff} applied onto a copy of vLLM "
-                    f"{base}'s files (both sides load that copy)"
-                )
-                unpatched, patched = apply_diff(diff, base, folder, say=say)
-                paths = {"base": unpatched, "head": patched}
-            say(
-                f"{record.label}: timing build() on {len(cases)} case(s): vLLM "
-                f"{base} (base) vs {head} (head), {device}"
-            )
-            result = bench(
-                cases,
-                base,
-                head,
-                device=device,
-                max_seconds=max_seconds,
-                tolerance=tolerance,
-                say=lambda line: say(f"  {line}"),
-                paths=paths,
-            )
-        finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+    return planned
+
+
+def _time_record(plan: _Planned, options: BenchOptions, say: Callable[[str], None]) -> dict:
+    """One record's bench; an open PR's two sides load a copy of its base release's files, one
+    with its diff applied (``patched_tree.release_with_diff``)."""
+    from gdn_review.run.evidence_file import record_sha256
+
+    stamp = record_sha256(plan.path)  # the record as it is when its timing starts
+    label, diff = plan.record.label, plan.diff
+    folder = Path(tempfile.mkdtemp(prefix="gdn-review-bench-")) if diff is not None else None
+    try:
+        paths = None
         if diff is not None:
-            result["diff"] = str(diff)
-            result["diff_sha256"] = hashlib.sha256(Path(diff).read_bytes()).hexdigest()
-        result["record_sha256"] = stamp
-        for line in result_lines(record.key, result):
+            say(
+                f"{label}: its diff {diff} applied onto a copy of vLLM "
+                f"{plan.base}'s files (both sides load that copy)"
+            )
+            unpatched, patched = patched_tree.release_with_diff(diff, plan.base, folder, say=say)
+            paths = {"base": unpatched, "head": patched}
+        say(
+            f"{label}: timing build() on {len(plan.cases)} case(s): vLLM "
+            f"{plan.base} (base) vs {plan.head} (head), {options.device}"
+        )
+        result = bench(
+            plan.cases, plan.base, plan.head, options, lambda line: say(f"  {line}"), paths
+        )
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    if diff is not None:
+        result["diff"] = str(diff)
+        result["diff_sha256"] = hashlib.sha256(Path(diff).read_bytes()).hexdigest()
+    result["record_sha256"] = stamp
+    return result
+
+
+def bench_records(
+    records: dict,
+    named: bool,
+    pair: str | None,
+    case_ids: tuple[str, ...],
+    evidence_path: Path,
+    options: BenchOptions,
+    say: Callable[[str], None] = print,
+    show: Callable[[str], None] = print,
+) -> dict[int, dict]:
+    """``gdn-review bench``: time each chosen record's cases between its two releases; write the
+    evidence.
+
+    ``say`` gets progress, ``show`` the result table of each record.
+    """
+    results = {}
+    for plan in _plan(records, named, pair, case_ids, say):
+        result = _time_record(plan, options, say)
+        for line in result_lines(plan.record.key, result):
             show(line)
-        results[record.key] = result
+        results[plan.record.key] = result
     interrupts.finishing()  # every record was timed: the evidence is written whatever comes now
     write_evidence(evidence_path, results)
     return results

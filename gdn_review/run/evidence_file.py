@@ -181,8 +181,7 @@ def record_slice(data: dict, key) -> dict:
     )
     return {
         **data,
-        # pytest's code as if the session had held this record alone: 1 when one of its tests
-        # failed.
+        # pytest's code as if the session had held this record alone: 1 when a test failed.
         "pytest_exit_status": ran_alone,
         "tests": tests,
         "claims": {k: v for k, v in data.get("claims", {}).items() if k.startswith(prefix)},
@@ -242,8 +241,17 @@ def carry_over(path: Path, parts: dict) -> list[str]:
         else:
             data[kind] = {**(new or {}), **dict(kept)}
         since = min(str(info.get("finished_at", "?")) for _, info in kept)
-        names = ", ".join(number for number, _ in kept)
-        lines.append(f"evidence: kept the {kind} results of {names} (vLLM {release}; from {since})")
+        tested = {str(test.get("record")) for test in data.get("tests", [])}
+        names = ", ".join(number for number, _ in kept if number in tested)
+        if names:
+            lines.append(
+                f"evidence: kept the {kind} results of {names} (vLLM {release}; from {since})"
+            )
+        if untested := ", ".join(number for number, _ in kept if number not in tested):
+            lines.append(
+                f"evidence: the {kind} results of {untested} stay in the file, but this run has no "
+                "test of it: its record is gone from the KB or was not selected"
+            )
     write(path, data)
     return lines
 
@@ -279,9 +287,8 @@ class Evidence:
     sources: list[str]
     mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
     mutation: dict = dataclasses.field(default_factory=dict)  # record -> release, gone hunks, notes
-    bench: dict = dataclasses.field(
-        default_factory=dict
-    )  # record -> device -> `gdn-review bench` result
+    # record -> device -> `gdn-review bench` result
+    bench: dict = dataclasses.field(default_factory=dict)
     diff: dict = dataclasses.field(default_factory=dict)  # record -> the open PR's diff side
     # record -> which cases execute its PR's own lines (mutation.own_reach; written with the tests)
     reach: dict = dataclasses.field(default_factory=dict)
@@ -350,8 +357,7 @@ def _merge(merged: Evidence, data: dict, path: Path) -> None:
             raise EvidenceError(
                 f"{path}: bench.{number}: {_hash_problem(result.get('record_sha256'))}"
             )
-        # Per device; a later file wins. The file's time is the result's (a report says each part's
-        # age).
+        # Per device; a later file wins. The file's time is the result's (reports say its age).
         finished = result.get("finished_at") or str(data.get("finished_at", ""))
         merged.bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {
             **result,

@@ -255,9 +255,8 @@ class EvidenceCollector:
     def __init__(self, config):
         self.config = config
         self.tests: dict[str, dict] = {}
-        self.record_hashes: dict[
-            str, str
-        ] = {}  # record -> sha256 of its file when the tests were collected
+        # record -> sha256 of its file when the tests were collected
+        self.record_hashes: dict[str, str] = {}
         self.started = datetime.datetime.now(datetime.timezone.utc)
 
     @pytest.hookimpl(trylast=True)
@@ -304,8 +303,7 @@ class EvidenceCollector:
                 entry["outcome"], entry["reason"] = "error", _reason(report)
         elif report.when == "call":
             if getattr(report, "gdn_pending_failure", None) is not None:
-                # Failed as the open PR says it should (pytest saw an xfail): the evidence keeps the
-                # failure.
+                # Failed as the open PR says it should (pytest saw an xfail): evidence keeps it.
                 entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
                 if getattr(report, "gdn_smallest_batch", None):
                     entry["smallest_batch"] = report.gdn_smallest_batch
@@ -348,9 +346,8 @@ class EvidenceCollector:
             "risks": _index(self.tests.values(), lambda t: t["risks"]),
             "record_sha256": dict(sorted(self.record_hashes.items())),
         }
-        kept = evidence_file.take_parts(
-            path
-        )  # mutants and the diff side of earlier commands (same release: kept)
+        # mutants and the diff side of earlier commands (same release: kept)
+        kept = evidence_file.take_parts(path)
         evidence_file.write(path, document)
         kept_lines = evidence_file.carry_over(path, kept)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")

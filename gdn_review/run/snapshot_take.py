@@ -2,7 +2,7 @@
 
 A snapshot is the harness's plain-data snapshot (``harness.case_build.snapshot_case``)
 of every case of a record, on one release; where it is stored and how is
-``snapshot_files``. Taking one imports vLLM (through the harness), so it runs in a
+``common.snapshots``. Taking one imports vLLM (through the harness), so it runs in a
 child on the release's tree (``common.release_trees``):
 ``python -m gdn_review.run.snapshot_take RECORD.yaml OUT.json``; the release matrix
 takes them in its own pytest session, this module being its plugin
@@ -29,12 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
-from gdn_review.common import interrupts, release_trees
+from gdn_review.common import interrupts, release, release_trees
 from gdn_review.common.files import atomic_write
+from gdn_review.common.release import Release
+from gdn_review.common.snapshots import FOLDER, document, dumps, load, snapshot_path
 from gdn_review.kb.subjects import key_label
-from gdn_review.run.snapshot_files import FOLDER, document, dumps, load, snapshot_path
 
 # The harness's flags for the parts it measures only when asked (harness.case_build.build_case).
 MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
@@ -147,7 +147,7 @@ def retake_stored(kb_dir: Path, say: Callable[[str], None] = print) -> list[str]
         by_release.setdefault(path.stem, []).append(path.parent.name)
     records = {str(record.key): path for path, record in load_records(kb_dir).items()}
     shown = []
-    for version, release_keys in sorted(by_release.items(), key=lambda kv: Version(kv[0])):
+    for version, release_keys in sorted(by_release.items(), key=lambda kv: Release(kv[0])):
         tree = release_trees.tree(version, say=say)
         with tempfile.TemporaryDirectory() as scratch:
             # A folder of a record no longer in kb/ is left as it is.
@@ -155,13 +155,7 @@ def retake_stored(kb_dir: Path, say: Callable[[str], None] = print) -> list[str]
             pairs = [(records[key], Path(scratch) / f"{key}.json") for key in release_keys]
             done = take_in_subprocess(pairs, tree)
             for key, (_, out) in zip(release_keys, pairs):
-                data = load(out) if done.returncode == 0 else None
-                if data is None:
-                    say(done.stderr[-3000:])
-                    raise SnapshotError(
-                        f"vLLM {version}: the snapshots could not be taken "
-                        f"(exit code {done.returncode})"
-                    )
+                data = _taken(done, out, f"vLLM {version}: the snapshots", say)
                 if data["release"] != version:
                     raise SnapshotError(f"vLLM {version}: the child loaded vLLM {data['release']}")
                 target = snapshot_path(kb_dir, key, version)
@@ -195,19 +189,21 @@ def take_release(
     """
     import tempfile
 
-    from gdn_review.common import release_cache
-
-    version = version or release_cache.loaded()[0]
+    version = version or release.loaded()[0]
     path = release_trees.tree(version, say=say)
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "snapshot.json"
         done = take_in_subprocess(record_path, path, out, all_fields=all_fields)
-        data = load(out) if done.returncode == 0 else None
-        if data is None:
-            say(done.stderr[-3000:])
-            raise SnapshotError(
-                f"vLLM {version}: the snapshot could not be taken (exit code {done.returncode})"
-            )
+        return _taken(done, out, f"vLLM {version}: the snapshot", say)
+
+
+def _taken(done: subprocess.CompletedProcess, out: Path, what: str, say) -> dict:
+    """The snapshot a child wrote at ``out``; where it wrote none, its stderr is said and
+    SnapshotError says that ``what`` could not be taken."""
+    data = load(out) if done.returncode == 0 else None
+    if data is None:
+        say(done.stderr[-3000:])
+        raise SnapshotError(f"{what} could not be taken (exit code {done.returncode})")
     return data
 
 
@@ -320,11 +316,8 @@ def pytest_sessionfinish(session, exitstatus):
     )
     if len(record_paths) != len(outs):
         raise pytest.UsageError("--gdn-snapshot-record and --gdn-snapshot-out go in pairs")
-    from gdn_review.kb import load_record
-
     for record_path, out in zip(record_paths, outs):
-        record = load_record(Path(record_path))
-        atomic_write(Path(out), dumps(document(record.key, take(record.case_inputs()))))
+        write_snapshot(Path(record_path), Path(out))
 
 
 def _main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
-"""The generated suite under pytest (a fresh process), so the plugin writes evidence: `gdn-review
-run`."""
+"""The generated suite under pytest with the evidence plugin: the one place its arguments are made
+and it is started, in a fresh process (``gdn-review run``, ``matrix``) or in this one (``mutate``'s
+baseline, a mutant's child, a review's side); ``run_suite`` is ``gdn-review run``'s first stage."""
 
 from __future__ import annotations
 
@@ -12,29 +13,54 @@ from gdn_review.run import evidence_file
 # pytest's exit codes that still mean "tests ran and the evidence is worth reporting".
 RAN_EXIT_CODES = {0, 1}
 NO_TESTS = 5
+# Plugins every run goes without: pytest's cache (nothing is written into the tree) and
+# pytest-randomly (the records fix the tests' order and seeds: every run is the same run).
+PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:randomly")
 
 
-def pytest_argv(
-    modules: list[Path], evidence: Path, keyword: str | None, extra: tuple[str, ...]
+def test_args(tests: list, keyword: str | None = None) -> list[str]:
+    """The tests a run selects: paths or node ids, narrowed by pytest's ``-k keyword``."""
+    return [*map(str, tests), *(["-k", keyword] if keyword else [])]
+
+
+def pytest_args(
+    selected: list[str], evidence: Path | None, extra: tuple = (), quiet: bool = True
 ) -> list[str]:
-    command = [
-        sys.executable,
-        "-c",
-        fast_exit.PYTEST,
-        *map(str, modules),
-        "--gdn-evidence",
-        str(evidence),
-        "-p",
-        "no:cacheprovider",
+    """pytest's arguments for the generated suite: ``selected`` (``test_args``, and options that
+    narrow it: ``-x``, ``--deselect``), the evidence plugin's file (None: the plugin writes none),
+    then ``extra`` (more options and ``-p`` plugins)."""
+    return [
+        *map(str, selected),
+        *(["-q"] if quiet else []),
+        *PLUGINS_OFF,
+        *(["--gdn-evidence", str(evidence)] if evidence else ["--gdn-no-evidence"]),
+        *extra,
     ]
-    if keyword:
-        command += ["-k", keyword]
-    return command + list(extra)
 
 
-def run_pytest(command: list[str]) -> int:
-    """Run pytest with its output streaming to this terminal (that is the progress)."""
-    return interrupts.run_child(command).returncode
+def run_pytest(
+    args: list[str], here: bool = False, plugins: tuple = (), hold: str | None = None, **child
+) -> int:
+    """pytest over ``args``; its exit code. By default in a fresh process that ends with
+    ``fast_exit`` (``child``: ``interrupts.run_child``'s options, e.g. ``env``, ``stdout``; its
+    output streams to this terminal unless they redirect it); ``here``: in this process, with
+    ``plugins`` (pytest plugin objects).
+
+    ``hold``: the interrupt tests' hold point the process stops at before pytest starts (checked
+    before gdn_review is imported: imported first, pytest could not rewrite its plugin's asserts).
+    """
+    if here:
+        import pytest
+
+        return int(pytest.main(list(args), plugins=list(plugins)))
+    held = (
+        f"import os\nif os.environ.get({interrupts.HOLD!r}) == {hold!r}:\n"
+        f"    from gdn_review.common.interrupts import hold; hold({hold!r})\n"
+        if hold
+        else ""
+    )
+    command = [sys.executable, "-c", held + fast_exit.PYTEST, *args]
+    return interrupts.run_child(command, **child).returncode
 
 
 class SuiteError(Exception):
@@ -49,12 +75,12 @@ def run_suite(
     # Evidence left by an earlier run must never be reported as this run's; the
     # parts other commands added (mutants, the diff side) are carried over per release.
     kept = evidence_file.take_parts(Path(evidence_path))
-    command = pytest_argv(modules, evidence_path, keyword, extra)
+    args = pytest_args(test_args(modules, keyword), evidence_path, extra, quiet=False)
     say(
         f"[1/2] running {len(modules)} generated module(s) on the "
-        f"installed vLLM: pytest {' '.join(command[3:])}"
+        f"installed vLLM: pytest {' '.join(args)}"
     )
-    code = run_pytest(command)
+    code = run_pytest(args)
     if code == NO_TESTS:
         say("pytest collected no test (exit 5): nothing was checked")
     elif code not in RAN_EXIT_CODES:

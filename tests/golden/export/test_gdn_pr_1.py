@@ -259,8 +259,15 @@ def _vllm_config(settings: BuilderSettings):
             additional_config=additional,
         ),
     )
-    # Set after the config is made, as vLLM's own CPU tests of the builder do:
-    # the eager model config would turn a requested graph mode back into NONE.
+    _set_after_config(config, speculative, settings)
+    return config
+
+
+def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
+    """What the case sets once the config is made, as vLLM's own CPU tests of the
+    builder do: made with them, the eager model config would turn a requested graph
+    mode back into NONE, and the engine resolves prefix caching only later.
+    ``speculative``: the config's speculative config, as it was made."""
     if settings.cudagraph_mode is not None:
         from vllm.config import CUDAGraphMode
 
@@ -275,8 +282,8 @@ def _vllm_config(settings: BuilderSettings):
     if settings.use_kda_recoverssm is not None:
         config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
     if settings.adaptive_verification is not None and speculative is not None:
-        # Set after the config too: vLLM's check (V2 runner, FULL graphs) reads the
-        # graph mode the eager model config has turned back into NONE by then.
+        # vLLM's check (V2 runner, FULL graphs) reads the graph mode the eager
+        # model config has turned back into NONE by then.
         speculative.enable_adaptive_verification = settings.adaptive_verification
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
@@ -285,7 +292,6 @@ def _vllm_config(settings: BuilderSettings):
         config.cache_config.mamba_cache_mode = "align"
         config.cache_config.hash_block_size = hash_block_size
         config.cache_config.cache_hit_alignment_tokens = alignment_tokens
-    return config
 
 
 def _vllm_platform_is_cuda() -> bool:
@@ -450,6 +456,49 @@ def new_builder(settings: BuilderSettings):
         )
 
 
+# What a comparison shows for a field that one side lacks.
+NO_FIELD = "(no such field)"
+
+
+# The keys of a tensor's stored form where it states its dtype (``values.stored_form``).
+TENSOR_KEYS = {"dtype", "values", "shape"}
+
+
+def implied_shape(values) -> list[int]:
+    """The shape a nested list of values implies: [] -> [0], [[], []] -> [2, 0]."""
+    shape = []
+    while isinstance(values, list):
+        shape.append(len(values))
+        if not values:
+            break
+        values = values[0]
+    return shape
+
+
+def tensor_parts(form, usual: str | None):
+    """(dtype, shape, values) of a stored form that is a tensor: ``{dtype, values}``
+    states its own, a list has its field's ``usual`` dtype (None: the field holds no
+    tensor); else None."""
+    if isinstance(form, dict) and {"dtype", "values"} <= set(form) <= TENSOR_KEYS:
+        values = form["values"]
+        return form["dtype"], form.get("shape", implied_shape(values)), values
+    if isinstance(form, list) and usual is not None:
+        return usual, implied_shape(form), form
+    return None
+
+
+def tensor_change(first, second):
+    """("dtype" or "shape", first's, second's) where two tensors (``tensor_parts``)
+    have the same values and their dtype or shape differ; None otherwise."""
+    if first is None or second is None or first[2] != second[2]:
+        return None
+    if first[0] != second[0]:
+        return "dtype", first[0], second[0]
+    if first[1] != second[1]:
+        return "shape", first[1], second[1]
+    return None
+
+
 # Offset of the second block table (update_block_table); table offsets are
 # multiples of it, so an entry still names its row and slot.
 SECOND_TABLE = 10000
@@ -531,24 +580,13 @@ class Tensor(list):
         return Tensor, (list(self), self.dtype, self.shape)
 
 
-def _implied_shape(values) -> list[int]:
-    """The shape a nested list of values implies: [] -> [0], [[], []] -> [2, 0]."""
-    shape = []
-    while isinstance(values, list):
-        shape.append(len(values))
-        if not values:
-            break
-        values = values[0]
-    return shape
-
-
 def stored_form(value, name: str | None = None):
     """Plain data as it is stored (JSON, YAML): a ``Tensor`` (under field ``name``) as
     its values where its dtype is the field's usual one and its values imply its shape,
     else ``{"dtype", "values"}`` (and ``"shape"`` where the values do not imply it)."""
     if isinstance(value, Tensor):
         values = list(value)
-        implied = _implied_shape(values) == value.shape
+        implied = implied_shape(values) == value.shape
         if value.dtype == USUAL_DTYPES.get(name) and implied:
             return values
         form = {"dtype": value.dtype, "values": values}
@@ -562,31 +600,16 @@ def stored_form(value, name: str | None = None):
     return value
 
 
-# The keys of a tensor's stored form where it states its dtype.
-TENSOR_KEYS = {"dtype", "values", "shape"}
-
-
-def _tensor_parts(form, name: str):
-    """(dtype, shape, values) of a stored tensor form; None: ``form`` is no tensor."""
-    if isinstance(form, dict) and {"dtype", "values"} <= set(form) <= TENSOR_KEYS:
-        values = form["values"]
-        return form["dtype"], form.get("shape", _implied_shape(values)), values
-    if isinstance(form, list) and name in USUAL_DTYPES:
-        return USUAL_DTYPES[name], _implied_shape(form), form
-    return None
-
-
-def stored_differences(
-    measured: dict, stored: dict, fields=None, missing="(no such field)"
-) -> dict:
+def stored_differences(measured: dict, stored: dict, fields=None) -> dict:
     """field -> (measured, stored), both in stored form, of every field (of ``fields``;
-    default: of either) whose value, dtype or shape differs, or that only one has."""
+    default: of either) whose value, dtype or shape differs, or that only one has
+    (``NO_FIELD`` on the side that lacks it)."""
     if fields is None:
         fields = sorted(set(measured) | set(stored))
     found = {}
     for field in fields:
-        a = stored_form(measured[field], field) if field in measured else missing
-        b = stored.get(field, missing)
+        a = stored_form(measured[field], field) if field in measured else NO_FIELD
+        b = stored.get(field, NO_FIELD)
         if a != b:
             found[field] = (a, b)
     return found
@@ -598,15 +621,12 @@ def describe_differences(differences: dict, other: str = "expected") -> str:
     shape [0, 3], expected [0]``, ``num_decodes: 2, expected 1``."""
     clauses = []
     for field, (a, b) in differences.items():
-        first, second = _tensor_parts(a, field), _tensor_parts(b, field)
-        if first is not None and second is not None and first[2] == second[2]:
-            if first[0] != second[0]:
-                clauses.append(f"{field}: dtype {first[0]}, {other} {second[0]}")
-                continue
-            if first[1] != second[1]:
-                clauses.append(f"{field}: shape {first[1]}, {other} {second[1]}")
-                continue
-        clauses.append(f"{field}: {a!r}, {other} {b!r}")
+        usual = USUAL_DTYPES.get(field)
+        change = tensor_change(tensor_parts(a, usual), tensor_parts(b, usual))
+        if change:
+            clauses.append(f"{field}: {change[0]} {change[1]}, {other} {change[2]}")
+        else:
+            clauses.append(f"{field}: {a!r}, {other} {b!r}")
     return "; ".join(clauses)
 
 
@@ -700,8 +720,7 @@ def layout(builder, metadata) -> dict:
     return {"persistent_views": sorted(views), "noncontiguous": sorted(scattered)}
 
 
-# Classes a call case may pass (kb.models.HostClass) -> their module (None: the
-# target's own).
+# Classes a call case may pass (kb.models.HostClass) -> their module (None: target's).
 HOST_CLASSES = {
     "GDNAttentionMetadataBuilder": None,
     "KimiK3ROCmKDAMetadataBuilder": "vllm.models.kimi_k3.amd.kda_metadata",
@@ -845,10 +864,27 @@ def row_values(case: dict) -> list[dict]:
 
 def build_arguments(case: dict, settings: BuilderSettings):
     """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
     device = torch.device(settings.device)
     rows = row_values(case)
+    columns = settings.block_table_columns
+    common = _common_metadata(case, rows, columns, device)
+    drafts, num_accepted = _speculation_counts(case, rows, device)
+    return (
+        {
+            "common_prefix_len": 0,
+            "common_attn_metadata": common,
+            "num_accepted_tokens": num_accepted,
+            "num_decode_draft_tokens_cpu": drafts,
+        },
+        rows,
+        columns,
+    )
+
+
+def _common_metadata(case: dict, rows: list[dict], columns: int, device):
+    """The case's CommonAttentionMetadata, with the fields this release accepts."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
     query_lens = [row["query_len"] for row in rows]
     seq_lens = [row["seq_len"] for row in rows]
     starts = [0]
@@ -856,7 +892,6 @@ def build_arguments(case: dict, settings: BuilderSettings):
         starts.append(starts[-1] + length)
     # Token padding (FULL-graph replay) counts tokens beyond the real ones.
     num_tokens = starts[-1] + case.get("padded_tokens", 0)
-    columns = settings.block_table_columns
     # Entry (r, c) = offset + r * columns + c + 1: every state index names its
     # row, and 0 (vLLM's NULL_BLOCK_ID) never appears as a real entry.
     block_table = case.get("block_table_offset", 0) + torch.arange(
@@ -865,9 +900,8 @@ def build_arguments(case: dict, settings: BuilderSettings):
     if case.get("null_padded_blocks"):
         # Padded rows own no blocks: every entry is NULL_BLOCK_ID (0).
         block_table[len(case["rows"]) :] = 0
-    # Unless a row says so, a row that does not speculate and has more than
-    # one query token is a prefill (vLLM's is_prefilling); capture batches
-    # are decodes.
+    # Unless a row says so, a row that does not speculate and has more than one
+    # query token is a prefill (vLLM's is_prefilling); capture batches are decodes.
     capture = case.get("entry") == "capture"
     prefilling = [
         row["prefilling"]
@@ -907,10 +941,13 @@ def build_arguments(case: dict, settings: BuilderSettings):
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
     accepted = {f.name for f in dataclasses.fields(CommonAttentionMetadata) if f.init}
-    common = CommonAttentionMetadata(
+    return CommonAttentionMetadata(
         **{k: v for k, v in candidates.items() if k in accepted}
     )
 
+
+def _speculation_counts(case: dict, rows: list[dict], device):
+    """(draft counts, accepted counts) of a speculative case; None where not sent."""
     drafts = None
     num_accepted = None
     given = case.get("drafts", "given")
@@ -925,16 +962,7 @@ def build_arguments(case: dict, settings: BuilderSettings):
         num_accepted = torch.tensor(
             [row.get("accepted", 1) for row in rows], dtype=torch.int32
         ).to(device)
-    return (
-        {
-            "common_prefix_len": 0,
-            "common_attn_metadata": common,
-            "num_accepted_tokens": num_accepted,
-            "num_decode_draft_tokens_cpu": drafts,
-        },
-        rows,
-        columns,
-    )
+    return drafts, num_accepted
 
 
 # State-index fields of build()'s metadata: entries of the group's own block table.
@@ -1348,10 +1376,7 @@ def _build_case(device: str, case: dict, count_ops: bool) -> BuildRun:
     other = _second_builder(case, settings)
     columns = settings.block_table_columns
     counter = _OpCounter()
-    if count_ops:
-        with counter.mode:
-            metadata, built = _run_entry(builder, case, settings, other)
-    else:
+    with counter.mode if count_ops else contextlib.nullcontext():
         metadata, built = _run_entry(builder, case, settings, other)
     data = snapshot(metadata, columns)
     _measure_parts(data, case, other if other is not None else builder, metadata)
@@ -1401,11 +1426,8 @@ def _build_step(device: str, case: dict, count_ops: bool) -> BuildRun:
     builders, settings = _step_builders(device, case)
     kwargs, _, columns = build_arguments(case, settings)
     counter = _OpCounter()
-    if count_ops:
-        with counter.mode:
-            metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
-    else:
-        metadatas, call_ops = run_step(builders, case, kwargs)
+    with counter.mode if count_ops else contextlib.nullcontext():
+        metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
     data = step_snapshot(metadatas, columns, case.get("block_table_offset", 0))
     _measure_parts(data, case, builders[0], metadatas[0])
     return BuildRun(
@@ -2071,9 +2093,6 @@ def check_checkpoints_on_real_prefills(batch, run):
         )
 
 
-GDN_BUILDER_CLASS = "GDNAttentionMetadataBuilder"
-
-
 # Keys an invariant's check adds to every batch for mirrors_gdn (not a case's own).
 MIRROR_KEYS = ("builder", "mirror_fields")
 
@@ -2091,24 +2110,23 @@ def check_mirrors_gdn(batch, run):
     # Where a subclass keeps its own copy of GDN's classification and staging (Kimi-K3's
     # KimiK3KDAMetadataBuilder "intentionally mirrors" them), a fix to one copy that the
     # other lacks shows here, batch by batch.
-    subject = batch.get("builder") or GDN_BUILDER_CLASS
+    subject = batch.get("builder") or GDN_BUILDER
     reference = {key: value for key, value in batch.items() if key not in MIRROR_KEYS}
     try:
         gdn = build_case(run.device, reference, count_ops=False).metadata
     except AssertionError as error:  # a crash is no deviation of the mirror
         raise RuntimeError(
-            f"{GDN_BUILDER_CLASS}.build() raised AssertionError: {error}"
+            f"{GDN_BUILDER}.build() raised AssertionError: {error}"
         ) from error
-    missing = "(no such field)"
     fields = batch.get("mirror_fields") or sorted(set(run.metadata) & set(gdn))
     differ = [
         field
         for field in fields
-        if run.metadata.get(field, missing) != gdn.get(field, missing)
+        if run.metadata.get(field, NO_FIELD) != gdn.get(field, NO_FIELD)
     ]
-    assert not differ, f"{subject} differs from {GDN_BUILDER_CLASS} on " + "; ".join(
-        f"{field}: {_field_words(run.metadata.get(field, missing))}, GDN's "
-        f"{_field_words(gdn.get(field, missing))}"
+    assert not differ, f"{subject} differs from {GDN_BUILDER} on " + "; ".join(
+        f"{field}: {_field_words(run.metadata.get(field, NO_FIELD))}, GDN's "
+        f"{_field_words(gdn.get(field, NO_FIELD))}"
         for field in differ
     )
 
@@ -2276,11 +2294,7 @@ def check_regather_matches_fresh_build(batch, run):
         _variant(base, block_table_offset=10000, aligned_state_indices=second),
         count_ops=False,
     ).metadata
-    state = {
-        "spec_state_indices_tensor",
-        "non_spec_state_indices_tensor",
-        "prefill_state_indices",
-    }
+    state = set(STATE_INDEX_FIELDS)
     for field in sorted(state):
         assert regather.metadata[field] == fresh[field], (
             f"{field}: re-gathered {regather.metadata[field]} != fresh {fresh[field]}"
