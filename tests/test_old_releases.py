@@ -41,11 +41,9 @@ def _pytest_on(release: str, *args: str, cwd=ROOT) -> subprocess.CompletedProces
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "release, later, exported",
-    [("0.29.0", ">=0.31", True), ("0.31.0", ">=0.32", False)],
-    ids=["0.29.0", "0.31.0"],
-)
+# One older release: the matrix's runs (tests/test_history.py, the bundle's dry run) take the
+# generated suite across the others; 0.31.0 here as well cost CI 24 s for no new kind of check.
+@pytest.mark.parametrize("release, later, exported", [("0.29.0", ">=0.31", True)], ids=["0.29.0"])
 def test_the_generated_suite_and_exported_modules_pass_or_skip_on_an_older_release(
     release, later, exported, tmp_path
 ):

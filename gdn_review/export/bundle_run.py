@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gdn_review.common import interrupts, release_trees
 from gdn_review.common.release_trees import CUDA_ON_CPU_PLATFORM
-from gdn_review.kb.subjects import key_label
+from gdn_review.kb.subjects import as_key, key_label
 from gdn_review.run import evidence_file
 
 RUN_FORMAT = "gdn-review-bundle-run/1"
@@ -211,11 +211,6 @@ def summarise(bundle: dict, out: Path) -> dict:
             for number, result in bench.get("bench", {}).items()
         },
     }
-
-
-def as_key(text: str) -> int | str:
-    """A record's key as JSON keeps it (a string), back as the record's key (a PR's number: int)."""
-    return int(text) if text.isdigit() else text
 
 
 def main(argv: list[str]) -> int:

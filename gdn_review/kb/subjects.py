@@ -107,6 +107,11 @@ def state_words(state: str) -> str:
     return {"closed": "closed, unmerged"}.get(state, state)
 
 
+def as_key(text: str) -> int | str:
+    """A record's key from text (a file's stem, a JSON key): a PR's number is an int."""
+    return int(text) if text.isdigit() else text
+
+
 def key_label(key: int | str) -> str:
     """How people read a record's key where only the key is at hand: ``PR #52078``, ``contract
     update_block_table``."""

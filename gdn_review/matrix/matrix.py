@@ -38,6 +38,7 @@ from packaging.version import Version
 from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.common.release_trees import CLAIMS_ON_ANY_RELEASE
+from gdn_review.kb.subjects import as_key
 from gdn_review.matrix.matrix_files import MATRIX_FORMAT, MatrixError, write_matrix
 from gdn_review.matrix.release_plan import Planned, default_jobs
 from gdn_review.run import evidence_file, suite
@@ -107,7 +108,7 @@ def run_group(
     log.unlink(missing_ok=True)
     results = []
     for member, (own_evidence, snapshot, own_log) in zip(members, outputs):
-        key = _record_key(member[1])
+        key = as_key(Path(member[1]).stem)
         mine = evidence_file.record_slice(data, key) if data is not None else None
         if not mine or not mine["tests"]:
             # Nothing of this record in the shared session (another module's crash, a
@@ -155,12 +156,6 @@ def _result(item: Planned, path, files: tuple, code: int, summary: str, duration
         "summary": summary,
         "duration_s": duration,
     }
-
-
-def _record_key(record_path: Path) -> int | str:
-    """The key of the record at ``kb/<key>.yaml``: a PR's number, or a contract's id."""
-    stem = Path(record_path).stem
-    return int(stem) if stem.isdigit() else stem
 
 
 def outcome_summary(tests: list[dict], duration: float, records: int) -> str:

@@ -25,7 +25,7 @@ from packaging.version import Version
 from gdn_review.common import release_range
 from gdn_review.common.release import Release
 from gdn_review.kb import Record, RecordError
-from gdn_review.kb.yaml_source import SAFE_LOADER, locate
+from gdn_review.kb.yaml_source import SAFE_LOADER, error_at
 from gdn_review.mutation import operators
 
 RUNNABLE = None  # status of a mutant that still has to run
@@ -100,24 +100,19 @@ def find_problems(path: Path, record: Record, sources: dict[str, str]) -> list[R
                     continue
                 if root is None:
                     root = _yaml_root(path)
-                line, column = locate(root, ("risks", r_index, "mutants", m_index, "find"))
                 where = f"vLLM {version}'s {record.target.file}"
                 expected = "exactly once" if mutant.count == 1 else f"exactly {mutant.count} times"
-                problems.append(
-                    RecordError(
-                        str(path),
-                        line,
-                        column,
-                        f"risks[{r_index}].mutants[{m_index}].find",
-                        f"mutant {mutant.id!r}: find matches {found} times in {where} "
-                        f"(expected {expected}); "
-                        + (
-                            "copy the exact text, indentation and line breaks included"
-                            if found == 0
-                            else "make it longer so it names one site"
-                        ),
-                    )
+                hint = (
+                    "copy the exact text, indentation and line breaks included"
+                    if found == 0
+                    else "make it longer so it names one site"
                 )
+                loc = ("risks", r_index, "mutants", m_index, "find")
+                message = (
+                    f"mutant {mutant.id!r}: find matches {found} times in {where} "
+                    f"(expected {expected}); {hint}"
+                )
+                problems.append(error_at(str(path), root, loc, message))
     return problems
 
 
@@ -200,7 +195,6 @@ def own_hunk_problems(path: Path, record: Record, base: str, head: str) -> list[
         ]
         if len(holding) == 1:
             continue
-        line, column = locate(_yaml_root(path), ("target", "own_hunks", index))
         step = f"the diff {record.target.base_release} -> {record.target.head_release}"
         message = (
             f"{anchor.strip()!r} is not a line {step} adds or changes"
@@ -208,7 +202,9 @@ def own_hunk_problems(path: Path, record: Record, base: str, head: str) -> list[
             else f"{anchor.strip()!r} is in {len(holding)} changed blocks of "
             f"{step}: name a line that only this PR's block has"
         )
-        problems.append(RecordError(str(path), line, column, f"target.own_hunks[{index}]", message))
+        problems.append(
+            error_at(str(path), _yaml_root(path), ("target", "own_hunks", index), message)
+        )
     return problems
 
 
