@@ -113,6 +113,10 @@ def test_a_mutant_runs_the_latest_killers_first_then_one_batch_tests_then_random
         tests[1],
         tests[2],
     ]
+    # Where the baseline measured each test, the cheapest go first after the latest killers.
+    cost = {tests[0]: 0.5, tests[1]: 0.3, tests[2]: 0.01, tests[3]: 0.02}
+    assert kill_order(tests, [], cost) == [tests[2], tests[3], tests[1], tests[0]]
+    assert kill_order(tests, [tests[0]], cost) == [tests[0], tests[2], tests[3], tests[1]]
 
 
 @pytest.mark.slow

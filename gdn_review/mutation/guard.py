@@ -44,7 +44,7 @@ from gdn_review.mutation.guard_lines import (
     test_configurations,
 )
 from gdn_review.mutation.guard_notes import Notes, unreachable_lines
-from gdn_review.run import suite
+from gdn_review.run import evidence_file, suite
 
 if TYPE_CHECKING:  # runner imports pytest: only where mutants run
     from gdn_review.mutation.runner import Progress
@@ -135,15 +135,18 @@ def ordered_args(args: list[str], first_files: list[str]) -> list[str]:
     return sorted(files, key=lambda f: Path(f).name not in first_files) + rest
 
 
-def kill_order(tests: list[str], killers: list[str]) -> list[str]:
+def kill_order(tests: list[str], killers: list[str], cost: dict | None = None) -> list[str]:
     """A mutant's selected tests in the order most likely to fail soon (``-x`` stops there):
     those that killed the latest mutants first (a neighbouring edit tends to fall to the same
-    test), then the tests of one batch (a case, a boundary batch), then the random examples'
-    tests (many builds each). The order only changes which test reports the kill, and when."""
+    test), then the cheapest: by ``cost`` (each test's seconds in the baseline) where measured,
+    else the tests of one batch (a case, a boundary batch) before the random examples' tests
+    (many builds each). The order only changes which test reports the kill, and when."""
     recent = {test: index for index, test in enumerate(killers)}
-    return sorted(
-        tests, key=lambda test: (recent.get(test, len(recent)), "_invariant[" in test, test)
-    )
+
+    def price(test: str) -> float:
+        return cost.get(test, 0.0) if cost else float("_invariant[" in test)
+
+    return sorted(tests, key=lambda test: (recent.get(test, len(recent)), price(test), test))
 
 
 def score(entries: list[dict]) -> dict:
@@ -201,7 +204,10 @@ def score_whole_file(
     tests = suite.test_args(sorted(modules.values()))
     # the baseline's evidence: not kept
     with tempfile.TemporaryDirectory(prefix="gdn-review-guard-") as scratch:
-        code, baseline_s = runner.baseline(tests, Path(scratch) / "baseline.json", plugins=(trace,))
+        evidence = Path(scratch) / "baseline.json"
+        code, baseline_s = runner.baseline(tests, evidence, plugins=(trace,))
+        # What each test cost in the baseline: a mutant tries the cheap ones first.
+        cost = {t["nodeid"]: t["duration_s"] for t in evidence_file.read(evidence)["tests"]}
     if code != 0:
         raise GuardError(runner.baseline_failed(code))
     if not trace.active:
@@ -213,7 +219,7 @@ def score_whole_file(
     by_test = {nodeid: lines.get(key, set()) for nodeid, lines in (trace.by_test or {}).items()}
     work = plan(mutants, source, by_test, unreachable, scope_lines)
     entries = _run(
-        target, scope_lines, mutants, work, tests, settings, progress or runner.Progress()
+        target, scope_lines, mutants, work, cost, tests, settings, progress or runner.Progress()
     )
     by_module_key = {reach.module_key(path): name for name, path in modules.items()}
     by_module = {module: lines.get(key, set()) for module, lines in trace.by_module.items()}
@@ -268,6 +274,7 @@ def _run(
     scope_lines: dict[int, str],
     mutants: list[Mutant],
     work: Plan,
+    cost: dict[str, float],
     tests: list[str],
     settings: Settings,
     progress: Progress,
@@ -308,7 +315,7 @@ def _run(
         chosen = work.tests[mutant.id]
         if chosen is None:
             return [*ordered_args(tests, work.first_files.get(mutant.id, [])), "-x"]
-        return [*kill_order(chosen, killers), "-x"]
+        return [*kill_order(chosen, killers, cost), "-x"]
 
     for mutant in mutants:
         if mutant.id in work.decided:
