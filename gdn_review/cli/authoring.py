@@ -10,7 +10,14 @@ import sys
 
 import click
 
-from gdn_review.cli.support import EXIT_FAILED, BadInput, exit_codes, say
+from gdn_review.cli.support import (
+    EXIT_FAILED,
+    BadInput,
+    exit_codes,
+    offline_option,
+    release_option,
+    say,
+)
 from gdn_review.matrix.release_finder import (
     DEFAULT_FILE,  # imports no vLLM: --help stays fast
 )
@@ -21,19 +28,9 @@ from gdn_review.matrix.release_finder import (
 @click.option(
     "--file", "file", default=DEFAULT_FILE, show_default=True, help="The file in vLLM to look in."
 )
-@click.option(
-    "--from",
-    "start",
-    default=None,
-    metavar="X.Y.Z",
-    help="The oldest release to check.  [default: 0.28.0]",
-)
-@click.option(
-    "--to",
-    "end",
-    default=None,
-    metavar="X.Y.Z",
-    help="The newest release to check.  [default: the installed vLLM]",
+@release_option("--from", "start", help_text="The oldest release to check.  [default: 0.28.0]")
+@release_option(
+    "--to", "end", help_text="The newest release to check.  [default: the installed vLLM]"
 )
 @click.option(
     "--fixed-string",
@@ -41,11 +38,8 @@ from gdn_review.matrix.release_finder import (
     help="Find LINE as a string anywhere in the file (as given, not "
     "stripped) instead of as a whole line.",
 )
-@click.option(
-    "--offline",
-    is_flag=True,
-    help="Only the installed vLLM and the release cache; releases not "
-    "there are named, not fetched.",
+@offline_option(
+    "Only the installed vLLM and the release cache; releases not there are named, not fetched."
 )
 @exit_codes
 def find_release_command(

@@ -6,11 +6,16 @@ The command parses its options, calls ``run.bench``, prints and picks the exit c
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from gdn_review.cli.support import exit_codes, interruptible, kb_option, records_option, say
+from gdn_review.cli.support import (
+    evidence_option,
+    exit_codes,
+    interruptible,
+    kb_option,
+    records_option,
+    say,
+)
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import load_records
 
@@ -52,13 +57,9 @@ from gdn_review.run.selection import load_records
     show_default=True,
     help="Stop once every case's 95%% half-interval of the ratio is this narrow.",
 )
-@click.option(
-    "--evidence",
-    "evidence_path",
-    default=str(evidence_file.BENCH_PATH),
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Where the bench evidence JSON goes (run, mutate and report merge it).",
+@evidence_option(
+    "Where the bench evidence JSON goes (run, mutate and report merge it).",
+    default=evidence_file.BENCH_PATH,
 )
 @exit_codes
 @interruptible

@@ -17,8 +17,11 @@ from gdn_review.cli.support import (
     exit_codes,
     interruptible,
     kb_option,
+    keyword_option,
     records_option,
+    release_option,
     say,
+    work_option,
 )
 from gdn_review.run.selection import load_records
 
@@ -33,12 +36,11 @@ from gdn_review.run.selection import load_records
     help="Folder to write (must not exist or be empty, unless --force).",
 )
 @records_option("A record to carry (repeatable).  [default: every record that is not a draft]")
-@click.option(
+@release_option(
     "--vllm",
     "versions",
     multiple=True,
-    metavar="X.Y.Z",
-    help="A release to carry (repeatable).  [default: the installed one "
+    help_text="A release to carry (repeatable).  [default: the installed one "
     "and the base and head of every latency claim]",
 )
 @click.option(
@@ -64,13 +66,7 @@ from gdn_review.run.selection import load_records
     "the packages a GPU machine has, with no network: proves the "
     "bundle complete.",
 )
-@click.option(
-    "--work",
-    "work_dir",
-    default=None,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Where the dry run's environment and evidence go.  [default: a temp folder, kept]",
-)
+@work_option("Where the dry run's environment and evidence go.  [default: a temp folder, kept]")
 @click.option(
     "--dry-run-python",
     "source_python",
@@ -80,12 +76,9 @@ from gdn_review.run.selection import load_records
     "packages (e.g. a venv with the GPU machine's torch 2.11).  "
     "[default: this one]",
 )
-@click.option(
-    "-k",
-    "keyword",
-    default=None,
-    help="With --dry-run: only the generated tests this pytest -k expression selects run "
-    "(on the GPU machine: GDN_BUNDLE_KEYWORD).",
+@keyword_option(
+    "With --dry-run: only the generated tests this pytest -k expression selects run "
+    "(on the GPU machine: GDN_BUNDLE_KEYWORD)."
 )
 @exit_codes
 @interruptible

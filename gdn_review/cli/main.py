@@ -25,7 +25,15 @@ from gdn_review.cli import mutate_command as cli_mutate
 from gdn_review.cli import record_commands as cli_record
 from gdn_review.cli import review_commands as cli_review
 from gdn_review.cli import run_commands as cli_run
-from gdn_review.cli.support import EXIT_BAD_INPUT, EXIT_FAILED, exit_codes, kb_option, say
+from gdn_review.cli.support import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    exit_codes,
+    generated_option,
+    kb_option,
+    path_option,
+    say,
+)
 from gdn_review.common import fast_exit
 from gdn_review.kb import record_schema
 
@@ -54,20 +62,13 @@ def main() -> None:
 
 @main.command(name="generate")
 @kb_option
-@click.option(
-    "--out",
-    "generated_dir",
-    default="generated_tests",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of generated modules.",
-)
-@click.option(
+@generated_option("--out")
+@path_option(
     "--templates",
     "templates_dir",
-    default=None,
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    help="Template folder (default: the project's templates/).",
+    exists=True,
+    file_okay=False,
+    help_text="Template folder (default: the project's templates/).",
 )
 @click.option(
     "--check",

@@ -18,10 +18,16 @@ from gdn_review.cli.support import (
     fail_on_option,
     generated_option,
     interruptible,
+    jobs_option,
     kb_option,
+    keyword_option,
+    path_option,
     print_written,
     records_option,
+    release_option,
+    reports_option,
     say,
+    work_option,
     write_option,
 )
 from gdn_review.common import fail_conditions
@@ -39,53 +45,31 @@ from gdn_review.run import evidence_file
     help="Every record that is not a draft, in one pool of release runs; "
     "also writes the history page.",
 )
-@click.option(
+@release_option(
     "--since",
-    default=None,
-    metavar="X.Y.Z",
-    help="Leave out releases older than this (the history's window, e.g. 0.28.0).",
+    help_text="Leave out releases older than this (the history's window, e.g. 0.28.0).",
 )
-@click.option(
+@release_option(
     "--vllm",
     "versions",
     multiple=True,
-    metavar="X.Y.Z",
-    help="A release to run (repeatable).  [default: the record's base and "
+    help_text="A release to run (repeatable).  [default: the record's base and "
     "head release and every release after it up to the installed one]",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]",
-)
-@click.option(
-    "-k", "keyword", default=None, help="pytest -k expression (others are reported 'not run')."
-)
-@generated_option
+@jobs_option("Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]")
+@keyword_option("pytest -k expression (others are reported 'not run').")
+@generated_option()
 @write_option
-@click.option(
-    "--work",
-    "work_dir",
-    default=None,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where evidence, snapshots and logs per release go.  [default: "
-    ".gdn-review/matrix-N; with several records WORK/matrix-N]",
+@work_option(
+    "Where evidence, snapshots and logs per release go.  [default: "
+    ".gdn-review/matrix-N; with several records WORK/matrix-N]"
 )
-@click.option(
-    "--reports",
-    "reports_dir",
-    default="reports/matrix",
-    show_default=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where the reports go.",
-)
-@click.option(
+@reports_option(default="reports/matrix")
+@path_option(
     "--history",
     "history_path",
-    default=None,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="With --all: where the history page goes.  [default: reports/history.md]",
+    dir_okay=False,
+    help_text="With --all: where the history page goes.  [default: reports/history.md]",
 )
 @click.option(
     "--draft-changes",
@@ -165,17 +149,18 @@ def matrix_command(
             click.echo(f"{key_label(report_data['key'])}:")
         click.echo("\n".join(indent + line for line in matrix_report.summary_lines(report_data)))
     if history_data is not None:
-        for key, why in history_data["missing"].items():
-            say(f"history: left out {key_short(key)}: {why}")
-        click.echo(_history_line(history_data))
+        _show_history(history_data, "history: ")
     print_written(written)
     sys.exit(exit_for(matrix_report.findings(reports, history_data), fail_on))
 
 
-def _history_line(data: dict) -> str:
+def _show_history(data: dict, prefix: str = "") -> None:
+    """The records the history page leaves out (stderr, after ``prefix``), then its summary."""
+    for key, why in data["missing"].items():
+        say(f"{prefix}left out {key_short(key)}: {why}")
     releases = data["releases"]
     prs = sum(len(r["prs"]) for r in data["per_release"])
-    return (
+    click.echo(
         f"history: {len(releases)} releases ({releases[0]} .. "
         f"{releases[-1]}), {prs} PRs, {len(data['unexplained'])} "
         "unexplained change(s)"
@@ -184,43 +169,31 @@ def _history_line(data: dict) -> str:
 
 @click.command(name="history")
 @kb_option
-@click.option(
+@release_option(
     "--since",
-    default=None,
-    metavar="X.Y.Z",
-    help="Leave out releases older than this.  [default: every release the matrix runs have]",
+    help_text="Leave out releases older than this.  [default: every release the matrix runs have]",
 )
-@click.option(
-    "--work",
-    "work_dir",
-    default=".gdn-review",
-    show_default=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where the matrix runs are (WORK/matrix-N).",
-)
-@click.option(
+@work_option("Where the matrix runs are (WORK/matrix-N).", default=".gdn-review")
+@path_option(
     "--bench",
     "bench_path",
     default=str(evidence_file.BENCH_PATH),
-    show_default=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="`gdn-review bench`'s results (latency per record), if any.",
+    dir_okay=False,
+    help_text="`gdn-review bench`'s results (latency per record), if any.",
 )
-@click.option(
+@path_option(
     "--out",
     "history_path",
     default="reports/history.md",
-    show_default=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Where the page goes.",
+    dir_okay=False,
+    help_text="Where the page goes.",
 )
-@click.option(
+@path_option(
     "--matrix-reports",
     "matrix_reports_dir",
     default="reports/matrix",
-    show_default=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="The records' matrix reports, which the page links.",
+    file_okay=False,
+    help_text="The records' matrix reports, which the page links.",
 )
 @fail_on_option(fail_conditions.HISTORY, "drift")
 @exit_codes
@@ -250,8 +223,6 @@ def history_command(
     data, path = history.write_page(
         kb_dir, work_dir, bench_path, history_path, since, matrix_reports_dir
     )
-    for key, why in data["missing"].items():
-        say(f"left out {key_short(key)}: {why}")
-    click.echo(_history_line(data))
+    _show_history(data)
     click.echo(f"wrote {path}")
     sys.exit(exit_for(matrix_report.findings(history=data), fail_on))

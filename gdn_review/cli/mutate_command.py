@@ -10,23 +10,28 @@ from __future__ import annotations
 import collections
 import os
 import sys
-from pathlib import Path
 
 import click
 
 from gdn_review.cli.support import (
     EXIT_FAILED,
     EXIT_OK,
+    evidence_option,
     exit_codes,
-    exit_for,
     fail_on_option,
     generated_option,
     interruptible,
+    jobs_option,
     kb_option,
+    keyword_option,
+    offline_option,
     records_option,
+    release_option,
+    reports_option,
     say,
-    show_reports,
+    timeout_option,
     write_option,
+    write_reports,
 )
 from gdn_review.common import fail_conditions
 from gdn_review.run import evidence_file
@@ -47,49 +52,18 @@ from gdn_review.run.selection import current_modules, load_records
 @click.option(
     "--list", "list_only", is_flag=True, help="List the mutants and their state; run nothing."
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Mutants run at once.  [default: CPU count]",
+@jobs_option("Mutants run at once.  [default: CPU count]")
+@timeout_option(60.0, "Seconds a mutant may run before its process is killed (status: timeout).")
+@keyword_option(
+    "pytest -k expression: the tests that may kill mutants (a weaker selection kills less)."
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=60.0,
-    show_default=True,
-    help="Seconds a mutant may run before its process is killed (status: timeout).",
-)
-@click.option(
-    "-k",
-    "keyword",
-    default=None,
-    help="pytest -k expression: the tests that may kill mutants (a weaker selection kills less).",
-)
-@generated_option
+@generated_option()
 @write_option
-@click.option(
-    "--offline",
-    is_flag=True,
-    help="Use only releases already in the cache (automatic mutants need "
-    "the base and head releases).",
+@offline_option(
+    "Use only releases already in the cache (automatic mutants need the base and head releases)."
 )
-@click.option(
-    "--evidence",
-    "evidence_path",
-    default=str(evidence_file.DEFAULT_PATH),
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Where the evidence JSON (tests and mutants) goes.",
-)
-@click.option(
-    "--reports",
-    "reports_dir",
-    default="reports",
-    show_default=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where reports go.",
-)
+@evidence_option("Where the evidence JSON (tests and mutants) goes.")
+@reports_option()
 @fail_on_option(fail_conditions.REPORT, "fails,survived")
 @click.option(
     "--whole-file",
@@ -97,11 +71,9 @@ from gdn_review.run.selection import current_modules, load_records
     help="Score the whole target file against every record's tests "
     "(reports/guard.md + .json), not a record's PR hunks.",
 )
-@click.option(
+@release_option(
     "--release",
-    default=None,
-    metavar="X.Y.Z",
-    help="With --whole-file: score this release from the release cache "
+    help_text="With --whole-file: score this release from the release cache "
     "(fetched once) instead of the installed one.",
 )
 @click.option(
@@ -193,8 +165,6 @@ def mutate(
         )
 
     from gdn_review import mutation
-    from gdn_review.report import report as reporting
-    from gdn_review.report import verdicts
 
     records = load_records(kb_dir, keys)
     catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
@@ -208,11 +178,7 @@ def mutate(
     ):
         click.echo(line)
     paths = evidence_file.with_bench(evidence_path, say)
-    written, reports = reporting.write_reports(
-        records, evidence_file.load(list(paths)), reports_dir
-    )
-    show_reports(reports, written)
-    sys.exit(exit_for(verdicts.findings(reports), fail_on))
+    sys.exit(write_reports(records, paths, reports_dir, fail_on))
 
 
 def _run_mutants(

@@ -17,11 +17,14 @@ import click
 
 from gdn_review.cli.support import (
     EXIT_FAILED,
-    RECORD_KEY,
     exit_codes,
     kb_option,
+    offline_option,
+    path_option,
     records_option,
+    release_option,
     say,
+    single_record_option,
 )
 
 
@@ -34,11 +37,9 @@ from gdn_review.cli.support import (
     help="Also build each record's named cases once on the installed vLLM under a line trace "
     "(no tests run) and say which cases execute each line the PR added or changed.",
 )
-@click.option(
-    "--offline",
-    is_flag=True,
-    help="With --reach: use only releases already in the cache (the PR's diff needs its base "
-    "and head releases).",
+@offline_option(
+    "With --reach: use only releases already in the cache (the PR's diff needs its base "
+    "and head releases)."
 )
 @exit_codes
 def validate_command(kb_dir: Path, keys, reach: bool, offline: bool) -> None:
@@ -115,21 +116,19 @@ def _show_reach(kb_dir: Path, keys, offline: bool) -> list[str]:
 @click.argument(
     "report_path", metavar="REPORT", type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option(
+@path_option(
     "--out",
     "draft_path",
-    default=None,
-    type=click.Path(path_type=Path),
-    help="Where the draft goes: a file named <number>.yaml, or a folder "
+    help_text="Where the draft goes: a file named <number>.yaml, or a folder "
     "(made if needed).  [default: kb/<number>.yaml]",
 )
 @click.option("--force", is_flag=True, help="Replace the file if it exists.")
-@click.option(
+@path_option(
     "--diff",
     "diff_path",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="What `gh pr diff N` wrote: the target file and symbol come from "
+    exists=True,
+    dir_okay=False,
+    help_text="What `gh pr diff N` wrote: the target file and symbol come from "
     "its hunks (with gh's JSON only).",
 )
 @exit_codes
@@ -169,33 +168,24 @@ def import_command(
 
 @click.command(name="export")
 @kb_option
-@click.option(
-    "--record",
-    "key",
-    default=None,
-    type=RECORD_KEY,
-    help="The record to export: a PR's number or a contract's id.",
-)
+@single_record_option("The record to export: a PR's number or a contract's id.")
 @click.option(
     "--all",
     "every",
     is_flag=True,
     help="Export every complete record, one module each (contract records included).",
 )
-@click.option(
+@path_option(
     "--out",
     "export_dir",
     default=".",
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Folder the module is written to.",
+    file_okay=False,
+    help_text="Folder the module is written to.",
 )
-@click.option(
+@release_option(
     "--vllm-release",
     "release",
-    default=None,
-    metavar="X.Y.Z",
-    help="Release whose known deviations become strict xfails.  [default: the installed vLLM]",
+    help_text="Release whose known deviations become strict xfails.  [default: the installed vLLM]",
 )
 @exit_codes
 def export_command(kb_dir: Path, key, every: bool, export_dir: Path, release: str | None) -> None:
@@ -226,25 +216,18 @@ def export_command(kb_dir: Path, key, every: bool, export_dir: Path, release: st
 
 @click.command(name="snapshot")
 @kb_option
-@click.option(
-    "--record",
-    "key",
-    default=None,
-    type=RECORD_KEY,
-    help="The record: a PR's number or a contract's id (required unless --stored).",
-)
+@single_record_option("The record: a PR's number or a contract's id (required unless --stored).")
 @click.option(
     "--stored",
     is_flag=True,
     help="Take again every stored snapshot (every record's, each on its own release), "
     "e.g. after the snapshots' format changed.",
 )
-@click.option(
+@release_option(
     "--release",
     "versions",
     multiple=True,
-    metavar="X.Y.Z",
-    help="Release to snapshot (repeatable; from the release cache unless "
+    help_text="Release to snapshot (repeatable; from the release cache unless "
     "installed).  [default: the installed vLLM]",
 )
 @click.option(

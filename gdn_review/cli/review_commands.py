@@ -16,10 +16,16 @@ from gdn_review.cli.support import (
     fail_on_option,
     generated_option,
     interruptible,
+    jobs_option,
     kb_option,
+    keyword_option,
+    path_option,
     print_written,
     records_option,
+    release_option,
     say,
+    timeout_option,
+    work_option,
 )
 from gdn_review.common import fail_conditions
 
@@ -38,6 +44,15 @@ def _shard(value: str | None) -> tuple[int, int] | None:
     return index, count
 
 
+# review's and review-merge's --out: the folder of the report
+_out_option = path_option(
+    "--out",
+    "review_dir",
+    file_okay=False,
+    help_text="Where NAME.md and NAME.json go.  [default: reports/review]",
+)
+
+
 def _finish(data: dict, review_dir: Path, fail_on: set[str]) -> None:
     from gdn_review.review import render, review_files
 
@@ -51,46 +66,30 @@ def _finish(data: dict, review_dir: Path, fail_on: set[str]) -> None:
 @click.command(name="review")
 @kb_option
 @click.argument("diff", type=click.Path(path_type=Path, dir_okay=False))
-@click.option(
+@release_option(
     "--onto",
-    default=None,
-    metavar="X.Y.Z",
-    help="Release the diff is applied to (its Python files from the "
+    help_text="Release the diff is applied to (its Python files from the "
     "release cache).  [default: the installed one; with the PR's own "
     "record (--pr), its base release]",
 )
-@click.option(
+@path_option(
     "--vllm-src",
     "vllm_src_dir",
-    default=None,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.",
+    file_okay=False,
+    help_text="A vLLM source folder (holding vllm/) to apply the diff to instead of a release.",
 )
 @records_option(
     "Only this record: a PR's number or a contract's id (repeatable).  "
     "[default: every record whose target file the diff changes]"
 )
-@click.option(
+@release_option(
     "--lands-in",
-    default=None,
-    metavar="X.Y.Z",
-    help="The release the change would first ship in: PRs recorded as "
+    help_text="The release the change would first ship in: PRs recorded as "
     "first shipping after --onto and up to it explain moved fields.  "
     "[default: the next minor release]",
 )
-@click.option(
-    "-k",
-    "keyword",
-    default=None,
-    help="pytest -k expression: only these generated tests (snapshots are taken whole).",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    help="Seconds a side (or a mutant) may run before it is killed.",
-)
+@keyword_option("pytest -k expression: only these generated tests (snapshots are taken whole).")
+@timeout_option(300.0, "Seconds a side (or a mutant) may run before it is killed.")
 @click.option(
     "--max-mutants",
     type=click.IntRange(min=0),
@@ -98,9 +97,7 @@ def _finish(data: dict, review_dir: Path, fail_on: set[str]) -> None:
     show_default=True,
     help="Mutants of the added lines to run, in line order (0: none).",
 )
-@click.option(
-    "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="Mutants run at once."
-)
+@jobs_option("Mutants run at once.", default=2)
 @click.option(
     "--shard",
     default=None,
@@ -108,25 +105,15 @@ def _finish(data: dict, review_dir: Path, fail_on: set[str]) -> None:
     help="Only every N-th affected record from the I-th (merge the "
     "shards' JSON with review-merge).",
 )
-@generated_option
-@click.option(
-    "--out",
-    "review_dir",
-    default=None,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where NAME.md and NAME.json go.  [default: reports/review]",
-)
+@generated_option()
+@_out_option
 @click.option(
     "--name", default=None, help="Report name.  [default: the diff's file name without extension]"
 )
-@click.option(
-    "--work",
-    "work_dir",
-    default=None,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Keep the run's files in this new or empty folder: each side's "
+@work_option(
+    "Keep the run's files in this new or empty folder: each side's "
     "evidence and snapshots, the mutants' sources.  [default: a temp "
-    "folder, removed]",
+    "folder, removed]"
 )
 @click.option(
     "--draft",
@@ -239,13 +226,7 @@ def review_command(
 
 @click.command(name="review-merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option(
-    "--out",
-    "review_dir",
-    default=None,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where NAME.md and NAME.json go.  [default: reports/review]",
-)
+@_out_option
 @click.option("--name", default=None, help="Report name.  [default: the first shard's]")
 @fail_on_option(fail_conditions.REVIEW, "breaks,drift")
 @exit_codes

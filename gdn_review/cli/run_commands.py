@@ -15,15 +15,17 @@ import click
 
 from gdn_review.cli.support import (
     EXIT_FAILED,
+    evidence_option,
     exit_codes,
-    exit_for,
     fail_on_option,
     generated_option,
     kb_option,
+    keyword_option,
     records_option,
+    reports_option,
     say,
-    show_reports,
     write_option,
+    write_reports,
 )
 from gdn_review.common import fail_conditions
 from gdn_review.run import evidence_file
@@ -40,14 +42,7 @@ from gdn_review.run.selection import current_modules, load_records
     multiple=True,
     help=f"Evidence JSON (repeatable; default {evidence_file.DEFAULT_PATH}).",
 )
-@click.option(
-    "--out",
-    "reports_dir",
-    default="reports",
-    show_default=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where reports go.",
-)
+@reports_option("--out")
 @click.option(
     "--format",
     "fmt",
@@ -73,45 +68,19 @@ def report(
       gdn-review report --format json --out /tmp/reports
       gdn-review report --fail-on fails,uncovered      # for CI
     """
-    from gdn_review.report import report as reporting
-    from gdn_review.report import verdicts
-
     records = load_records(kb_dir, keys)
     paths = evidence_paths or evidence_file.with_bench(evidence_file.DEFAULT_PATH, say)
-    written, reports = reporting.write_reports(
-        records, evidence_file.load(list(paths)), reports_dir, fmt
-    )
-    show_reports(reports, written, fmt)
-    sys.exit(exit_for(verdicts.findings(reports), fail_on))
+    sys.exit(write_reports(records, paths, reports_dir, fail_on, fmt))
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @kb_option
 @records_option()
-@generated_option
+@generated_option()
 @write_option
-@click.option(
-    "-k",
-    "keyword",
-    default=None,
-    help="pytest -k expression: run only matching tests (others are reported 'not run').",
-)
-@click.option(
-    "--evidence",
-    "evidence_path",
-    default=str(evidence_file.DEFAULT_PATH),
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Where the evidence JSON goes.",
-)
-@click.option(
-    "--reports",
-    "reports_dir",
-    default="reports",
-    show_default=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Where reports go.",
-)
+@keyword_option("pytest -k expression: run only matching tests (others are reported 'not run').")
+@evidence_option("Where the evidence JSON goes.")
+@reports_option()
 @click.option(
     "--no-diff",
     is_flag=True,
@@ -164,8 +133,6 @@ def run(
       gdn-review run --record 53542 --fail-on fails,pending
     """
     from gdn_review.mutation import own_reach
-    from gdn_review.report import report as reporting
-    from gdn_review.report import verdicts
     from gdn_review.review import diff_side
     from gdn_review.run import suite
 
@@ -184,8 +151,6 @@ def run(
                 path, records[path], release, evidence_path, kb_dir, generated_dir, say=click.echo
             )
     click.echo("[2/2] writing risk reports")
-    evidence = evidence_file.load(list(evidence_file.with_bench(evidence_path, click.echo)))
-    written, reports = reporting.write_reports(records, evidence, reports_dir)
-    show_reports(reports, written)
-    code = exit_for(verdicts.findings(reports), fail_on)
+    paths = evidence_file.with_bench(evidence_path, click.echo)
+    code = write_reports(records, paths, reports_dir, fail_on)
     sys.exit(EXIT_FAILED if ran == suite.NO_TESTS else code)

@@ -1,5 +1,5 @@
 """What every command shares: exit codes, turning a stage's errors into them, stopping a long run
-on SIGINT or SIGTERM, --fail-on, printing reports."""
+on SIGINT or SIGTERM, --fail-on, printing reports, the options several commands declare."""
 
 from __future__ import annotations
 
@@ -133,13 +133,61 @@ def say(line: str) -> None:
     click.echo(line, err=True)
 
 
-kb_option = click.option(
-    "--kb",
-    "kb_dir",
-    default="kb",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of YAML records.",
+def exit_for(findings: list[tuple[str, str]], chosen: set[str]) -> int:
+    """Say which of a stage's findings the chosen --fail-on conditions name (stderr); exit 1 if
+    any, else 0."""
+    tripped = fail_conditions.tripped(findings, chosen)
+    for line in tripped:
+        click.echo(f"fail-on: {line}", err=True)
+    return EXIT_FAILED if tripped else EXIT_OK
+
+
+def write_reports(
+    records, evidence_paths, reports_dir: Path, fail_on: set[str], fmt: str = "markdown"
+) -> int:
+    """Write a report per record from the evidence files and show them (a line per record,
+    ``report.summary_lines``, then the files written); the exit code the --fail-on conditions
+    pick."""
+    from gdn_review.report import verdicts
+
+    evidence = evidence_file.load(list(evidence_paths))
+    written, reports = reporting.write_reports(records, evidence, reports_dir, fmt)
+    for line in reporting.summary_lines(reports):
+        click.echo(line)
+    print_written(written, fmt)
+    return exit_for(verdicts.findings(reports), fail_on)
+
+
+def print_written(written: list[Path], fmt: str = "markdown") -> None:
+    for path in written:
+        click.echo(f"report   {path}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary and fmt == "markdown" and written:
+        with open(summary, "a", encoding="utf-8") as stream:
+            for path in written:
+                stream.write(path.read_text(encoding="utf-8") + "\n")
+        click.echo(f"appended to GITHUB_STEP_SUMMARY ({summary})")
+
+
+# The options more than one command declares: each keeps its name, parameter, default, type and
+# metavar wherever it is declared; ``help_text`` says what it means to that command.
+
+
+def path_option(*decls: str, help_text: str, default: str | None = None, **checks):
+    """An option naming a file or folder (``checks``: click.Path's, e.g. ``file_okay=False``); a
+    default is shown in --help."""
+    return click.option(
+        *decls,
+        default=default,
+        show_default=default is not None,
+        type=click.Path(path_type=Path, **checks),
+        help=help_text,
+    )
+
+
+kb_option = path_option("--kb", "kb_dir", default="kb", help_text="Folder of YAML records.")
+write_option = click.option(
+    "--write", is_flag=True, help="Regenerate stale modules instead of stopping at them."
 )
 
 
@@ -163,33 +211,6 @@ def fail_on_option(allowed: tuple[str, ...], default: str):
     )
 
 
-def exit_for(findings: list[tuple[str, str]], chosen: set[str]) -> int:
-    """Say which of a stage's findings the chosen --fail-on conditions name (stderr); exit 1 if
-    any, else 0."""
-    tripped = fail_conditions.tripped(findings, chosen)
-    for line in tripped:
-        click.echo(f"fail-on: {line}", err=True)
-    return EXIT_FAILED if tripped else EXIT_OK
-
-
-def show_reports(reports: list[dict], written: list[Path], fmt: str = "markdown") -> None:
-    """A line per record (``report.summary_lines``), then the files written."""
-    for line in reporting.summary_lines(reports):
-        click.echo(line)
-    print_written(written, fmt)
-
-
-def print_written(written: list[Path], fmt: str = "markdown") -> None:
-    for path in written:
-        click.echo(f"report   {path}")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary and fmt == "markdown" and written:
-        with open(summary, "a", encoding="utf-8") as stream:
-            for path in written:
-                stream.write(path.read_text(encoding="utf-8") + "\n")
-        click.echo(f"appended to GITHUB_STEP_SUMMARY ({summary})")
-
-
 def records_option(
     help_text: str = "Only this record: a PR's number or a contract's id (repeatable).",
 ):
@@ -197,14 +218,67 @@ def records_option(
     return click.option("--record", "keys", type=RECORD_KEY, multiple=True, help=help_text)
 
 
-generated_option = click.option(
-    "--generated",
-    "generated_dir",
-    default="generated_tests",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Folder of generated modules.",
-)
-write_option = click.option(
-    "--write", is_flag=True, help="Regenerate stale modules instead of stopping at them."
-)
+def generated_option(flag: str = "--generated"):
+    """``--generated`` (``generate``'s --out): the folder of the generated modules."""
+    return path_option(
+        flag, "generated_dir", default="generated_tests", help_text="Folder of generated modules."
+    )
+
+
+def single_record_option(help_text: str):
+    """``--record`` once: the one record a command works on."""
+    return click.option("--record", "key", default=None, type=RECORD_KEY, help=help_text)
+
+
+def release_option(*decls: str, help_text: str, multiple: bool = False):
+    """An option naming a vLLM release, X.Y.Z (``multiple``: repeatable)."""
+    return click.option(*decls, default=None, multiple=multiple, metavar="X.Y.Z", help=help_text)
+
+
+def evidence_option(help_text: str, default: Path = evidence_file.DEFAULT_PATH):
+    """``--evidence``: the evidence JSON a command writes."""
+    return path_option("--evidence", "evidence_path", default=str(default), help_text=help_text)
+
+
+def reports_option(flag: str = "--reports", default: str = "reports"):
+    """``--reports`` (``report``'s --out): the folder the reports go to."""
+    return path_option(
+        flag, "reports_dir", default=default, file_okay=False, help_text="Where reports go."
+    )
+
+
+def work_option(help_text: str, default: str | None = None):
+    """``--work``: the folder of a run's own files (evidence, logs, environments)."""
+    return path_option("--work", "work_dir", default=default, file_okay=False, help_text=help_text)
+
+
+def keyword_option(help_text: str):
+    """``-k``: a pytest -k expression over the generated tests."""
+    return click.option("-k", "keyword", default=None, help=help_text)
+
+
+def jobs_option(help_text: str, default: int | None = None):
+    """``--jobs``: how many run at once (mutants, releases)."""
+    return click.option(
+        "--jobs",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=default is not None,
+        help=help_text,
+    )
+
+
+def timeout_option(default: float, help_text: str):
+    """``--timeout``: the seconds one process may run before it is killed."""
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=1),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )
+
+
+def offline_option(help_text: str):
+    """``--offline``: only the releases at hand (installed, release cache); none fetched."""
+    return click.option("--offline", is_flag=True, help=help_text)
