@@ -2,7 +2,7 @@
 
 from gdn_review.kb.completeness import incomplete, is_draft, open_items
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.load import load_kb, load_record, parse_record, record_paths
+from gdn_review.kb.load import load_kb, load_record, parse_record
 from gdn_review.kb.models import Record
 from gdn_review.kb.schema import record_schema
 
@@ -16,6 +16,5 @@ __all__ = [
     "load_kb",
     "load_record",
     "parse_record",
-    "record_paths",
     "record_schema",
 ]

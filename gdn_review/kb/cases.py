@@ -23,20 +23,13 @@ from gdn_review.kb.types import ExpectField, Id, PlainValue, ReleaseRange, Stric
 class Row(Strict):
     """One request of a batch. What vLLM can produce is checked by kb.batch_rules."""
 
-    seq_len: Annotated[
-        int,
-        Field(
-            ge=1, description="tokens of the sequence after this step: already computed + query_len"
-        ),
-    ]
-    query_len: Annotated[
-        int,
-        Field(
-            ge=0,
-            description="tokens this step computes (0: a zero-length padded row; padding "
-            "belongs in padded_rows)",
-        ),
-    ]
+    seq_len: Annotated[int, Field(ge=1)] = Field(
+        description="tokens of the sequence after this step: already computed + query_len"
+    )
+    query_len: Annotated[int, Field(ge=0)] = Field(
+        description="tokens this step computes (0: a zero-length padded row; padding "
+        "belongs in padded_rows)"
+    )
     drafted: Annotated[int, Field(ge=0)] | None = Field(
         default=None,
         description="draft tokens of a speculating row (0..k); null: the row does "
@@ -208,15 +201,11 @@ class Case(ServerFields):
     )
 
     @model_validator(mode="after")
-    def _message_with_raised(self) -> Case:
+    def _batch_or_call(self) -> Case:
         if "message" in self.expect and "raised" not in self.expect:
             raise ValueError("expect.message is the first line of what `raised` names: state both")
         if "message" in self.expect and self.call is not None:
             raise ValueError("a call case states `raised` as 'Type: first line', not `message`")
-        return self
-
-    @model_validator(mode="after")
-    def _rows_or_call(self) -> Case:
         if self.call is None and not self.rows:
             raise ValueError("a case needs rows (the batch), or call (a host function on its own)")
         if self.call is not None and (self.rows or self.entry is not None or self.padded_rows):

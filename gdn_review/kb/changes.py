@@ -16,23 +16,22 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from gdn_review.common import release_range
 from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.models import Release, Strict, Text
+from gdn_review.kb.types import ChangeId, FieldName, Release, Strict, Text, Url
 from gdn_review.kb.yaml_source import (
+    Problems,
     error_at,
+    errors_in,
     field_path,
     locate,
     read_mapping,
     read_text,
-    read_yaml,
 )
 
 CHANGES_FILE = Path("history") / "changes.yaml"
-
-FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]
 
 
 class ChangeSource(Strict):
@@ -40,7 +39,7 @@ class ChangeSource(Strict):
 
     number: Annotated[int, Field(gt=0)]
     title: Text
-    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = None
+    url: Url | None = None
     evidence: Literal["high", "medium", "low"]
     why: Text = Field(
         description="what in the thread ties the change to this PR (a quoted hunk, "
@@ -49,7 +48,7 @@ class ChangeSource(Strict):
 
 
 class BuilderChange(Strict):
-    id: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] | None = Field(
+    id: ChangeId | None = Field(
         default=None,
         description="a name contract records use to say they cover this change (contract.covers)",
     )
@@ -135,35 +134,27 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
     by_id = {change.id: change for change in changes if change.id}
     problems = []
     for path, record in records.items():
-        root = None
-        moves = [
-            (("target", "moved"), index, move) for index, move in enumerate(record.target.moved)
-        ]
-        if record.contract is not None:
-            moves += [
-                (("contract", "moved"), index, move)
-                for index, move in enumerate(record.contract.moved)
-            ]
-        for place, index, move in moves:
-            change = by_id.get(move.change)
-            if change is None:
-                message = f"no entry of kb/history/changes.yaml has id {move.change!r}"
-            elif change.pr is not None:
-                message = (
-                    f"{move.change!r} is tied to PR #{change.pr.number}: name that PR "
-                    "in related (with changes)"
-                )
-            elif change.release != move.release:
-                message = f"{move.change!r} first shipped in {change.release}, not {move.release}"
-            elif unknown := sorted(set(move.cases) - {c.id for c in record.cases}):
-                message = f"no case {', '.join(map(repr, unknown))} in this record"
-            else:
-                continue
-            root = root or read_yaml(read_text(path), str(path))[0]
-            problems.append(error_at(str(path), root, place + (index,), message))
-        if record.contract is None:
-            continue
-        for index, name in enumerate(record.contract.covers):
+        found = Problems()
+        for part, holder in (("target", record.target), ("contract", record.contract)):
+            for index, move in enumerate(holder.moved if holder is not None else ()):
+                change = by_id.get(move.change)
+                if change is None:
+                    message = f"no entry of kb/history/changes.yaml has id {move.change!r}"
+                elif change.pr is not None:
+                    message = (
+                        f"{move.change!r} is tied to PR #{change.pr.number}: name that PR "
+                        "in related (with changes)"
+                    )
+                elif change.release != move.release:
+                    message = (
+                        f"{move.change!r} first shipped in {change.release}, not {move.release}"
+                    )
+                elif unknown := sorted(set(move.cases) - {c.id for c in record.cases}):
+                    message = f"no case {', '.join(map(repr, unknown))} in this record"
+                else:
+                    continue
+                found.add((part, "moved", index), message)
+        for index, name in enumerate(record.contract.covers if record.contract is not None else ()):
             change = by_id.get(name)
             if change is None:
                 message = (
@@ -182,6 +173,6 @@ def contract_problems(records: dict, changes: list[BuilderChange]) -> list[Recor
                 )
             else:
                 continue
-            root = root or read_yaml(read_text(path), str(path))[0]
-            problems.append(error_at(str(path), root, ("contract", "covers", index), message))
+            found.add(("contract", "covers", index), message)
+        problems += errors_in(path, found)
     return problems

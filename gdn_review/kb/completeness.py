@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from gdn_review.kb.errors import RecordError
 from gdn_review.kb.models import Record
-from gdn_review.kb.yaml_source import SAFE_LOADER, error_at
+from gdn_review.kb.yaml_source import errors_in
 
 
 def open_items(record: Record) -> list[tuple[tuple, str]]:
@@ -51,8 +49,4 @@ def is_draft(record: Record) -> bool:
 
 def incomplete(path: Path, record: Record) -> list[RecordError]:
     """Open items of a loaded record, located at file:line:col."""
-    items = open_items(record)
-    if not items:
-        return []
-    root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    return [error_at(str(path), root, loc, message) for loc, message in items]
+    return errors_in(path, open_items(record))

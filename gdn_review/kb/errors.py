@@ -26,5 +26,10 @@ class RecordErrors(Exception):
         super().__init__("\n".join(str(e) for e in self.errors))
 
 
+def file_error(file: str, message: str, line: int = 1, column: int = 1) -> RecordErrors:
+    """``message`` about a whole file (no field), at its first line unless told where."""
+    return RecordErrors([RecordError(file, line, column, "", message)])
+
+
 class SelectionError(Exception):
     """A command was asked for records that are not there (bad input: exit 2)."""

@@ -17,8 +17,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gdn_review.kb.batch_rules import FIELD_RULES
-from gdn_review.kb.errors import RecordError, RecordErrors
-from gdn_review.kb.models import Record
+from gdn_review.kb.errors import RecordError, RecordErrors, file_error
+from gdn_review.kb.models import Check, Record
 from gdn_review.kb.record_rules import record_problems
 from gdn_review.kb.yaml_source import Loc, error_at, field_path, locate, read_mapping, read_text
 
@@ -26,7 +26,7 @@ from gdn_review.kb.yaml_source import Loc, error_at, field_path, locate, read_ma
 def _allowed_keys(loc: Loc) -> list[str]:
     """Field names of the model that owns the last element of ``loc`` (for 'unknown key' hints)."""
     model: Any = Record
-    for item in loc[:-1]:
+    for index, item in enumerate(loc[:-1]):
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return []
         if isinstance(item, int):
@@ -37,16 +37,10 @@ def _allowed_keys(loc: Loc) -> list[str]:
             if kind is not None and item in get_args(kind.annotation):
                 continue  # a discriminated union's tag ('op_budget'), already resolved
             return []
-        annotation = field.annotation
-        model = _unwrap(annotation, next_tag=_next_tag(loc, item))
+        model = _unwrap(field.annotation, next_tag=loc[index + 1])
     if isinstance(model, type) and issubclass(model, BaseModel):
         return sorted(model.model_fields)
     return []
-
-
-def _next_tag(loc: Loc, item: Any) -> Any:
-    index = loc.index(item)
-    return loc[index + 1] if index + 1 < len(loc) else None
 
 
 def _unwrap(annotation, next_tag=None):
@@ -97,8 +91,8 @@ def _pydantic_errors(
     return errors
 
 
-# Check kinds: the tags pydantic puts into an error's location, which field paths leave out.
-_CHECK_TAGS = {"op_budget", "equivalence", "invariant", "gpu_sync", "differential", "TODO"}
+# Check kinds (each check's `kind`): tags in pydantic's error locations that field paths leave out.
+_CHECK_TAGS = {get_args(m.model_fields["kind"].annotation)[0] for m in get_args(get_args(Check)[0])}
 
 
 def _is_union_tag(item: Any) -> bool:
@@ -141,7 +135,7 @@ def load_kb(kb_dir: str | os.PathLike) -> dict[Path, Record]:
     """Every record in ``kb_dir``; all errors of all files are collected before raising."""
     folder = Path(kb_dir)
     if not folder.is_dir():
-        raise RecordErrors([RecordError(str(folder), 1, 1, "", "no such knowledge-base folder")])
+        raise file_error(str(folder), "no such knowledge-base folder")
     records: dict[Path, Record] = {}
     errors: list[RecordError] = []
     numbers: dict[int | str, Path] = {}

@@ -14,19 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from gdn_review.kb.cases import Case
-from gdn_review.kb.checks import (  # noqa: F401  (re-exported, as the types below)
-    Check,
-    CountPer,
-    DifferentialCheck,
-    EquivalenceCheck,
-    GpuSyncCheck,
-    InvariantCheck,
-    InvariantProperty,
-    LatencyCheck,
-    OpBudgetCheck,
-    OpName,
-    TodoCheck,
-)
+from gdn_review.kb.checks import Check, InvariantProperty, LatencyCheck
 from gdn_review.kb.server_config import BUILDER_EXPECT_FIELDS, SERVER_EXPECT_FIELDS
 from gdn_review.kb.subjects import (
     OPEN_STATES,
@@ -34,12 +22,14 @@ from gdn_review.kb.subjects import (
     ContractMove,
     PullRequest,
     key_label,
+    key_order,
     key_short,
     state_words,
 )
-from gdn_review.kb.types import (  # noqa: F401  (re-exported: KB modules import them from here)
+from gdn_review.kb.types import (  # noqa: F401  (re-exported: other stages import them from here)
     CoreExpectField,
     ExpectField,
+    FieldName,
     Id,
     PlainValue,
     Release,
@@ -58,7 +48,7 @@ class MetadataChange(Strict):
     """What a related PR changed in build()'s metadata: these cases, these fields."""
 
     cases: Annotated[list[Id], Field(min_length=1)]
-    fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(
+    fields: list[FieldName] = Field(
         default_factory=list,
         description="snapshot fields it changed (empty: any field of these cases)",
     )
@@ -286,7 +276,7 @@ class Record(Strict):
     @property
     def sort_key(self) -> tuple:
         """PR records by number first, then contracts by id."""
-        return (0, self.pr.number, "") if self.pr is not None else (1, 0, self.contract.id)
+        return key_order(self.key)
 
     def claim_releases(self, claim: Claim) -> str | None:
         """The releases a claim speaks of: its own range, within a contract's (a contract's claim

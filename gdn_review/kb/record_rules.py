@@ -181,26 +181,21 @@ def _reference_problems(record: Record) -> Problems:
     case_ids = {c.id for c in record.cases}
     claim_ids = {c.id for c in record.claims}
     problems = Problems()
+    for kind in ("risks", "related", "upstream_tests"):
+        for index, item in enumerate(getattr(record, kind)):
+            problems += _unknown((kind, index, "cases"), "case", item.cases, case_ids)
+            problems += _unknown((kind, index, "claims"), "claim", item.claims, claim_ids)
     for index, risk in enumerate(record.risks):
-        problems += _unknown(("risks", index, "cases"), "case", risk.cases, case_ids)
-        problems += _unknown(("risks", index, "claims"), "claim", risk.claims, claim_ids)
         mutant_ids = [m.id for m in risk.mutants]
         if len(set(mutant_ids)) != len(mutant_ids):
             problems.add(("risks", index, "mutants"), "mutant ids must be unique within a risk")
     for index, relation in enumerate(record.related):
-        problems += _unknown(("related", index, "claims"), "claim", relation.claims, claim_ids)
-        problems += _unknown(("related", index, "cases"), "case", relation.cases, case_ids)
         for c_index, change in enumerate(relation.changes):
             loc = ("related", index, "changes", c_index, "cases")
             problems += _unknown(loc, "case", change.cases, case_ids)
     for c_index, change in enumerate(record.target.changes):
         problems += _unknown(
             ("target", "changes", c_index, "cases"), "case", change.cases, case_ids
-        )
-    for u_index, upstream in enumerate(record.upstream_tests):
-        problems += _unknown(("upstream_tests", u_index, "cases"), "case", upstream.cases, case_ids)
-        problems += _unknown(
-            ("upstream_tests", u_index, "claims"), "claim", upstream.claims, claim_ids
         )
     return problems
 

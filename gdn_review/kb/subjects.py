@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints, model_validator
 
 from gdn_review.common import release_range
-from gdn_review.kb.types import Id, Release, ReleaseRange, Strict, Text
+from gdn_review.kb.types import ChangeId, FieldName, Id, Release, ReleaseRange, Strict, Text, Url
 
 
 class PullRequest(Strict):
@@ -23,7 +23,7 @@ class PullRequest(Strict):
         description="when the PR was merged (YYYY-MM-DD, optionally HH:MM[:SS]); "
         "leave it out while unknown",
     )
-    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$")] | None = Field(
+    url: Url | None = Field(
         default=None, description="the PR's page; default: https://github.com/<repo>/pull/<number>"
     )
     source_report: str | None = None
@@ -50,14 +50,10 @@ class ContractMove(Strict):
     """A covered (or any untied) changes.yaml entry that moved some of the contract's cases between
     releases."""
 
-    change: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")] = Field(
-        description="the changes.yaml entry's id"
-    )
+    change: ChangeId = Field(description="the changes.yaml entry's id")
     release: Release = Field(description="the first release with it (the entry's release)")
     cases: Annotated[list[Id], Field(min_length=1)]
-    fields: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]] = Field(
-        default_factory=list
-    )
+    fields: list[FieldName] = Field(default_factory=list)
     note: str | None = None
 
 
@@ -67,7 +63,7 @@ class Contract(Strict):
 
     id: ContractId = Field(description="the record's name: kb/<id>.yaml, test_contract_<id>.py")
     title: Text
-    covers: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")]] = Field(
+    covers: list[ChangeId] = Field(
         default_factory=list,
         description="ids of kb/history/changes.yaml entries whose code it guards "
         "(validate checks them)",

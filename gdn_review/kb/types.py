@@ -29,6 +29,11 @@ def python_name(identifier: str) -> str:
 
 
 Text = Annotated[str, StringConstraints(min_length=1)]
+Url = Annotated[str, StringConstraints(pattern=r"^https?://\S+$")]
+# A metadata field by name (what a change changed: a record's or a changes.yaml entry's fields).
+FieldName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+$")]
+# A kb/history/changes.yaml entry's id, as a contract's covers and a record's moved name it.
+ChangeId = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*$")]
 
 
 def _release_range(value: str) -> str:

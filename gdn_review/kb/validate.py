@@ -51,7 +51,7 @@ def validate_kb(kb_dir: Path) -> Validation:
 def relation_problems(records: dict[Path, Record]) -> list:
     """A relation's from_release must be the head release of the named PR's own record (one release
     per PR in the history)."""
-    from gdn_review.kb.yaml_source import error_at, read_text, read_yaml
+    from gdn_review.kb.yaml_source import Problems, errors_in
 
     heads = {
         record.key: (path, record.target.head_release)
@@ -60,19 +60,15 @@ def relation_problems(records: dict[Path, Record]) -> list:
     }
     problems = []
     for path, record in records.items():
+        found = Problems()
         for index, relation in enumerate(record.related):
             known = heads.get(relation.number)
             if known is None or relation.from_release is None or relation.from_release == known[1]:
                 continue
-            root, _ = read_yaml(read_text(path), str(path))
-            problems.append(
-                error_at(
-                    str(path),
-                    root,
-                    ("related", index, "from_release"),
-                    f"#{relation.number} first shipped in {known[1]} by its own "
-                    f"record {known[0]} (target.head_release), not "
-                    f"{relation.from_release}",
-                )
+            found.add(
+                ("related", index, "from_release"),
+                f"#{relation.number} first shipped in {known[1]} by its own "
+                f"record {known[0]} (target.head_release), not {relation.from_release}",
             )
+        problems += errors_in(path, found)
     return problems

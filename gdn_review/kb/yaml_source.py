@@ -5,7 +5,7 @@ people. The node tree (which keeps line numbers) is what the loader's errors and
 every other stage's point into: ``locate`` gives the line and column of a field,
 ``field_path`` its dotted path, ``read_mapping`` the keys plain YAML silently
 collapses. ``Problems`` is what the rules of a record (``kb.record_rules``) find,
-and ``error_at`` turns one into ``file:line:col``.
+and ``error_at`` turns one into ``file:line:col`` (``errors_in``: all of a file's).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from gdn_review.kb.errors import RecordError, RecordErrors
+from gdn_review.kb.errors import RecordError, file_error
 
 # libyaml's safe loader where PyYAML has it (about ten times faster; every command reads the
 # whole KB), the pure-Python one otherwise: both read the same YAML with the same marks.
@@ -70,6 +70,15 @@ def error_at(file: str, root: yaml.Node | None, loc: Loc, message: str) -> Recor
     return RecordError(file, line, column, field_path(loc), message)
 
 
+def errors_in(path: str | os.PathLike, problems: list[tuple[Loc, str]]) -> list[RecordError]:
+    """``problems`` (location, message) of a KB file as ``file:line:col`` errors; the file is read
+    once, and only where there are any."""
+    if not problems:
+        return []
+    root, _ = read_yaml(read_text(path), str(path))
+    return [error_at(str(path), root, loc, message) for loc, message in problems]
+
+
 def _aliases(text: str) -> list[yaml.Token]:
     """Alias tokens (``*name``): records are written out in full, never by reference."""
     return [
@@ -96,7 +105,7 @@ def read_text(path: str | os.PathLike) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise RecordErrors([RecordError(str(path), 1, 1, "", f"cannot read: {error}")]) from None
+        raise file_error(str(path), f"cannot read: {error}") from None
 
 
 def read_mapping(text: str, file: str, shape: str) -> tuple[yaml.Node | None, dict, list]:
@@ -105,7 +114,7 @@ def read_mapping(text: str, file: str, shape: str) -> tuple[yaml.Node | None, di
     root, data = read_yaml(text, file)
     if not isinstance(data, dict):
         got = "an empty file" if data is None else type(data).__name__
-        raise RecordErrors([RecordError(file, 1, 1, "", f"{shape}; got {got}")])
+        raise file_error(file, f"{shape}; got {got}")
     duplicates = [
         RecordError(
             file,
@@ -131,23 +140,17 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
         aliases = _aliases(text)
         if aliases:
             mark = aliases[0].start_mark
-            raise RecordErrors(
-                [
-                    RecordError(
-                        file,
-                        mark.line + 1,
-                        mark.column + 1,
-                        "",
-                        "YAML aliases (*name) are not allowed in the knowledge base: "
-                        "write the value out",
-                    )
-                ]
+            raise file_error(
+                file,
+                "YAML aliases (*name) are not allowed in the knowledge base: write the value out",
+                mark.line + 1,
+                mark.column + 1,
             )
         root = yaml.compose(text, Loader=SAFE_LOADER)
         data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.MarkedYAMLError as error:
         if "maximum nesting depth" in str(error.problem):  # libyaml's limit; Python's recursion
-            raise RecordErrors([RecordError(file, 1, 1, "", TOO_DEEP)]) from None
+            raise file_error(file, TOO_DEEP) from None
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         problem = error.problem or "unreadable YAML"
@@ -165,13 +168,11 @@ def read_yaml(text: str, file: str) -> tuple[yaml.Node | None, Any]:
             if isinstance(error, yaml.constructor.ConstructorError)
             else "YAML syntax error"
         )
-        raise RecordErrors([RecordError(file, line, column, "", f"{what}: {problem}")]) from None
+        raise file_error(file, f"{what}: {problem}", line, column) from None
     except yaml.YAMLError as error:
-        raise RecordErrors([RecordError(file, 1, 1, "", f"YAML error: {error}")]) from None
+        raise file_error(file, f"YAML error: {error}") from None
     except RecursionError:
-        raise RecordErrors([RecordError(file, 1, 1, "", TOO_DEEP)]) from None
+        raise file_error(file, TOO_DEEP) from None
     except ValueError as error:  # e.g. an integer with thousands of digits
-        raise RecordErrors(
-            [RecordError(file, 1, 1, "", f"YAML value cannot be read: {str(error)[:200]}")]
-        ) from None
+        raise file_error(file, f"YAML value cannot be read: {str(error)[:200]}") from None
     return root, data
