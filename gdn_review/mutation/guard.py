@@ -149,6 +149,14 @@ def kill_order(tests: list[str], killers: list[str], cost: dict | None = None) -
     return sorted(tests, key=lambda test: (recent.get(test, len(recent)), price(test), test))
 
 
+def rounds(every: list[str], remembered: list[str], selected) -> list[list[str]]:
+    """A mutant's runs: the tests that killed it last time alone first, where still ``selected``
+    (collecting one test costs a fraction of collecting a thousand), then ``every`` test of its
+    selection; the first round that kills ends it."""
+    last = [test for test in remembered if test in selected]
+    return [[*last, "-x"], every] if last else [every]
+
+
 def score(entries: list[dict]) -> dict:
     """The counts and the score: detected of the non-equivalent mutants CPU can reach."""
     counts = collections.Counter(e["status"] for e in entries)
@@ -170,6 +178,9 @@ class Settings:
     jobs: int = 1
     timeout: float = 60.0
     patterns: tuple[str, ...] = ()
+    # The tests that killed each mutant in the last run on this file and release (mutant id ->
+    # test ids): tried alone first. Only the order changes, never which tests may kill.
+    remembered: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def score_whole_file(
@@ -310,12 +321,14 @@ def _run(
         if result is not None:  # decided before anything ran: no progress step
             progress.advance(entry)
 
-    def selection(mutant: Mutant) -> list[str]:
+    def selection(mutant: Mutant) -> list[list[str]]:
         # Called in the forked child: it sees the killers as they were when it was forked.
         chosen = work.tests[mutant.id]
         if chosen is None:
-            return [*ordered_args(tests, work.first_files.get(mutant.id, [])), "-x"]
-        return [*kill_order(chosen, killers, cost), "-x"]
+            every = [*ordered_args(tests, work.first_files.get(mutant.id, [])), "-x"]
+        else:
+            every = [*kill_order(chosen, killers, cost), "-x"]
+        return rounds(every, settings.remembered.get(mutant.id, []), chosen or cost)
 
     for mutant in mutants:
         if mutant.id in work.decided:

@@ -123,8 +123,10 @@ class KillCollector:
         }
 
 
-def run_in_this_process(relative_path: str, code, tests: list[str]) -> dict:
-    """Load the mutant here and run the tests (only ever in a throwaway process)."""
+def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
+    """Load the mutant here and run the tests (only ever in a throwaway process): each round (a
+    selection of tests) in turn until one kills it. A round of a few likely killers before the
+    whole selection saves collecting the whole selection when one of them kills."""
     from gdn_review.harness import mutation
 
     mutation.single_threaded()
@@ -132,9 +134,17 @@ def run_in_this_process(relative_path: str, code, tests: list[str]) -> dict:
         mutation.load_mutated(relative_path, code)
     except Exception as error:  # the mutated module does not even load
         return _killed("(import)", "(module import)", f"{type(error).__name__}: {error}"[:300])
-    collector = KillCollector()
-    exit_code = suite.run_pytest(suite.pytest_args(tests, None), here=True, plugins=(collector,))
-    return collector.result(exit_code)
+    tests_run = 0
+    for tests in rounds:
+        collector = KillCollector()
+        exit_code = suite.run_pytest(
+            suite.pytest_args(tests, None), here=True, plugins=(collector,)
+        )
+        result = collector.result(exit_code)
+        tests_run = result["tests_run"] = tests_run + result["tests_run"]
+        if result["status"] != "survived":
+            break
+    return result
 
 
 def _killed(claim: str, test: str, message: str | None = None) -> dict:
@@ -157,7 +167,7 @@ class Progress:
     def advance(self, entry: dict) -> None: ...
 
 
-Tests = list[str] | Callable[[object], list[str]]
+Tests = list[str] | Callable[[object], list[list[str]]]
 
 
 def run_mutants(
@@ -218,7 +228,8 @@ def run_forked(
     ``jobs`` at a time.
 
     ``tests``: ``suite.test_args`` (and options that narrow them), or a function of the mutant
-    giving them (the whole-file score runs each mutant under its own selection of tests). A child
+    giving its rounds (``run_in_this_process``: the whole-file score runs each mutant under its
+    own selection of tests, its last killers first). A child
     that dies without a result (the interpreter crashed under the mutant) killed it: the crash
     is a detected failure.
     """
@@ -226,9 +237,8 @@ def run_forked(
     def body(mutant) -> Callable[[], dict]:
         def run_mutant() -> dict:
             interrupts.hold("mutant")  # the test hook: a mutant's child is running
-            return run_in_this_process(
-                relative_path, mutant.code, tests(mutant) if callable(tests) else tests
-            )
+            rounds = tests(mutant) if callable(tests) else [tests]
+            return run_in_this_process(relative_path, mutant.code, *rounds)
 
         return run_mutant
 
