@@ -123,7 +123,7 @@ def test_every_record_run_skips_an_open_pr_without_its_diff_and_says_so(open_kb,
 def test_the_report_of_an_open_pr_without_its_diff_never_advises_a_bench_that_cannot_run(open_kb):
     path = open_kb / "7.yaml"
     record = load_record(path)
-    data = report.report_data(record, evidence_file.Evidence([], [], [], []), path=path)
+    data = report.report_data(record, evidence_file.Evidence([], [], []), path=path)
     claim = data["claims"][0]
     assert claim["verdict"] == "unverified"
     advice = [claim["reason"], *data["next_steps"]]
@@ -134,7 +134,7 @@ def test_the_report_of_an_open_pr_without_its_diff_never_advises_a_bench_that_ca
     )
     # With the diff stored, the bench can run: the report says so.
     (open_kb / "7.diff").write_text(_tiny_diff("line 1\nline 2\n"), encoding="utf-8")
-    data = report.report_data(record, evidence_file.Evidence([], [], [], []), path=path)
+    data = report.report_data(record, evidence_file.Evidence([], [], []), path=path)
     assert "run `gdn-review bench --record 7`" in data["claims"][0]["reason"]
     assert any("run `gdn-review bench --record 7`" in step for step in data["next_steps"])
 

@@ -716,7 +716,7 @@ def test_thread_text_drafted_into_risks_and_related_notes_shows_as_text_in_the_r
     record = load_record(out / "55404.yaml")
     assert record.risks[0].text.startswith("`RuntimeError:")  # the failure leads, as drafted
     assert "#52078 is where it" in record.related[0].note
-    text = render_markdown(report_data(record, Evidence([], [], [], [])))
+    text = render_markdown(report_data(record, Evidence([], [], [])))
     body = text.split("**Evidence:**", 1)[1]  # the header's own link to the PR is the template's
     assert not RAW.search(body), RAW.search(body)
     assert all(

@@ -50,10 +50,7 @@ PROJECT_PARTS = ("gdn_review", "templates", "kb", "generated_tests", "pyproject.
 def default_versions(records) -> list[str]:
     """The installed release (the generated suite's target) and the base and head of every latency
     claim (the bench)."""
-    wanted = set()
-    installed = release.installed()
-    if installed:
-        wanted.add(installed)
+    wanted = {release.installed()}  # None where no vLLM is installed: dropped below
     for record in records:
         if record.latency_check is not None:
             wanted.update(record.latency_releases())

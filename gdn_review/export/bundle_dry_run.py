@@ -64,10 +64,7 @@ def bare_environment(destination: Path, say: Callable[[str], None] = print) -> P
         text=True,
     ).stdout.strip()
     Path(purelib, "bare-baseline.pth").write_text(f"{shared}\n", encoding="utf-8")
-    say(
-        f"bare environment {destination}: {len(bundle_wheels.baseline_distributions())} "
-        f"distributions ({count} links)"
-    )
+    say(f"bare environment {destination}: {len(baseline)} distributions ({count} links)")
     return python
 
 

@@ -121,6 +121,11 @@ def _read(path: Path):
         return None
 
 
+def _text(path: Path) -> str:
+    """A file a step writes, or "" where it wrote none."""
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
 def probe_lines(version: str, attempt: dict) -> list[str]:
     """One line per device of one attempt: the steps that ran, and the first that did not with its
     error."""
@@ -143,15 +148,7 @@ def probe_lines(version: str, attempt: dict) -> list[str]:
 
 
 def summarise(bundle: dict, out: Path) -> dict:
-    steps = (
-        [
-            json.loads(line)
-            for line in (out / "steps.jsonl").read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
-        if (out / "steps.jsonl").exists()
-        else []
-    )
+    steps = [json.loads(line) for line in _text(out / "steps.jsonl").splitlines() if line.strip()]
     probes = {version: _read(out / f"probe-{version}.json") for version in bundle["releases"]}
     matrices = {}
     for entry in bundle["records"]:
@@ -177,15 +174,10 @@ def summarise(bundle: dict, out: Path) -> dict:
     environment = next(
         (a["result"]["environment"] for a in attempts if a["result"].get("environment")), {}
     )
-    platform = (
-        (out / "platform.env").read_text(encoding="utf-8")
-        if (out / "platform.env").exists()
-        else ""
-    )
     mode = next(
         (
             line.split("=", 1)[1].strip("'")
-            for line in platform.splitlines()
+            for line in _text(out / "platform.env").splitlines()
             if line.startswith("MODE=")
         ),
         None,

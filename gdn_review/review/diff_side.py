@@ -48,13 +48,12 @@ def run_diff_side(
     release: str,
     generated: Path,
     say: Callable[[str], None] = print,
-    timeout: float = 300.0,
 ) -> dict:
     """The record's claims with its PR's diff applied onto ``release``: the evidence's ``diff`` part
     for the record."""
     own = record.key
     options = orchestrate.ReviewOptions(
-        (own,), onto=release, generated_dir=generated, timeout=timeout, max_mutants=0, own=own
+        (own,), onto=release, generated_dir=generated, max_mutants=0, own=own
     )
     data = orchestrate.review(diff, kb_dir, options, say)
     effect = next((r for r in data["records"] if r["key"] == record.key), None)

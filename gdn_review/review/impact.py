@@ -103,9 +103,7 @@ def record_impact(
     name (``symbol``: that builder's ``build``)."""
     own = symbol is None
     symbol = symbol or record.target.symbol
-    changed = (
-        set().union(*(hunk.changed_old_lines() for hunk in file.hunks)) if file.hunks else set()
-    )
+    changed = set().union(*(hunk.changed_old_lines() for hunk in file.hunks))
     symbols = touched_symbols(source, changed) if changed else []
     reached = reached_from(source, symbol)
     reaching = [s for s in symbols if s in reached]

@@ -65,8 +65,7 @@ def import_check(spec: dict) -> dict:
 
     def body():
         try:
-            if spec.get("in_memory"):
-                _load_patch(spec)
+            _load_patch(spec)
             for relative in spec["changed_modules"]:
                 importlib.import_module(mutation.module_name(relative))
         except Exception as error:

@@ -284,7 +284,6 @@ class Evidence:
     tests: list[dict]
     environments: list[dict]
     finished_at: list[str]
-    sources: list[str]
     mutants: list[dict] = dataclasses.field(default_factory=list)  # results of `gdn-review mutate`
     mutation: dict = dataclasses.field(default_factory=dict)  # record -> release, gone hunks, notes
     # record -> device -> `gdn-review bench` result
@@ -306,7 +305,7 @@ class Evidence:
 
 def load(paths: list[Path]) -> Evidence:
     """Read and check evidence files and merge them; EvidenceError names the file and the field."""
-    merged = Evidence([], [], [], [])
+    merged = Evidence([], [], [])
     for path in paths:
         _merge(merged, read(path), path)
     return merged
@@ -325,18 +324,15 @@ def _merge(merged: Evidence, data: dict, path: Path) -> None:
     merged.record_hashes.append({str(number): digest for number, digest in record_hashes.items()})
     merged.environments.append(data.get("environment") or {})
     merged.finished_at.append(str(data.get("finished_at", "")))
-    merged.sources.append(str(path))
     for position, test in enumerate(data["tests"]):
-        problem = _test_problem(test)
-        if problem:
+        if problem := _test_problem(test):
             raise EvidenceError(f"{path}: tests[{position}]: {problem}")
         merged.tests.append({**test, "risks": list(test.get("risks") or []), "environment": index})
     section = data.get("mutation")
     if section is not None:
         _merge_mutation(merged, section, path, index)
     for number, side in (data.get("diff") or {}).items():
-        problem = _diff_problem(side)
-        if problem:
+        if problem := _diff_problem(side):
             raise EvidenceError(f"{path}: diff.{number}: {problem}")
         merged.diff[str(number)] = side
     for number, part in (data.get("reach") or {}).items():
@@ -353,10 +349,8 @@ def _merge(merged: Evidence, data: dict, path: Path) -> None:
             raise EvidenceError(
                 f"{path}: bench.{number}: expected a `gdn-review bench` result (pooled, cases)"
             )
-        if _hash_problem(result.get("record_sha256")):
-            raise EvidenceError(
-                f"{path}: bench.{number}: {_hash_problem(result.get('record_sha256'))}"
-            )
+        if problem := _hash_problem(result.get("record_sha256")):
+            raise EvidenceError(f"{path}: bench.{number}: {problem}")
         # Per device; a later file wins. The file's time is the result's (reports say its age).
         finished = result.get("finished_at") or str(data.get("finished_at", ""))
         merged.bench.setdefault(str(number), {})[result.get("device") or "cpu"] = {
@@ -369,17 +363,14 @@ def _merge_mutation(merged: Evidence, section, path: Path, index: int) -> None:
     if not isinstance(section, dict) or not isinstance(section.get("mutants"), list):
         raise EvidenceError(f"{path}: 'mutation' must be an object with a 'mutants' list")
     for position, mutant in enumerate(section["mutants"]):
-        problem = _mutant_problem(mutant)
-        if problem:
+        if problem := _mutant_problem(mutant):
             raise EvidenceError(f"{path}: mutation.mutants[{position}]: {problem}")
         merged.mutants.append({**mutant, "environment": index})
     for number, info in (section.get("records") or {}).items():
         if not isinstance(info, dict):
             raise EvidenceError(f"{path}: mutation.records.{number}: expected an object")
-        if _hash_problem(info.get("record_sha256")):
-            raise EvidenceError(
-                f"{path}: mutation.records.{number}: {_hash_problem(info.get('record_sha256'))}"
-            )
+        if problem := _hash_problem(info.get("record_sha256")):
+            raise EvidenceError(f"{path}: mutation.records.{number}: {problem}")
         finished = info.get("finished_at") or section.get("finished_at")
         merged.mutation[str(number)] = {**info, "finished_at": finished}
 
@@ -408,8 +399,8 @@ def _diff_problem(side) -> str | None:
         return f"'finished_at': {side['finished_at'][:40]!r} is not a time"
     if not re.fullmatch(r"[0-9a-f]{0,64}", str(side.get("diff_sha256", ""))):
         return "'diff_sha256': not a sha256 in hex"
-    if _hash_problem(side.get("record_sha256")):
-        return _hash_problem(side.get("record_sha256"))
+    if problem := _hash_problem(side.get("record_sha256")):
+        return problem
     if not isinstance(side.get("moved", 0), int) or isinstance(side.get("moved", 0), bool):
         return "'moved' must be a count"
     name = re.compile(r"[A-Za-z0-9_.-]{1,80}")

@@ -113,10 +113,8 @@ def fill_expects(
         measured = data["cases"].get(case_id)
         if measured is None:
             left[case_id] = f"does not apply to vLLM {release} (its releases range)"
-        elif snapshot_take.no_metadata(measured) is not None:
-            left[case_id] = (
-                f"gives no metadata on vLLM {release}: {snapshot_take.no_metadata(measured)}"
-            )
+        elif (why := snapshot_take.no_metadata(measured)) is not None:
+            left[case_id] = f"gives no metadata on vLLM {release}: {why}"
         else:
             # Printed: every field measured, to choose from; written: what the case needs.
             expects[case_id] = (
@@ -250,10 +248,6 @@ def _deviation_notes(record, case_id: str, release: str) -> list[str]:
     return notes
 
 
-def _block_lines(expect: dict, indent: int) -> list[str]:
-    return [line + "\n" for line in snapshot_take.expect_block(expect, indent)]
-
-
 def _last_line(node: yaml.Node, lines: list[str]) -> int:
     """0-based index of the last line that holds part of ``node`` (not the comments or blank lines
     after it)."""
@@ -297,7 +291,7 @@ def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
                 f"({{...}}): write it as a block mapping to fill its expect"
             )
         indent = node.value[0][0].start_mark.column
-        block = _block_lines(expects[case_id.value], indent)
+        block = [line + "\n" for line in snapshot_take.expect_block(expects[case_id.value], indent)]
         if "expect" in keys:  # `expect: {}` or `expect:` with nothing: that line is replaced
             key, value = keys["expect"]
             if _last_line(value, lines) != key.start_mark.line:
@@ -352,7 +346,7 @@ def filled_lines(filled: Filled, written: bool) -> list[str]:
             out.append(
                 f"# expect of case {case_id}, measured on vLLM {filled.release} ({filled.device})"
             )
-            out += [line.rstrip("\n") for line in _block_lines(expect, 0)]
+            out += snapshot_take.expect_block(expect)
     out += [f"no expect for case {case_id}: it {why}" for case_id, why in filled.left.items()]
     out += [f"note: {note}" for note in filled.notes]
     return out

@@ -87,8 +87,6 @@ def pytest_runtest_makereport(item, call):
     if claim not in pending or str(record) in os.environ.get(CHANGE_APPLIED, "").split(","):
         return
     report.gdn_pending_failure = _reason(report)
-    report.gdn_smallest_batch = _falsifying_example(report)
-    report.gdn_failing_batch = _failing_batch(report)
     report.outcome = "skipped"
     report.wasxfail = f"pending: {pending[claim]}"
 
@@ -305,10 +303,6 @@ class EvidenceCollector:
             if getattr(report, "gdn_pending_failure", None) is not None:
                 # Failed as the open PR says it should (pytest saw an xfail): evidence keeps it.
                 entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
-                if getattr(report, "gdn_smallest_batch", None):
-                    entry["smallest_batch"] = report.gdn_smallest_batch
-                if getattr(report, "gdn_failing_batch", None):
-                    entry["failing_batch"] = report.gdn_failing_batch
             elif getattr(report, "wasxfail", None) is not None:
                 entry["outcome"] = "xfailed" if report.skipped else "xpassed"
                 entry["reason"] = report.wasxfail
@@ -317,10 +311,10 @@ class EvidenceCollector:
             else:
                 entry["outcome"] = report.outcome
                 entry["reason"] = _reason(report) if report.failed else None
-                smallest = _falsifying_example(report) if report.failed else None
+            if entry["outcome"] == "failed":  # a pending claim's failure too
+                smallest, failing = _falsifying_example(report), _failing_batch(report)
                 if smallest:
                     entry["smallest_batch"] = smallest
-                failing = _failing_batch(report) if report.failed else None
                 if failing:
                     entry["failing_batch"] = failing
         elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":

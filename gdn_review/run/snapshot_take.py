@@ -227,15 +227,8 @@ def full_expect(measured: dict) -> dict:
 
     from gdn_review.kb.models import ExpectField
 
-    core = core_expect(measured)
-    return {
-        **core,
-        **{
-            field: measured[field]
-            for field in typing.get_args(ExpectField)
-            if field in measured and field not in core
-        },
-    }
+    others = {field: measured[field] for field in typing.get_args(ExpectField) if field in measured}
+    return {**core_expect(measured), **others}
 
 
 def no_metadata(measured: dict) -> str | None:
