@@ -20,18 +20,11 @@ from gdn_review.kb.subjects import key_label
 from gdn_review.matrix.drift import drift_data
 from gdn_review.matrix.release_plan import cannot_run_here, left_out
 from gdn_review.report import failing_batch, verdicts
+from gdn_review.report.claim_rows import op_values, span
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import discrimination, kept
 from gdn_review.run import evidence_file
 from gdn_review.run.evidence_file import RAN
-
-
-def op_values(tests: list[dict], key: str) -> list[int]:
-    return sorted(
-        t["measured"][key]
-        for t in tests
-        if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
-    )
 
 
 def most_ops(tests: list[dict], key: str) -> int | None:
@@ -48,9 +41,8 @@ def cell_measure(claim, tests: list[dict]) -> str:
     if claim.check.kind == "op_budget":
         parts = []
         for key in claim.check.budget:
-            values = op_values(ran, key)
-            if values:
-                shown = str(values[0]) if values[0] == values[-1] else f"{values[0]}–{values[-1]}"
+            shown = span(op_values(ran, key))
+            if shown:
                 parts.append(f"{key.split('|')[0]} {shown}")
         return ", ".join(parts)
     passed = sum(t["outcome"] == "passed" for t in ran)
@@ -123,16 +115,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
     """Release x claim table, before -> after per claim, op-count trajectories and drift of one
     record."""
     entries = matrix["releases"]
-    columns = [
-        {
-            "version": entry["version"],
-            "role": entry["role"],
-            "source": entry["source"],
-            "claims_on_any_release": entry.get("claims_on_any_release", False),
-            "summary": entry.get("summary", ""),
-        }
-        for entry in entries
-    ]
+    columns = [_column(entry) for entry in entries]
     per_release = {}
     for entry in entries:
         if entry.get("evidence_path"):
@@ -140,15 +123,7 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
             per_release[entry["version"]] = (report_data(record, evidence), evidence)
     rows = [_claim_row(record, claim, entries, per_release) for claim in record.claims]
     if rows and all(len(row["cells"]) == len(columns) + 1 for row in rows):  # the diff ran
-        columns.append(
-            {
-                "version": DIFF_SIDE,
-                "role": "head side",
-                "source": "diff",
-                "claims_on_any_release": False,
-                "summary": "",
-            }
-        )
+        columns.append(_column({"version": DIFF_SIDE, "role": "head side", "source": "diff"}))
     taken = [(e["version"], e.get("snapshot_data")) for e in entries]
     ran = sorted(Release(e["version"]) for e in entries)
     between = [v for v in ran[0].minors_until(ran[-1]) if v not in ran] if ran else []
@@ -165,6 +140,17 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         "downloaded": matrix.get("downloaded", []),
         "base_release": record.target.base_release,
         "head_release": record.target.head_release,
+    }
+
+
+def _column(entry: dict) -> dict:
+    """A release's column of the table, from its matrix.json entry (or the diff side's)."""
+    return {
+        "version": entry["version"],
+        "role": entry["role"],
+        "source": entry["source"],
+        "claims_on_any_release": entry.get("claims_on_any_release", False),
+        "summary": entry.get("summary", ""),
     }
 
 

@@ -14,6 +14,7 @@ stripped); a fixed string matches anywhere in the file's text, as given.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Callable
 
@@ -77,16 +78,9 @@ class Finding:
 
     def runs(self) -> list[tuple[str, str]]:
         """(from, to) of each stretch of consecutive checked releases that have it."""
-        stretches: list[list[str]] = []
-        previous = False
-        for item in self.seen:
-            if item.present:
-                if previous:
-                    stretches[-1].append(item.release)
-                else:
-                    stretches.append([item.release])
-            previous = item.present
-        return [(s[0], s[-1]) for s in stretches]
+        stretches = itertools.groupby(self.seen, key=lambda item: item.present)
+        found = [[item.release for item in stretch] for present, stretch in stretches if present]
+        return [(releases[0], releases[-1]) for releases in found]
 
     def unchecked_between(self, low: str | None, high: str) -> list[str]:
         """Releases in (low, high) that were meant to be checked and were not."""
@@ -243,19 +237,16 @@ def finding_lines(finding: Finding) -> list[str]:
             "give an earlier --from to find the release without it"
         )
         return out
-    if gaps:  # unverified: offered commented out, so it is not pasted by accident
-        out += [
-            "to paste once the releases above are checked (unverified):",
-            "# target:",
-            f"#   base_release: {finding.base}",
-            f"#   head_release: {finding.first}",
-        ]
-        return out
+    if gaps:
+        out.append("to paste once the releases above are checked (unverified):")
+    else:
+        out.append("to paste into the record:")
+    # unverified: offered commented out, so it is not pasted by accident
+    mark = "# " if gaps else ""
     out += [
-        "to paste into the record:",
-        "target:",
-        f"  base_release: {finding.base}",
-        f"  head_release: {finding.first}",
+        f"{mark}target:",
+        f"{mark}  base_release: {finding.base}",
+        f"{mark}  head_release: {finding.first}",
     ]
     return out
 

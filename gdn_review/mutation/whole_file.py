@@ -24,7 +24,6 @@ from gdn_review.common import interrupts, release_trees
 from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
 from gdn_review.common.release import loaded as loaded_release
-from gdn_review.common.release_cache import cache_root
 from gdn_review.kb.server_config import configuration_label
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.mutation import family, guard, guard_notes
@@ -113,14 +112,9 @@ def score_and_write(
         key_short(record.key): {c.id: configuration_label(c) for c in record.cases}
         for record in records.values()
     }
-    remembered = _remembered_path(target, loaded)
-    settings = dataclasses.replace(options, remembered=_read_remembered(remembered))
     data = guard.score_whole_file(
-        target, loaded, source, notes, named, configurations, settings, progress
+        target, loaded, source, notes, named, configurations, options, progress
     )
-    # Merged: a run of a few mutants (--mutant) keeps what the others' last run found.
-    killers = {**settings.remembered, **_killers(data)}
-    atomic_write(remembered, json.dumps(killers, indent=0, sort_keys=True) + "\n")
     stem = family.report_stem(target)
     stem = f"{stem}-{loaded}" if options.release else stem
     folder = Path(options.reports_dir)
@@ -130,27 +124,6 @@ def score_and_write(
     )
     atomic_write(folder / f"{stem}.md", guard_report.markdown(data))
     return Scored(data, [folder / f"{stem}.md", folder / f"{stem}.json"])
-
-
-def _remembered_path(target: str, release: str) -> Path:
-    """Where the last run's killers of ``target`` on ``release`` are kept: in the cache, outside
-    the checkout, so a clean clone's guard starts with them too (``guard.Settings.remembered``)."""
-    return cache_root().parent / "guard" / f"{family.report_stem(target)}-{release}-killers.json"
-
-
-def _read_remembered(path: Path) -> dict[str, list[str]]:
-    """The killers kept at ``path``; none when there are none or they do not read (they only
-    order the tests)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): [str(t) for t in v] for k, v in data.items() if isinstance(v, list)}
-
-
-def _killers(data: dict) -> dict[str, list[str]]:
-    """Each killed mutant's first killing test in ``data`` (the guard's result)."""
-    return {m["id"]: m["killed_by"][:1] for m in data["mutants"] if m["killed_by"]}
 
 
 class FamilyError(Exception):

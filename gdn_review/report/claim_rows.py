@@ -81,14 +81,12 @@ def _measured_summary(claim, ran: list[dict]) -> str:
     if not ran:
         return "not measured"
     counts = Counter(t["outcome"] for t in ran)
-    as_expected = counts["passed"]
-    parts = [f"{as_expected}/{len(ran)} as expected"]
+    parts = [f"{counts['passed']}/{len(ran)} as expected"]
     if counts["xfailed"]:
         parts.append(f"{counts['xfailed']} known deviation")
     if claim.check.kind == "op_budget":
         for op, limit in claim.check.budget.items():
-            counts = [t["measured"].get(op) for t in ran if isinstance(t.get("measured"), dict)]
-            shown = _span([count for count in counts if isinstance(count, int)])
+            shown = span(op_values(ran, op))
             if shown:
                 parts.append(f"{op}: measured {shown}, budget ≤ {limit}")
     if claim.check.kind == "gpu_sync":
@@ -97,13 +95,22 @@ def _measured_summary(claim, ran: list[dict]) -> str:
             ("cpu", "device_origin_reads", "CPU proxy: device-origin reads"),
         ):
             on_device = [t.get("measured") for t in ran if t.get("device") == device]
-            shown = _span([m[key] for m in on_device if isinstance(m, dict) and key in m])
+            shown = span([m[key] for m in on_device if isinstance(m, dict) and key in m])
             if shown:
                 parts.append(f"{name}: measured {shown}, budget ≤ {claim.check.max_syncs}")
     return "; ".join(parts)
 
 
-def _span(values: list) -> str | None:
+def op_values(tests: list[dict], key: str) -> list[int]:
+    """The ``key`` op counts the tests measured, lowest first."""
+    return sorted(
+        t["measured"][key]
+        for t in tests
+        if isinstance(t.get("measured"), dict) and isinstance(t["measured"].get(key), int)
+    )
+
+
+def span(values: list) -> str | None:
     """``3`` or ``2–5``: the values measured, lowest to highest (None: none)."""
     values = sorted(set(values))
     if not values:
@@ -117,15 +124,14 @@ MECHANISM = (
 )
 
 
-def not_measured(claim, record: Record | None, key, path: Path | None = None) -> str:
+def not_measured(claim, record: Record, path: Path | None) -> str:
     """Why a latency claim has no bench result, advising only a command that can run.
 
     An open PR is timed against its diff (``kb/N.diff``): where none is stored
     beside the record (or the record's file ``path`` is not known), the claim
     is measured once it is, or once the change is released.
     """
-    if record is None:
-        return f"not measured: run `gdn-review bench --record {key}`"
+    key = record.key
     base = claim.check.base or record.target.base_release
     head = claim.check.head or record.target.head_release
     if base and not head and record.is_open:
@@ -152,13 +158,7 @@ def not_measured(claim, record: Record | None, key, path: Path | None = None) ->
     return f"not measured: run `gdn-review bench --record {key}`"
 
 
-def latency_claim(
-    claim,
-    key: int | str,
-    results: dict | None,
-    record: Record | None = None,
-    path: Path | None = None,
-) -> dict:
+def latency_claim(claim, record: Record, results: dict | None, path: Path | None) -> dict:
     """Verdict, reason, measured values and per-case rows of a latency claim, from `gdn-review
     bench` per device.
 
@@ -169,7 +169,7 @@ def latency_claim(
     if not results:
         return {
             "verdict": "unverified",
-            "reason": not_measured(claim, record, key, path),
+            "reason": not_measured(claim, record, path),
             "measured": "not measured",
             "vllm": "—",
             "devices": "—",
@@ -342,6 +342,6 @@ def claim_rows(
         )
         if claim.check.kind == "latency":
             claims[-1].update(
-                latency_claim(claim, record.key, evidence.bench.get(str(record.key)), record, path)
+                latency_claim(claim, record, evidence.bench.get(str(record.key)), path)
             )
     return claims

@@ -205,15 +205,14 @@ def of_test(test: dict) -> dict | None:
 
 def of_tests(tests: list[dict]) -> list[dict]:
     """The failing batches of the tests that failed (and kept one), in the tests' order."""
-    found = []
-    for test in tests:
-        if test.get("outcome") in ("failed", "error") and (described := of_test(test)):
-            found.append(described)
-    return found
+    found = [of_test(test) for test in tests if test.get("outcome") in ("failed", "error")]
+    return [described for described in found if described]
 
 
-def _configuration_words(described: dict) -> str:
-    return ", ".join(f"{key} {_flow(value)}" for key, value in described["configuration"].items())
+def _configuration_words(described: dict, shown=str) -> str:
+    """The configuration as ``key value, ...``; ``shown``: how each key and value is written."""
+    configuration = described["configuration"].items()
+    return ", ".join(f"{shown(key)} {shown(_flow(value))}" for key, value in configuration)
 
 
 def _padding_words(described: dict) -> str:
@@ -236,7 +235,7 @@ def compact(described: dict) -> str:
     return line + (f", k={_flow(k)}" if k is not None else ", no speculation")
 
 
-def markdown(described: dict | None, heading: str | None = None) -> list[str]:
+def markdown(described: dict | None) -> list[str]:
     """A described failing batch as markdown lines: its rows as a table, padding, configuration,
     the YAML case.
 
@@ -255,12 +254,8 @@ def markdown(described: dict | None, heading: str | None = None) -> list[str]:
         return []
     claim, prop, device = described["claim"], described["property"], described["device"]
     where = " ".join(code(part) for part in (claim, prop) if part) or "the invariant"
-    configured = ", ".join(
-        f"{code(key)} {code(_flow(value))}" for key, value in described["configuration"].items()
-    )
     lines = [
-        heading
-        or f"Failing batch of {where}"
+        f"Failing batch of {where}"
         + (f" ({text(device)})" if device else "")
         + f", {text(described['source'])}:",
         "",
@@ -272,7 +267,7 @@ def markdown(described: dict | None, heading: str | None = None) -> list[str]:
     lines += [
         "",
         f"Padding: {text(_padding_words(described))}. "
-        f"Configuration: {configured or 'the default'}.",
+        f"Configuration: {_configuration_words(described, code) or 'the default'}.",
         "",
         "As a case (paste under the record's `cases:`):",
         "",

@@ -18,8 +18,7 @@ from gdn_review.run.evidence_file import MUTANT_STATUSES, Evidence
 def _kill_cell(mutant: dict, claim_id: str) -> str:
     if mutant["status"] != "killed" and mutant["status"] not in SURVIVED:
         return "—"
-    killers = mutant.get("killed_by", {}).get(claim_id)
-    if killers:
+    if mutant.get("killed_by", {}).get(claim_id):
         return "killed"
     return "passed" if claim_id in mutant.get("claims_passed", []) else "·"
 

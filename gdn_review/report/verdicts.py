@@ -56,15 +56,12 @@ def superseded_skips(tests: list[dict]) -> list[dict]:
     """Drop a test's "needs CUDA" skip where the same test ran in another evidence file (a GPU run
     merged)."""
     ran = {(t["record"], t["nodeid"]) for t in tests if t["outcome"] in RAN}
-    return [
-        t
-        for t in tests
-        if not (
-            t["outcome"] == "skipped"
-            and (t.get("reason") or "").startswith("needs CUDA")
-            and (t["record"], t["nodeid"]) in ran
-        )
-    ]
+    return [t for t in tests if not (_needs_cuda(t) and (t["record"], t["nodeid"]) in ran)]
+
+
+def _needs_cuda(test: dict) -> bool:
+    """A test skipped for want of CUDA."""
+    return test["outcome"] == "skipped" and (test.get("reason") or "").startswith("needs CUDA")
 
 
 def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
@@ -80,7 +77,7 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     not_run = [t for t in tests if t["outcome"] in {"deselected", "not run"}]
     skipped = [t for t in tests if t["outcome"] == "skipped"]
     not_applicable = [t for t in skipped if (t.get("reason") or "").startswith("not applicable")]
-    needs_cuda = [t for t in skipped if (t.get("reason") or "").startswith("needs CUDA")]
+    needs_cuda = [t for t in skipped if _needs_cuda(t)]
     other_skips = [t for t in skipped if t not in not_applicable and t not in needs_cuda]
     failing = [t for t in ran if t["outcome"] in FAILED]
     if failing:
@@ -212,10 +209,7 @@ def risk_coverage(
     failing = [t for t in ran if t["outcome"] in FAILED]
     passing = [t for t in ran if t["outcome"] == "passed"]
     not_run = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
-    needs_cuda = sum(
-        t["outcome"] == "skipped" and (t.get("reason") or "").startswith("needs CUDA")
-        for t in tests
-    )
+    needs_cuda = sum(_needs_cuda(t) for t in tests)
     if failing:
         missing.append(
             f"{len(failing)} failing: " + ", ".join(sorted({label_of(t) for t in failing}))
