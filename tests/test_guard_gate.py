@@ -119,20 +119,23 @@ def test_a_mutant_runs_the_latest_killers_first_then_one_batch_tests_then_random
     assert kill_order(tests, [tests[0]], cost) == [tests[0], tests[2], tests[3], tests[1]]
 
 
-def test_a_mutant_tries_its_last_killer_alone_first_and_only_where_still_selected(tmp_path):
+def test_a_mutant_tries_the_latest_killers_it_selects_alone_first():
     from gdn_review.mutation.guard import rounds
 
     every = ["a.py::t1", "a.py::t2", "-x"]
-    assert rounds(every, [], ["a.py::t1", "a.py::t2"]) == [every]
-    assert rounds(every, ["a.py::t2"], ["a.py::t1", "a.py::t2"]) == [["a.py::t2", "-x"], every]
-    # A killer the plan no longer selects (or a pseudo test such as an import) is not tried.
-    assert rounds(every, ["b.py::gone", "(module import)"], ["a.py::t1"]) == [every]
-    # What a run remembers: each killed mutant's killer; a damaged file remembers nothing.
-    data = {"mutants": [{"id": "m1", "killed_by": ["a.py::t2"]}, {"id": "m2", "killed_by": []}]}
-    assert whole_file._killers(data) == {"m1": ["a.py::t2"]}
-    (tmp_path / "k.json").write_text("{not json", encoding="utf-8")
-    assert whole_file._read_remembered(tmp_path / "k.json") == {}
-    assert whole_file._read_remembered(tmp_path / "absent.json") == {}
+    selected = ["a.py::t1", "a.py::t2"]
+    assert rounds(every, [], selected) == [every]
+    assert rounds(every, ["a.py::t2"], selected) == [["a.py::t2", "-x"], every]
+    # A killer the mutant does not select (or a pseudo test such as an import) is not tried,
+    # and at most three go first.
+    assert rounds(every, ["b.py::other", "(module import)"], selected) == [every]
+    killers = ["a.py::t2", "b.py::other", "a.py::t1", "a.py::t3", "a.py::t4"]
+    assert rounds(every, killers, [*selected, "a.py::t3", "a.py::t4"])[0] == [
+        "a.py::t2",
+        "a.py::t1",
+        "a.py::t3",
+        "-x",
+    ]
 
 
 @pytest.mark.slow

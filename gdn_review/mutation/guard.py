@@ -149,12 +149,13 @@ def kill_order(tests: list[str], killers: list[str], cost: dict | None = None) -
     return sorted(tests, key=lambda test: (recent.get(test, len(recent)), price(test), test))
 
 
-def rounds(every: list[str], remembered: list[str], selected) -> list[list[str]]:
-    """A mutant's runs: the tests that killed it last time alone first, where still ``selected``
-    (collecting one test costs a fraction of collecting a thousand), then ``every`` test of its
-    selection; the first round that kills ends it."""
-    last = [test for test in remembered if test in selected]
-    return [[*last, "-x"], every] if last else [every]
+def rounds(every: list[str], killers: list[str], selected) -> list[list[str]]:
+    """A mutant's runs: the three latest ``killers`` of other mutants that it ``selected`` alone
+    first (a neighbouring edit tends to fall to the same test, and collecting three tests costs a
+    fraction of collecting a thousand), then ``every`` test of its selection; the first round that
+    kills ends it. Only the time changes: a test that would kill does so in either round."""
+    likely = [test for test in killers if test in selected][:3]
+    return [[*likely, "-x"], every] if likely else [every]
 
 
 def score(entries: list[dict]) -> dict:
@@ -178,9 +179,6 @@ class Settings:
     jobs: int = 1
     timeout: float = 60.0
     patterns: tuple[str, ...] = ()
-    # The tests that killed each mutant in the last run on this file and release (mutant id ->
-    # test ids): tried alone first. Only the order changes, never which tests may kill.
-    remembered: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def score_whole_file(
@@ -328,7 +326,7 @@ def _run(
             every = [*ordered_args(tests, work.first_files.get(mutant.id, [])), "-x"]
         else:
             every = [*kill_order(chosen, killers, cost), "-x"]
-        return rounds(every, settings.remembered.get(mutant.id, []), chosen or cost)
+        return rounds(every, killers, chosen or cost)
 
     for mutant in mutants:
         if mutant.id in work.decided:
