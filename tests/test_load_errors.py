@@ -48,6 +48,18 @@ TABLE = [
         ],
     ),
     (
+        # Its field is named as in every other kind of check (was claims[0].check.latency.max).
+        "unknown key in a latency check",
+        broken(
+            "      kind: op_budget\n      budget: {aten.ge: 1}\n",
+            "      kind: latency\n      max: 3\n",
+        ),
+        [
+            "7.yaml:18:7: claims[0].check.max: unknown key 'max' "
+            "(allowed here: base, cases, head, kind)"
+        ],
+    ),
+    (
         "wrong type",
         broken("  number: 7\n", "  number: seven\n"),
         [
