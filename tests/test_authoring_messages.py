@@ -68,3 +68,23 @@ def test_own_hunks_note_says_the_other_blocks_are_other_prs_changes_of_the_step(
     assert "changes of other PRs that shipped in the same release, and give none" in note, note
     assert "changes.yaml" not in note
     assert ("(the record names #51000 among them)" in note) == named
+
+
+def test_mutate_refuses_an_own_hunks_line_the_diff_does_not_change_as_validate_does(tmp_path):
+    """Before, validate named the line but mutate ran with the lines that did map."""
+    from gdn_review import mutation
+    from gdn_review.kb import RecordErrors
+
+    if any(release_cache.cached(v) is None for v in ("0.30.0", "0.31.0")):
+        pytest.skip("vLLM 0.30.0 and 0.31.0 are not in the release cache")
+    data = yaml.safe_load((ROOT / "kb" / "51565.yaml").read_text(encoding="utf-8"))
+    data["target"]["own_hunks"].append("no PR changed this line")
+    path = tmp_path / "51565.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    with pytest.raises(RecordErrors) as refused:
+        mutation.catalogue_for(path, load_record(path), fetch=False)
+    (error,) = refused.value.errors
+    assert "target.own_hunks" in str(error) and "'no PR changed this line' is not a line" in str(
+        error
+    )
+    assert str(error).startswith(f"{path}:")

@@ -57,7 +57,7 @@ def catalogue_for(
     except OSError:
         raise MutationError(f"the loaded vLLM {release} has no {target}") from None
     sources, notes = _other_sources(record, release, fetch, say)
-    problems = find_problems(path, record, {**sources, release: loaded})
+    problems = _problems(path, record, {**sources, release: loaded})
     if problems:
         raise RecordErrors(problems)
     mutants = record_mutants(record, release, loaded, sources)
@@ -149,6 +149,16 @@ def _diff_mutants(
     return auto, gone, notes
 
 
+def _problems(path: Path, record: Record, sources: dict[str, str]) -> list:
+    """The record's mutant finds and own hunks checked on ``sources`` (release -> target file):
+    ``validate`` and ``mutate`` refuse the same records."""
+    problems = find_problems(path, record, sources)
+    base, head = record.target.base_release, record.target.head_release
+    if record.target.own_hunks and base in sources and head in sources:
+        problems += own_hunk_problems(path, record, sources[base], sources[head])
+    return problems
+
+
 def check_finds(records: dict[Path, Record]) -> tuple[list, list[str]]:
     """``gdn-review validate``'s check of every record's mutant finds on the releases at hand
     (nothing is fetched): (record errors, notes on what could not be checked).
@@ -167,15 +177,13 @@ def check_finds(records: dict[Path, Record]) -> tuple[list, list[str]]:
         except (ReleaseError, OSError) as error:
             skipped.append(f"the installed vLLM: {error}")
         sources.update(_cached_sources(target, sources))
-        head, base = record.target.head_release, record.target.base_release
+        head = record.target.head_release
         if head and head not in sources:
             skipped.append(
                 f"vLLM {head} (the head release) is not in the release cache; "
                 "`gdn-review mutate` fetches it"
             )
-        problems += find_problems(path, record, sources)
-        if record.target.own_hunks and base in sources and head in sources:
-            problems += own_hunk_problems(path, record, sources[base], sources[head])
+        problems += _problems(path, record, sources)
         notes += [f"{path}: mutant finds not checked against {what}" for what in skipped]
     return problems, notes
 
