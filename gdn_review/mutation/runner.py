@@ -229,7 +229,7 @@ def run_forked(
 
     ``tests``: ``suite.test_args`` (and options that narrow them), or a function of the mutant
     giving its rounds (``run_in_this_process``: the whole-file score runs each mutant under its
-    own selection of tests, its last killers first). A child
+    own selection of tests, the latest killers alone first). A child
     that dies without a result (the interpreter crashed under the mutant) killed it: the crash
     is a detected failure.
     """
