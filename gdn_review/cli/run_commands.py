@@ -50,7 +50,7 @@ from gdn_review.run.selection import current_modules, load_records
     default="markdown",
     show_default=True,
 )
-@fail_on_option(fail_conditions.REPORT, "fails")
+@fail_on_option(fail_conditions.REPORT, "fails,error")
 @exit_codes
 def report(
     kb_dir: Path, keys, evidence_paths, reports_dir: Path, fmt: str, fail_on: set[str]
@@ -87,7 +87,7 @@ def report(
     help="Skip the diff side: an open PR's diff stored beside its record "
     "(kb/N.diff) is not applied.",
 )
-@fail_on_option(fail_conditions.REPORT, "fails")
+@fail_on_option(fail_conditions.REPORT, "fails,error")
 @click.argument("pytest_args", nargs=-1, type=click.UNPROCESSED)
 @exit_codes
 def run(

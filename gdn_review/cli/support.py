@@ -135,11 +135,12 @@ def say(line: str) -> None:
 
 def exit_for(findings: list[tuple[str, str]], chosen: set[str]) -> int:
     """Say which of a stage's findings the chosen --fail-on conditions name (stderr); exit 1 if
-    any, else 0."""
+    any names a measured one, 3 if all are checks that could not run or raised in our own code
+    (``error``), else 0."""
     tripped = fail_conditions.tripped(findings, chosen)
     for line in tripped:
         click.echo(f"fail-on: {line}", err=True)
-    return EXIT_FAILED if tripped else EXIT_OK
+    return fail_conditions.exit_code(tripped)
 
 
 def write_reports(

@@ -20,15 +20,21 @@ CONDITIONS = {
     "field that came or went, with no recorded change behind it",
     "breaks": "a claim that held and no longer does with the change, or the PR's own claim "
     "that fails with its diff",
+    "error": "a check that could not run (set-up raised before the builder under test was "
+    "entered: platform, VllmConfig, imports) or raised an error in gdn-review's own code; "
+    "exit code 3, not 1",
 }
 NONE = "none"  # the option's value for "nothing fails the run"
 SURVIVED = frozenset({"survived", "not reached"})  # the mutant statuses "survived" names
 
+# The condition whose findings are no verdict (exit code 3: ``exit_code``).
+ERROR = "error"
+
 # What each command's result can trip, in the order --help lists them.
-REPORT = ("fails", "unverified", "uncovered", "survived", "pending")  # run, report, mutate
-MATRIX = ("fails", "unverified", "uncovered", "drift")  # matrix (records and the history page)
-HISTORY = ("drift",)  # the history page alone
-REVIEW = ("breaks", "drift", "survived")  # review, review-merge
+REPORT = ("fails", "unverified", "uncovered", "survived", "pending", ERROR)  # run, report, mutate
+MATRIX = ("fails", "unverified", "uncovered", "drift", ERROR)  # matrix, its history page
+HISTORY = ("drift", ERROR)  # the history page alone
+REVIEW = ("breaks", "drift", "survived", ERROR)  # review, review-merge
 
 
 def tripped(findings: list[tuple[str, str]], chosen: set[str]) -> list[str]:
@@ -38,6 +44,17 @@ def tripped(findings: list[tuple[str, str]], chosen: set[str]) -> list[str]:
     if unknown:
         raise ValueError(f"internal error: finding of no --fail-on condition: {sorted(unknown)}")
     return [f"{condition}: {what}" for condition, what in findings if condition in chosen]
+
+
+def exit_code(tripped_lines: list[str]) -> int:
+    """0 where nothing tripped; 1 where a claim broke (or anything but ``error``); 3 where only
+    checks that could not run or raised in our own code tripped: no verdict, fix the set-up or
+    gdn-review, not vLLM."""
+    if not tripped_lines:
+        return 0
+    if all(line.startswith(f"{ERROR}: ") for line in tripped_lines):
+        return 3
+    return 1
 
 
 def parse(value: str, allowed: tuple[str, ...]) -> set[str]:

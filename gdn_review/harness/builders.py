@@ -26,6 +26,7 @@ import tempfile
 import torch
 
 from gdn_review.harness.environment import prepare_platform
+from gdn_review.harness.origin import setting_up, under_test
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,9 +395,10 @@ def make_builder(settings: BuilderSettings):
 def new_builder(settings: BuilderSettings):
     """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
-    from vllm.v1.kv_cache_interface import MambaSpec
+    with setting_up("importing vLLM's builder"):
+        from vllm.v1.kv_cache_interface import MambaSpec
 
-    cls = builder_class(settings.builder)
+        cls = builder_class(settings.builder)
 
     checkpoints = {}
     if settings.prefix_caching is not None:
@@ -406,18 +408,20 @@ def new_builder(settings: BuilderSettings):
             "num_prefill_checkpoint_blocks": blocks,
             "prefill_checkpoint_alignment": alignment,
         }
-    spec = MambaSpec(
-        **_accepted_kwargs(
-            MambaSpec,
-            block_size=settings.block_size,
-            shapes=((4, 4),),
-            dtypes=(torch.float32,),
-            num_speculative_blocks=settings.speculative_tokens or 0,
-            **checkpoints,
+    with setting_up("MambaSpec"):
+        spec = MambaSpec(
+            **_accepted_kwargs(
+                MambaSpec,
+                block_size=settings.block_size,
+                shapes=((4, 4),),
+                dtypes=(torch.float32,),
+                num_speculative_blocks=settings.speculative_tokens or 0,
+                **checkpoints,
+            )
         )
-    )
-    config = _vllm_config(settings)
-    with _as_on_server(settings):
+    with setting_up("VllmConfig"):
+        config = _vllm_config(settings)
+    with _as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
         # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
         return cls(
             spec,

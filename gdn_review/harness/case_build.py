@@ -41,6 +41,7 @@ import torch
 from gdn_review.harness.builders import BuilderSettings, make_builder, new_builder
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.inputs import build_arguments
+from gdn_review.harness.origin import raised_by_code_under_test, setting_up, under_test
 from gdn_review.harness.server import (
     BUILDER_ATTRIBUTES,
     builder_attributes,
@@ -194,10 +195,13 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     common = kwargs["common_attn_metadata"]
     entry = case.get("entry", "build")
     device = str(common.query_start_loc.device)
-    hand_aligned_indices(builder, case.get("aligned_state_indices"), device)
+    with setting_up("the runner's aligned state indices"):
+        hand_aligned_indices(builder, case.get("aligned_state_indices"), device)
     if entry == "capture":
-        return builder.build_for_cudagraph_capture(common), None
-    metadata = builder.build(**kwargs)
+        with under_test(f"{type(builder).__name__}.build_for_cudagraph_capture"):
+            return builder.build_for_cudagraph_capture(common), None
+    with under_test(f"{type(builder).__name__}.build"):
+        metadata = builder.build(**kwargs)
     if entry == "build":
         return metadata, None
     built = keep_built(metadata) if keep_built else None
@@ -206,12 +210,14 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     second = torch.where(table == 0, table, table + SECOND_TABLE)
     regather = other if other is not None else builder
     if other is not None:
-        hand_aligned_indices(
-            other,
-            (case.get("second_builder") or {}).get("aligned_state_indices"),
-            device,
-        )
-    return regather.update_block_table(metadata, second, common.slot_mapping), built
+        with setting_up("the runner's aligned state indices"):
+            hand_aligned_indices(
+                other,
+                (case.get("second_builder") or {}).get("aligned_state_indices"),
+                device,
+            )
+    with under_test(f"{type(regather).__name__}.update_block_table"):
+        return regather.update_block_table(metadata, second, common.slot_mapping), built
 
 
 def _second_builder(case: dict, settings: BuilderSettings):
@@ -229,7 +235,8 @@ def _second_builder(case: dict, settings: BuilderSettings):
 def _run_entry(builder, case: dict, settings: BuilderSettings, other=None):
     """Call the case's entry point on ``builder``; returns (metadata, the snapshot of
     the build it re-gathered or None)."""
-    kwargs, _, columns = build_arguments(case, settings)
+    with setting_up("build()'s inputs"):
+        kwargs, _, columns = build_arguments(case, settings)
     return _call_entry(
         builder, case, kwargs, lambda metadata: snapshot(metadata, columns), other
     )
@@ -264,6 +271,8 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
         try:
             run = _build_case(device, case, count_ops)
         except Exception as error:  # noqa: BLE001  (what it raises is what it states)
+            if raised_by_code_under_test(error) is None:
+                raise  # the set-up's (could not run) or our own (error in the check)
             measured = {"raised": raised_words(error)}
             if case["raises"] == "type":
                 kind, _, first = measured["raised"].partition(": ")
@@ -336,7 +345,8 @@ def _step_builders(device: str, case: dict):
 def _build_step(device: str, case: dict, count_ops: bool) -> BuildRun:
     """Run the case's engine step (harness.steps): ops counted per step and call."""
     builders, settings = _step_builders(device, case)
-    kwargs, _, columns = build_arguments(case, settings)
+    with setting_up("build()'s inputs"):
+        kwargs, _, columns = build_arguments(case, settings)
     counter = _OpCounter()
     with counter.mode if count_ops else contextlib.nullcontext():
         metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
@@ -399,7 +409,8 @@ def count_sync_warnings(device: str, case: dict) -> int:
     point runs."""
     if case.get("step") is not None:
         builders, settings = _step_builders(device, case)
-        kwargs, _, _ = build_arguments(case, settings)
+        with setting_up("build()'s inputs"):
+            kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
             run_step(builders, case, kwargs)
@@ -407,7 +418,8 @@ def count_sync_warnings(device: str, case: dict) -> int:
         builder, settings = _builder_after(device, case)
         # The inputs are made, and the metadata read back, outside the counted call:
         # the first H200 run counted their copies (4 to 6 "syncs" in build()).
-        kwargs, _, _ = build_arguments(case, settings)
+        with setting_up("build()'s inputs"):
+            kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
             _call_entry(builder, case, kwargs)
@@ -435,7 +447,8 @@ def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
     else:
         builder, settings = _builder_after(device, case)
         builders = [builder]
-    kwargs, _, _ = build_arguments(case, settings)
+    with setting_up("build()'s inputs"):
+        kwargs, _, _ = build_arguments(case, settings)
     common = kwargs["common_attn_metadata"]
     tracker = DeviceOriginReads()
     tracker.mark(
@@ -460,5 +473,7 @@ def snapshot_case(device: str, case: dict) -> dict:
     raises (a bug a later PR fixed) gives ``{"raised": "<type>: <message>"}``."""
     try:
         return build_case(device, case, count_ops=False).metadata
-    except Exception as error:  # noqa: BLE001  (any crash is the release's behaviour)
+    except Exception as error:  # noqa: BLE001  (any crash of the builder is its behaviour)
+        if raised_by_code_under_test(error) is None:
+            raise  # the set-up's (could not run) or our own (error in the check)
         return {"raised": raised_words(error)}

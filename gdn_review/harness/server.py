@@ -16,6 +16,7 @@ import enum
 import torch
 
 from gdn_review.harness.environment import prepare_platform
+from gdn_review.harness.origin import setting_up
 from gdn_review.harness.values import plain
 
 # Classes a call case may pass (kb.models.HostClass) -> their module (None: target's).
@@ -34,7 +35,8 @@ def call_host_function(case: dict) -> dict:
 
     prepare_platform()
     call = case["call"]
-    module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
+    with setting_up("importing vLLM's builder module"):
+        module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
     function = module
     for name in call["function"].split("."):
         function = getattr(function, name, None)

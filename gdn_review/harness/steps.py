@@ -21,6 +21,7 @@ import inspect
 
 import torch
 
+from gdn_review.harness.origin import setting_up, under_test
 from gdn_review.harness.values import SECOND_TABLE, snapshot
 
 # State-index fields of build()'s metadata: entries of the group's own block table.
@@ -96,14 +97,16 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
 
     def counted(function, *args, **keywords):
         before = collections.Counter(counts) if counts is not None else None
-        result = function(*args, **keywords)
+        with under_test(getattr(function, "__qualname__", "the step's call")):
+            result = function(*args, **keywords)
         if counts is not None:
             call_ops.append(dict(sorted((counts - before).items())))
         return result
 
     def uncounted(function, *args):
         before = collections.Counter(counts) if counts is not None else None
-        function(*args)
+        with setting_up("the runner's aligned state indices"):
+            function(*args)
         if counts is not None:
             counts.clear()
             counts.update(before)

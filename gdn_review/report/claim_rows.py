@@ -299,12 +299,22 @@ def claim_rows(
         ran = [t for t in tests if t["outcome"] in RAN]
         verdict, reason = claim_verdict(claim, tests)
         tested = tested_on(evidence, tests)
-        verdict, reason = pending_verdict(record, claim, verdict, reason, tested, with_change)
+        verdict, reason = pending_verdict(
+            record, claim, verdict, reason, tested, with_change, tests
+        )
         configured = configurations(record, claim, ran, evidence)
         if configured:
             reason = f"{reason} [{configured}]"
         by_device = {
-            device: pending_verdict(record, claim, v, "", tested, with_change)[0]
+            device: pending_verdict(
+                record,
+                claim,
+                v,
+                "",
+                tested,
+                with_change,
+                [t for t in tests if t.get("device") == device],
+            )[0]
             for device, v in verdicts_by_device(claim, tests).items()
         }
         claims.append(

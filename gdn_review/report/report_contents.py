@@ -27,7 +27,7 @@ from gdn_review.report.verdicts import (
     superseded_skips,
     tie_to_change,
 )
-from gdn_review.run.evidence_file import NOT_TIED, RAN, VERDICTS, Evidence
+from gdn_review.run.evidence_file import NOT_MEASURED, NOT_TIED, RAN, VERDICTS, Evidence
 
 # A claim the diff side has no result for.
 NOT_WITH_DIFF = {"verdict": "unverified", "reason": "not run with the diff", "measured": ""}
@@ -81,9 +81,11 @@ def report_data(
         "claims": claims,
         "risks": risks,
         "upstream_tests": _upstream_rows(record, evidence, mine, with_change),
+        # Could not run and error in the check are counted where they happened only.
         "verdict_counts": {
             v: sum(c["verdict"] == v for c in claims)
             for v in VERDICTS + ((NOT_TIED,) if reach and reach.get("state") == "not tied" else ())
+            if v not in NOT_MEASURED or any(c["verdict"] == v for c in claims)
         },
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
         "mutation": mutation,
@@ -109,7 +111,16 @@ def _upstream_rows(
     """Each vLLM test the record states: the verdict of its claims' tests on its cases only (a
     claim's other cases aside), the worst of them."""
     by_id = {claim.id: claim for claim in record.claims}
-    severity = ("fails", "unverified", "pending", "known deviation", "not applicable", "holds")
+    severity = (
+        "error in the check",
+        "could not run",
+        "fails",
+        "unverified",
+        "pending",
+        "known deviation",
+        "not applicable",
+        "holds",
+    )
     rows = []
     for item in record.upstream_tests:
         chosen = [
@@ -124,7 +135,9 @@ def _upstream_rows(
             verdict, reason = claim_verdict(by_id[cid], picked)
             tested = tested_on(evidence, picked)
             verdicts.append(
-                pending_verdict(record, by_id[cid], verdict, reason, tested, with_change)
+                pending_verdict(
+                    record, by_id[cid], verdict, reason, tested, with_change, picked
+                )
             )
         worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
         rows.append(

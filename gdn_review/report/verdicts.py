@@ -13,9 +13,16 @@ from __future__ import annotations
 
 from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.kb.subjects import key_label, state_words
-from gdn_review.run.evidence_file import NOT_TIED, RAN
+from gdn_review.run.evidence_file import (
+    CHECK_ERROR,
+    COULD_NOT_RUN,
+    MEASURED,
+    NOT_MEASURED,
+    NOT_TIED,
+    RAN,
+)
 
-FAILED = {"failed", "error", "xpassed"}
+FAILED = {"failed", "xpassed"}
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test
 # executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
@@ -80,6 +87,9 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     needs_cuda = [t for t in skipped if _needs_cuda(t)]
     other_skips = [t for t in skipped if t not in not_applicable and t not in needs_cuda]
     failing = [t for t in ran if t["outcome"] in FAILED]
+    unmeasured = not_measured(tests)
+    if unmeasured is not None:
+        return unmeasured
     if failing:
         first = failing[0]
         proxy = (
@@ -136,21 +146,72 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     return "unverified", "skipped: " + (other_skips[0].get("reason") or "no reason given")
 
 
+def not_measured(tests: list[dict]) -> tuple[str, str] | None:
+    """(verdict, reason) where some of a claim's tests measured nothing: an error in the check
+    (gdn-review's fault) first, then could not run. Never read as holds, fails or pending: what
+    did run is named beside it. None where every test that ran measured."""
+    for outcome in (CHECK_ERROR, COULD_NOT_RUN):
+        these = [t for t in tests if t["outcome"] == outcome]
+        if not these:
+            continue
+        first = these[0]
+        failing = sum(t["outcome"] in FAILED for t in tests)
+        passed = sum(t["outcome"] in {"passed", "xfailed"} for t in tests)
+        others = [f"{plural(passed, 'other test')} passed"] if passed else []
+        if failing:
+            others.append(f"{failing} failed")
+        beside = f" ({', '.join(others)})" if others else ""
+        reason = (first.get("reason") or outcome).removeprefix(f"{outcome}: ")
+        return outcome, (
+            f"{len(these)} of {plural(len(tests), 'test')} {outcome_words(outcome)}{beside}; "
+            f"first: {label_of(first)} ({first.get('device')}): {reason}"
+        )
+    return None
+
+
+def outcome_words(outcome: str) -> str:
+    """``could not run``; ``raised an error in the check``."""
+    return "could not run" if outcome == COULD_NOT_RUN else "raised an error in the check"
+
+
+def measured_failures(tests: list[dict]) -> bool:
+    """Whether every failed test of these measured its failure (an assertion on measured values,
+    or the exception a case expects), not an exception the code under test raised on its own."""
+    return all(t.get("failure", MEASURED) == MEASURED for t in tests if t["outcome"] == "failed")
+
+
 def pending_verdict(
-    record, claim, verdict: str, reason: str, releases: list[str], with_change: bool = False
+    record,
+    claim,
+    verdict: str,
+    reason: str,
+    releases: list[str],
+    with_change: bool = False,
+    tests: list[dict] = (),
 ) -> tuple[str, str]:
     """A claim of an open (or closed, unmerged) PR read on a release without its change:
     **pending**, not failing.
 
     An improvement claim (``before: fails``) that fails there fails as the PR
-    says it should; a claim whose cases need what only the PR adds (``needs``)
-    cannot run there. Both are decided once the change is in: on a release
-    that has it, or with the PR's diff applied (``with_change``).
+    says it should, where every failure is a measured one (``tests``: the claim's);
+    a claim whose cases need what only the PR adds (``needs``) cannot run there.
+    Both are decided once the change is in: on a release that has it, or with the
+    PR's diff applied (``with_change``). Could not run and error in the check stay
+    what they are.
     """
     if with_change or not record.is_open:
         return verdict, reason
     where = f"vLLM {', '.join(releases)}" if releases else "this release"
     state = state_words(record.pr.state)
+    if verdict == "fails" and claim.before == "fails" and not measured_failures(tests):
+        raised = next(
+            t for t in tests if t["outcome"] == "failed" and t.get("failure", MEASURED) != MEASURED
+        )
+        return (
+            "fails",
+            f"{reason}; not pending: on {where} {raised['failure']} raised "
+            f"({raised.get('reason')}), not the difference the claim states",
+        )
     if verdict == "fails" and claim.before == "fails":
         return (
             "pending",
@@ -304,17 +365,22 @@ def discrimination(
     on_head = f"on {head_name}" if head_name == "the head release" else f"with {head_name}"
     if before is None:
         return "not stated", "the record gives no `before` for this claim"
+    for side, name in ((base, "the base release"), (head, head_name)):
+        if side is not None and side["verdict"] in NOT_MEASURED:
+            return side["verdict"], f"{side['verdict']} on {name}: {side['reason']}"
     if base is not None and head is None and base.get("open"):
         # An open PR: no release has its change, and no diff of it ran.
         vb = base["verdict"]
         if before == "fails":
-            if vb in {"pending", "fails"}:
+            if vb == "pending":
                 return (
                     "pending",
                     "fails on the base release as the PR says it should; no release "
                     "has the PR's change yet (store its diff beside the record to "
                     "check it)",
                 )
+            if vb == "fails":  # pending_verdict: not by a measured difference
+                return "does not discriminate", f"fails on the base release: {base['reason']}"
             return (
                 "does not discriminate",
                 f"{vb} on the base release already: the check is never seen to fail",
@@ -372,6 +438,12 @@ def kept(cells: list[dict]) -> tuple[str, str]:
     ran = [c for c in cells if c["verdict"] not in {"not run", "not applicable"}]
     if not ran:
         return "unverified", "no release of the contract's range ran"
+    unmeasured = [c for c in ran if c["verdict"] in NOT_MEASURED]
+    if unmeasured:
+        first = unmeasured[0]
+        return first["verdict"], "; ".join(
+            f"{c['verdict']} on {c['version']}: {c['reason']}" for c in unmeasured
+        )
     broken = [c for c in ran if c["verdict"] not in {"holds", "known deviation"}]
     if broken:
         return "broken", "; ".join(
@@ -439,6 +511,8 @@ def findings(reports: list[dict]) -> list[tuple[str, str]]:
             verdict, claim_id = claim["verdict"], f"{who} claim {claim['id']}"
             if verdict == "fails":
                 found.append(("fails", claim_id))
+            elif verdict in NOT_MEASURED:
+                found.append(("error", f"{claim_id} {verdict}: {claim['reason']}"))
             elif verdict in ("pending", "unverified"):
                 found.append((verdict, f"{claim_id}: {claim['reason']}"))
             elif verdict == NOT_TIED:

@@ -31,14 +31,26 @@ from typing import Callable
 
 from gdn_review.common.files import atomic_write
 
-FORMAT = "gdn-review-evidence/1"
+FORMAT = "gdn-review-evidence/2"
+# Format 1 had one outcome, "error", for whatever raised outside a test's call (a fixture,
+# the platform, VllmConfig): read as "could not run". Format 2 tells apart where an exception
+# came from (harness.origin, run.plugin): COULD_NOT_RUN and CHECK_ERROR, never a verdict.
+OLDER_FORMATS = ("gdn-review-evidence/1",)
 DEFAULT_PATH = Path(".gdn-review") / "evidence.json"
 BENCH_PATH = Path(".gdn-review") / "bench.json"  # `gdn-review bench`'s own file
 PARTS = ("mutation", "diff")  # what other commands add to a file of tests
 
 # The vocabulary of the format: how a test ended, how a mutant ended, a claim's verdict.
-RAN = {"passed", "failed", "xfailed", "xpassed", "error"}
-OUTCOMES = RAN | {"skipped", "deselected", "not run"}
+# A test that could not run (set-up raised before the builder under test was entered), or
+# whose check raised in gdn-review's own code, measured nothing: neither is a verdict.
+COULD_NOT_RUN = "could not run"
+CHECK_ERROR = "error in the check"
+NOT_MEASURED = (COULD_NOT_RUN, CHECK_ERROR)
+RAN = {"passed", "failed", "xfailed", "xpassed"}
+OUTCOMES = RAN | {"skipped", "deselected", "not run", *NOT_MEASURED}
+# A failed test's ``failure``: what it measured (an assertion on measured values, or the
+# exception a case expects), or what the code under test raised on its own.
+MEASURED = "measured"
 MUTANT_STATUSES = (
     "killed",
     "survived",
@@ -48,7 +60,15 @@ MUTANT_STATUSES = (
     "not applicable",
     "equivalent",
 )
-VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
+VERDICTS = (
+    "holds",
+    "fails",
+    "pending",
+    "known deviation",
+    "not applicable",
+    "unverified",
+    *NOT_MEASURED,
+)
 # A record whose cases never execute its PR's own lines (the ``reach`` part): its claims that
 # held are not tied to the change (report.verdicts.tie_to_change).
 NOT_TIED = "not tied to the change"
@@ -118,11 +138,25 @@ def read(path: Path) -> dict:
         ) from None
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise EvidenceError(f"{path}: cannot read evidence: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in (FORMAT, *OLDER_FORMATS):
         raise EvidenceError(f"{path}: not gdn-review evidence (expected format {FORMAT!r})")
     if not isinstance(data.get("tests"), list):
         raise EvidenceError(f"{path}: evidence has no 'tests' list")
-    return data
+    return upgraded(data)
+
+
+def upgraded(data: dict) -> dict:
+    """A document of an older format read in today's vocabulary (format 1's "error": could
+    not run)."""
+    if data.get("format") == FORMAT:
+        return data
+    tests = []
+    for test in data.get("tests", []):
+        if isinstance(test, dict) and test.get("outcome") == "error":
+            reason = test.get("reason") or "raised outside the test's call"
+            test = {**test, "outcome": COULD_NOT_RUN, "reason": f"{COULD_NOT_RUN}: {reason}"}
+        tests.append(test)
+    return {**data, "tests": tests, "format": FORMAT}
 
 
 def read_if_any(path: Path) -> dict | None:
@@ -177,7 +211,7 @@ def record_slice(data: dict, key) -> dict:
     prefix = f"{key}:"
     tests = [t for t in data.get("tests", []) if t.get("record") == key]
     ran_alone = (
-        1 if any(t["outcome"] in {"failed", "error"} for t in tests) else (0 if tests else 5)
+        1 if any(t["outcome"] in {"failed", *NOT_MEASURED} for t in tests) else (0 if tests else 5)
     )
     return {
         **data,

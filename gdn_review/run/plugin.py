@@ -69,18 +69,26 @@ CHANGE_APPLIED = "GDN_REVIEW_CHANGE_APPLIED"
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A pending claim's failure (an open PR's improvement, on a release without its change) is an
-    xfail to pytest.
+    """Where a generated test's exception came from (``origin``: the evidence's outcome), and a
+    pending claim's measured failure as an xfail to pytest.
 
-    The generated module lists such claims in PENDING. pytest (CI, ``mutate``'s
-    baseline and its kills) sees an xfail; the evidence keeps the failure and
-    its reason, so the report says **pending** and, where the PR's diff is
-    applied, **fails**. A pending claim that passes is a plain pass.
+    A pending claim is an open PR's improvement, on a release without its change;
+    the generated module lists such claims in PENDING. Only a failure that measured
+    what the claim states (an assertion on measured values) is pending: pytest (CI,
+    ``mutate``'s baseline and its kills) sees an xfail; the evidence keeps the
+    failure and its reason, so the report says **pending** and, where the PR's diff
+    is applied, **fails**. A pending claim that passes is a plain pass; one that
+    could not run, or whose check raised, stays a failure everywhere.
     """
     outcome = yield
     report = outcome.get_result()
+    if not report.failed or call.excinfo is None or item.get_closest_marker("claim") is None:
+        return
+    report.gdn_outcome, report.gdn_failure, report.gdn_reason = origin(
+        call.excinfo.value, call.when
+    )
     pending = getattr(getattr(item, "module", None), "PENDING", None)
-    if not pending or report.when != "call" or not report.failed:
+    if not pending or report.when != "call" or report.gdn_failure != evidence_file.MEASURED:
         return
     claim = _marker_arg(item, "claim")
     record = _marker_arg(item, "record")
@@ -89,6 +97,85 @@ def pytest_runtest_makereport(item, call):
     report.gdn_pending_failure = _reason(report)
     report.outcome = "skipped"
     report.wasxfail = f"pending: {pending[claim]}"
+
+
+# The attribute harness.origin.under_test sets on what vLLM's code under test raised, and the
+# class harness.origin.setting_up raises: read by name, so that classifying a failure never
+# imports the harness (nor vLLM).
+_UNDER_TEST = "gdn_review_under_test"
+_COULD_NOT_RUN = "CouldNotRun"
+# The order in which one test's several exceptions (a Hypothesis group) decide its outcome.
+_PRECEDENCE = (evidence_file.CHECK_ERROR, evidence_file.COULD_NOT_RUN, "failed")
+
+
+def origin(error: BaseException, when: str) -> tuple[str, str | None, str]:
+    """(outcome, failure, reason) of a generated test that raised ``error`` in phase ``when``.
+
+    - vLLM's code under test raised it (``harness.origin.under_test``): ``failed``, the
+      failure is what raised it (behaviour: it counts against the claim);
+    - set-up raised it (``harness.origin.CouldNotRun``, or anything while a fixture was
+      set up: platform, VllmConfig, imports): ``could not run``;
+    - a failed assertion on measured values (``assert``, ``pytest.fail``): ``failed``,
+      ``measured``;
+    - anything else raised in the test's call or teardown is gdn-review's own code:
+      ``error in the check``, with the frame it came from.
+    """
+    group = getattr(error, "exceptions", None)  # an exception group: Hypothesis found several
+    if isinstance(group, tuple) and group:
+        found = [origin(each, when) for each in group]
+        return min(found, key=lambda one: _PRECEDENCE.index(one[0]))
+    chain = _chain(error)
+    cannot = next((e for e in chain if type(e).__name__ == _COULD_NOT_RUN), None)
+    if cannot is not None:
+        return evidence_file.COULD_NOT_RUN, None, str(cannot)
+    under_test = getattr(error, _UNDER_TEST, None)
+    words = f"{type(error).__name__}: {_first_line(error)}"
+    if under_test is not None:
+        return "failed", f"raised by {under_test}", words
+    if when == "setup":
+        return (
+            evidence_file.COULD_NOT_RUN,
+            None,
+            f"could not run: set-up raised {words} (at {_last_frame(error)})",
+        )
+    if isinstance(error, (AssertionError, pytest.fail.Exception)):
+        return "failed", evidence_file.MEASURED, words
+    return (
+        evidence_file.CHECK_ERROR,
+        None,
+        f"error in the check (gdn-review's own code raised {words} at {_last_frame(error)})",
+    )
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the exceptions it was raised from or while handling."""
+    chain, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _last_frame(error: BaseException) -> str:
+    """``path:line in function`` of the innermost frame, the path from its package folder."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "(no traceback)"
+    frame = frames[-1]
+    parts = frame.filename.replace(os.sep, "/").split("/")
+    start = next(
+        (i for i in range(len(parts) - 1, -1, -1) if parts[i] in ("gdn_review", "vllm", "torch")),
+        len(parts) - 1,
+    )
+    return f"{'/'.join(parts[start:])}:{frame.lineno} in {frame.name}"
 
 
 def _generated_module(metafunc) -> bool:
@@ -172,6 +259,21 @@ def _test_entry(item) -> dict | None:
         "expected": None,
         "duration_s": 0.0,
     }
+
+
+def _failed(entry: dict, report) -> None:
+    """A failed phase's outcome, failure and reason (``origin``'s, made where the test ran)."""
+    outcome = getattr(report, "gdn_outcome", None)
+    if outcome is None:  # raised outside anything origin() saw: not a measurement
+        outcome = (
+            evidence_file.COULD_NOT_RUN if report.when == "setup" else evidence_file.CHECK_ERROR
+        )
+        entry["outcome"], entry["reason"] = outcome, f"{outcome}: {_reason(report)}"
+        return
+    entry["outcome"] = outcome
+    entry["reason"] = _reason(report) if outcome == "failed" else report.gdn_reason
+    if outcome == "failed":
+        entry["failure"] = report.gdn_failure
 
 
 def _reason(report) -> str:
@@ -298,19 +400,21 @@ class EvidenceCollector:
             if report.skipped:
                 entry["outcome"], entry["reason"] = "skipped", _reason(report)
             elif report.failed:
-                entry["outcome"], entry["reason"] = "error", _reason(report)
+                _failed(entry, report)
         elif report.when == "call":
             if getattr(report, "gdn_pending_failure", None) is not None:
                 # Failed as the open PR says it should (pytest saw an xfail): evidence keeps it.
                 entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
+                entry["failure"] = evidence_file.MEASURED
             elif getattr(report, "wasxfail", None) is not None:
                 entry["outcome"] = "xfailed" if report.skipped else "xpassed"
                 entry["reason"] = report.wasxfail
             elif report.skipped:
                 entry["outcome"], entry["reason"] = "skipped", _reason(report)
+            elif report.failed:
+                _failed(entry, report)
             else:
-                entry["outcome"] = report.outcome
-                entry["reason"] = _reason(report) if report.failed else None
+                entry["outcome"], entry["reason"] = report.outcome, None
             if entry["outcome"] == "failed":  # a pending claim's failure too
                 smallest, failing = _falsifying_example(report), _failing_batch(report)
                 if smallest:
@@ -318,7 +422,7 @@ class EvidenceCollector:
                 if failing:
                     entry["failing_batch"] = failing
         elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
-            entry["outcome"], entry["reason"] = "error", _reason(report)
+            _failed(entry, report)
 
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.tests:
