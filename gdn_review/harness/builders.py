@@ -25,6 +25,7 @@ import tempfile
 
 import torch
 
+from gdn_review.harness.adaptations import making_config
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.origin import setting_up, under_test
 
@@ -188,34 +189,36 @@ def _vllm_config(settings: BuilderSettings):
         additional["gdn_prefill_backend"] = settings.prefill_backend
     if settings.kda_prefill_backend is not None:
         additional["kda_prefill_backend"] = settings.kda_prefill_backend
-    config = VllmConfig(
-        model_config=_model_config(settings.max_model_len),
-        # vLLM's CPU platform asserts a cpu device config. Where the builder's
-        # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
-        # GPU machine), the config says cpu and the builder gets the device.
-        device_config=DeviceConfig(
-            device="cpu"
-            if os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
-            else settings.device
-        ),
-        cache_config=CacheConfig(
+    # A release's platform may refuse this machine for its runner (adaptations.py).
+    with making_config():
+        config = VllmConfig(
+            model_config=_model_config(settings.max_model_len),
+            # vLLM's CPU platform asserts a cpu device config. Where the builder's
+            # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
+            # GPU machine), the config says cpu and the builder gets the device.
+            device_config=DeviceConfig(
+                device="cpu"
+                if os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
+                else settings.device
+            ),
+            cache_config=CacheConfig(
+                **_accepted_kwargs(
+                    CacheConfig,
+                    block_size=settings.block_size,
+                    **(
+                        {"mamba_cache_mode": "align", "enable_prefix_caching": True}
+                        if settings.prefix_caching is not None
+                        else {}
+                    ),
+                )
+            ),
+            scheduler_config=scheduler,
+            speculative_config=speculative,
             **_accepted_kwargs(
-                CacheConfig,
-                block_size=settings.block_size,
-                **(
-                    {"mamba_cache_mode": "align", "enable_prefix_caching": True}
-                    if settings.prefix_caching is not None
-                    else {}
-                ),
-            )
-        ),
-        scheduler_config=scheduler,
-        speculative_config=speculative,
-        **_accepted_kwargs(
-            VllmConfig,
-            additional_config=additional,
-        ),
-    )
+                VllmConfig,
+                additional_config=additional,
+            ),
+        )
     _set_after_config(config, speculative, settings)
     return config
 

@@ -13,6 +13,7 @@ from gdn_review.common.release_trees import (
     CUDA_ON_CPU_PLATFORM,
     OUR_VLLM_CACHE_ROOT,
 )
+from gdn_review.harness import adaptations
 
 
 def prepare_platform() -> None:
@@ -125,6 +126,8 @@ def environment() -> dict:
         "claim_ranges_ignored": os.environ.get(CLAIMS_ON_ANY_RELEASE) == "1",
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        # How the harness set up a release that refuses this machine (adaptations.py).
+        "adaptations": adaptations.in_force(),
     }
 
 

@@ -1,0 +1,109 @@
+"""Every adaptation of the harness to a vLLM release's platform: where, why it is sound.
+
+An adaptation changes how the harness *sets up* a release (never ``build()`` nor any
+code under test), where the release refuses this machine for a reason that does not
+concern the builder. Each one names the releases it applies to and its reason; the
+evidence lists those in force (``in_force``), and every report shows them.
+``GDN_REVIEW_NO_RELEASE_ADAPTATIONS=1`` switches all of them off: the release then
+shows what it does unadapted (its checks read "could not run", with vLLM's message).
+
+``gdn-review export`` copies this file into each exported module, so it imports only
+the standard library (and vLLM inside the functions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+
+# Set to 1: no adaptation applies (a release runs as it is, or could not run).
+SWITCH_OFF = "GDN_REVIEW_NO_RELEASE_ADAPTATIONS"
+
+
+@dataclasses.dataclass(frozen=True)
+class Adaptation:
+    name: str
+    first_release: str  # the first release it applies to (and every later one)
+    what: str
+    reason: str
+
+
+X86_CPU_WITHOUT_TRITON = Adaptation(
+    name="x86_cpu_without_triton",
+    first_release="0.34.0",
+    what=(
+        "while the harness makes its VllmConfig on the CPU platform of an x86 machine, "
+        "vllm.triton_utils.HAS_TRITON reads True (False again once the config is made)"
+    ),
+    reason=(
+        "vLLM's CPU platform refuses x86 without Triton's CPU backend (triton-cpu) "
+        "in check_and_update_config ('vLLM on x86 CPUs requires Triton "
+        "(triton-cpu).'), for its model runner; the metadata builder launches no "
+        "Triton kernel on CPU, and 0.33.0 only warned there"
+    ),
+)
+ADAPTATIONS = (X86_CPU_WITHOUT_TRITON,)
+
+
+def switched_off() -> bool:
+    return os.environ.get(SWITCH_OFF) == "1"
+
+
+def _release_tuple(version: str) -> tuple[int, ...]:
+    numbers = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        numbers.append(int(digits) if digits else 0)
+    return tuple(numbers)
+
+
+def _applies(adaptation: Adaptation, version: str) -> bool:
+    return not switched_off() and _release_tuple(version) >= _release_tuple(
+        adaptation.first_release
+    )
+
+
+def _x86_cpu_without_triton() -> bool:
+    """The loaded vLLM's platform is its CPU one on x86 and finds no Triton."""
+    import platform
+
+    import vllm.triton_utils
+    from vllm.platforms import current_platform
+
+    machine = platform.machine().lower()
+    return (
+        current_platform.is_cpu()
+        and machine in ("x86_64", "amd64", "i386", "i686")
+        and not vllm.triton_utils.HAS_TRITON
+    )
+
+
+def in_force() -> list[dict]:
+    """The adaptations that apply to the loaded release on this machine (plain data)."""
+    import vllm
+
+    found = []
+    if _applies(X86_CPU_WITHOUT_TRITON, vllm.__version__) and _x86_cpu_without_triton():
+        found.append(dataclasses.asdict(X86_CPU_WITHOUT_TRITON))
+    return found
+
+
+@contextlib.contextmanager
+def making_config():
+    """While the harness makes a VllmConfig: the adaptations of that step in force."""
+    import vllm
+
+    if not (
+        _applies(X86_CPU_WITHOUT_TRITON, vllm.__version__) and _x86_cpu_without_triton()
+    ):
+        yield
+        return
+    import vllm.triton_utils
+
+    # vllm/platforms/cpu.py reads it at call time (from vllm.triton_utils import ...).
+    vllm.triton_utils.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        vllm.triton_utils.HAS_TRITON = False
