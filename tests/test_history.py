@@ -503,3 +503,32 @@ def test_a_run_whose_record_changed_since_or_that_ran_part_of_it_is_left_out(kb_
     )
     with pytest.raises(history_sources.HistoryError):  # nothing current is left to read
         history_sources.load_matrices(load_records(kb), work)
+
+
+def test_a_release_that_could_not_run_confirms_nothing_and_is_an_error(kb_and_work, tmp_path):
+    # #9's head release 0.31.0 could not run (its probe's set-up raised): no snapshot, no
+    # evidence. #11 claims to change none of #9's cases from 0.31.0: not confirmed by a run
+    # that measured nothing; #9's claim reads could not run there, never holds or fails.
+    kb, work = kb_and_work
+    path = work / "matrix-9" / "matrix.json"
+    runs = json.loads(path.read_text(encoding="utf-8"))
+    why = "VllmConfig raised RuntimeError: refused (at vllm/platforms/cpu.py:9 in check)"
+    runs["releases"][-1].update(evidence=None, snapshot=None, could_not_run=why)
+    path.write_text(json.dumps(runs), encoding="utf-8")
+    records = load_records(kb)
+    data = history.history_data(records, history_sources.load_matrices(records, work))
+    prs = {p["number"]: p for p in data["per_release"][-1]["prs"]}
+    assert prs[11]["named_by"][0]["checked"].startswith("not checked: the matrix of #9")
+    (row,) = [r for r in data["verdicts"] if r["record"] == 9]
+    assert row["cells"][-1] == "could not run" and row["discrimination"] == "could not run"
+    assert {"record": 9, "what": f"PR #9 vLLM 0.31.0 could not run: {why}"} in data["not_measured"]
+    out = tmp_path / "history.md"
+    args = ["history", "--kb", str(kb), "--work", str(work), "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--fail-on", "error"])
+    assert result.exit_code == 3, result.output
+    assert f"fail-on: error: history: PR #9 vLLM 0.31.0 could not run: {why}" in result.output
+    assert "| C1 | op_budget |  |  | holds | could not run | could not run |" in out.read_text(
+        encoding="utf-8"
+    )
+    # The default (drift,error): #7's unexplained drift is a claim of its own: exit 1.
+    assert CliRunner().invoke(main, args).exit_code == 1

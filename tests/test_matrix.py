@@ -420,3 +420,79 @@ def test_matrix_draft_changes_on_the_command_line_runs_nothing(matrix_folder, tm
     result = CliRunner().invoke(main, [*args, "--draft-changes"])
     assert result.exit_code == 0, result.output
     assert "related:\n- number: TODO" in result.output and "from_release: 0.30.0" in result.output
+
+
+def test_a_claim_whose_tests_could_not_run_reads_so_in_its_cell_never_fails(matrix_folder):
+    # Format 1's "error" (set-up raised) is read as could not run: the base release's test of C1
+    # measured nothing, so C1 neither fails there nor discriminates, and --fail-on error names it.
+    record, folder = matrix_folder
+    evidence = folder / "evidence-0.28.0.json"
+    data = json.loads(evidence.read_text(encoding="utf-8"))
+    data["tests"][0].update(outcome="error", reason="VllmConfig raised RuntimeError: refused")
+    evidence.write_text(json.dumps(data), encoding="utf-8")
+    report_data = matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7})
+    (row,) = report_data["matrix"]["rows"]
+    assert [c["verdict"] for c in row["cells"]] == ["could not run", "holds", "holds", "holds"]
+    assert row["cells"][0]["measure"] == ""  # nothing measured: no op count read from it
+    assert row["discrimination"] == "could not run"
+    assert "VllmConfig raised RuntimeError: refused" in row["discrimination_reason"]
+    lines = matrix_report.summary_lines(report_data)
+    assert lines[0].startswith("C1: could not run: 0.28.0 could not run, 0.29.0 holds"), lines
+    found = matrix_report.findings([report_data])
+    assert ("fails", "PR #7 claim C1") not in found
+    assert any(
+        condition == "error" and what.startswith("PR #7 claim C1 could not run on vLLM 0.28.0")
+        for condition, what in found
+    ), found
+    text = report.render_markdown(report_data)
+    assert "Fix the code, or record the deviation" not in text
+    assert "| C1 | fails | **could not run** | **holds**: aten.ge 1 |" in text, text
+
+
+def test_a_release_that_could_not_run_is_a_column_of_its_own_and_an_error(matrix_folder):
+    # What the matrix writes for a release whose probe could not run: no evidence, no snapshot.
+    record, folder = matrix_folder
+    runs = json.loads((folder / "matrix.json").read_text(encoding="utf-8"))
+    why = "VllmConfig raised RuntimeError: refused (at vllm/platforms/cpu.py:9 in check)"
+    runs["releases"][-1].update(
+        evidence=None, snapshot=None, could_not_run=why, summary=f"could not run: {why}"
+    )
+    (folder / "matrix.json").write_text(json.dumps(runs), encoding="utf-8")
+    report_data = matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7})
+    matrix_part = report_data["matrix"]
+    assert [c["version"] for c in matrix_part["columns"]][-1] == "0.31.0"
+    assert matrix_part["could_not_run"] == {"0.31.0": why}
+    (row,) = matrix_part["rows"]
+    assert row["cells"][-1]["verdict"] == "could not run" and row["discrimination"] == (
+        "discriminates"  # measured on 0.28.0 and 0.29.0: 0.31.0 takes no part in it
+    )
+    assert matrix_part["drift"]["missing"] == ["0.31.0"]
+    assert all(r["to"] != "0.31.0" for r in matrix_part["drift"]["rows"])  # no drift read
+    lines = matrix_report.summary_lines(report_data)
+    assert lines[0].endswith("0.31.0 could not run"), lines
+    assert [line for line in lines if "0.31.0" in line and "could not run:" in line] == [
+        f"could not run: vLLM 0.31.0: {why}; none of its tests ran (fix the set-up or the "
+        "release's platform; no claim is judged there)"
+    ]
+    found = matrix_report.findings([report_data])
+    assert ("error", f"PR #7 vLLM 0.31.0 could not run: {why}") in found
+    tripped = [f for f in found if f[0] in {"drift", "error"}]
+    assert {f[0] for f in tripped} == {"drift", "error"}  # 0.29.0 → 0.30.0's drift is still said
+
+
+def test_matrix_and_history_fail_on_error_by_default():
+    from gdn_review.cli.matrix_commands import history_command, matrix_command
+
+    for command in (matrix_command, history_command):
+        option = next(p for p in command.params if p.name == "fail_on")
+        assert option.default == "drift,error"
+
+
+def test_a_matrix_where_no_release_could_run_has_no_report_and_says_why(matrix_folder):
+    record, folder = matrix_folder
+    runs = json.loads((folder / "matrix.json").read_text(encoding="utf-8"))
+    for entry in runs["releases"]:
+        entry.update(evidence=None, snapshot=None, could_not_run="VllmConfig raised E: no")
+    (folder / "matrix.json").write_text(json.dumps(runs), encoding="utf-8")
+    with pytest.raises(matrix_report.NothingRan, match="no release ran: vLLM 0.28.0 could not"):
+        matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7})

@@ -77,7 +77,7 @@ from gdn_review.run import evidence_file
     help="Run nothing: print the `changes:` YAML that would explain the unexplained drift of "
     "the records' last matrix run (--work).",
 )
-@fail_on_option(fail_conditions.MATRIX, "drift")
+@fail_on_option(fail_conditions.MATRIX, "drift,error")
 @exit_codes
 @interruptible
 def matrix_command(
@@ -112,7 +112,14 @@ def matrix_command(
     release, which PRs changed the builder, what moved and each claim's
     verdict since (`gdn-review history` renders it again without running).
 
-    Exit 0 ok, 1 what --fail-on names, 2 bad input (unknown record or release).
+    Each release is probed once before its tests (one builder made): a release
+    whose set-up raises (its platform, VllmConfig) reads "could not run" in one
+    line and one column, with vLLM's message and where it came from; none of
+    its tests run and no drift is read from it.
+
+    Exit 0 ok, 1 what --fail-on names (a claim broke, unexplained drift), 2 bad
+    input (unknown record or release), 3 only releases or checks that could not
+    run or raised an error in the check (--fail-on error).
 
     \b
     Examples:
@@ -142,7 +149,12 @@ def matrix_command(
     for side in matrix_command.open_pr_bases(runs):
         diff_side.add_to_evidence(*side, kb_dir, generated_dir, say=say)
     history_path = (history_path or Path("reports/history.md")) if every else None
-    reports, written, history_data = matrix_command.write_reports(runs, reports_dir, history_path)
+    try:
+        reports, written, history_data = matrix_command.write_reports(
+            runs, reports_dir, history_path
+        )
+    except matrix_report.NothingRan as error:  # no verdict anywhere: exit 3, not bad input
+        sys.exit(exit_for([("error", str(error))], fail_on))
     indent = "  " if len(reports) > 1 else ""
     for report_data in reports:
         if indent:
@@ -195,7 +207,7 @@ def _show_history(data: dict, prefix: str = "") -> None:
     file_okay=False,
     help_text="The records' matrix reports, which the page links.",
 )
-@fail_on_option(fail_conditions.HISTORY, "drift")
+@fail_on_option(fail_conditions.HISTORY, "drift,error")
 @exit_codes
 def history_command(
     kb_dir, since, work_dir, bench_path, history_path, matrix_reports_dir, fail_on
@@ -209,8 +221,9 @@ def history_command(
     or went, op counts and build() latency; then every claim's verdict on
     every release.
 
-    Exit 0 ok, 1 an unexplained change (with --fail-on drift, the default),
-    2 no matrix run to read or an unreadable bench file.
+    Exit 0 ok, 1 an unexplained change (--fail-on drift), 2 no matrix run to
+    read or an unreadable bench file, 3 only a release that could not run or a
+    check that raised an error in the check (--fail-on error).
 
     \b
     Examples:

@@ -5,6 +5,11 @@ A case that raised on one side moves as one field (``raised``); a case that is n
 on one side only became applicable (or stopped being so), which is said as that
 (``applicability``), not as its fields coming or going; a subclass builder's own metadata fields
 that come or go are kept apart (``family_schema``): they are not gdn_attn.py's history.
+
+Drift is never read from a run that could not build: a case whose snapshot measured nothing
+on either side (its set-up raised, or our own code did: ``snapshot_take.NOT_TAKEN``) is not
+compared across that step (``not_compared``, with why), and a release with no snapshot at all
+(it could not run) is skipped (``missing``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from packaging.version import Version
 from gdn_review.common import snapshots
 from gdn_review.kb import Record
 from gdn_review.kb.builder_family import GDN_BUILDER
+from gdn_review.run.snapshot_take import not_taken
 
 
 def _in_window(release: str | None, after: str, upto: str) -> bool:
@@ -67,9 +73,13 @@ def drift_data(
     whatever the releases, and so does a case's ``expect`` that the new value meets.
     """
     found = {"rows": [], "schema": [], "family_schema": [], "applicability": []}
+    found["not_compared"] = []
     present = [(v, s) for v, s in snapshots_by_release if s is not None]
     for (previous, old), (current, new) in zip(present, present[1:]):
         step = {"from": previous, "to": current}
+        skipped = _not_compared(old["cases"], new["cases"])
+        found["not_compared"] += [{**step, "case": case, "reason": why} for case, why in skipped]
+        old, new = _without(old, skipped), _without(new, skipped)
         by_case, added, removed, family, became = _sorted_moves(record, old, new)
         found["applicability"] += [{**step, **row} for row in became]
         found["family_schema"] += [
@@ -110,6 +120,27 @@ def drift_data(
         "unexplained": [r for r in found["rows"] if not r["explained_by"]],
         "missing": [v for v, s in snapshots_by_release if s is None],
     }
+
+
+def _not_compared(old: dict, new: dict) -> list[tuple[str, str]]:
+    """(case, why) of the cases whose snapshot measured nothing on either side of a step."""
+    skipped = []
+    for case in sorted(set(old) | set(new)):
+        sides = (("before", old.get(case)), ("after", new.get(case)))
+        why = [
+            f"{found[0]} {side}: {found[1]}"
+            for side, measured in sides
+            if (found := not_taken(measured)) is not None
+        ]
+        if why:
+            skipped.append((case, "; ".join(why)))
+    return skipped
+
+
+def _without(snapshot: dict, skipped: list[tuple[str, str]]) -> dict:
+    """A release's snapshot without the cases not compared."""
+    left_out = {case for case, _ in skipped}
+    return {**snapshot, "cases": {c: v for c, v in snapshot["cases"].items() if c not in left_out}}
 
 
 def _sorted_moves(record: Record, old: dict, new: dict) -> tuple:

@@ -17,7 +17,7 @@ from packaging.version import Version
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.matrix.history_sources import HistoryError, Matrices, load_bench, load_matrices
-from gdn_review.matrix.matrix_report import most_ops
+from gdn_review.matrix.matrix_report import most_ops, not_measured
 
 # Short forms of verdicts for the release x claim table (the others are shown as they are).
 SHORT = {"fails": "**fails**", "known deviation": "deviates (known)", "not applicable": "n/a"}
@@ -88,7 +88,9 @@ def _relation_check(record: Record, relation, report: dict | None) -> dict:
     if report is None:
         entry["checked"] = "not checked: this record has no matrix run"
         return entry
-    versions = [c["version"] for c in report["matrix"]["columns"]]
+    # Only releases with a snapshot: one that could not run compared nothing, confirmed nothing.
+    missing = set(report["matrix"]["drift"].get("missing", []))
+    versions = [c["version"] for c in report["matrix"]["columns"] if c["version"] not in missing]
     release = relation.from_release
     earlier = [v for v in versions if Version(v) < Version(release)]
     if release not in versions or not earlier:
@@ -284,6 +286,16 @@ def _durations(reports: dict[int, dict]) -> list[str]:
     ]
 
 
+def _not_measured(reports: dict[int, dict]) -> list[dict]:
+    """Each record's releases that could not run and claims whose tests could not run or raised
+    in our own code, on any release: no verdict (``--fail-on error``)."""
+    return [
+        {"record": number, "what": what}
+        for number, data in sorted(reports.items(), key=lambda item: key_order(item[0]))
+        for _, what in not_measured(data, every_release=True)
+    ]
+
+
 def history_data(
     records: dict[Path, Record],
     matrices: Matrices,
@@ -357,6 +369,7 @@ def history_data(
         "open_prs": open_prs,
         "missing": matrices.missing,
         "unexplained": unexplained,
+        "not_measured": _not_measured(reports),
         "latency": latency,
         "durations": _durations(reports),
         # the records' matrix reports, from the page's folder (write_page sets it)

@@ -26,6 +26,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import difflib
+import json
 import os
 import shutil
 import subprocess
@@ -42,6 +43,7 @@ from gdn_review.kb.subjects import as_key
 from gdn_review.matrix.matrix_files import MATRIX_FORMAT, MatrixError, write_matrix
 from gdn_review.matrix.release_plan import Planned, default_jobs
 from gdn_review.run import evidence_file, suite
+from gdn_review.run.evidence_file import NOT_MEASURED
 
 
 def fetch(
@@ -79,13 +81,15 @@ def run_group(
     if shared:  # the session's files, cut to each member's below
         session_evidence = members[0][2] / f".group-evidence-{item.version}.json"
         log = members[0][2] / f".group-pytest-{item.version}.log"
-    for stale in [session_evidence, log, *(p for trio in outputs for p in trio)]:
+    probe = members[0][2] / f".probe-{item.version}.json"
+    for stale in [session_evidence, log, probe, *(p for trio in outputs for p in trio)]:
         stale.unlink(missing_ok=True)
     env = release_trees.environment(path)
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
-    extra = ["-p", "gdn_review.run.snapshot_take"]
+    # The release is probed once, before any test: where its set-up raises, no test runs.
+    extra = ["-p", "gdn_review.run.snapshot_take", "--gdn-probe-out", str(probe)]
     if shared:  # one module that does not collect must not take the others' tests with it
         extra.append("--continue-on-collection-errors")
     for (_, record_path, _), (_, snapshot, _) in zip(members, outputs):
@@ -102,6 +106,12 @@ def run_group(
         )
     duration = round(time.monotonic() - started, 1)
     text = log.read_text(encoding="utf-8", errors="replace")
+    why = probed_could_not_run(probe)
+    if why is not None:
+        evidence_file.take_tests(session_evidence)  # its tests were deselected: nothing measured
+        if shared:  # each member keeps the session's log
+            log.unlink(missing_ok=True)
+        return _could_not_run(item, path, outputs, (why, code, duration, text))
     if not shared:
         return [_result(item, path, outputs[0], code, _closing_line(text, code), duration)]
     data = evidence_file.take_tests(session_evidence)
@@ -123,6 +133,32 @@ def run_group(
         files = (own_evidence, snapshot, own_log)
         result = _result(item, path, files, mine["pytest_exit_status"], summary, duration)
         results.append({**result, "shared_with": len(members) - 1})
+    return results
+
+
+def probed_could_not_run(probe: Path) -> str | None:
+    """Why the release could not run, as the session's probe wrote it (vLLM's message and
+    where it came from); None where it ran, or where the session never got to the probe
+    (its log and exit code say why)."""
+    try:
+        return json.loads(probe.read_text(encoding="utf-8")).get("could_not_run")
+    except (OSError, ValueError, AttributeError):
+        return None
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _could_not_run(item: Planned, path, outputs: list[tuple], run: tuple) -> list[dict]:
+    """Each member's result of a release whose probe could not run (``run``: why, pytest's exit
+    code, the duration and the session's log): no evidence and no snapshot (the probe's plugin
+    took none: nothing was measured there), the log kept, and why in its summary."""
+    why, code, duration, text = run
+    results = []
+    for evidence, snapshot, log in outputs:
+        if not log.exists():
+            atomic_write(log, text)
+        result = _result(item, path, (evidence, snapshot, log), code, "", duration)
+        results.append({**result, "summary": f"could not run: {why}", "could_not_run": why})
     return results
 
 
@@ -162,7 +198,8 @@ def outcome_summary(tests: list[dict], duration: float, records: int) -> str:
     """pytest's closing line for one record's share of a session ('12 passed, 3 skipped of a session
     of 4 records in 40.1s')."""
     counts = collections.Counter(test["outcome"] for test in tests)
-    order = ["failed", "passed", "skipped", "xfailed", "xpassed", "error", "deselected", "not run"]
+    order = ["failed", "passed", "skipped", "xfailed", "xpassed", *NOT_MEASURED, "deselected"]
+    order.append("not run")
     parts = [f"{counts[o]} {o}" for o in order if counts.get(o)]
     return f"{', '.join(parts) or 'no tests'} (one session of {records} records, {duration:.1f}s)"
 

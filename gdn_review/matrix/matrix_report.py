@@ -21,10 +21,11 @@ from gdn_review.matrix.drift import drift_data
 from gdn_review.matrix.release_plan import cannot_run_here, left_out
 from gdn_review.report import failing_batch, verdicts
 from gdn_review.report.claim_rows import op_values, span
+from gdn_review.report.markdown import text
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import discrimination, kept
 from gdn_review.run import evidence_file
-from gdn_review.run.evidence_file import RAN
+from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_MEASURED, RAN
 
 
 def most_ops(tests: list[dict], key: str) -> int | None:
@@ -66,6 +67,9 @@ def builder_verdict(tests: list[dict]) -> str | None:
     if not tests:
         return None
     outcomes = {t["outcome"] for t in tests}
+    for unmeasured in (CHECK_ERROR, COULD_NOT_RUN):  # no verdict (our error first, as a claim's)
+        if unmeasured in outcomes:
+            return unmeasured
     if "failed" in outcomes or "xpassed" in outcomes:
         return "fails"
     if "passed" in outcomes:
@@ -131,6 +135,11 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         "columns": columns,
         # Releases inside the run's span that cannot run on this machine, each with why.
         "left_out": left_out(between),
+        # Releases that ran and whose probe could not run (set-up raised): vLLM's message and
+        # where it came from; none of their tests ran, no claim is judged there.
+        "could_not_run": {
+            e["version"]: e["could_not_run"] for e in entries if e.get("could_not_run")
+        },
         # A column per builder class the record's cases build (shown where one is a subclass).
         "builders": record_builders(record),
         "releases_run": len(entries),
@@ -184,6 +193,14 @@ def _claim_row(record: Record, claim, entries: list[dict], per_release: dict) ->
 def _cell(record: Record, claim, entry: dict, ran: tuple | None) -> dict:
     """A claim on one release: its verdict, why, what was measured (``ran``: that release's
     report data and evidence; None: it wrote none)."""
+    if entry.get("could_not_run"):  # the release's probe: its set-up raised, no test ran
+        return {
+            "version": entry["version"],
+            "verdict": COULD_NOT_RUN,
+            "reason": f"vLLM {entry['version']} could not run: {entry['could_not_run']}",
+            "measure": entry["could_not_run"],
+            "release_could_not_run": True,
+        }
     if ran is None:
         return {
             "version": entry["version"],
@@ -240,19 +257,41 @@ def _before_after(record: Record, claim, cells: list[dict], per_release: dict) -
         claim.before, by_version.get(base), by_version.get(after) if after else None
     )
     if after != head:  # the whole reason is said once, with the releases left out
-        cause = "cannot run on this machine" if cannot_run_here(head) else "not run"
+        cause = "not run"
+        if cannot_run_here(head):
+            cause = "cannot run on this machine"
+        elif (by_version.get(head) or {}).get("release_could_not_run"):
+            cause = "could not run"
         why += f" (head release {head} {cause}: {after}, the first later release that ran, "
         why += "stands in)"
     return verdict, why
 
 
+class NothingRan(evidence_file.EvidenceError):
+    """Every release of a record's matrix could not run: no report (``--fail-on error``)."""
+
+
 def matrix_report(record: Record, matrix: dict, known_records: set[int] | None = None) -> dict:
     """A record's report on its newest release's evidence, with the release matrix added."""
     entries = [e for e in matrix["releases"] if e.get("evidence_path")]
+    could_not = [
+        f"vLLM {e['version']} {COULD_NOT_RUN}: {e['could_not_run']}"
+        for e in matrix["releases"]
+        if e.get("could_not_run")
+    ]
+    if not entries and could_not:
+        raise NothingRan(f"{record.label}: no release ran: {'; '.join(could_not)}")
     if not entries:
         raise evidence_file.EvidenceError("no release of the matrix wrote evidence")
     data = report_data(record, evidence_file.load([Path(entries[-1]["evidence_path"])]))
     data["matrix"] = matrix_data(record, matrix, known_records)
+    # The release whose evidence the report's own claims read (verdicts.findings names them).
+    data["matrix"]["claims_release"] = entries[-1]["version"]
+    data["next_steps"] += [
+        f"vLLM {version} could not run: {text(why)}. Fix the set-up or the release's platform "
+        "(none of its tests ran: no claim is judged there), then run the matrix again."
+        for version, why in data["matrix"]["could_not_run"].items()
+    ]
     for related in data["related"]:
         related["has_record"] = related["number"] in (known_records or set())
     return data
@@ -264,7 +303,8 @@ def summary_lines(report_data: dict) -> list[str]:
     lines = []
     for row in report_data["matrix"]["rows"]:
         cells = ", ".join(
-            f"{c['version']} {c['verdict']}" + (f" ({c['measure']})" if c["measure"] else "")
+            f"{c['version']} {c['verdict']}"
+            + (f" ({c['measure']})" if c["measure"] and not c.get("release_could_not_run") else "")
             for c in row["cells"]
         )
         lines.append(f"{row['id']}: {row['discrimination']}: {cells}")
@@ -279,11 +319,22 @@ def summary_lines(report_data: dict) -> list[str]:
     left = report_data["matrix"].get("left_out") or {}
     for why in dict.fromkeys(left.values()):  # one line per reason, not per release
         lines.append(f"left out: vLLM {', '.join(v for v, w in left.items() if w == why)}: {why}")
+    for version, why in (report_data["matrix"].get("could_not_run") or {}).items():
+        lines.append(
+            f"could not run: vLLM {version}: {why}; none of its tests ran (fix the set-up or "
+            "the release's platform; no claim is judged there)"
+        )
     drift = report_data["matrix"]["drift"]
     lines.append(
         f"drift: {len(drift['rows'])} changed case(s) between releases, "
         f"{len(drift['unexplained'])} unexplained"
     )
+    if drift.get("missing"):
+        lines.append(f"    no snapshot from vLLM {', '.join(drift['missing'])}: not compared")
+    lines += [
+        f"    {row['from']} → {row['to']}: case {row['case']} not compared ({row['reason']})"
+        for row in drift.get("not_compared", [])
+    ]
     lines += [
         f"    {row['from']} → {row['to']}: case {row['case']} became {row['became']} "
         f"(not applicable {'before' if row['became'] == 'applicable' else 'now'}: "
@@ -293,15 +344,43 @@ def summary_lines(report_data: dict) -> list[str]:
     return lines
 
 
+def not_measured(data: dict, every_release: bool = False) -> list[tuple[str, str]]:
+    """``("error", what)`` for each release of a record's matrix that could not run, and each
+    claim whose tests could not run or raised in our own code on a release (but the one the
+    report's own claims read, which ``verdicts.findings`` names, unless ``every_release``)."""
+    who = key_label(data["key"])
+    matrix = data["matrix"]
+    found = [
+        ("error", f"{who} vLLM {version} {COULD_NOT_RUN}: {why}")
+        for version, why in (matrix.get("could_not_run") or {}).items()
+    ]
+    for row in matrix["rows"]:
+        found += [
+            (
+                "error",
+                f"{who} claim {row['id']} {cell['verdict']} on vLLM {cell['version']}: "
+                f"{cell['reason']}",
+            )
+            for cell in row["cells"]
+            if cell["verdict"] in NOT_MEASURED
+            and not cell.get("release_could_not_run")
+            and (every_release or cell["version"] != matrix.get("claims_release"))
+        ]
+    return found
+
+
 def findings(reports: list[dict] = (), history: dict | None = None) -> list[tuple[str, str]]:
     """What a matrix run (its records' ``reports``, and with ``--all`` the ``history`` page's data)
     or the history page alone holds that --fail-on can name, a ``(condition, what)`` pair each.
 
     drift: a case's field that moved between releases with no recorded change behind it
-    (per record), and a metadata field that came or went with none (the history's own).
+    (per record), and a metadata field that came or went with none (the history's own);
+    error: a release that could not run, a claim's tests that could not run or raised in our
+    own code (no verdict: exit code 3 where nothing else trips).
     """
     found = verdicts.findings(list(reports))
     for data in reports:
+        found += not_measured(data)
         for row in data["matrix"]["drift"]["unexplained"]:
             found.append(
                 (
@@ -311,6 +390,11 @@ def findings(reports: list[dict] = (), history: dict | None = None) -> list[tupl
                 )
             )
     said = {data["key"] for data in reports}
+    found += [
+        ("error", f"history: {row['what']}")
+        for row in (history or {}).get("not_measured", [])
+        if row["record"] not in said  # already said as that record's
+    ]
     for row in (history or {}).get("unexplained", []):
         if row["record"] is not None and row["record"] in said:
             continue  # already said as that record's drift

@@ -18,10 +18,17 @@ measure with every flag set (``--every-field``): ``--as-expect`` prints every
 expect field the harness measured for the case, the core fields first, then the
 others in ``ExpectField``'s order (the raw state indices, the layout, the
 builder's and the server's fields, ...), a complete block to paste and trim.
+
+A case whose set-up raised (``CouldNotRun``: the release's platform, its ``VllmConfig``)
+or whose snapshot raised in gdn-review's own code is stored as not taken, with why
+(``NOT_TAKEN``): it measured nothing, so drift never compares it, and a stored snapshot
+never holds one. As the matrix's plugin it also probes the release once, before any
+test runs (``--gdn-probe-out``): a release whose set-up raises runs none of its tests.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -35,9 +42,20 @@ from gdn_review.common.files import atomic_write
 from gdn_review.common.release import Release
 from gdn_review.common.snapshots import FOLDER, document, dumps, load, snapshot_path
 from gdn_review.kb.subjects import key_label
+from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN
 
 # The harness's flags for the parts it measures only when asked (harness.case_build.build_case).
 MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
+# A case's snapshot that measured nothing: its key -> the outcome it is (evidence_file's words).
+NOT_TAKEN = {"could_not_run": COULD_NOT_RUN, "error_in_the_check": CHECK_ERROR}
+
+
+def not_taken(measured: dict | None) -> tuple[str, str] | None:
+    """(outcome, why) of a case's snapshot that measured nothing; None: it measured."""
+    for key, outcome in NOT_TAKEN.items():
+        if key in (measured or {}):
+            return outcome, measured[key]
+    return None
 
 
 def every_field(cases: dict[str, dict]) -> dict[str, dict]:
@@ -54,6 +72,7 @@ def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) 
     ``all_fields``: also the parts the harness measures only when asked (``every_field``).
     """
     from gdn_review import harness
+    from gdn_review.harness.origin import CouldNotRun, first_line, last_frame
     from gdn_review.harness.values import USUAL_DTYPES
 
     release = str(harness.vllm_release())
@@ -67,6 +86,13 @@ def take(cases: dict[str, dict], device: str = "cpu", all_fields: bool = False) 
         except pytest.skip.Exception as skip:  # an API the release lacks, a device absent here
             # Without the release's number, so that consecutive releases compare equal.
             taken[case_id] = {"not_applicable": re.sub(r"vLLM \d[\w.+-]*", "vLLM", str(skip.msg))}
+        except CouldNotRun as error:  # set-up raised before the builder was entered
+            taken[case_id] = {"could_not_run": str(error).removeprefix("could not run: ")}
+        except Exception as error:  # noqa: BLE001  (not the builder's: snapshot_case re-raised)
+            taken[case_id] = {
+                "error_in_the_check": f"{type(error).__name__}: {first_line(error)} "
+                f"(at {last_frame(error)}); a gdn-review bug to report"
+            }
 
     return {"release": release, "device": device, "cases": taken, "usual_dtypes": USUAL_DTYPES}
 
@@ -122,6 +148,7 @@ def take_snapshots(
         if as_expect:
             shown += expect_lines(data, case_id, data["release"])
             continue
+        refuse_not_taken(data, f"vLLM {data['release']}")
         target = snapshot_path(kb_dir, key, data["release"])
         atomic_write(target, dumps(data))
         shown.append(
@@ -158,10 +185,23 @@ def retake_stored(kb_dir: Path, say: Callable[[str], None] = print) -> list[str]
                 data = _taken(done, out, f"vLLM {version}: the snapshots", say)
                 if data["release"] != version:
                     raise SnapshotError(f"vLLM {version}: the child loaded vLLM {data['release']}")
+                refuse_not_taken(data, f"vLLM {version}")
                 target = snapshot_path(kb_dir, key, version)
                 atomic_write(target, dumps(data))
                 shown.append(f"wrote {target} ({len(data['cases'])} cases, vLLM {version})")
     return shown
+
+
+def refuse_not_taken(data: dict, where: str) -> None:
+    """SnapshotError where a case's snapshot measured nothing: a stored snapshot is what the
+    generated tests compare, so it never holds a set-up's or our own error."""
+    for case_id, measured in sorted(data["cases"].items()):
+        found = not_taken(measured)
+        if found is not None:
+            raise SnapshotError(
+                f"{where}: case {case_id!r} {found[0]}: {found[1]}; nothing stored "
+                "(the snapshot would hold no values)"
+            )
 
 
 def record_file(kb_dir: Path, key: int | str):
@@ -240,6 +280,9 @@ def no_metadata(measured: dict) -> str | None:
     """
     if "not_applicable" in measured:
         return measured["not_applicable"]
+    found = not_taken(measured)
+    if found is not None:
+        return f"{found[0]}: {found[1]}"
     if "raised" in measured and "returned" not in measured:
         return measured["raised"]
     return None
@@ -293,6 +336,13 @@ def pytest_addoption(parser):
         "(repeatable, one --gdn-snapshot-out each)",
     )
     group.addoption(
+        "--gdn-probe-out",
+        default=None,
+        metavar="PATH",
+        help="before collecting, build one builder on the loaded vLLM; where its set-up "
+        "raises (could not run), write why to PATH as JSON and run no test and take no snapshot",
+    )
+    group.addoption(
         "--gdn-snapshot-out",
         action="append",
         default=[],
@@ -301,8 +351,50 @@ def pytest_addoption(parser):
     )
 
 
+# The stash key of a release whose probe could not run: why (None: it ran).
+_COULD_NOT_RUN = pytest.StashKey[str]()
+
+
+def probe_release() -> str | None:
+    """Why the loaded vLLM cannot run a check here (vLLM's message and where it came from), or
+    None: one builder with the default settings is made, as each test's set-up makes it.
+
+    Only the set-up counts (``CouldNotRun``: importing the builder, MambaSpec, VllmConfig);
+    a constructor that raises is the builder's behaviour, which the tests themselves show.
+    """
+    from gdn_review import harness
+    from gdn_review.harness.origin import CouldNotRun
+
+    try:
+        harness.make_builder(harness.BuilderSettings())
+    except CouldNotRun as error:
+        return str(error).removeprefix("could not run: ")
+    except Exception:  # noqa: BLE001  (the builder's own: its tests say what it raised)
+        pass
+    return None
+
+
+def pytest_sessionstart(session):
+    out = session.config.getoption("gdn_probe_out")
+    if out is None:
+        return
+    why = probe_release()
+    atomic_write(Path(out), json.dumps({"could_not_run": why}) + "\n")
+    if why is not None:
+        session.config.stash[_COULD_NOT_RUN] = why
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if config.stash.get(_COULD_NOT_RUN, None) is None:
+        return
+    config.hook.pytest_deselected(items=list(items))  # the release could not run: no test does
+    items[:] = []
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
+    if config.stash.get(_COULD_NOT_RUN, None) is not None:
+        return  # no snapshot: every case's set-up would raise as the probe's did
     record_paths, outs = (
         config.getoption("gdn_snapshot_record"),
         config.getoption("gdn_snapshot_out"),
