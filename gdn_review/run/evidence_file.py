@@ -60,15 +60,8 @@ MUTANT_STATUSES = (
     "not applicable",
     "equivalent",
 )
-VERDICTS = (
-    "holds",
-    "fails",
-    "pending",
-    "known deviation",
-    "not applicable",
-    "unverified",
-    *NOT_MEASURED,
-)
+VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
+VERDICTS += NOT_MEASURED
 # A record whose cases never execute its PR's own lines (the ``reach`` part): its claims that
 # held are not tied to the change (report.verdicts.tie_to_change).
 NOT_TIED = "not tied to the change"
@@ -146,8 +139,7 @@ def read(path: Path) -> dict:
 
 
 def upgraded(data: dict) -> dict:
-    """A document of an older format read in today's vocabulary (format 1's "error": could
-    not run)."""
+    """An older format's document in today's words (format 1's "error": could not run)."""
     if data.get("format") == FORMAT:
         return data
     tests = []
@@ -210,9 +202,8 @@ def record_slice(data: dict, key) -> dict:
     """A document cut down to one record's tests (and its claim and risk index)."""
     prefix = f"{key}:"
     tests = [t for t in data.get("tests", []) if t.get("record") == key]
-    ran_alone = (
-        1 if any(t["outcome"] in {"failed", *NOT_MEASURED} for t in tests) else (0 if tests else 5)
-    )
+    broke = any(t["outcome"] in {"failed", *NOT_MEASURED} for t in tests)
+    ran_alone = 1 if broke else (0 if tests else 5)
     return {
         **data,
         # pytest's code as if the session had held this record alone: 1 when a test failed.
