@@ -107,7 +107,8 @@ def test_a_case_that_needs_what_the_pr_adds_is_pending_on_an_open_pr(write_recor
     record = load_record(write_record(OPEN.replace("before: fails", "before: holds")) / "7.yaml")
     skipped = c1_test(
         "skipped",
-        "not applicable: vLLM 0.33.0 has no spec_decode_src_indices (metadata or builder)",
+        "not applicable: vLLM 0.33.0 has no spec_decode_src_indices (metadata, builder, backend or "
+        "module)",
     )
     data = report_data(
         record, evidence_file.load([written_evidence(tmp_path / "e.json", [skipped])])

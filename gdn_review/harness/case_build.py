@@ -126,6 +126,8 @@ def needs_own_builder(case: dict) -> bool:
 
 def scenario_skip_reason(case: dict, builder) -> str | None:
     """Why the loaded release or device cannot run this case (None: it can)."""
+    import sys
+
     import vllm
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
@@ -140,10 +142,26 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     step_reason = step_skip_reason(case, builder)
     if step_reason is not None:
         return step_reason
+    # What the case needs is looked for where validate looks (kb.release_names): a
+    # metadata field, the builder (its class and bases), the backend class whose
+    # get_builder_cls returns the builder's class, a module-level name of its module.
     fields = {f.name for f in dataclasses.fields(GDNAttentionMetadata)}
+    module = sys.modules[type(builder).__module__]
+    backends = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and value.__module__ == module.__name__
+        and "get_builder_cls" in vars(value)
+        and value.get_builder_cls() is type(builder)
+    ]
+    places = [builder, *backends, module]
     for name in case.get("needs") or []:
-        if name not in fields and not hasattr(builder, name):
-            return f"not applicable: vLLM {release} has no {name} (metadata or builder)"
+        if name not in fields and not any(hasattr(place, name) for place in places):
+            return (
+                f"not applicable: vLLM {release} has no {name} (metadata, builder, "
+                "backend or module)"
+            )
     host_lens = case.get("host_seq_len_offset") or any(
         row.get("host_seq_len") is not None for row in case["rows"]
     )

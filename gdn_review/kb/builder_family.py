@@ -41,9 +41,10 @@ class FamilyMember:
         return ".kimi_k3." in self.module
 
 
+@functools.cache
 def scan_tree(root: Path) -> dict[str, tuple[str, frozenset[str]]]:
     """The family in one release's ``vllm/`` folder: class -> (module, methods its body
-    defines). GDN's own builder included."""
+    defines). GDN's own builder included. Read once per process (every file of the release)."""
     bases: dict[str, tuple[str, list[str], frozenset[str]]] = {}
     for folder, _, files in os.walk(root):
         for name in files:
@@ -82,8 +83,9 @@ def scan_tree(root: Path) -> dict[str, tuple[str, frozenset[str]]]:
     return family
 
 
-def _trees() -> list[tuple[str, Path]]:
-    """(release, its vllm/ folder) of every cached release, and of the installed vLLM."""
+def trees_at_hand() -> tuple[tuple[str, Path], ...]:
+    """(release, its vllm/ folder) of every cached release, and of the installed vLLM ("installed");
+    what validation scans (kb.release_names too)."""
     trees = []
     root = release_cache.cache_root()
     for version in release_cache.cached_versions():
@@ -93,7 +95,7 @@ def _trees() -> list[tuple[str, Path]]:
     spec = importlib.util.find_spec("vllm")
     if spec is not None and spec.submodule_search_locations:
         trees.append(("installed", Path(list(spec.submodule_search_locations)[0])))
-    return trees
+    return tuple(trees)
 
 
 @functools.cache
@@ -101,7 +103,7 @@ def known_builders() -> dict[str, FamilyMember]:
     """Every builder class of the family some scanned release ships, by name (empty: no
     release is there to scan; validation then cannot tell)."""
     found: dict[str, dict] = {}
-    for release, folder in _trees():
+    for release, folder in trees_at_hand():
         for name, (module, methods) in scan_tree(folder).items():
             entry = found.setdefault(name, {"module": module, "releases": [], "methods": set()})
             entry["releases"].append(release)

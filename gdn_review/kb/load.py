@@ -116,7 +116,7 @@ def parse_record(text: str, file: str, expects_optional: bool = False) -> Record
         raise RecordErrors(errors + _pydantic_errors(file, root, error)) from None
     errors += [
         error_at(file, root, loc, message)
-        for loc, message in record_problems(record, Path(file).stem, expects_optional)
+        for loc, message in record_problems(record, Path(file).stem, expects_optional, Path(file))
     ]
     if errors:
         raise RecordErrors(errors)

@@ -10,11 +10,14 @@ into ``file:line:col``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import get_args
 
 from packaging.version import Version
 
 from gdn_review.kb.batch_rules import case_problems
+from gdn_review.kb.builder_family import GDN_BUILDER, known_builders
+from gdn_review.kb.measured_rules import compared_problems, expect_problems, needs_problems
 from gdn_review.kb.models import Record
 from gdn_review.kb.server_config import server_problems
 from gdn_review.kb.step_config import step_problems
@@ -42,15 +45,19 @@ BUILDER_SETTINGS = (
 
 
 def record_problems(
-    record: Record, stem: str, expects_optional: bool = False
+    record: Record, stem: str, expects_optional: bool = False, source: Path | None = None
 ) -> list[tuple[Loc, str]]:
     """What types alone cannot say: unique ids, references that resolve, batches vLLM can
-    produce."""
+    produce, expect keys the case measures, needs the releases define. ``source``: the record's
+    file (an open PR's diff lies beside it)."""
     problems = _subject_problems(record, stem) + _id_problems(record)
     for c_index, case in enumerate(record.cases):
         problems += [
             (("cases", c_index) + loc, message)
-            for loc, message in case_problems(case) + scenario_problems(record, case)
+            for loc, message in case_problems(case)
+            + scenario_problems(record, case)
+            + expect_problems(case)
+            + needs_problems(record, case, source)
         ]
     for index, claim in enumerate(record.claims):
         problems += _claim_problems(record, index, claim, expects_optional)
@@ -137,7 +144,12 @@ def _claim_problems(record: Record, index: int, claim, expects_optional: bool) -
         problems += _unknown(base + ("cases",), "case", cases, case_ids)
     if check.kind == "invariant" and check.configuration not in (None, *case_ids):
         problems.add(base + ("configuration",), _no_such("case", check.configuration, case_ids))
+    if getattr(check, "builder", None) not in (None, GDN_BUILDER):
+        family = known_builders()  # empty: no release at hand, validation cannot tell
+        if family and check.builder not in family:
+            problems.add(base + ("builder",), _no_builder(check.builder, family))
     if check.kind == "differential":
+        problems += compared_problems(record, check, base)
         for p_index, pair in enumerate(check.pairs):
             problems += _unknown(base + ("pairs", p_index), "case", pair, case_ids)
             if pair[0] == pair[1]:
@@ -358,8 +370,6 @@ def builder_problems(case) -> list[tuple[Loc, str]]:
     ships (kb.builder_family scans the release cache), Kimi-K3's fields only with a Kimi-K3
     builder, and no combination vLLM refuses (unless the case states the refusal: expect
     raised)."""
-    from gdn_review.kb.builder_family import GDN_BUILDER, known_builders
-
     kda = [
         name
         for name in ("kda_prefill_backend", "use_kda_recoverssm")
@@ -371,12 +381,7 @@ def builder_problems(case) -> list[tuple[Loc, str]]:
     family = known_builders() if case.builder not in (None, GDN_BUILDER) else {}
     member = family.get(case.builder) if case.builder is not None else None
     if case.builder not in (None, GDN_BUILDER) and family and member is None:
-        problems.add(
-            ("builder",),
-            f"no release in the release cache ships a builder class {case.builder!r} that "
-            "subclasses GDNAttentionMetadataBuilder (known: "
-            f"{', '.join(sorted(family))})",
-        )
+        problems.add(("builder",), _no_builder(case.builder, family))
     kimi = member is not None and member.kimi_k3
     if kda and not kimi and (member is not None or case.builder in (None, GDN_BUILDER)):
         for name in kda:
@@ -386,6 +391,13 @@ def builder_problems(case) -> list[tuple[Loc, str]]:
                 "KimiK3KDAMetadataBuilder or KimiK3ROCmKDAMetadataBuilder",
             )
     return problems + _refused_by_vllm(case, member)
+
+
+def _no_builder(name: str, family: dict) -> str:
+    return (
+        f"no release in the release cache ships a builder class {name!r} that subclasses "
+        f"GDNAttentionMetadataBuilder (known: {', '.join(sorted(family))})"
+    )
 
 
 def _refused_by_vllm(case, member) -> Problems:
