@@ -107,3 +107,49 @@ def making_config():
         yield
     finally:
         vllm.triton_utils.HAS_TRITON = False
+
+
+class NotInRelease(TypeError):
+    """The loaded release has no such field: a case that sets it would run elsewise."""
+
+
+def accepted_kwargs(cls, asked=(), **kwargs):
+    """The keyword arguments of ``kwargs`` that this release's ``cls`` accepts.
+
+    The harness's own defaults (``kwargs`` not in ``asked``) are dropped where a
+    release does not take them; a field the case sets (``asked``) is never dropped:
+    ``NotInRelease`` names it (renamed or removed), so the case could not run rather
+    than run in another configuration.
+    """
+    import inspect
+
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return kwargs
+    missing = sorted(
+        name for name in asked if name in kwargs and name not in parameters
+    )
+    if missing:
+        _not_in_release(cls.__name__, missing)
+    return {name: value for name, value in kwargs.items() if name in parameters}
+
+
+def set_field(owner, name: str, value) -> None:
+    """``owner.name = value`` where the release's config has that field; else
+    ``NotInRelease`` (setting it would add an attribute vLLM never reads)."""
+    if not hasattr(owner, name):
+        _not_in_release(type(owner).__name__, [name])
+    setattr(owner, name, value)
+
+
+def _not_in_release(owner: str, names: list[str]) -> None:
+    import vllm
+
+    raise NotInRelease(
+        f"vLLM {vllm.__version__}'s {owner} has no {', '.join(names)}, which the "
+        "case sets (renamed or removed in this release?): run as it is, the case "
+        "would check another configuration"
+    )

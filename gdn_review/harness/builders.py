@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import dataclasses
 import functools
-import inspect
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import tempfile
 
 import torch
 
-from gdn_review.harness.adaptations import making_config
+from gdn_review.harness.adaptations import accepted_kwargs, making_config, set_field
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.origin import setting_up, under_test
 
@@ -75,15 +74,10 @@ class BuilderSettings:
         return max(columns, 1 + (self.speculative_tokens or 0))
 
 
-def _accepted_kwargs(cls, **kwargs):
-    """Keep only the keyword arguments this release's ``cls`` accepts."""
-    try:
-        parameters = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return kwargs
-    return {name: value for name, value in kwargs.items() if name in parameters}
+def _accepted_kwargs(cls, asked=(), **kwargs):
+    """Keep only the keyword arguments this release's ``cls`` accepts; one of ``asked``
+    (a field the case sets) that it does not accept raises (adaptations.py)."""
+    return accepted_kwargs(cls, asked, **kwargs)
 
 
 # A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
@@ -143,6 +137,7 @@ def _model_config(max_model_len: int):
     return ModelConfig(
         **_accepted_kwargs(
             ModelConfig,
+            ("max_model_len",),
             model=_model_dir(),
             tokenizer=None,
             skip_tokenizer_init=True,
@@ -169,6 +164,7 @@ def _vllm_config(settings: BuilderSettings):
         speculative = SpeculativeConfig(
             **_accepted_kwargs(
                 SpeculativeConfig,
+                ("method", "num_speculative_tokens"),
                 method="ngram",
                 num_speculative_tokens=settings.speculative_tokens,
                 prompt_lookup_max=2,
@@ -178,6 +174,7 @@ def _vllm_config(settings: BuilderSettings):
     scheduler = SchedulerConfig(
         **_accepted_kwargs(
             SchedulerConfig,
+            ("max_num_seqs",),
             max_num_seqs=settings.max_num_seqs,
             max_num_batched_tokens=max(2048, settings.max_model_len),
             max_model_len=settings.max_model_len,
@@ -204,6 +201,7 @@ def _vllm_config(settings: BuilderSettings):
             cache_config=CacheConfig(
                 **_accepted_kwargs(
                     CacheConfig,
+                    ("block_size", "mamba_cache_mode", "enable_prefix_caching"),
                     block_size=settings.block_size,
                     **(
                         {"mamba_cache_mode": "align", "enable_prefix_caching": True}
@@ -216,6 +214,7 @@ def _vllm_config(settings: BuilderSettings):
             speculative_config=speculative,
             **_accepted_kwargs(
                 VllmConfig,
+                ("additional_config",) if additional else (),
                 additional_config=additional,
             ),
         )
@@ -238,20 +237,30 @@ def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
         compilation = config.compilation_config
         compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
     if settings.mamba_cache_mode is not None:
-        config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+        set_field(config.cache_config, "mamba_cache_mode", settings.mamba_cache_mode)
     if settings.use_kda_recoverssm is not None:
-        config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
+        set_field(
+            config.cache_config, "use_kda_recoverssm", settings.use_kda_recoverssm
+        )
     if settings.adaptive_verification is not None and speculative is not None:
         # vLLM's check (V2 runner, FULL graphs) reads the graph mode the eager
         # model config has turned back into NONE by then.
-        speculative.enable_adaptive_verification = settings.adaptive_verification
+        set_field(
+            speculative, "enable_adaptive_verification", settings.adaptive_verification
+        )
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
         hash_block_size, alignment_tokens, _, _ = settings.prefix_caching
-        config.cache_config.mamba_cache_mode = "align"
-        config.cache_config.hash_block_size = hash_block_size
-        config.cache_config.cache_hit_alignment_tokens = alignment_tokens
+        set_field(config.cache_config, "mamba_cache_mode", "align")
+        # The engine's resolution, where the release's cache config has these fields
+        # (0.32.0 on); an older engine resolved prefix caching without them.
+        for name, value in (
+            ("hash_block_size", hash_block_size),
+            ("cache_hit_alignment_tokens", alignment_tokens),
+        ):
+            if hasattr(config.cache_config, name):
+                setattr(config.cache_config, name, value)
 
 
 def _vllm_platform_is_cuda() -> bool:
@@ -415,6 +424,8 @@ def new_builder(settings: BuilderSettings):
         spec = MambaSpec(
             **_accepted_kwargs(
                 MambaSpec,
+                ("block_size", "shapes", "dtypes", *checkpoints)
+                + (("num_speculative_blocks",) if settings.speculative_tokens else ()),
                 block_size=settings.block_size,
                 shapes=((4, 4),),
                 dtypes=(torch.float32,),

@@ -1,0 +1,101 @@
+"""What differs between releases has one owner (harness/adaptations.py), and it is never silent.
+
+A field a case sets that a release renamed makes the case *could not run*, naming the
+field, rather than run in another configuration; the 0.34.0 platform adaptation is
+named in the evidence, and switched off it leaves 0.34.0's own refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from gdn_review.common import interrupts, release_trees
+from tests.conftest import ROOT
+
+# A module whose cases put prefix caching in align mode: CacheConfig(mamba_cache_mode=...).
+MODULE = "generated_tests/test_contract_flashinfer_checkpoint_plan.py"
+
+
+def _run(tree, evidence, *args, extra_env=None):
+    env = release_trees.environment(tree)
+    env.update(extra_env or {})
+    return interrupts.run_child(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--gdn-evidence",
+            str(evidence),
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_a_config_field_a_release_renamed_makes_the_case_say_so(tmp_path):
+    """0.32.0 with CacheConfig.mamba_cache_mode renamed (a copy of the release): the cases
+    that set it could not run, naming the field; none ran in "none" mode instead."""
+    original = release_trees.tree("0.32.0")
+    copy = tmp_path / "vllm-0.32.0-renamed"
+    shutil.copytree(original, copy)
+    cache = copy / "vllm" / "config" / "cache.py"
+    text = cache.read_text(encoding="utf-8")
+    declaration = '    mamba_cache_mode: MambaCacheMode = "none"\n'
+    assert declaration in text, "0.32.0's CacheConfig no longer declares the field as expected"
+    cache.write_text(
+        text.replace(declaration, '    mamba_cache_policy: MambaCacheMode = "none"\n'),
+        encoding="utf-8",
+    )
+    evidence = tmp_path / "evidence.json"
+    done = _run(copy, evidence, MODULE, "-k", "C1")
+    assert done.returncode != 0, done.stdout[-2000:]
+    tests = json.loads(evidence.read_text())["tests"]
+    ran = [t for t in tests if t["outcome"] not in ("skipped", "deselected")]
+    assert ran, done.stdout[-2000:]
+    for test in ran:
+        assert test["outcome"] == "could not run", test
+        assert "CacheConfig has no mamba_cache_mode, which the case sets" in test["reason"], test
+    assert not [t for t in tests if t["outcome"] in ("passed", "failed")]
+
+
+@pytest.mark.slow
+def test_the_0_34_platform_adaptation_is_named_and_can_be_switched_off(tmp_path):
+    """0.34.0's CPU platform refuses x86 without triton-cpu: adapted, its checks run and the
+    evidence names the adaptation; switched off, they read could not run with its message."""
+    tree = release_trees.tree("0.34.0")
+    on, off = tmp_path / "on.json", tmp_path / "off.json"
+    selection = ("generated_tests/test_pr_52078.py", "-k", "C1 and pure_spec_decode")
+    done = _run(tree, on, *selection)
+    assert done.returncode == 0, done.stdout[-2000:]
+    data = json.loads(on.read_text())
+    assert [a["name"] for a in data["environment"]["adaptations"]] == ["x86_cpu_without_triton"]
+    assert {t["outcome"] for t in data["tests"]} >= {"passed"}
+    done = _run(tree, off, *selection, extra_env={"GDN_REVIEW_NO_RELEASE_ADAPTATIONS": "1"})
+    assert done.returncode != 0
+    data = json.loads(off.read_text())
+    assert data["environment"]["adaptations"] == []
+    ran = [t for t in data["tests"] if t["outcome"] not in ("skipped", "deselected")]
+    assert ran and all(t["outcome"] == "could not run" for t in ran), ran
+    assert all("requires Triton (triton-cpu)" in t["reason"] for t in ran)
+    assert all("vllm/platforms/cpu.py" in t["reason"] for t in ran)
+
+
+def test_every_adaptation_names_its_releases_and_reason():
+    from gdn_review.harness import adaptations
+
+    for adaptation in adaptations.ADAPTATIONS:
+        assert adaptation.first_release and adaptation.reason and adaptation.what
