@@ -111,9 +111,11 @@ def test_fail_on_help_says_each_word_as_the_vocabulary_does():
     from gdn_review.common import fail_conditions
 
     for command, stage in COMMANDS.items():
-        shown = " ".join(run(command, "--help").output.split())
+        # click may wrap a line after a hyphen ("gdn-" / "review's"): compared without spaces.
+        shown = "".join(run(command, "--help").output.split())
         for word in getattr(fail_conditions, stage):
-            assert f"{word} ({fail_conditions.CONDITIONS[word]})" in shown, (command, word)
+            said = "".join(f"{word} ({fail_conditions.CONDITIONS[word]})".split())
+            assert said in shown, (command, word)
 
 
 def _claims_found(verdict: str) -> tuple[list, list]:
@@ -122,19 +124,22 @@ def _claims_found(verdict: str) -> tuple[list, list]:
     from gdn_review.report import verdicts
 
     data = {"key": 7, "claims": [{"id": "C1", "verdict": verdict, "reason": "why"}], "risks": []}
-    matrix = {**data, "matrix": {"drift": {"unexplained": []}}}
+    matrix = {**data, "matrix": {"rows": [], "drift": {"unexplained": []}}}
     return verdicts.findings([data]), matrix_report.findings([matrix])
 
 
 def test_claim_words_trip_the_same_in_report_and_matrix():
     from gdn_review.common.fail_conditions import CONDITIONS, tripped
-    from gdn_review.run.evidence_file import NOT_TIED
+    from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_TIED
 
     expected = {
         "fails": ["fails: PR #7 claim C1"],
         "unverified": ["unverified: PR #7 claim C1: why"],
         NOT_TIED: [f"unverified: PR #7 claim C1 {NOT_TIED}"],
         "pending": ["pending: PR #7 claim C1: why"],
+        # No verdict: the one condition whose findings alone exit 3.
+        COULD_NOT_RUN: [f"error: PR #7 claim C1 {COULD_NOT_RUN}: why"],
+        CHECK_ERROR: [f"error: PR #7 claim C1 {CHECK_ERROR}: why"],
         "holds": [],
         "known deviation": [],
         "not applicable": [],
@@ -163,7 +168,8 @@ def test_survived_and_drift_trip_the_same_in_every_command_that_has_them():
             assert tripped(found, {"fails", "drift", "breaks", "unverified"}) == []
     row = {"case": "spec", "fields": ["num_prefills"], "from": "0.29.0", "to": "0.30.0"}
     contract = {"key": "update_block_table", "claims": [], "risks": []}
-    in_matrix = matrix_report.findings([{**contract, "matrix": {"drift": {"unexplained": [row]}}}])
+    drift = {"rows": [], "drift": {"unexplained": [row]}}
+    in_matrix = matrix_report.findings([{**contract, "matrix": drift}])
     in_review = render.findings({"records": [{**contract, "unexplained": [row]}], "mutants": []})
     for found in (in_matrix, in_review):
         (line,) = tripped(found, {"drift"})

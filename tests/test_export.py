@@ -530,10 +530,11 @@ def test_the_stored_snapshot_travels_as_data():
         and "build_case(device, CASES[case_id]" in source
     )
     # 2048-entry buffers stay one line each: runs are starred items (the module is about
-    # 3,300 lines with them; a buffer written out would add 2,000 lines per case).
+    # 3,800 lines with them, the harness's origin.py and adaptations included; a buffer
+    # written out would add 2,000 lines per case).
     text = _exported()
     assert (
-        '        "batch_ptr": [0, 1, 2, *[-1] * 2045],\n' in text and len(text.splitlines()) < 3600
+        '        "batch_ptr": [0, 1, 2, *[-1] * 2045],\n' in text and len(text.splitlines()) < 4000
     )
 
 

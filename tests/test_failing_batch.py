@@ -35,7 +35,10 @@ RANDOM_BATCH = {
 
 
 def _report(properties, failed=True):
+    # As the plugin's makereport hook leaves a failed call: origin() said a measured failure.
+    measured = {"gdn_outcome": "failed", "gdn_failure": "measured", "gdn_reason": ""}
     return types.SimpleNamespace(
+        **(measured if failed else {}),
         nodeid="m.py::test_C1_invariant[cpu-p]",
         user_properties=properties,
         when="call",
@@ -74,6 +77,23 @@ def test_the_plugin_keeps_the_last_failed_batch_of_a_failed_test_only(failed):
         assert entry["failing_batch"] == RANDOM_BATCH
     else:
         assert entry["outcome"] == "passed" and "failing_batch" not in entry
+
+
+def test_only_a_failed_test_has_a_failing_batch_to_show():
+    """A test that could not run, or whose check raised, measured no batch: whatever batch it
+    recorded before it raised is not the one the builder failed on."""
+    tests = [
+        {
+            "outcome": outcome,
+            "claim": "C1",
+            "property": "p",
+            "device": "cpu",
+            "failing_batch": RANDOM_BATCH,
+        }
+        for outcome in ("could not run", "error in the check", "error", "failed")
+    ]
+    found = failing_batch.of_tests(tests)
+    assert len(found) == 1 and found[0]["batch"] == RANDOM_BATCH
 
 
 def test_check_invariant_records_the_batch_that_failed_and_not_one_that_passed():

@@ -12,7 +12,7 @@ from gdn_review.cli import main
 from gdn_review.common import release_cache
 from gdn_review.kb import load_record
 from gdn_review.matrix import matrix, matrix_files, matrix_report, release_plan
-from gdn_review.report import report, verdicts
+from gdn_review.report import discrimination, report
 from tests.conftest import (
     MATRIX_RECORD,
     ROOT,
@@ -169,7 +169,7 @@ def test_a_head_release_that_did_not_run_is_stood_in_for_by_the_next_one(matrix_
 )
 def test_discrimination_rules(before, base, head, expected):
     cell = lambda v: {"verdict": v, "reason": "r", "measure": ""}  # noqa: E731
-    assert verdicts.discrimination(before, cell(base), cell(head))[0] == expected
+    assert discrimination.discrimination(before, cell(base), cell(head))[0] == expected
 
 
 def test_a_preservation_claim_that_holds_on_base_and_head_reads_preserved_not_a_failure(

@@ -165,6 +165,36 @@ def test_deselected_claim_is_unverified_not_holds():
     assert r1["coverage"] == "targeted" and "2 tests not run" in r1["missing"]
 
 
+@pytest.mark.parametrize("outcome", [evidence_file.COULD_NOT_RUN, evidence_file.CHECK_ERROR])
+def test_a_test_that_measured_nothing_is_no_verdict_and_no_passing_risk(tmp_path, outcome):
+    """One passing test of R1 in the golden run turned into one that could not run (or whose
+    check raised): its claim reads so, R1 is no longer passing, the next step says what to fix,
+    the summary line counts it apart, and --fail-on error exits 3."""
+    evidence = json.loads((GOLDEN / "evidence" / "run.json").read_text(encoding="utf-8"))
+    test = next(
+        t for t in evidence["tests"] if "R1" in t.get("risks", []) and t["outcome"] == "passed"
+    )
+    test.update(outcome=outcome, reason=f"{outcome}: VllmConfig raised RuntimeError: no (at x)")
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence), encoding="utf-8")
+    data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([path]))
+    claim = next(c for c in data["claims"] if c["id"] == test["claim"])
+    assert (
+        claim["verdict"] == outcome
+        and "VllmConfig raised RuntimeError: no (at x)" in claim["reason"]
+    )
+    r1 = next(r for r in data["risks"] if r["id"] == "R1")
+    assert r1["coverage"] == "targeted", r1
+    assert any(outcome.split()[0] in m for m in r1["missing"]), r1["missing"]
+    step = next(s for s in data["next_steps"] if s.startswith(f"Claim {claim['id']}"))
+    assert ("fix the set-up" if outcome == evidence_file.COULD_NOT_RUN else "report it") in step
+    assert "Fix the code" not in step
+    assert f"1 {outcome}" in report.summary_lines([data])[0]
+    found = verdicts.findings([data])
+    tripped = fail_conditions.tripped(found, {"error"})
+    assert fail_conditions.exit_code(tripped) == 3
+
+
 def test_partly_run_claim_is_unverified():
     claim = load_record(GOLDEN_RECORD).claims[0]
     tests = [

@@ -37,6 +37,10 @@ from gdn_review.common import fail_conditions
 from gdn_review.run import evidence_file
 from gdn_review.run.selection import current_modules, load_records
 
+# The baseline could not run (or raised an error in the check): no verdict on vLLM, not a
+# claim that broke (common.fail_conditions.exit_code's 3).
+EXIT_NO_VERDICT = 3
+
 
 @click.command()
 @kb_option
@@ -64,7 +68,7 @@ from gdn_review.run.selection import current_modules, load_records
 )
 @evidence_option("Where the evidence JSON (tests and mutants) goes.")
 @reports_option()
-@fail_on_option(fail_conditions.REPORT, "fails,survived")
+@fail_on_option(fail_conditions.REPORT, "fails,survived,error")
 @click.option(
     "--whole-file",
     is_flag=True,
@@ -121,8 +125,10 @@ def mutate(
     content onto the loaded release; the base and head releases are fetched once
     into the release cache). vLLM is imported once; each mutant runs in a forked
     child on CPU, its source compiled in memory: vLLM's files are never written.
-    The unmutated suite runs first and must pass; its evidence, with every
-    mutant's result, goes to --evidence, and the reports show the kill matrix.
+    The unmutated suite runs first and must pass (where its tests could not
+    run, or raised an error in the check, no mutant runs and the exit code is
+    3: no verdict); its evidence, with every mutant's result, goes to
+    --evidence, and the reports show the kill matrix.
     The baseline is traced per case: for each line the PR added or changed the
     command names the cases that execute it, and each line no case reaches with
     the case that came closest (as `gdn-review run` does).
@@ -185,7 +191,8 @@ def _run_mutants(
     catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
 ) -> list[str]:
     """``mutate``'s run of the ``mutated`` records' mutants into ``evidence_path`` (exit 1 when the
-    baseline fails); the lines of the reach of their own lines, said after the mutants."""
+    baseline fails, 3 when it measured nothing); the lines of the reach of their own lines, said
+    after the mutants."""
     from gdn_review import mutation
     from gdn_review.cli.progress import MutationProgress
     from gdn_review.mutation import own_reach
@@ -213,7 +220,7 @@ def _run_mutants(
     except mutation.MutationError as error:  # the baseline failed: a check, not the input
         progress.stop()
         say(str(error))
-        sys.exit(EXIT_FAILED)
+        sys.exit(EXIT_NO_VERDICT if error.no_verdict else EXIT_FAILED)
     finally:
         progress.stop()
     counts = collections.Counter(e["status"] for e in entries)
@@ -241,7 +248,7 @@ def _whole_file(options, keys, generated_dir, write, min_score) -> int:
     except guard.GuardError as error:  # a failed baseline or another tracer: a check, not input
         progress.stop()
         say(str(error))
-        return EXIT_FAILED
+        return EXIT_NO_VERDICT if error.no_verdict else EXIT_FAILED
     finally:
         progress.stop()
     if scored.child_exit is not None:

@@ -29,6 +29,9 @@ from gdn_review.cli.support import (
 )
 from gdn_review.common import fail_conditions
 
+# The release could not run here: no verdict (common.fail_conditions.exit_code's 3).
+EXIT_NO_VERDICT = 3
+
 
 def _shard(value: str | None) -> tuple[int, int] | None:
     if not value:
@@ -137,7 +140,7 @@ def _finish(data: dict, review_dir: Path, fail_on: set[str]) -> None:
     "from a file named N.diff or pr-N.diff, where the KB holds an "
     "open record of PR N]",
 )
-@fail_on_option(fail_conditions.REVIEW, "breaks,drift")
+@fail_on_option(fail_conditions.REVIEW, "breaks,drift,error")
 @exit_codes
 @interruptible
 def review_command(
@@ -175,9 +178,16 @@ def review_command(
     moved with the PR that explains it, and the survivors among the
     mutants; it is appended to GITHUB_STEP_SUMMARY when that is set.
 
-    Exit 0 ok, 1 what --fail-on names, 2 bad input (a diff that does not
-    apply, a change whose module no longer imports on that release), 130
-    SIGINT, 143 SIGTERM (its processes stopped, nothing written).
+    A claim whose set-up raised before the builder under test was entered
+    (platform, VllmConfig, imports) reads "could not run", one whose check
+    raised in gdn-review's own code "error in the check": neither is a break,
+    and a case that could not be built gives no drift.
+
+    Exit 0 ok, 1 what --fail-on names (a claim broke, a field moved, a
+    mutant survived), 2 bad input (a diff that does not apply, a change whose
+    module no longer imports on that release), 3 only checks that could not
+    run or raised an error in the check (--fail-on error), 130 SIGINT, 143
+    SIGTERM (its processes stopped, nothing written).
 
     \b
     Examples:
@@ -210,7 +220,11 @@ def review_command(
         work_dir=work_dir,
         own=own,
     )
-    data = orchestrate.review(diff, kb_dir, options, say=say)
+    try:
+        data = orchestrate.review(diff, kb_dir, options, say=say)
+    except review_files.ReviewCouldNotRun as error:  # no verdict: the release does not load
+        click.echo(str(error), err=True)
+        sys.exit(EXIT_NO_VERDICT)
     interrupts.finishing()  # the review ran: its report is written whatever comes now
     if name:
         data["name"] = name
@@ -228,7 +242,7 @@ def review_command(
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 @_out_option
 @click.option("--name", default=None, help="Report name.  [default: the first shard's]")
-@fail_on_option(fail_conditions.REVIEW, "breaks,drift")
+@fail_on_option(fail_conditions.REVIEW, "breaks,drift,error")
 @exit_codes
 def review_merge_command(shards, review_dir, name, fail_on) -> None:
     """Merge the JSON of review shards (--shard I/N, or a CI job matrix) into one report.

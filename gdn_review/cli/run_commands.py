@@ -57,9 +57,17 @@ def report(
 ) -> None:
     """Write a risk report per record from evidence, plus reports/index.md.
 
-    Each report says, claim by claim, holds / fails / known deviation / not
-    applicable / unverified (with the reason and measured values), and, risk
-    by risk, uncovered / targeted / passing with what is missing.
+    Each report says, claim by claim, holds / fails / pending / known
+    deviation / not applicable / unverified (with the reason and measured
+    values), or that its check could not run (set-up raised: the platform,
+    VllmConfig, an import) or raised an error in the check (gdn-review's own
+    fault), with the message and where it came from: those two are no
+    verdict. Risk by risk: uncovered / targeted / passing with what is missing.
+
+    Exit 0 when nothing --fail-on names is found; 1 when a claim fails (or
+    whatever else --fail-on adds); 3 when the only findings are checks that
+    could not run or raised an error in the check (--fail-on error); 2 on
+    bad input.
 
     \b
     Examples:
@@ -105,8 +113,11 @@ def run(
     """Check the generated tests are current, run them on the installed vLLM, write reports.
 
     Exit 0 when every claim that was checked holds or is a known deviation;
-    1 when a claim fails (or whatever --fail-on adds); 2 on bad input.
-    Arguments after `--` go to pytest.
+    1 when a claim fails (or whatever --fail-on adds); 3 when the only
+    findings are claims whose checks could not run (set-up raised: the
+    platform, VllmConfig, an import) or raised an error in the check
+    (gdn-review's own fault): no verdict, fix the set-up or report the
+    error (--fail-on error); 2 on bad input. Arguments after `--` go to pytest.
 
     A record of an open PR: its improvement claims (before: fails) read
     **pending** on a release without the change (exit 0 unless --fail-on

@@ -224,7 +224,9 @@ def _module_doc(record: Record, source: str, release: Version, risks: list, left
         "(a tiny Qwen3-Next config written to a temporary folder: no weights, no network) "
         "and checks what build() returns or executes, on CPU and, where there is one, on "
         f"a CUDA device. Known deviations of vLLM {release} are strict xfails: the tests "
-        "stay green, and fail when a deviation disappears or changes."
+        "stay green, and fail when a deviation disappears or changes. A test that ends in "
+        "CouldNotRun (could not run: ...) measured nothing: its set-up (the platform, "
+        "VllmConfig, an import) raised before the builder ran; fix the environment."
     )
     if risks:
         paragraphs.append(["Risks these tests address:", *risks])

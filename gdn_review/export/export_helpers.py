@@ -21,6 +21,12 @@ HARNESS = Path(__file__).resolve().parent.parent / "harness"
 # (file, relative to gdn_review/harness/, names of its top-level definitions).
 HELPERS = (
     ("environment.py", ("prepare_platform",)),
+    # Where an exception comes from (set-up: CouldNotRun; code under test: marked), which
+    # builders.py, server.py, steps.py and case_build.py import: before them.
+    ("origin.py", None),
+    # How the harness sets up a release on this machine (making_config, accepted_kwargs,
+    # set_field, which builders.py imports): all of it, as it grows with the releases.
+    ("adaptations.py", None),
     (
         "builders.py",
         (
@@ -181,8 +187,24 @@ def harness_helpers(needs, harness: Path = HARNESS) -> tuple[str, list[str]]:
                 seen.add((file_name, name))
                 parts.append(definitions[name])
     source = "\n\n".join(parts)
-    used = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    used = _names_read(source)
     return source, sorted(statement for name, statement in available.items() if name in used)
+
+
+def _names_read(source: str) -> set[str]:
+    """The names the definitions read that they do not import themselves: a function that
+    imports ``platform`` (or vLLM) in its body needs no import at the module's top."""
+    used = set()
+    for definition in ast.parse(source).body:
+        nodes = list(ast.walk(definition))
+        local = {
+            (alias.asname or alias.name).split(".")[0]
+            for node in nodes
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in node.names
+        }
+        used |= {node.id for node in nodes if isinstance(node, ast.Name)} - local
+    return used
 
 
 def import_sections(statements: list[str]) -> tuple[list[str], list[str]]:

@@ -288,7 +288,7 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
         # raise (expect: raised): the exception is the measurement, "Type: first line".
         try:
             run = _build_case(device, case, count_ops)
-        except Exception as error:  # noqa: BLE001  (what it raises is what it states)
+        except Exception as error:  # what the builder raises is what it states
             if raised_by_code_under_test(error) is None:
                 raise  # the set-up's (could not run) or our own (error in the check)
             measured = {"raised": raised_words(error)}
@@ -491,7 +491,7 @@ def snapshot_case(device: str, case: dict) -> dict:
     raises (a bug a later PR fixed) gives ``{"raised": "<type>: <message>"}``."""
     try:
         return build_case(device, case, count_ops=False).metadata
-    except Exception as error:  # noqa: BLE001  (any crash of the builder is its behaviour)
+    except Exception as error:  # any crash of the builder is its behaviour
         if raised_by_code_under_test(error) is None:
             raise  # the set-up's (could not run) or our own (error in the check)
         return {"raised": raised_words(error)}

@@ -26,13 +26,22 @@ UNDER_TEST = "gdn_review_under_test"
 
 
 def last_frame(error: BaseException) -> str:
-    """Where ``error`` was raised: ``path:line in function`` of its innermost frame, the
-    path from its ``vllm/`` or ``gdn_review/`` folder where it has one."""
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
+    """Where ``error`` was raised: ``path:line in function`` of vLLM's innermost frame
+    in its traceback (or in the exceptions it was raised from or while handling:
+    pydantic re-raises a validator's error as its own), else of the innermost frame."""
+    innermost = None
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        frames = traceback.extract_tb(error.__traceback__)
+        innermost = innermost or (frames[-1] if frames else None)
+        for frame in reversed(frames):
+            if short_path(frame.filename).startswith("vllm/"):
+                return f"{short_path(frame.filename)}:{frame.lineno} in {frame.name}"
+        error = error.__cause__ or error.__context__
+    if innermost is None:
         return "(no traceback)"
-    frame = frames[-1]
-    return f"{short_path(frame.filename)}:{frame.lineno} in {frame.name}"
+    return f"{short_path(innermost.filename)}:{innermost.lineno} in {innermost.name}"
 
 
 def short_path(filename: str) -> str:
@@ -46,8 +55,14 @@ def short_path(filename: str) -> str:
 
 
 def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else ""
+    """The message's first line; for a message whose first line only counts (pydantic's
+    "1 validation error for VllmConfig"), its second too."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if len(lines) > 1 and "validation error" in lines[0]:
+        return f"{lines[0]}: {lines[1]}"[:400]
+    return lines[0][:400]
 
 
 class CouldNotRun(Exception):

@@ -21,9 +21,9 @@ from gdn_review.matrix.drift import drift_data
 from gdn_review.matrix.release_plan import cannot_run_here, left_out
 from gdn_review.report import failing_batch, verdicts
 from gdn_review.report.claim_rows import op_values, span
+from gdn_review.report.discrimination import discrimination, kept
 from gdn_review.report.markdown import text
 from gdn_review.report.report_contents import report_data
-from gdn_review.report.verdicts import discrimination, kept
 from gdn_review.run import evidence_file
 from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_MEASURED, RAN
 

@@ -42,7 +42,14 @@ MUTATION_FORMAT = "gdn-review-mutation/1"
 
 
 class MutationError(Exception):
-    """Mutation testing cannot start (bad selection, failing baseline): said for people."""
+    """Mutation testing cannot start (bad selection, failing baseline): said for people.
+
+    ``no_verdict``: the baseline's tests could not run, or raised an error in the check
+    (exit 3, not 1: nothing about vLLM was measured)."""
+
+    def __init__(self, message: str, no_verdict: bool = False):
+        super().__init__(message)
+        self.no_verdict = no_verdict
 
 
 def catalogue_for(
@@ -375,8 +382,9 @@ def mutate(
         trace = reach.LineTrace({c.target_file for c in catalogues}, per_case=True)
         code, seconds = runner.baseline(tests, staged, plugins=(trace,))
         if code != 0 or not staged.exists():
+            why, no_verdict = runner.baseline_failed(code, staged)
             staged.unlink(missing_ok=True)
-            raise MutationError(runner.baseline_failed(code))
+            raise MutationError(why, no_verdict)
         on_baseline(trace, staged)
         entries = _run_mutants(catalogues, modules, keyword, (jobs, timeout), progress, trace)
     except KeyboardInterrupt:

@@ -215,10 +215,10 @@ def score_whole_file(
     with tempfile.TemporaryDirectory(prefix="gdn-review-guard-") as scratch:
         evidence = Path(scratch) / "baseline.json"
         code, baseline_s = runner.baseline(tests, evidence, plugins=(trace,))
+        if code != 0:
+            raise GuardError(*runner.baseline_failed(code, evidence))
         # What each test cost in the baseline: a mutant tries the cheap ones first.
         cost = {t["nodeid"]: t["duration_s"] for t in evidence_file.read(evidence)["tests"]}
-    if code != 0:
-        raise GuardError(runner.baseline_failed(code))
     if not trace.active:
         raise GuardError(
             "another tracer (coverage, a debugger) is active: the line map "
@@ -349,4 +349,9 @@ def _selected(work: Plan, ident: str) -> int | str | None:
 
 class GuardError(Exception):
     """The whole-file score cannot be measured (failing baseline, another tracer): said for
-    people."""
+    people. ``no_verdict``: the baseline's tests could not run or raised an error in the check
+    (exit 3, not 1)."""
+
+    def __init__(self, message: str, no_verdict: bool = False):
+        super().__init__(message)
+        self.no_verdict = no_verdict

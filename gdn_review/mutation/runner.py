@@ -15,6 +15,7 @@ CUDA must not be initialised before a fork, so mutants run on CPU only
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -45,7 +46,9 @@ def baseline(tests: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int
     """
     from gdn_review import harness
 
-    harness.warm_up()
+    # Where the set-up raises (the platform, VllmConfig), each test says so itself: could not run.
+    with contextlib.suppress(Exception):
+        harness.warm_up()
     started = time.monotonic()
     code = suite.run_pytest(suite.pytest_args(tests, evidence), here=True, plugins=plugins)
     # Everything made so far is shared with every child: keep the collector off it
@@ -56,12 +59,52 @@ def baseline(tests: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int
     return code, time.monotonic() - started
 
 
-def baseline_failed(code: int) -> str:
-    """Why no mutant runs when the baseline failed."""
+def baseline_failed(code: int, evidence: Path | None = None) -> tuple[str, bool]:
+    """Why no mutant runs when the baseline failed, from its evidence where it has some; and
+    whether it measured no failure (its tests could not run, or raised an error in the check:
+    no verdict, exit 3 rather than 1).
+
+    A test that could not run (set-up raised before the builder under test was entered) says
+    so with vLLM's message; one whose check raised is gdn-review's fault; neither is a test
+    that fails."""
+    from gdn_review.report.verdicts import outcome_words
+    from gdn_review.run import evidence_file
+
+    tests = []
+    if evidence is not None and evidence.exists():
+        with contextlib.suppress(evidence_file.EvidenceError):
+            tests = evidence_file.read(evidence)["tests"]
+    said = []
+    for outcome, fix in (
+        (
+            evidence_file.COULD_NOT_RUN,
+            "fix the set-up or the release's platform, not vLLM's code",
+        ),
+        (evidence_file.CHECK_ERROR, "gdn-review's own code raised: a bug to report"),
+    ):
+        these = [t for t in tests if t.get("outcome") == outcome]
+        if these:
+            reason = (these[0].get("reason") or outcome).removeprefix(f"{outcome}: ")
+            said.append(
+                f"{len(these)} test(s) {outcome_words(outcome)} ({fix}); "
+                f"first: {these[0]['nodeid']}: {reason}"
+            )
+    failing = [t for t in tests if t.get("outcome") in ("failed", "xpassed")]
+    if said and not failing:
+        return (
+            "the generated suite measured nothing without mutants: "
+            + "; ".join(said)
+            + ". No mutant runs: a kill would mean nothing",
+            True,
+        )
+    first = f"; first: {failing[0]['nodeid']}: {failing[0].get('reason')}" if failing else ""
+    also = f" ({'; '.join(said)})" if said else ""
     return (
-        f"the generated suite does not pass without mutants (pytest exit {code}): "
+        f"the generated suite does not pass without mutants (pytest exit {code}"
+        f"{f', {len(failing)} test(s) fail' if failing else ''}{first}){also}: "
         "a kill would mean nothing; "
-        "fix the suite or the record first (gdn-review run shows the failures)"
+        "fix the suite or the record first (gdn-review run shows the failures)",
+        False,
     )
 
 

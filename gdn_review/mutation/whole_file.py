@@ -195,10 +195,10 @@ def _score_on(
     finally:
         code = interrupts.stop(child)
     interrupts.check()
+    if ended.get("error") == "GuardError":
+        raise guard.GuardError(ended["message"], ended.get("no_verdict", False))
     if "error" in ended:
-        raise {"GuardError": guard.GuardError, "FamilyError": FamilyError}[ended["error"]](
-            ended["message"]
-        )
+        raise FamilyError(ended["message"])
     if "written" not in ended:  # it died before it could say how it ended
         return Scored(child_exit=code)
     written = [Path(p) for p in ended["written"]]
@@ -225,7 +225,11 @@ def child_main(spec_json: str) -> int:
     try:
         scored = score_and_write(records, modules, options, told, say)
     except (guard.GuardError, FamilyError) as error:
-        tell(error=type(error).__name__, message=str(error))
+        tell(
+            error=type(error).__name__,
+            message=str(error),
+            no_verdict=getattr(error, "no_verdict", False),
+        )
         return 1
     tell(written=[str(path) for path in scored.written])
     return 0

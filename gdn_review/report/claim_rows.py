@@ -22,7 +22,11 @@ from gdn_review.report.verdicts import (
     plural,
     verdicts_by_device,
 )
-from gdn_review.run.evidence_file import RAN, Evidence
+from gdn_review.run.evidence_file import NOT_MEASURED, RAN, Evidence
+
+# Tests that were tried on a release: those that ran, and those that could not run there or
+# raised in the check (they name the release and device they were tried on).
+TRIED = RAN | set(NOT_MEASURED)
 
 
 def _compact(value) -> str:
@@ -261,7 +265,7 @@ def _on_cpu_platform(evidence: Evidence, test: dict) -> bool:
 
 def tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
     """The releases tests ran on, and those a "not applicable: vLLM X has no ..." skip names."""
-    found = {release_of(evidence, t) for t in tests if t["outcome"] in RAN}
+    found = {release_of(evidence, t) for t in tests if t["outcome"] in TRIED}
     for test in tests:
         reason = test.get("reason") or ""
         if test["outcome"] == "skipped" and reason.startswith("not applicable: vLLM "):
@@ -278,8 +282,9 @@ def release_of(evidence: Evidence, test: dict) -> str:
 
 
 def releases_cell(evidence: Evidence, tests: list[dict]) -> str:
-    """The releases the tests that ran ran on, for a table cell."""
-    return ", ".join(sorted({release_of(evidence, t) for t in tests if t["outcome"] in RAN})) or "—"
+    """The releases the tests were tried on (ran, or could not run), for a table cell."""
+    tried = {release_of(evidence, t) for t in tests if t["outcome"] in TRIED}
+    return ", ".join(sorted(tried)) or "—"
 
 
 def claim_rows(
@@ -297,6 +302,7 @@ def claim_rows(
     for claim in record.claims:
         tests = [t for t in mine if t["claim"] == claim.id]
         ran = [t for t in tests if t["outcome"] in RAN]
+        tried = [t for t in tests if t["outcome"] in TRIED]
         verdict, reason = claim_verdict(claim, tests)
         tested = tested_on(evidence, tests)
         verdict, reason = pending_verdict(
@@ -327,7 +333,7 @@ def claim_rows(
                 "verdict": verdict,
                 "reason": reason,
                 "measured": _measured_summary(claim, ran),
-                "vllm": releases_cell(evidence, ran),
+                "vllm": releases_cell(evidence, tried),
                 # a CUDA-only claim here: "cuda: unverified"
                 "devices": _device_cell(by_device, bool(ran)),
                 "by_device": by_device,
@@ -346,7 +352,7 @@ def claim_rows(
                     for t in sorted(
                         tests, key=lambda t: (t.get("device") or "", label_of(t), t["nodeid"])
                     )
-                    if t["outcome"] in RAN or claim.check.kind == "gpu_sync"
+                    if t["outcome"] in TRIED or claim.check.kind == "gpu_sync"
                 ],
             }
         )

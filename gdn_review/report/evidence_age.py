@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gdn_review.kb import Record
-from gdn_review.run.evidence_file import RAN, Evidence, record_sha256
+from gdn_review.run.evidence_file import NOT_MEASURED, RAN, Evidence, record_sha256
 
 
 def stale_parts(
@@ -77,7 +77,12 @@ def evidence_parts(
     def mark(part: str) -> str:
         return ", stale: measured on an earlier version of the record" if part in stale else ""
 
-    ran = [t for t in tests if t["environment"] is not None and t["outcome"] in RAN]
+    # A test that could not run was tried then too: its time is the tests'.
+    ran = [
+        t
+        for t in tests
+        if t["environment"] is not None and (t["outcome"] in RAN or t["outcome"] in NOT_MEASURED)
+    ]
     newest = max((evidence.finished_at[t["environment"]] for t in ran), default="")
     parts = [f"tests: {newest or 'none ran'}{mark('tests')}"]
     info = evidence.mutation.get(str(record.key))

@@ -8,10 +8,21 @@ import collections
 from gdn_review.report.markdown import code, fence, text
 
 ORDER = ("survived", "not reached", "unreachable here", "timeout", "error", "equivalent", "killed")
+# A mutant's status "error": gdn-review's own code raised while running it (it did not compile,
+# pytest ended abnormally under it, its child's body raised): no kill and no survivor.
+ERROR = "error"
+# How the count table names a status where its key says less.
+STATUS_WORDS = {ERROR: "error in the check"}
 # The report's sections of mutants: title -> what a mutant in it means, then the statuses it lists
 # (Survivors show each mutant's diff).
 SECTIONS = {
-    "Survivors": ("Its edit ran and no test failed: a missing check.", "survived", "error"),
+    "Survivors": ("Its edit ran and no test failed: a missing check.", "survived"),
+    "Errors in the check": (
+        "gdn-review's own code raised while running it (it did not compile, or pytest ended "
+        "abnormally under it): neither killed nor survived, not scored; a gdn-review bug to "
+        "report with its reason.",
+        ERROR,
+    ),
     "Not reached": (
         "No test executes the edited line, though CPU can: a missing case.",
         "not reached",
@@ -77,7 +88,11 @@ def _summary(data: dict) -> list[str]:
         "",
         "| status | mutants |",
         "|---|---|",
-        *(f"| {status} | {counts[status]} |" for status in ORDER if counts.get(status)),
+        *(
+            f"| {STATUS_WORDS.get(status, status)} | {counts[status]} |"
+            for status in ORDER
+            if counts.get(status)
+        ),
         "",
         f"Measured {text(data['finished_at'])} in {data['duration_s']} s "
         f"({data['settings']['jobs']} jobs, baseline {data['settings']['baseline_s']} s).",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gdn_review.kb import Record
 from gdn_review.report.markdown import text
+from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN
 
 
 def next_steps(
@@ -18,9 +19,10 @@ def next_steps(
     record: Record | None = None,
 ) -> list[str]:
     """One sentence per thing to do: a pending claim's diff to store, what the PR's diff breaks or
-    moves unstated, missing tests, failing and unverified claims, risks short of protected, known
-    deviations to decide on."""
+    moves unstated, missing tests, claims whose checks could not run or raised in gdn-review,
+    failing and unverified claims, risks short of protected, known deviations to decide on."""
     steps = _change_steps(claims, mutation, diff_side, record)
+    steps += _not_measured_steps(claims)
     steps += [
         f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or "
         "record the deviation with its measured reason."
@@ -97,3 +99,26 @@ def _change_steps(
         "reason."
         for row in (mutation or {}).get("missing_tests", [])
     ]
+
+
+def _not_measured_steps(claims: list[dict]) -> list[str]:
+    """A claim whose check measured nothing: what to fix is the set-up (could not run) or
+    gdn-review (error in the check), never vLLM's code. The reason holds vLLM's message, or
+    our own, with the frame it came from (evidence: shown as text)."""
+    steps = []
+    for claim in claims:
+        on = f" on vLLM {claim['vllm']}" if claim.get("vllm", "—") != "—" else ""
+        if claim["verdict"] == COULD_NOT_RUN:
+            steps.append(
+                f"Claim {claim['id']} could not run{on}: {text(claim['reason'])}. Nothing was "
+                "measured: fix the set-up (the release's platform on this machine, its "
+                "VllmConfig or an import, as the message says), or run where that release "
+                "loads; the claim is neither held nor broken until then."
+            )
+        elif claim["verdict"] == CHECK_ERROR:
+            steps.append(
+                f"Claim {claim['id']}: error in the check{on}: {text(claim['reason'])}. A fault in "
+                "gdn-review, not in vLLM: report it with this message (the record or the "
+                "harness may need a fix); the claim is neither held nor broken until then."
+            )
+    return steps

@@ -14,13 +14,13 @@ from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
 from gdn_review.report.claim_rows import claim_rows, releases_cell, tested_on
+from gdn_review.report.discrimination import discrimination
 from gdn_review.report.evidence_age import evidence_parts, stale_parts
 from gdn_review.report.next_steps import next_steps
 from gdn_review.report.risk_rows import mutation_data, risk_rows
 from gdn_review.report.verdicts import (
     COVERAGE,
     claim_verdict,
-    discrimination,
     missing_tests,
     pending_verdict,
     reach_steps,
@@ -135,9 +135,7 @@ def _upstream_rows(
             verdict, reason = claim_verdict(by_id[cid], picked)
             tested = tested_on(evidence, picked)
             verdicts.append(
-                pending_verdict(
-                    record, by_id[cid], verdict, reason, tested, with_change, picked
-                )
+                pending_verdict(record, by_id[cid], verdict, reason, tested, with_change, picked)
             )
         worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
         rows.append(
@@ -197,7 +195,7 @@ def _diff_side(record: Record, evidence: Evidence, claims: list[dict]) -> dict |
 
 
 def _verdict_of(row: dict) -> dict:
-    """A claim's verdict, reason and measured values as ``verdicts.discrimination`` takes them."""
+    """A claim's verdict, reason and measured values as ``discrimination()`` takes them."""
     return {"verdict": row["verdict"], "reason": row["reason"], "measure": row["measured"]}
 
 

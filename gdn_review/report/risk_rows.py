@@ -59,7 +59,9 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
         "claims": claims,
         "risks": per_risk,
         "counts": {s: sum(r["status"] == s for r in rows) for s in MUTANT_STATUSES},
-        "survivors": [r for r in rows if r["status"] in SURVIVED | {"timeout", "error"}],
+        "survivors": [r for r in rows if r["status"] in SURVIVED | {"timeout"}],
+        # gdn-review's own code raised while running them: neither killed nor survived.
+        "errors": [r for r in rows if r["status"] == "error"],
         "missing_tests": [
             r for r in rows if r["status"] in SURVIVED and r["origin"] == "diff" and not r["risks"]
         ],

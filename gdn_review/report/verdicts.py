@@ -161,12 +161,23 @@ def not_measured(tests: list[dict]) -> tuple[str, str] | None:
         if failing:
             others.append(f"{failing} failed")
         beside = f" ({', '.join(others)})" if others else ""
-        reason = (first.get("reason") or outcome).removeprefix(f"{outcome}: ")
         return outcome, (
             f"{len(these)} of {plural(len(tests), 'test')} {outcome_words(outcome)}{beside}; "
-            f"first: {label_of(first)} ({first.get('device')}): {reason}"
+            f"first: {label_of(first)} ({first.get('device')}): {message_of(first)}"
         )
     return None
+
+
+def message_of(test: dict) -> str:
+    """What a test that measured nothing says, without its outcome's own words before it: the
+    step and vLLM's message with its frame ("VllmConfig raised RuntimeError: ... (at
+    vllm/platforms/cpu.py:NN in check_and_update_config)"), or what gdn-review's own code
+    raised and where."""
+    outcome = test["outcome"]
+    reason = test.get("reason") or outcome
+    if reason.startswith(f"{outcome} (") and reason.endswith(")"):  # the plugin's check error
+        return reason[len(outcome) + 2 : -1]
+    return reason.removeprefix(f"{outcome}: ")
 
 
 def outcome_words(outcome: str) -> str:
@@ -271,6 +282,9 @@ def risk_coverage(
     passing = [t for t in ran if t["outcome"] == "passed"]
     not_run = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
     needs_cuda = sum(_needs_cuda(t) for t in tests)
+    # A test that could not run, or whose check raised, measured nothing: never passing.
+    unmeasured = [t for t in tests if t["outcome"] in NOT_MEASURED]
+    missing += _unmeasured_lines(unmeasured)
     if failing:
         missing.append(
             f"{len(failing)} failing: " + ", ".join(sorted({label_of(t) for t in failing}))
@@ -302,14 +316,25 @@ def risk_coverage(
         verified = bool(applicable) and not unkilled
     # Passing means every test of it that could run here ran, and none failed; and
     # no mutant of it survived them: tests that let its bug through do not protect it.
-    level = "passing" if passing and not failing and not not_run else "targeted"
+    level = "passing" if passing and not failing and not not_run and not unmeasured else "targeted"
     if level == "passing" and verified:
         level = "mutation-verified"
     if level == "passing" and protection(mutants):
         level = "not protected"  # the report gives the count beside it (protection)
-    if level == "targeted" and ran and not failing and not passing:
+    if level == "targeted" and ran and not failing and not passing and not unmeasured:
         missing.insert(0, "only known deviations ran")
     return level, missing
+
+
+def _unmeasured_lines(unmeasured: list[dict]) -> list[str]:
+    """``2 tests could not run: case_a, case_b``, an error in the check first."""
+    lines = []
+    for outcome in (CHECK_ERROR, COULD_NOT_RUN):
+        these = sorted({label_of(t) for t in unmeasured if t["outcome"] == outcome})
+        if these:
+            count = sum(t["outcome"] == outcome for t in unmeasured)
+            lines.append(f"{plural(count, 'test')} {outcome_words(outcome)}: {', '.join(these)}")
+    return lines
 
 
 def protection(mutants: list[dict] | None) -> str | None:
@@ -351,110 +376,6 @@ def missing_tests(
                     }
                 )
     return missing
-
-
-def discrimination(
-    before: str | None, base: dict | None, head: dict | None, head_name: str = "the head release"
-) -> tuple[str, str]:
-    """(verdict, why): does the check tell the release without the PR from the release with it?
-
-    ``before: fails`` (an improvement) discriminates when it fails on the base
-    release and holds on the head release; ``before: holds`` (a preservation
-    claim) reads **preserved** when it holds on both.
-    """
-    on_head = f"on {head_name}" if head_name == "the head release" else f"with {head_name}"
-    if before is None:
-        return "not stated", "the record gives no `before` for this claim"
-    for side, name in ((base, "the base release"), (head, head_name)):
-        if side is not None and side["verdict"] in NOT_MEASURED:
-            return side["verdict"], f"{side['verdict']} on {name}: {side['reason']}"
-    if base is not None and head is None and base.get("open"):
-        # An open PR: no release has its change, and no diff of it ran.
-        vb = base["verdict"]
-        if before == "fails":
-            if vb == "pending":
-                return (
-                    "pending",
-                    "fails on the base release as the PR says it should; no release "
-                    "has the PR's change yet (store its diff beside the record to "
-                    "check it)",
-                )
-            if vb == "fails":  # pending_verdict: not by a measured difference
-                return "does not discriminate", f"fails on the base release: {base['reason']}"
-            return (
-                "does not discriminate",
-                f"{vb} on the base release already: the check is never seen to fail",
-            )
-        if vb in {"holds", "known deviation"}:
-            return "holds so far", f"{vb} on the base release; no release has the PR's change yet"
-        return (
-            "does not discriminate",
-            f"{vb} on the base release although the record says it held there: {base['reason']}",
-        )
-    if base is None or head is None:
-        missing = "the base release" if base is None else "the head release"
-        return "unverified", f"the matrix did not run {missing}"
-    vb, vh = base["verdict"], head["verdict"]
-    if vb == "pending" and before == "fails":
-        vb = "fails"  # an open PR's improvement claim, read against its diff (the head side)
-    after_ok = vh in {"holds", "known deviation"}
-    if "unverified" in (vb, vh) or "not applicable" in (vb, vh):
-        return "unverified", f"{vb} on the base release, {vh} {on_head}"
-    if before == "fails":
-        if vb == "fails" and after_ok:
-            return (
-                "discriminates",
-                "fails on the base release "
-                f"({base['measure'] or base['reason']}), {vh} "
-                f"{'from the head release' if head_name == 'the head release' else on_head} "
-                f"({head['measure']})",
-            )
-        if vb == "fails":
-            return "does not discriminate", f"fails {on_head} too ({head['reason']})"
-        return (
-            "does not discriminate",
-            f"{vb} on the base release too: the check is never seen to fail",
-        )
-    if vb == "fails":
-        return (
-            "does not discriminate",
-            f"fails on the base release although the record says it held there: {base['reason']}",
-        )
-    if not after_ok:
-        return (
-            "does not discriminate",
-            f"holds on the base release but {vh} {on_head}: {head['reason']}",
-        )
-    # A preservation claim is not meant to tell the releases apart: holding on both is its pass.
-    return (
-        "preserved",
-        f"{vb} on the base release and {vh} {on_head}, as the record says (before: holds)",
-    )
-
-
-def kept(cells: list[dict]) -> tuple[str, str]:
-    """(verdict, why) of a contract's claim across its releases: **kept** where it holds on every
-    one that ran."""
-    ran = [c for c in cells if c["verdict"] not in {"not run", "not applicable"}]
-    if not ran:
-        return "unverified", "no release of the contract's range ran"
-    unmeasured = [c for c in ran if c["verdict"] in NOT_MEASURED]
-    if unmeasured:
-        first = unmeasured[0]
-        return first["verdict"], "; ".join(
-            f"{c['verdict']} on {c['version']}: {c['reason']}" for c in unmeasured
-        )
-    broken = [c for c in ran if c["verdict"] not in {"holds", "known deviation"}]
-    if broken:
-        return "broken", "; ".join(
-            f"{c['verdict']} on {c['version']}: {c['reason']}" for c in broken
-        )
-    return (
-        "kept",
-        f"holds on {', '.join(c['version'] for c in ran)} (every release "
-        "of the contract's range that ran; a contract has no base "
-        "release)",
-    )
 
 
 def tie_to_change(claims: list[dict], reach: dict | None) -> list[dict]:
@@ -522,6 +443,10 @@ def findings(reports: list[dict]) -> list[tuple[str, str]]:
             for r in data["risks"]
             if r["coverage"] == "uncovered"
         ]
+        for row in (data.get("mutation") or {}).get("errors", []):
+            found.append(
+                ("error", f"{who} mutant {row['id']} error in the check: {row.get('reason')}")
+            )
         for row in (data.get("mutation") or {}).get("survivors", []):
             if row["status"] in SURVIVED:
                 how = "" if row["status"] == "survived" else f" ({row['status']})"

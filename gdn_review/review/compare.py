@@ -23,6 +23,7 @@ from gdn_review.report.verdicts import label_of
 from gdn_review.run import evidence_file
 
 HOLDING = ("holds", "known deviation")
+FAILING = {"failed", "xpassed"}  # a test's outcomes that count against its claim
 
 
 def _side(
@@ -45,10 +46,11 @@ def _side(
 
 def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
     """The failing tests of a claim: its case (or property), device, and why; an invariant's
-    smallest failing batch (Hypothesis's note, and the batch itself, described)."""
+    smallest failing batch (Hypothesis's note, and the batch itself, described). A test that
+    could not run, or whose check raised, is none of them (``unmeasured_cases``)."""
     rows = []
     for test in tests:
-        if test["claim"] != claim_id or test["outcome"] not in {"failed", "error", "xpassed"}:
+        if test["claim"] != claim_id or test["outcome"] not in FAILING:
             continue
         reason = test.get("reason") or test["outcome"]
         rows.append(
@@ -59,6 +61,27 @@ def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
                 "smallest": test.get("smallest_batch"),
                 # The batch it failed on: rows, configuration and a case to paste.
                 "failing_batch": failing_batch.of_test(test),
+            }
+        )
+    return rows
+
+
+def unmeasured_cases(tests: list[dict], claim_id: str) -> list[dict]:
+    """The tests of a claim that measured nothing: could not run (set-up raised before the builder
+    under test was entered) or raised an error in the check (gdn-review's own code); each its
+    case, device, outcome and message."""
+    rows = []
+    for test in tests:
+        outcome = test["outcome"]
+        if test["claim"] != claim_id or outcome not in evidence_file.NOT_MEASURED:
+            continue
+        reason = (test.get("reason") or outcome).removeprefix(f"{outcome}: ")
+        rows.append(
+            {
+                "case": label_of(test),
+                "device": test.get("device") or "?",
+                "outcome": outcome,
+                "reason": reason[:400],
             }
         )
     return rows
@@ -91,10 +114,13 @@ def record_effect(
     before = _side(sides.get("unpatched"), record)
     after = _side(sides.get("patched"), record, with_change=own)
     (_, before_tests, before_snapshot), (_, after_tests, after_snapshot) = before, after
-    not_run = f"not run: {side_failure(sides.get('patched'))}"
+    not_run = _not_run_verdict(sides.get("patched"))
     drift = drift_data(
         record, [(onto, before_snapshot), (lands_in, after_snapshot)], known, own_change=own
     )
+    # The cases that could not be built on a side (set-up raised, or our own code): drift_data
+    # compares no field of them; said apart, never as drift.
+    not_built = {row["case"]: row["reason"] for row in drift.get("not_compared", [])}
     for row in drift["rows"]:
         row.pop("from"), row.pop("to")
     xfailed_before = {t["nodeid"] for t in before_tests if t["outcome"] == "xfailed"}
@@ -115,6 +141,7 @@ def record_effect(
         "unexplained": [row for row in drift["rows"] if not row["explained_by"]],
         "fields_added_or_removed": drift["schema"],
         "applicability": drift["applicability"],
+        "not_built": not_built,
         "deviations_appeared": sorted(xfailed_after - xfailed_before),
         "deviations_vanished": sorted(xfailed_before - xfailed_after),
         # The change is (or carries) this record's PR: it first shipped in the window.
@@ -127,12 +154,28 @@ def record_effect(
     }
 
 
-def _claim_effect(claim, before: tuple, after: tuple, not_run: str, own: bool) -> dict:
+def _not_run_verdict(side: dict | None) -> tuple[str, str]:
+    """(verdict, reason) of a claim after, where the patched side gave no results: its child
+    timed out or crashed (the change's doing: ``not run``, a break of what held), or our own
+    code raised in it (``error in the check``)."""
+    why = side_failure(side)
+    if side and side.get("status") == "error":
+        return evidence_file.CHECK_ERROR, f"the review's own code raised in that side: {why}"
+    return f"not run: {why}", ""
+
+
+def _claim_effect(claim, before: tuple, after: tuple, not_run: tuple[str, str], own: bool) -> dict:
     """One claim's verdict and measurement on each side (``_side``'s), and whether it broke;
-    ``not_run``: its verdict after where the patched side has none."""
+    ``not_run``: its verdict (and reason) after where the patched side has none.
+
+    A claim that could not run, or whose check raised, on either side measured nothing: it
+    never breaks (``unmeasured``: the review says so, ``render.findings`` as an error)."""
     old, new = _claim_row(before[0], claim.id), _claim_row(after[0], claim.id)
     old_verdict = old["verdict"] if old else "not run"
-    new_verdict = new["verdict"] if new else not_run
+    new_verdict = new["verdict"] if new else not_run[0]
+    unmeasured = old_verdict in evidence_file.NOT_MEASURED or new_verdict in (
+        evidence_file.NOT_MEASURED
+    )
     measures = (_measure(claim, before[1]), _measure(claim, after[1]))
     return {
         "id": claim.id,
@@ -145,18 +188,23 @@ def _claim_effect(claim, before: tuple, after: tuple, not_run: str, own: bool) -
         "measured_before": measures[0],
         "measured_after": measures[1],
         "reason_before": old["reason"] if old else "",
-        "reason_after": new["reason"] if new else "",
+        "reason_after": new["reason"] if new else not_run[1],
         "failing_after": failing_cases(after[1], claim.id),
+        "unmeasured_after": unmeasured_cases(after[1], claim.id),
+        "unmeasured": unmeasured,
         "changed": old_verdict != new_verdict or measures[0] != measures[1],
         # A claim that held (or deviated only as known) and no longer does
         # (one whose range ends before the release the change lands in has not broken).
         # The PR's own claim failing with its own diff is a break too.
-        "broke": (
-            old_verdict in HOLDING
-            and new_verdict not in HOLDING
-            and new_verdict != "not applicable"
-        )
-        or (own and new_verdict == "fails"),
+        "broke": not unmeasured
+        and (
+            (
+                old_verdict in HOLDING
+                and new_verdict not in HOLDING
+                and new_verdict != "not applicable"
+            )
+            or (own and new_verdict == "fails")
+        ),
     }
 
 

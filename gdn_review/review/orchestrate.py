@@ -33,7 +33,7 @@ from gdn_review.kb.subjects import key_short
 from gdn_review.mutation import family
 from gdn_review.review import compare, impact
 from gdn_review.review.onto_release import Onto, check_work, onto_release, own_record
-from gdn_review.review.review_files import REVIEW_FORMAT, ReviewError
+from gdn_review.review.review_files import REVIEW_FORMAT, ReviewCouldNotRun, ReviewError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,6 +385,13 @@ def run_sides(
             tail = "\n".join(next(iter(workers.tails.values()), [])[-15:])
             raise RuntimeError(f"the review worker ({name}) ended without a result:\n{tail}")
         results[name] = json.loads(result_file.read_text(encoding="utf-8"))
+    cannot = next((r["could_not_run"] for r in results.values() if r.get("could_not_run")), None)
+    if cannot:
+        raise ReviewCouldNotRun(
+            f"could not run: vLLM {change.base.label} does not load here, before any change "
+            f"is applied: {cannot}. No verdict: fix the environment, or review onto another "
+            "release (--onto)"
+        )
     error = next((r["import_error"] for r in results.values() if r.get("import_error")), None)
     if error:
         raise ReviewError(

@@ -15,9 +15,13 @@ from gdn_review.kb.subjects import is_record_key, key_label, key_order
 from gdn_review.report import failing_batch
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
+from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_MEASURED
 
 SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
 RAN = SURVIVED | {"killed", "timeout"}  # mutants whose tests ran to an end
+# A mutant's status ``error``: our own code raised while running it (it did not compile, pytest
+# ended abnormally, the child's body raised): no kill, no survivor.
+MUTANT_ERROR = "error"
 
 
 def _name(key) -> str:
@@ -34,23 +38,59 @@ def _key(entry: dict):
     return entry["key"] if "key" in entry else entry["number"]
 
 
+def unmeasured_verdict(claim: dict) -> str | None:
+    """``could not run`` or ``error in the check`` where a claim measured nothing on a side (the
+    error first, after before before), else None."""
+    verdicts = (claim["after"], claim["before"])
+    for outcome in (CHECK_ERROR, COULD_NOT_RUN):
+        if outcome in verdicts:
+            return outcome
+    return None
+
+
 def findings(data: dict) -> list[tuple[str, str]]:
-    """What the review found that --fail-on can name, a ``(condition, what)`` pair each."""
+    """What the review found that --fail-on can name, a ``(condition, what)`` pair each: a claim
+    that could not run or whose check raised, a case that could not be built, a mutant our own
+    code raised on, are ``error`` (exit 3 where nothing else tripped), never a break or drift."""
     found = []
     for record in data["records"]:
         who = _name(_key(record))
         for claim in record["claims"]:
-            if claim["broke"]:
+            unmeasured = unmeasured_verdict(claim)
+            if unmeasured:
+                side = "with the change" if claim["after"] == unmeasured else "before the change"
+                reason = claim["reason_after"] if claim["after"] == unmeasured else ""
+                reason = reason or claim["reason_before"]
+                found.append(("error", f"{who} {claim['id']} {unmeasured} {side}: {reason}"))
+            elif claim["broke"]:
                 found.append(
                     ("breaks", f"{who} {claim['id']}: {claim['before']} → {claim['after']}")
                 )
+        not_built = record.get("not_built") or {}
+        if not_built:
+            case, why = next(iter(sorted(not_built.items())))
+            found.append(
+                (
+                    "error",
+                    f"{who}: {len(not_built)} case(s) not built, no drift read from them; "
+                    f"first: {case}: {why}",
+                )
+            )
         for row in record["unexplained"]:
             found.append(("drift", f"{who} {row['case']}: {', '.join(row['fields'])}"))
     for mutant in data["mutants"]:
         if mutant["status"] in SURVIVED:
             how = "" if mutant["status"] == "survived" else f" ({mutant['status']})"
             found.append(("survived", f"mutant {mutant['id']}{how}"))
+        elif mutant["status"] == MUTANT_ERROR:
+            found.append(("error", f"mutant {mutant['id']} {mutant_error_words(mutant)}"))
     return found
+
+
+def mutant_error_words(mutant: dict) -> str:
+    """A mutant our own code raised on, worded as such (neither killed nor survived)."""
+    reason = mutant.get("reason") or "no reason given"
+    return f"{CHECK_ERROR} (gdn-review's fault, neither killed nor survived): {reason}"
 
 
 def headline(data: dict) -> str:
@@ -59,6 +99,15 @@ def headline(data: dict) -> str:
     found = [condition for condition, _ in findings(data)]
     breaks, drift = found.count("breaks"), found.count("drift")
     parts = [f"**{breaks} claim(s) break**" if breaks else "no recorded claim breaks"]
+    claims = [c for r in data["records"] for c in r["claims"]]
+    for outcome in NOT_MEASURED:
+        count = sum(unmeasured_verdict(c) == outcome for c in claims)
+        if count:
+            words = "could not run" if outcome == COULD_NOT_RUN else "had an error in the check"
+            parts.append(f"**{count} claim(s) {words}** (no verdict)")
+    not_built = sum(len(r.get("not_built") or {}) for r in data["records"])
+    if not_built:
+        parts.append(f"**{not_built} case(s) could not be built**: no drift read from them")
     moved = sum(len(r["moved"]) for r in data["records"])
     if drift:
         parts.append(f"**{drift} case(s) move that no record explains**")
@@ -81,10 +130,18 @@ def own_claims(data: dict) -> dict | None:
     record = next((r for r in data["records"] if r.get("own")), None)
     if record is None:
         return None
-    counts = {"hold": [], "pending": [], "fail": []}
+    counts = {"hold": [], "pending": [], "fail": [], COULD_NOT_RUN: [], CHECK_ERROR: []}
     for claim in record["claims"]:
         after = claim["after"]
-        key = "hold" if after in compare.HOLDING else "fail" if after == "fails" else "pending"
+        key = (
+            after
+            if after in NOT_MEASURED
+            else "hold"
+            if after in compare.HOLDING
+            else "fail"
+            if after == "fails"
+            else "pending"
+        )
         counts[key].append(claim["id"])
     return {"key": _key(record), **counts}
 
@@ -101,6 +158,9 @@ def own_claims_line(data: dict) -> str | None:
     )
     if own["fail"]:
         line += f" ({', '.join(text(c) for c in own['fail'])})"
+    for outcome in NOT_MEASURED:
+        if own[outcome]:
+            line += f", {len(own[outcome])} {outcome} ({', '.join(text(c) for c in own[outcome])})"
     return line + "."
 
 
@@ -190,6 +250,8 @@ def _record_section(record: dict, data: dict) -> list[str]:
         lines += _failing_lines(claim)
     if any(c.get("failing_after") for c in record["claims"]):
         lines.append("")
+    for claim in record["claims"]:
+        lines += _unmeasured_lines(claim)
     unchanged = len(record["claims"]) - len(changed)
     detail = " (verdict and measurement)" if unchanged else ""
     lines.append(f"- {unchanged} claim(s) unchanged{detail}.")
@@ -223,6 +285,36 @@ def _failing_lines(claim: dict) -> list[str]:
     return lines
 
 
+def _unmeasured_lines(claim: dict) -> list[str]:
+    """A claim that could not run, or whose check raised, on a side: what to fix instead of vLLM
+    (the set-up or the release's platform; gdn-review, a bug to report), each message once with
+    the cases it stopped."""
+    outcome = unmeasured_verdict(claim)
+    if outcome is None:
+        return []
+    after = claim["after"] == outcome
+    where = "with the change" if after else "before the change"
+    by_reason: dict[str, list[str]] = {}
+    for test in (claim.get("unmeasured_after") or []) if after else []:
+        by_reason.setdefault(test["reason"], []).append(f"{test['case']} ({test['device']})")
+    shown = [
+        f"{cell(reason[:300])} (on {', '.join(code(c) for c in cases[:SHOWN_CHANGES])}"
+        f"{''.join(' ' + more for more in _more(cases))})"
+        for reason, cases in by_reason.items()
+    ]
+    message = "; ".join(shown) or cell(
+        (claim["reason_after"] if after else "") or claim["reason_before"]
+    )
+    fix = (
+        "the set-up or the release's platform raised before the builder under test was "
+        "entered: no verdict; fix the environment, not vLLM's code"
+        if outcome == COULD_NOT_RUN
+        else "gdn-review's own code raised while checking: no verdict; a gdn-review bug to "
+        "report with this message"
+    )
+    return [f"- {text(claim['id'])} **{outcome}** {where} ({fix}): {message}."]
+
+
 def _moved_lines(record: dict) -> list[str]:
     """The cases whose fields moved and who explains them, fields added or removed, cases that
     became applicable or not, known deviations that appeared or vanished."""
@@ -242,6 +334,16 @@ def _moved_lines(record: dict) -> list[str]:
         lines.append("")
     else:
         lines = ["- No field of any case moved."]
+    not_built = record.get("not_built") or {}
+    by_reason: dict[str, list[str]] = {}
+    for case, why in sorted(not_built.items()):
+        by_reason.setdefault(why, []).append(case)
+    for why, cases in by_reason.items():
+        shown = [text(c) for c in cases[:SHOWN_CHANGES]] + _more(cases)
+        lines.append(
+            f"- {len(cases)} case(s) not built (no field value, no drift read from them): "
+            f"{cell(why[:400])} (cases: {', '.join(shown)})."
+        )
     for schema in record["fields_added_or_removed"]:
         lines.append(
             "- Fields added: "
@@ -279,6 +381,9 @@ def _mutant_section(data: dict) -> list[str]:
     ]
     other = [m for m in data["mutants"] if m not in ran]
     for mutant in other:
+        if mutant["status"] == MUTANT_ERROR:
+            lines.append(f"- {code(mutant['id'])}: {cell(mutant_error_words(mutant))}")
+            continue
         lines.append(
             f"- {code(mutant['id'])}: {text(mutant['status'])}"
             + (f" ({cell(mutant['reason'])})" if mutant.get("reason") else "")

@@ -21,6 +21,11 @@ class ReviewError(Exception):
     2."""
 
 
+class ReviewCouldNotRun(Exception):
+    """The release itself does not load here (vLLM's import or platform raised before any change
+    was applied): no verdict, exit 3."""
+
+
 REPORT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 

@@ -111,6 +111,8 @@ def side_body(spec: dict, side: str):
         for number, record_path in spec["records"].items():
             record = load_record(Path(record_path))
             target = out / f"snapshot-{side}-{number}.json"
+            # A case that could not run (or whose snapshot raised in our own code) is stored as
+            # not taken (snapshot_take.NOT_TAKEN): compare reads no drift from it.
             target.write_text(
                 snapshots.dumps(
                     snapshots.document(record.key, snapshot_take.take(record.case_inputs()))
@@ -136,7 +138,21 @@ def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
     from gdn_review.run import evidence_file, suite
 
     tests = evidence_file.tests_of(patched_evidence)
-    failing = sorted({t["nodeid"] for t in tests if t["outcome"] in ("failed", "error")})
+    # A test that could not run (or whose check raised) would "fail" under every mutant too.
+    not_passing = {"failed", "xpassed", *evidence_file.NOT_MEASURED}
+    failing = sorted({t["nodeid"] for t in tests if t["outcome"] in not_passing})
+    if not any(t["outcome"] == "passed" for t in tests):
+        # Nothing measured with the change: a mutant's run would measure nothing either.
+        unmeasured = next((t for t in tests if t["outcome"] in evidence_file.NOT_MEASURED), None)
+        why = (
+            f"no test passed with the change ({unmeasured['reason']})"
+            if unmeasured
+            else "no test passed with the change"
+        )
+        say(f"mutants not run: {why}")
+        return [
+            {"id": entry["id"], "status": "not run", "reason": why} for entry in spec["mutants"]
+        ]
     # -x: a review needs killed or survived, not every claim's kills; a kill stops the run.
     # Tests already failing with the change are left out: they would kill every mutant.
     selected = [*suite.test_args(spec["modules"], spec.get("keyword")), "-x"]
@@ -169,8 +185,12 @@ def main(spec_path: str) -> int:
 
         harness.prepare_platform()
         release = str(harness.vllm_release())
-    except Exception as error:  # the patched tree does not even let vLLM's builder path import
-        result["import_error"] = f"{type(error).__name__}: {error}"
+    except Exception as error:  # vLLM's builder path does not import on this tree
+        words = f"{type(error).__name__}: {error}"
+        if spec.get("in_memory") or "patched" not in spec["sides"]:
+            result["could_not_run"] = words  # the release as it is: not the change's doing
+        else:
+            result["import_error"] = words  # the patched tree
         (out / spec["result"]).write_text(json.dumps(result), encoding="utf-8")
         return 0
     result["release"] = release
@@ -181,7 +201,10 @@ def main(spec_path: str) -> int:
             (out / spec["result"]).write_text(json.dumps(result), encoding="utf-8")
             return 0
     # In memory, this process holds the release as it is: its builder is safe to make.
-    harness.warm_up(construct=bool(spec.get("in_memory")) or "patched" not in spec["sides"])
+    try:
+        harness.warm_up(construct=bool(spec.get("in_memory")) or "patched" not in spec["sides"])
+    except Exception as error:  # noqa: BLE001  (each test and case says so itself: could not run)
+        say(f"warm-up could not run: {type(error).__name__}: {str(error)[:300]}")
     import hypothesis  # noqa: F401  (the generated modules' imports, once for every child)
     import pytest  # noqa: F401
 

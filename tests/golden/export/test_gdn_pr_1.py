@@ -9,7 +9,9 @@ Every test builds vLLM's real GDNAttentionMetadataBuilder from a real VllmConfig
 Qwen3-Next config written to a temporary folder: no weights, no network) and checks what
 build() returns or executes, on CPU and, where there is one, on a CUDA device. Known
 deviations of vLLM 0.33.0 are strict xfails: the tests stay green, and fail when a
-deviation disappears or changes.
+deviation disappears or changes. A test that ends in CouldNotRun (could not run: ...)
+measured nothing: its set-up (the platform, VllmConfig, an import) raised before the
+builder ran; fix the environment.
 
 Risks these tests address:
 R1: Risk tied to a case.
@@ -37,6 +39,7 @@ import os
 import random
 import shutil
 import tempfile
+import traceback
 import warnings
 
 import pytest
@@ -70,6 +73,240 @@ def prepare_platform() -> None:
     import torch
 
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# The attribute ``under_test`` sets on an exception that vLLM's code under test raised.
+UNDER_TEST = "gdn_review_under_test"
+
+
+def last_frame(error: BaseException) -> str:
+    """Where ``error`` was raised: ``path:line in function`` of vLLM's innermost frame
+    in its traceback (or in the exceptions it was raised from or while handling:
+    pydantic re-raises a validator's error as its own), else of the innermost frame."""
+    innermost = None
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        frames = traceback.extract_tb(error.__traceback__)
+        innermost = innermost or (frames[-1] if frames else None)
+        for frame in reversed(frames):
+            if short_path(frame.filename).startswith("vllm/"):
+                return f"{short_path(frame.filename)}:{frame.lineno} in {frame.name}"
+        error = error.__cause__ or error.__context__
+    if innermost is None:
+        return "(no traceback)"
+    return f"{short_path(innermost.filename)}:{innermost.lineno} in {innermost.name}"
+
+
+def short_path(filename: str) -> str:
+    """``vllm/platforms/cpu.py`` of ``/…/site-packages/vllm/platforms/cpu.py``."""
+    parts = filename.replace(os.sep, "/").split("/")
+    for root in ("vllm", "gdn_review", "torch", "transformers"):
+        if root in parts:
+            index = len(parts) - 1 - parts[::-1].index(root)
+            return "/".join(parts[index:])
+    return parts[-1]
+
+
+def first_line(error: BaseException) -> str:
+    """The message's first line; for a message whose first line only counts (pydantic's
+    "1 validation error for VllmConfig"), its second too."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if len(lines) > 1 and "validation error" in lines[0]:
+        return f"{lines[0]}: {lines[1]}"[:400]
+    return lines[0][:400]
+
+
+class CouldNotRun(Exception):
+    """The check could not run: something before the builder under test raised.
+
+    ``step`` names what the harness was doing (``VllmConfig``, ``import``, ...);
+    the message is vLLM's, with the frame that raised it.
+    """
+
+    def __init__(self, step: str, error: BaseException):
+        self.step = step
+        self.cause = f"{type(error).__name__}: {first_line(error)}"
+        self.where = last_frame(error)
+        super().__init__(f"could not run: {step} raised {self.cause} (at {self.where})")
+
+
+@contextlib.contextmanager
+def setting_up(step: str):
+    """Run set-up (not the code under test): what it raises becomes ``CouldNotRun``.
+
+    pytest's skips and failures pass through (they are not ``Exception``), and so
+    does an exception that code under test raised inside (``under_test`` marked it).
+    """
+    try:
+        yield
+    except CouldNotRun:
+        raise
+    except Exception as error:
+        if getattr(error, UNDER_TEST, None) is not None:
+            raise
+        raise CouldNotRun(step, error) from error
+
+
+@contextlib.contextmanager
+def under_test(what: str):
+    """Run vLLM's code under test: what it raises is behaviour, marked with ``what``."""
+    try:
+        yield
+    except CouldNotRun:
+        raise
+    except Exception as error:
+        if getattr(error, UNDER_TEST, None) is None:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(error, UNDER_TEST, what)
+        raise
+
+
+def raised_by_code_under_test(error: BaseException) -> str | None:
+    """What code under test raised ``error`` (``under_test``'s mark), or None."""
+    return getattr(error, UNDER_TEST, None)
+
+
+# Set to 1: no adaptation applies (a release runs as it is, or could not run).
+SWITCH_OFF = "GDN_REVIEW_NO_RELEASE_ADAPTATIONS"
+
+
+@dataclasses.dataclass(frozen=True)
+class Adaptation:
+    name: str
+    first_release: str  # the first release it applies to (and every later one)
+    what: str
+    reason: str
+
+
+X86_CPU_WITHOUT_TRITON = Adaptation(
+    name="x86_cpu_without_triton",
+    first_release="0.34.0",
+    what=(
+        "while the harness makes its VllmConfig on the CPU platform of an x86 machine, "
+        "vllm.triton_utils.HAS_TRITON reads True (False again once the config is made)"
+    ),
+    reason=(
+        "vLLM's CPU platform refuses x86 without Triton's CPU backend (triton-cpu) "
+        "in check_and_update_config ('vLLM on x86 CPUs requires Triton "
+        "(triton-cpu).'), for its model runner; the metadata builder launches no "
+        "Triton kernel on CPU, and 0.33.0 only warned there"
+    ),
+)
+
+
+ADAPTATIONS = (X86_CPU_WITHOUT_TRITON,)
+
+
+def switched_off() -> bool:
+    return os.environ.get(SWITCH_OFF) == "1"
+
+
+def _release_tuple(version: str) -> tuple[int, ...]:
+    numbers = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        numbers.append(int(digits) if digits else 0)
+    return tuple(numbers)
+
+
+def _applies(adaptation: Adaptation, version: str) -> bool:
+    return not switched_off() and _release_tuple(version) >= _release_tuple(
+        adaptation.first_release
+    )
+
+
+def _x86_cpu_without_triton() -> bool:
+    """The loaded vLLM's platform is its CPU one on x86 and finds no Triton."""
+    import platform
+
+    import vllm.triton_utils
+    from vllm.platforms import current_platform
+
+    machine = platform.machine().lower()
+    return (
+        current_platform.is_cpu()
+        and machine in ("x86_64", "amd64", "i386", "i686")
+        and not vllm.triton_utils.HAS_TRITON
+    )
+
+
+def in_force() -> list[dict]:
+    """The adaptations that apply to the loaded release on this machine (plain data)."""
+    import vllm
+
+    found = []
+    if _applies(X86_CPU_WITHOUT_TRITON, vllm.__version__) and _x86_cpu_without_triton():
+        found.append(dataclasses.asdict(X86_CPU_WITHOUT_TRITON))
+    return found
+
+
+@contextlib.contextmanager
+def making_config():
+    """While the harness makes a VllmConfig: the adaptations of that step in force."""
+    import vllm
+
+    if not (
+        _applies(X86_CPU_WITHOUT_TRITON, vllm.__version__) and _x86_cpu_without_triton()
+    ):
+        yield
+        return
+    import vllm.triton_utils
+
+    # vllm/platforms/cpu.py reads it at call time (from vllm.triton_utils import ...).
+    vllm.triton_utils.HAS_TRITON = True
+    try:
+        yield
+    finally:
+        vllm.triton_utils.HAS_TRITON = False
+
+
+class NotInRelease(TypeError):
+    """The loaded release has no such field: a case that sets it would run elsewise."""
+
+
+def accepted_kwargs(cls, asked=(), **kwargs):
+    """The keyword arguments of ``kwargs`` that this release's ``cls`` accepts.
+
+    The harness's own defaults (``kwargs`` not in ``asked``) are dropped where a
+    release does not take them; a field the case sets (``asked``) is never dropped:
+    ``NotInRelease`` names it (renamed or removed), so the case could not run rather
+    than run in another configuration.
+    """
+    import inspect
+
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return kwargs
+    missing = sorted(
+        name for name in asked if name in kwargs and name not in parameters
+    )
+    if missing:
+        _not_in_release(cls.__name__, missing)
+    return {name: value for name, value in kwargs.items() if name in parameters}
+
+
+def set_field(owner, name: str, value) -> None:
+    """``owner.name = value`` where the release's config has that field; else
+    ``NotInRelease`` (setting it would add an attribute vLLM never reads)."""
+    if not hasattr(owner, name):
+        _not_in_release(type(owner).__name__, [name])
+    setattr(owner, name, value)
+
+
+def _not_in_release(owner: str, names: list[str]) -> None:
+    import vllm
+
+    raise NotInRelease(
+        f"vLLM {vllm.__version__}'s {owner} has no {', '.join(names)}, which the "
+        "case sets (renamed or removed in this release?): run as it is, the case "
+        "would check another configuration"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,15 +354,10 @@ class BuilderSettings:
         return max(columns, 1 + (self.speculative_tokens or 0))
 
 
-def _accepted_kwargs(cls, **kwargs):
-    """Keep only the keyword arguments this release's ``cls`` accepts."""
-    try:
-        parameters = inspect.signature(cls).parameters
-    except (TypeError, ValueError):
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return kwargs
-    return {name: value for name, value in kwargs.items() if name in parameters}
+def _accepted_kwargs(cls, asked=(), **kwargs):
+    """Keep only the keyword arguments this release's ``cls`` accepts; one of ``asked``
+    (a field the case sets) that it does not accept raises (adaptations.py)."""
+    return accepted_kwargs(cls, asked, **kwargs)
 
 
 # A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
@@ -185,6 +417,7 @@ def _model_config(max_model_len: int):
     return ModelConfig(
         **_accepted_kwargs(
             ModelConfig,
+            ("max_model_len",),
             model=_model_dir(),
             tokenizer=None,
             skip_tokenizer_init=True,
@@ -211,6 +444,7 @@ def _vllm_config(settings: BuilderSettings):
         speculative = SpeculativeConfig(
             **_accepted_kwargs(
                 SpeculativeConfig,
+                ("method", "num_speculative_tokens"),
                 method="ngram",
                 num_speculative_tokens=settings.speculative_tokens,
                 prompt_lookup_max=2,
@@ -220,6 +454,7 @@ def _vllm_config(settings: BuilderSettings):
     scheduler = SchedulerConfig(
         **_accepted_kwargs(
             SchedulerConfig,
+            ("max_num_seqs",),
             max_num_seqs=settings.max_num_seqs,
             max_num_batched_tokens=max(2048, settings.max_model_len),
             max_model_len=settings.max_model_len,
@@ -231,34 +466,38 @@ def _vllm_config(settings: BuilderSettings):
         additional["gdn_prefill_backend"] = settings.prefill_backend
     if settings.kda_prefill_backend is not None:
         additional["kda_prefill_backend"] = settings.kda_prefill_backend
-    config = VllmConfig(
-        model_config=_model_config(settings.max_model_len),
-        # vLLM's CPU platform asserts a cpu device config. Where the builder's
-        # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
-        # GPU machine), the config says cpu and the builder gets the device.
-        device_config=DeviceConfig(
-            device="cpu"
-            if os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
-            else settings.device
-        ),
-        cache_config=CacheConfig(
+    # A release's platform may refuse this machine for its runner (adaptations.py).
+    with making_config():
+        config = VllmConfig(
+            model_config=_model_config(settings.max_model_len),
+            # vLLM's CPU platform asserts a cpu device config. Where the builder's
+            # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
+            # GPU machine), the config says cpu and the builder gets the device.
+            device_config=DeviceConfig(
+                device="cpu"
+                if os.environ.get("VLLM_TARGET_DEVICE") == "cpu"
+                else settings.device
+            ),
+            cache_config=CacheConfig(
+                **_accepted_kwargs(
+                    CacheConfig,
+                    ("block_size", "mamba_cache_mode", "enable_prefix_caching"),
+                    block_size=settings.block_size,
+                    **(
+                        {"mamba_cache_mode": "align", "enable_prefix_caching": True}
+                        if settings.prefix_caching is not None
+                        else {}
+                    ),
+                )
+            ),
+            scheduler_config=scheduler,
+            speculative_config=speculative,
             **_accepted_kwargs(
-                CacheConfig,
-                block_size=settings.block_size,
-                **(
-                    {"mamba_cache_mode": "align", "enable_prefix_caching": True}
-                    if settings.prefix_caching is not None
-                    else {}
-                ),
-            )
-        ),
-        scheduler_config=scheduler,
-        speculative_config=speculative,
-        **_accepted_kwargs(
-            VllmConfig,
-            additional_config=additional,
-        ),
-    )
+                VllmConfig,
+                ("additional_config",) if additional else (),
+                additional_config=additional,
+            ),
+        )
     _set_after_config(config, speculative, settings)
     return config
 
@@ -278,20 +517,30 @@ def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
         compilation = config.compilation_config
         compilation.max_cudagraph_capture_size = settings.max_cudagraph_capture_size
     if settings.mamba_cache_mode is not None:
-        config.cache_config.mamba_cache_mode = settings.mamba_cache_mode
+        set_field(config.cache_config, "mamba_cache_mode", settings.mamba_cache_mode)
     if settings.use_kda_recoverssm is not None:
-        config.cache_config.use_kda_recoverssm = settings.use_kda_recoverssm
+        set_field(
+            config.cache_config, "use_kda_recoverssm", settings.use_kda_recoverssm
+        )
     if settings.adaptive_verification is not None and speculative is not None:
         # vLLM's check (V2 runner, FULL graphs) reads the graph mode the eager
         # model config has turned back into NONE by then.
-        speculative.enable_adaptive_verification = settings.adaptive_verification
+        set_field(
+            speculative, "enable_adaptive_verification", settings.adaptive_verification
+        )
     if settings.prefix_caching is not None:
         # The engine resolves these after the config is made (EngineCore, then the
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
         hash_block_size, alignment_tokens, _, _ = settings.prefix_caching
-        config.cache_config.mamba_cache_mode = "align"
-        config.cache_config.hash_block_size = hash_block_size
-        config.cache_config.cache_hit_alignment_tokens = alignment_tokens
+        set_field(config.cache_config, "mamba_cache_mode", "align")
+        # The engine's resolution, where the release's cache config has these fields
+        # (0.32.0 on); an older engine resolved prefix caching without them.
+        for name, value in (
+            ("hash_block_size", hash_block_size),
+            ("cache_hit_alignment_tokens", alignment_tokens),
+        ):
+            if hasattr(config.cache_config, name):
+                setattr(config.cache_config, name, value)
 
 
 def _vllm_platform_is_cuda() -> bool:
@@ -423,9 +672,10 @@ def make_builder(settings: BuilderSettings):
 def new_builder(settings: BuilderSettings):
     """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
-    from vllm.v1.kv_cache_interface import MambaSpec
+    with setting_up("importing vLLM's builder"):
+        from vllm.v1.kv_cache_interface import MambaSpec
 
-    cls = builder_class(settings.builder)
+        cls = builder_class(settings.builder)
 
     checkpoints = {}
     if settings.prefix_caching is not None:
@@ -435,18 +685,22 @@ def new_builder(settings: BuilderSettings):
             "num_prefill_checkpoint_blocks": blocks,
             "prefill_checkpoint_alignment": alignment,
         }
-    spec = MambaSpec(
-        **_accepted_kwargs(
-            MambaSpec,
-            block_size=settings.block_size,
-            shapes=((4, 4),),
-            dtypes=(torch.float32,),
-            num_speculative_blocks=settings.speculative_tokens or 0,
-            **checkpoints,
+    with setting_up("MambaSpec"):
+        spec = MambaSpec(
+            **_accepted_kwargs(
+                MambaSpec,
+                ("block_size", "shapes", "dtypes", *checkpoints)
+                + (("num_speculative_blocks",) if settings.speculative_tokens else ()),
+                block_size=settings.block_size,
+                shapes=((4, 4),),
+                dtypes=(torch.float32,),
+                num_speculative_blocks=settings.speculative_tokens or 0,
+                **checkpoints,
+            )
         )
-    )
-    config = _vllm_config(settings)
-    with _as_on_server(settings):
+    with setting_up("VllmConfig"):
+        config = _vllm_config(settings)
+    with _as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
         # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
         return cls(
             spec,
@@ -736,7 +990,8 @@ def call_host_function(case: dict) -> dict:
 
     prepare_platform()
     call = case["call"]
-    module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
+    with setting_up("importing vLLM's builder module"):
+        module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
     function = module
     for name in call["function"].split("."):
         function = getattr(function, name, None)
@@ -1038,14 +1293,16 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
 
     def counted(function, *args, **keywords):
         before = collections.Counter(counts) if counts is not None else None
-        result = function(*args, **keywords)
+        with under_test(getattr(function, "__qualname__", "the step's call")):
+            result = function(*args, **keywords)
         if counts is not None:
             call_ops.append(dict(sorted((counts - before).items())))
         return result
 
     def uncounted(function, *args):
         before = collections.Counter(counts) if counts is not None else None
-        function(*args)
+        with setting_up("the runner's aligned state indices"):
+            function(*args)
         if counts is not None:
             counts.clear()
             counts.update(before)
@@ -1213,6 +1470,8 @@ def needs_own_builder(case: dict) -> bool:
 
 def scenario_skip_reason(case: dict, builder) -> str | None:
     """Why the loaded release or device cannot run this case (None: it can)."""
+    import sys
+
     import vllm
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
@@ -1227,10 +1486,26 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     step_reason = step_skip_reason(case, builder)
     if step_reason is not None:
         return step_reason
+    # What the case needs is looked for where validate looks (kb.release_names): a
+    # metadata field, the builder (its class and bases), the backend class whose
+    # get_builder_cls returns the builder's class, a module-level name of its module.
     fields = {f.name for f in dataclasses.fields(GDNAttentionMetadata)}
+    module = sys.modules[type(builder).__module__]
+    backends = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and value.__module__ == module.__name__
+        and "get_builder_cls" in vars(value)
+        and value.get_builder_cls() is type(builder)
+    ]
+    places = [builder, *backends, module]
     for name in case.get("needs") or []:
-        if name not in fields and not hasattr(builder, name):
-            return f"not applicable: vLLM {release} has no {name} (metadata or builder)"
+        if name not in fields and not any(hasattr(place, name) for place in places):
+            return (
+                f"not applicable: vLLM {release} has no {name} (metadata, builder, "
+                "backend or module)"
+            )
     host_lens = case.get("host_seq_len_offset") or any(
         row.get("host_seq_len") is not None for row in case["rows"]
     )
@@ -1282,10 +1557,13 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     common = kwargs["common_attn_metadata"]
     entry = case.get("entry", "build")
     device = str(common.query_start_loc.device)
-    hand_aligned_indices(builder, case.get("aligned_state_indices"), device)
+    with setting_up("the runner's aligned state indices"):
+        hand_aligned_indices(builder, case.get("aligned_state_indices"), device)
     if entry == "capture":
-        return builder.build_for_cudagraph_capture(common), None
-    metadata = builder.build(**kwargs)
+        with under_test(f"{type(builder).__name__}.build_for_cudagraph_capture"):
+            return builder.build_for_cudagraph_capture(common), None
+    with under_test(f"{type(builder).__name__}.build"):
+        metadata = builder.build(**kwargs)
     if entry == "build":
         return metadata, None
     built = keep_built(metadata) if keep_built else None
@@ -1294,12 +1572,14 @@ def _call_entry(builder, case: dict, kwargs: dict, keep_built=None, other=None):
     second = torch.where(table == 0, table, table + SECOND_TABLE)
     regather = other if other is not None else builder
     if other is not None:
-        hand_aligned_indices(
-            other,
-            (case.get("second_builder") or {}).get("aligned_state_indices"),
-            device,
-        )
-    return regather.update_block_table(metadata, second, common.slot_mapping), built
+        with setting_up("the runner's aligned state indices"):
+            hand_aligned_indices(
+                other,
+                (case.get("second_builder") or {}).get("aligned_state_indices"),
+                device,
+            )
+    with under_test(f"{type(regather).__name__}.update_block_table"):
+        return regather.update_block_table(metadata, second, common.slot_mapping), built
 
 
 def _second_builder(case: dict, settings: BuilderSettings):
@@ -1317,7 +1597,8 @@ def _second_builder(case: dict, settings: BuilderSettings):
 def _run_entry(builder, case: dict, settings: BuilderSettings, other=None):
     """Call the case's entry point on ``builder``; returns (metadata, the snapshot of
     the build it re-gathered or None)."""
-    kwargs, _, columns = build_arguments(case, settings)
+    with setting_up("build()'s inputs"):
+        kwargs, _, columns = build_arguments(case, settings)
     return _call_entry(
         builder, case, kwargs, lambda metadata: snapshot(metadata, columns), other
     )
@@ -1351,7 +1632,9 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
         # raise (expect: raised): the exception is the measurement, "Type: first line".
         try:
             run = _build_case(device, case, count_ops)
-        except Exception as error:  # noqa: BLE001  (what it raises is what it states)
+        except Exception as error:  # what the builder raises is what it states
+            if raised_by_code_under_test(error) is None:
+                raise  # the set-up's (could not run) or our own (error in the check)
             measured = {"raised": raised_words(error)}
             if case["raises"] == "type":
                 kind, _, first = measured["raised"].partition(": ")
@@ -1424,7 +1707,8 @@ def _step_builders(device: str, case: dict):
 def _build_step(device: str, case: dict, count_ops: bool) -> BuildRun:
     """Run the case's engine step (harness.steps): ops counted per step and call."""
     builders, settings = _step_builders(device, case)
-    kwargs, _, columns = build_arguments(case, settings)
+    with setting_up("build()'s inputs"):
+        kwargs, _, columns = build_arguments(case, settings)
     counter = _OpCounter()
     with counter.mode if count_ops else contextlib.nullcontext():
         metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
@@ -1487,7 +1771,8 @@ def count_sync_warnings(device: str, case: dict) -> int:
     point runs."""
     if case.get("step") is not None:
         builders, settings = _step_builders(device, case)
-        kwargs, _, _ = build_arguments(case, settings)
+        with setting_up("build()'s inputs"):
+            kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
             run_step(builders, case, kwargs)
@@ -1495,7 +1780,8 @@ def count_sync_warnings(device: str, case: dict) -> int:
         builder, settings = _builder_after(device, case)
         # The inputs are made, and the metadata read back, outside the counted call:
         # the first H200 run counted their copies (4 to 6 "syncs" in build()).
-        kwargs, _, _ = build_arguments(case, settings)
+        with setting_up("build()'s inputs"):
+            kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
             _call_entry(builder, case, kwargs)
@@ -1523,7 +1809,8 @@ def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
     else:
         builder, settings = _builder_after(device, case)
         builders = [builder]
-    kwargs, _, _ = build_arguments(case, settings)
+    with setting_up("build()'s inputs"):
+        kwargs, _, _ = build_arguments(case, settings)
     common = kwargs["common_attn_metadata"]
     tracker = DeviceOriginReads()
     tracker.mark(
@@ -2421,7 +2708,8 @@ def _check_fields(case_id, run, expected, pinned):
     if pinned is not None:
         _check_deviation_unchanged(run.metadata, pinned)
     # Value, dtype and shape of each field (values.stored_form).
-    measured = {field: run.metadata[field] for field in expected}
+    # A field the build did not give (it raised instead) reads as missing.
+    measured = {f: run.metadata[f] for f in expected if f in run.metadata}
     differences = stored_differences(measured, expected)
     assert not differences, (
         f"{case_id}: fields differ: {describe_differences(differences)}"
