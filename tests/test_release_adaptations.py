@@ -84,6 +84,21 @@ def test_the_0_34_platform_adaptation_is_named_and_can_be_switched_off(tmp_path)
     data = json.loads(on.read_text())
     assert [a["name"] for a in data["environment"]["adaptations"]] == ["x86_cpu_without_triton"]
     assert {t["outcome"] for t in data["tests"]} >= {"passed"}
+    # The report says how the release was set up, and why that is sound.
+    from click.testing import CliRunner
+
+    from gdn_review.cli import main
+
+    reports = tmp_path / "reports"
+    result = CliRunner().invoke(
+        main,
+        ["report", "--record", "52078", "--evidence", str(on), "--out", str(reports)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    text = (reports / "52078.md").read_text()
+    assert "adapted (x86_cpu_without_triton, vLLM 0.34.0 on)" in text
+    assert "the metadata builder launches no Triton kernel on CPU" in text
     done = _run(tree, off, *selection, extra_env={"GDN_REVIEW_NO_RELEASE_ADAPTATIONS": "1"})
     assert done.returncode != 0
     data = json.loads(off.read_text())

@@ -213,5 +213,14 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
             f"vLLM {env.get('vllm_version', '?')} ({env.get('vllm_source', '?')}), "
             f"torch {env.get('torch_version', '?')}, "
             f"device: {device}, Python {env.get('python', '?')}, kb/ at {revision}{dirty}"
+            + "".join(_adaptation_words(a) for a in env.get("adaptations") or [])
         )
     return lines
+
+
+def _adaptation_words(adaptation: dict) -> str:
+    """How the harness set up a release that refuses this machine (harness/adaptations.py)."""
+    return (
+        f", adapted ({adaptation.get('name')}, vLLM {adaptation.get('first_release')} on): "
+        f"{adaptation.get('what')}; sound because {adaptation.get('reason')}"
+    )
