@@ -47,6 +47,8 @@ HELPERS = (
         "../common/snapshots.py",
         ("NO_FIELD", "TENSOR_KEYS", "implied_shape", "tensor_parts", "tensor_change"),
     ),
+    # The current format's usual dtypes and how a stored form states them (values.py).
+    ("../common/record_format.py", ("USUAL_DTYPES", "explicit_form")),
     ("values.py", None),
     ("server.py", None),
     ("inputs.py", None),
