@@ -17,7 +17,8 @@ import torch
 
 from gdn_review import harness
 from gdn_review.common import snapshots
-from gdn_review.common.record_format import BATCH_DEPENDENT_DTYPES, explicit_form
+from gdn_review.common.record_format import BATCH_DEPENDENT_DTYPES
+from gdn_review.common.snapshots import explicit_form
 from gdn_review.harness import case_build, values
 from gdn_review.kb import load_record
 from gdn_review.matrix import matrix_report
@@ -227,3 +228,30 @@ def test_snapshot_stored_takes_no_record_and_a_record_is_needed_without_it():
     assert result.exit_code == 2 and "--stored takes no other option" in result.output
     result = CliRunner().invoke(main, ["snapshot"])
     assert result.exit_code == 2 and "Missing option '--record'" in result.output
+
+
+@pytest.mark.parametrize("field", ["spec_token_indx", "non_spec_token_indx"])
+def test_int64_token_indices_turned_int32_are_caught_by_the_snapshot_and_the_expect(field):
+    """A mixed batch's token indices are int64 (argsort); a builder that returned them int32
+    fails the stored snapshot (read as the generated test reads it) and the record's current
+    format expect, each naming the dtype; the real build passes both (and back: int32 to
+    int64 is test_a_cast_tensor_differs_in_the_snapshot_comparison)."""
+    case_id = "spec_decode_and_prefill"
+    real, cast = _real_and_cast(case_id, field, torch.int32)
+    stored, why = harness.stored_snapshot(
+        str(ROOT / "generated_tests" / "test_pr_52078.py"),
+        "../kb/snapshots/52078",
+        52078,
+        case_id,
+        "cpu",
+    )
+    assert stored is not None, why
+    assert harness.snapshot_differences(real, stored) == {}
+    changed = harness.snapshot_differences(cast, stored)
+    assert harness.describe_differences(changed, "stored") == f"{field}: dtype int32, stored int64"
+    record = load_record(RECORD)
+    expect = record.case(case_id).expect
+    compare = harness.expect_differences
+    assert compare({f: real[f] for f in expect}, expect, record.schema_version) == {}
+    changed = compare({f: cast[f] for f in expect}, expect, record.schema_version)
+    assert harness.describe_differences(changed) == f"{field}: dtype int32, expected int64"

@@ -515,7 +515,7 @@ def _test_function(tree: ast.Module, name: str) -> ast.FunctionDef:
 def _stated(stored: dict) -> dict:
     """A stored snapshot's cases as the module carries them: each tensor's dtype stated, as
     the table it was taken with gives it (the module compares without that table)."""
-    from gdn_review.common.record_format import explicit_form
+    from gdn_review.common.snapshots import explicit_form
 
     return explicit_form(stored["cases"], None, stored["usual_dtypes"])
 

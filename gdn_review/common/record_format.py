@@ -16,12 +16,11 @@ field) is a new version here, with what it adds (``ADDED``) and ``gdn-review mig
   dtype was never measured (a case no release runs yet) is written ``{values}``: its
   values only, never a guessed dtype.
 
-No torch here: ``kb`` (validate), ``generate`` and the export read it.
+No torch here: ``kb`` (validate), ``generate`` and the export read it; a stored form
+is read with a table by ``common.snapshots.explicit_form``.
 """
 
 from __future__ import annotations
-
-from gdn_review.common.snapshots import TENSOR_KEYS
 
 CURRENT = 2
 
@@ -91,21 +90,3 @@ def usual_dtypes(version: int) -> dict[str, str]:
     """The dtype a tensor written as its values has, by field, in a record of
     ``version`` (format 1: none, its values are compared alone)."""
     return USUAL_DTYPES if version >= 2 else {}
-
-
-def explicit_form(form, name: str | None, usual: dict[str, str]):
-    """A stored form (an expect's value, a snapshot's field) with every tensor that
-    states no dtype but has one by ``usual`` written ``{dtype, values}``: what it
-    means, read with the table it was written with, so that it compares the same read
-    with any other. A list of a field ``usual`` does not name stays a list (its values
-    only)."""
-    if isinstance(form, dict):
-        # A tensor that states its dtype, or {values}: that it states none.
-        if "values" in form and set(form) <= TENSOR_KEYS:
-            return form
-        return {k: explicit_form(item, str(k), usual) for k, item in form.items()}
-    if isinstance(form, list) and name in usual:
-        return {"dtype": usual[name], "values": form}
-    if isinstance(form, list):
-        return [explicit_form(item, name, usual) for item in form]
-    return form

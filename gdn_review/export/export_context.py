@@ -294,10 +294,7 @@ def _snapshot_context(
         "device": stored.get("device", "cpu"),
         # Each tensor's dtype stated, as the table it was taken with gives it.
         "data": RUFF.runs(
-            {
-                c: record_format.explicit_form(stored["cases"][c], None, usual)
-                for c in snapshot_cases
-            }
+            {c: snapshots.explicit_form(stored["cases"][c], None, usual) for c in snapshot_cases}
         ),
     }
 
@@ -337,7 +334,7 @@ def module_context(
     # compares what it holds, without the record's format.
     usual = record_format.usual_dtypes(model.record_format)
     expected = {
-        case_id: record_format.explicit_form(model.expectations.get(case_id, {}), None, usual)
+        case_id: snapshots.explicit_form(model.expectations.get(case_id, {}), None, usual)
         for claim in claims
         if claim["kind"] == "equivalence"
         for case_id in claim["check"]["cases"]

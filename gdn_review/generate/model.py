@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from gdn_review.common import record_format
+from gdn_review.common import record_format, snapshots
 from gdn_review.kb import Record
 from gdn_review.kb.models import python_name
 
@@ -153,7 +153,7 @@ def _deviation(record: Record, deviation) -> dict:
     data = deviation.model_dump(mode="json", exclude_none=True)
     if data.get("expect"):
         usual = record_format.usual_dtypes(record.schema_version)
-        data["expect"] = record_format.explicit_form(data["expect"], None, usual)
+        data["expect"] = snapshots.explicit_form(data["expect"], None, usual)
     return data
 
 

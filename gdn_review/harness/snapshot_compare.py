@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from gdn_review.common import snapshots
-from gdn_review.common.record_format import explicit_form, usual_dtypes
-from gdn_review.common.snapshots import NO_FIELD
+from gdn_review.common.record_format import usual_dtypes
+from gdn_review.common.snapshots import NO_FIELD, explicit_form
 from gdn_review.harness.release_ranges import release_for_ranges
 from gdn_review.harness.values import Tensor, stored_differences, stored_form
 

@@ -22,10 +22,11 @@ import dataclasses
 
 import torch
 
-from gdn_review.common.record_format import USUAL_DTYPES, explicit_form
+from gdn_review.common.record_format import USUAL_DTYPES
 from gdn_review.common.snapshots import (
     NO_FIELD,
     TENSOR_KEYS,
+    explicit_form,
     implied_shape,
     tensor_change,
     tensor_parts,

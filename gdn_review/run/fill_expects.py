@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from gdn_review.common import release_range
+from gdn_review.common import record_format, release_range
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
 from gdn_review.kb.yaml_source import SAFE_LOADER
@@ -124,6 +124,12 @@ def fill_expects(
             )
             notes += _missing_notes(record, case_id, measured, release)
             notes += _deviation_notes(record, case_id, release)
+    if expects and record.schema_version < record_format.CURRENT:
+        # The blocks are measured in the current format's form; the record reads them as its own.
+        notes.append(
+            f"{path}: format {record.schema_version}: its expects compare a tensor written as its "
+            "values by its values only; `gdn-review migrate` states their dtypes"
+        )
     filled = Filled(path, release, data["device"], expects, left, notes)
     if write and expects:
         text = path.read_text(encoding="utf-8")

@@ -34,7 +34,7 @@ import yaml
 
 from gdn_review.common import record_format, release_range, release_trees
 from gdn_review.common.files import atomic_write
-from gdn_review.common.snapshots import TENSOR_KEYS, implied_shape
+from gdn_review.common.snapshots import TENSOR_KEYS, explicit_form, implied_shape
 from gdn_review.kb import RecordErrors, load_kb, parse_record
 from gdn_review.kb.yaml_source import SAFE_LOADER
 from gdn_review.run import snapshot_take
@@ -137,7 +137,7 @@ def measured_cases(data: dict) -> dict[str, dict]:
     (``explicit_form`` with the table it was taken with)."""
     usual = data.get("usual_dtypes", {})
     return {
-        case_id: record_format.explicit_form(case, None, usual)
+        case_id: explicit_form(case, None, usual)
         for case_id, case in data["cases"].items()
         if snapshot_take.no_metadata(case) is None
     }

@@ -464,6 +464,24 @@ NO_FIELD = "(no such field)"
 TENSOR_KEYS = {"dtype", "values", "shape"}
 
 
+def explicit_form(form, name: str | None, usual: dict[str, str]):
+    """A stored form (an expect's value, a snapshot's field) with every tensor that
+    states no dtype but has one by ``usual`` written ``{dtype, values}``: what it
+    means, read with the table it was written with, so that it compares the same read
+    with any other. A list of a field ``usual`` does not name stays a list (its values
+    only)."""
+    if isinstance(form, dict):
+        # A tensor that states its dtype, or {values}: that it states none.
+        if "values" in form and set(form) <= TENSOR_KEYS:
+            return form
+        return {k: explicit_form(item, str(k), usual) for k, item in form.items()}
+    if isinstance(form, list) and name in usual:
+        return {"dtype": usual[name], "values": form}
+    if isinstance(form, list):
+        return [explicit_form(item, name, usual) for item in form]
+    return form
+
+
 def implied_shape(values) -> list[int]:
     """The shape a nested list of values implies: [] -> [0], [[], []] -> [2, 0]."""
     shape = []
@@ -542,24 +560,6 @@ USUAL_DTYPES = {
     "flashinfer_prefill_query_start_loc": "int64",
     "flashinfer_prefill_seq_order": "int32",
 }
-
-
-def explicit_form(form, name: str | None, usual: dict[str, str]):
-    """A stored form (an expect's value, a snapshot's field) with every tensor that
-    states no dtype but has one by ``usual`` written ``{dtype, values}``: what it
-    means, read with the table it was written with, so that it compares the same read
-    with any other. A list of a field ``usual`` does not name stays a list (its values
-    only)."""
-    if isinstance(form, dict):
-        # A tensor that states its dtype, or {values}: that it states none.
-        if "values" in form and set(form) <= TENSOR_KEYS:
-            return form
-        return {k: explicit_form(item, str(k), usual) for k, item in form.items()}
-    if isinstance(form, list) and name in usual:
-        return {"dtype": usual[name], "values": form}
-    if isinstance(form, list):
-        return [explicit_form(item, name, usual) for item in form]
-    return form
 
 
 # Offset of the second block table (update_block_table); table offsets are
