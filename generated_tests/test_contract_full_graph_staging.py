@@ -18,6 +18,8 @@ SOURCE = 'kb/full_graph_staging.yaml'
 TITLE = (
     'FULL-graph staging hands back views of the persistent buffers, within the capture size only'
 )
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -374,7 +376,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 1],
         'num_actual_tokens': 5,
@@ -393,7 +395,7 @@ EXPECTATIONS = {
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 0], [1, 1], [1, 2]]],
         'spec_state_indices_tensor': [[1, 2, 3], [17, 18, 19]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4]},
     },
     'full_decode_only_decode_staged': {
         'non_spec_query_start_loc': [0, 1, 2, 2],
@@ -500,7 +502,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 1, 2],
         'num_actual_tokens': 6,
@@ -527,14 +529,14 @@ EXPECTATIONS = {
         'spec_state_cells': [[[0, 0], [0, 1]], [[1, 0], [1, 1]], [[2, 0], [2, 1]]],
         'spec_state_indices_tensor': [[1, 2], [17, 18], [33, 34]],
         'spec_state_rows': [0, 1, 2],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'full_spec_staged': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 1, 1],
         'num_actual_tokens': 5,
@@ -564,7 +566,7 @@ EXPECTATIONS = {
         ],
         'spec_state_indices_tensor': [[1, 2, 3], [17, 18, 19], [0, 0, 0]],
         'spec_state_rows': [0, 1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4]},
     },
     'piecewise_spec_not_staged': {
         'noncontiguous': [],
@@ -580,7 +582,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 1, 2],
         'num_actual_tokens': 6,
@@ -599,14 +601,14 @@ EXPECTATIONS = {
         'spec_state_cells': [[[0, 0], [0, 1]], [[1, 0], [1, 1]], [[2, 0], [2, 1]]],
         'spec_state_indices_tensor': [[1, 2], [17, 18], [33, 34]],
         'spec_state_rows': [0, 1, 2],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'spec_at_capture_size': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 1],
         'num_actual_tokens': 4,
@@ -632,14 +634,14 @@ EXPECTATIONS = {
         'spec_state_cells': [[[0, 0], [0, 1]], [[1, 0], [1, 1]]],
         'spec_state_indices_tensor': [[1, 2], [17, 18]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3]},
     },
     'spec_requests_at_capture_size': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [1, 1, 1, 1],
         'num_actual_tokens': 4,
@@ -670,7 +672,7 @@ EXPECTATIONS = {
         ],
         'spec_state_indices_tensor': [[1, 2], [17, 18], [33, 34], [49, 50]],
         'spec_state_rows': [0, 1, 2, 3],
-        'spec_token_indx': [0, 1, 2, 3],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3]},
     },
 }
 
@@ -739,9 +741,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -820,9 +822,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -873,9 +875,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -931,9 +933,9 @@ def test_C4_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

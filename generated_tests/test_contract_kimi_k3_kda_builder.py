@@ -16,6 +16,8 @@ from gdn_review import harness
 RECORD = 'kimi_k3_kda_builder'
 SOURCE = 'kb/kimi_k3_kda_builder.yaml'
 TITLE = 'KimiK3KDAMetadataBuilder.build() classifies, partitions and stages as its code says'
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -1444,9 +1446,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1515,9 +1517,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1602,9 +1604,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1658,9 +1660,9 @@ def test_C4_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1699,9 +1701,9 @@ def test_C5_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1746,9 +1748,9 @@ def test_C6_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1792,9 +1794,9 @@ def test_C7_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1834,9 +1836,9 @@ def test_C8_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

@@ -19,6 +19,8 @@ TITLE = (
     "KimiK3ROCmKDAMetadataBuilder.build() returns GDN's metadata with checkpoint rows of the "
     'prefills only'
 )
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -179,7 +181,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -195,7 +197,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 0], [1, 1], [1, 2]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
         'uniform_spec_sequence_length': None,
     },
     'rocm_align_one_prefill': {
@@ -1420,7 +1422,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -1436,13 +1438,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 0], [1, 1], [1, 2]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'rocm_uniform_spec': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -1458,7 +1460,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 0], [1, 1], [1, 2]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
         'uniform_spec_sequence_length': 3,
     },
 }
@@ -1500,9 +1502,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1551,9 +1553,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1601,9 +1603,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

@@ -17,6 +17,8 @@ from gdn_review import harness
 RECORD = 'update_block_table'
 SOURCE = 'kb/update_block_table.yaml'
 TITLE = "update_block_table re-gathers one KV-cache group's state indices and re-stages them"
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -584,7 +586,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2, 3, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -606,7 +608,7 @@ EXPECTATIONS = {
         ],
         'spec_state_indices_tensor': [[10001, 10002, 10003], [10017, 10018, 10019], [0, 0, 0]],
         'spec_state_rows': [0, 1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'second_group_decode_regather': {
         'has_initial_state': None,
@@ -640,7 +642,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': None,
         'non_spec_state_indices_tensor': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 3, 1, 1],
         'num_actual_tokens': 6,
@@ -670,7 +672,7 @@ EXPECTATIONS = {
             [0, 0, 0],
         ],
         'spec_state_rows': [0, 1, -1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
 }
 
@@ -782,9 +784,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -834,9 +836,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -878,9 +880,9 @@ def test_C4_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -929,9 +931,9 @@ def test_C5_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -979,9 +981,9 @@ def test_C6_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1028,9 +1030,9 @@ def test_C7_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -1069,9 +1071,9 @@ def test_C8_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

@@ -20,6 +20,8 @@ TITLE = (
     '[BugFix] GDN/KDA: silent recurrent-state corruption (and CUDA crash) for stale zero-accept '
     'spec rows'
 )
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -88,7 +90,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [1, 3],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -104,13 +106,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 1], [1, 2], [1, 3]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'accepted_in_range_full': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [1, 3, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -130,13 +132,13 @@ EXPECTATIONS = {
             [[-1, -1], [-1, -1], [-1, -1]],
         ],
         'spec_state_rows': [0, 1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'stale_zero_accept': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [0, 2],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -152,13 +154,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 1], [1, 2], [1, 3]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'stale_zero_accept_full': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [0, 2, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -178,7 +180,7 @@ EXPECTATIONS = {
             [[-1, -1], [-1, -1], [-1, -1]],
         ],
         'spec_state_rows': [0, 1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'stale_zero_accept_mixed': {
         'has_initial_state': [True],
@@ -303,9 +305,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -351,9 +353,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

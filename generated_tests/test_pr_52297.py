@@ -17,6 +17,8 @@ from gdn_review import harness
 RECORD = 52297
 SOURCE = 'kb/52297.yaml'
 TITLE = '[Attention] Move GDN common metadata compute out of per-group build'
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -134,11 +136,11 @@ EXPECTATIONS = {
     'mixed_step_spec_metadata': {
         'group_differences': [[]],
         'group_state_tables': [[0], [1]],
-        'has_initial_state': [True],
-        'non_spec_query_start_loc': [0, 8],
+        'has_initial_state': {'values': [True]},
+        'non_spec_query_start_loc': {'values': [0, 8]},
         'non_spec_state_rows': [2],
         'non_spec_token_indx': [6, 7, 8, 9, 10, 11, 12, 13],
-        'num_accepted_tokens': [2, 3],
+        'num_accepted_tokens': {'values': [2, 3]},
         'num_actual_tokens': 14,
         'num_decode_tokens': 0,
         'num_decodes': 0,
@@ -147,10 +149,10 @@ EXPECTATIONS = {
         'num_spec_decode_tokens': 6,
         'num_spec_decodes': 2,
         'path': 'spec',
-        'prefill_has_initial_state': [True],
-        'prefill_query_start_loc': [0, 8],
+        'prefill_has_initial_state': {'values': [True]},
+        'prefill_query_start_loc': {'values': [0, 8]},
         'prefill_state_rows': [2],
-        'spec_query_start_loc': [0, 3, 6],
+        'spec_query_start_loc': {'values': [0, 3, 6]},
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3]], [[1, 0], [1, 1], [1, 2]]],
         'spec_state_rows': [0, 1],
         'spec_token_indx': [0, 1, 2, 3, 4, 5],
@@ -185,7 +187,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2, 3, 1],
         'num_actual_tokens': 9,
         'num_decode_tokens': 0,
@@ -205,7 +207,7 @@ EXPECTATIONS = {
             [[2, 0], [2, 1], [2, 2]],
         ],
         'spec_state_rows': [0, 1, 2],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5, 6, 7, 8],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5, 6, 7, 8]},
     },
     'spec_only_step_spec_metadata': {
         'group_differences': [[]],
@@ -214,7 +216,7 @@ EXPECTATIONS = {
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
         'non_spec_token_indx': [],
-        'num_accepted_tokens': [2, 3, 1],
+        'num_accepted_tokens': {'values': [2, 3, 1]},
         'num_actual_tokens': 9,
         'num_decode_tokens': 0,
         'num_decodes': 0,
@@ -226,7 +228,7 @@ EXPECTATIONS = {
         'prefill_has_initial_state': None,
         'prefill_query_start_loc': None,
         'prefill_state_rows': None,
-        'spec_query_start_loc': [0, 3, 6, 9],
+        'spec_query_start_loc': {'values': [0, 3, 6, 9]},
         'spec_state_cells': [
             [[0, 1], [0, 2], [0, 3]],
             [[1, 0], [1, 1], [1, 2]],
@@ -348,9 +350,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -406,9 +408,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

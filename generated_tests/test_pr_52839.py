@@ -16,6 +16,8 @@ from gdn_review import harness
 RECORD = 52839
 SOURCE = 'kb/52839.yaml'
 TITLE = '[refactor] consolidate cp attn ops'
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -152,7 +154,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [3, 1],
         'num_actual_tokens': 6,
         'num_decode_tokens': 0,
@@ -168,13 +170,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 3, 6],
         'spec_state_cells': [[[0, 0], [0, 1], [0, 2]], [[1, 1], [1, 2], [1, 3]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
     },
     'pure_spec_decode': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [4, 1, 2],
         'num_actual_tokens': 10,
         'num_decode_tokens': 0,
@@ -194,13 +196,13 @@ EXPECTATIONS = {
             [[2, 0], [2, 1], [2, 2], [2, 3]],
         ],
         'spec_state_rows': [0, 1, 2],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]},
     },
     'single_request': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2],
         'num_actual_tokens': 2,
         'num_decode_tokens': 0,
@@ -216,7 +218,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 2],
         'spec_state_cells': [[[0, 0], [0, 1]]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1]},
     },
     'some_spec_rows_zero_drafts': {
         'has_initial_state': [True],
@@ -330,9 +332,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

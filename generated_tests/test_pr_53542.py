@@ -16,6 +16,8 @@ from gdn_review import harness
 RECORD = 53542
 SOURCE = 'kb/53542.yaml'
 TITLE = '[Perf][SpecDecode] Preserve active runtime-K width in GDN metadata'
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -96,7 +98,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [2, 4],
         'num_actual_tokens': 8,
         'num_decode_tokens': 0,
@@ -112,13 +114,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 4, 8],
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3], [0, 4]], [[1, 1], [1, 2], [1, 3], [1, 4]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5, 6, 7],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5, 6, 7]},
     },
     'full_runtime_k3': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 4, 1],
         'num_actual_tokens': 8,
@@ -139,13 +141,13 @@ EXPECTATIONS = {
             [[-1, -1], [-1, -1], [-1, -1], [-1, -1]],
         ],
         'spec_state_rows': [0, 1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5, 6, 7],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5, 6, 7]},
     },
     'full_runtime_k3_one_row': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [3],
         'num_actual_tokens': 4,
         'num_decode_tokens': 0,
@@ -161,13 +163,13 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 4],
         'spec_state_cells': [[[0, 1], [0, 2], [0, 3], [0, 4]]],
         'spec_state_rows': [0],
-        'spec_token_indx': [0, 1, 2, 3],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3]},
     },
     'full_runtime_k7': {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'noncontiguous': [],
         'num_accepted_tokens': [2, 8, 1],
         'num_actual_tokens': 16,
@@ -188,7 +190,10 @@ EXPECTATIONS = {
             [[-1, -1], [-1, -1], [-1, -1], [-1, -1], [-1, -1], [-1, -1], [-1, -1], [-1, -1]],
         ],
         'spec_state_rows': [0, 1, -1],
-        'spec_token_indx': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        'spec_token_indx': {
+            'dtype': 'int32',
+            'values': [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        },
     },
     'mixed_runtime_k3': {
         'has_initial_state': [True],
@@ -216,7 +221,7 @@ EXPECTATIONS = {
         'has_initial_state': None,
         'non_spec_query_start_loc': None,
         'non_spec_state_rows': None,
-        'non_spec_token_indx': [],
+        'non_spec_token_indx': {'dtype': 'int32', 'values': []},
         'num_accepted_tokens': [4, 1],
         'num_actual_tokens': 4,
         'num_decode_tokens': 0,
@@ -232,7 +237,7 @@ EXPECTATIONS = {
         'spec_query_start_loc': [0, 2, 4],
         'spec_state_cells': [[[0, 1], [0, 2]], [[1, 1], [1, 2]]],
         'spec_state_rows': [0, 1],
-        'spec_token_indx': [0, 1, 2, 3],
+        'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3]},
     },
 }
 
@@ -294,9 +299,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -333,9 +338,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -385,9 +390,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -420,9 +425,9 @@ def test_C4_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -461,9 +466,9 @@ def test_C5_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

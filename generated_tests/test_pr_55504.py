@@ -16,6 +16,8 @@ from gdn_review import harness
 RECORD = 55504
 SOURCE = 'kb/55504.yaml'
 TITLE = '[Bugfix] Fix V1 GDN state recovery across mixed speculative batches'
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -178,48 +180,48 @@ CASES = {
 EXPECTATIONS = {
     'independent_accepted_counts_1_spec_first': {
         'non_spec_num_accepted': [1, 1],
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
     },
     'independent_accepted_counts_1_spec_last': {
         'non_spec_num_accepted': [1, 1],
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
     },
     'independent_accepted_counts_2_spec_first': {
         'non_spec_num_accepted': [2, 1],
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
     },
     'independent_accepted_counts_2_spec_last': {
         'non_spec_num_accepted': [2, 1],
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
     },
     'independent_accepted_counts_3_spec_first': {
         'non_spec_num_accepted': [3, 1],
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
     },
     'independent_accepted_counts_3_spec_last': {
         'non_spec_num_accepted': [3, 1],
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
     },
     'mixed_batch_restores_non_spec_state': {
         'non_spec_num_accepted': [3],
-        'non_spec_state_indices_tensor': [1],
-        'num_accepted_tokens': [2],
+        'non_spec_state_indices_tensor': {'values': [1]},
+        'num_accepted_tokens': {'values': [2]},
         'spec_decode_src_indices': [3],
     },
     'regular_decode_accepted_counts_1_of_4': {
-        'num_accepted_tokens': [3, 1, 1, 1],
+        'num_accepted_tokens': {'values': [3, 1, 1, 1]},
         'num_decodes': 4,
     },
     'regular_decode_accepted_counts_3_of_8': {
-        'num_accepted_tokens': [3, 3, 3, 1, 1, 1, 1, 1],
+        'num_accepted_tokens': {'values': [3, 3, 3, 1, 1, 1, 1, 1]},
         'num_decodes': 8,
     },
     'regular_decode_accepted_counts_4_of_4': {
-        'num_accepted_tokens': [3, 3, 3, 3],
+        'num_accepted_tokens': {'values': [3, 3, 3, 3]},
         'num_decodes': 4,
     },
     'regular_decode_restores_previous_spec_state': {
-        'num_accepted_tokens': [3],
+        'num_accepted_tokens': {'values': [3]},
         'spec_decode_src_indices': [3],
     },
 }
@@ -272,9 +274,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -313,9 +315,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -374,9 +376,9 @@ def test_C3_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

@@ -16,6 +16,8 @@ from gdn_review import harness
 RECORD = 56960
 SOURCE = 'kb/56960.yaml'
 TITLE = '[Feat][Model] Enable KDA prefill checkpoints for GLM-5.3-Flash'
+# The record's format version (its schema_version): how its expects are read.
+RECORD_FORMAT = 2
 
 # Named batches of the record, as build() inputs (see harness.build_case).
 CASES = {
@@ -194,9 +196,9 @@ def test_C1_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -238,9 +240,9 @@ def test_C2_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
@@ -350,9 +352,9 @@ def test_C4_equivalence(device, case_id, request, record_property):
     record_property("measured", harness.stored_form(measured))
     record_property("expected", expected)
     harness.check_deviation_unchanged(deviation, run.metadata)
-    # Value, dtype and shape of each field (a tensor's dtype: where it is not the field's
-    # usual one, the expect states it).
-    differences = harness.snapshot_differences(measured, expected)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 

@@ -17,6 +17,8 @@ import torch
 
 from gdn_review import harness
 from gdn_review.common import snapshots
+from gdn_review.common.record_format import BATCH_DEPENDENT_DTYPES
+from gdn_review.common.snapshots import explicit_form
 from gdn_review.harness import case_build, values
 from gdn_review.kb import load_record
 from gdn_review.matrix import matrix_report
@@ -46,7 +48,9 @@ def _real_and_cast(case_id: str, field: str, dtype) -> tuple[dict, dict]:
 def test_a_cast_tensor_differs_in_the_snapshot_comparison():
     real, cast = _real_and_cast("pure_spec_decode", "num_accepted_tokens", torch.int64)
     assert list(cast["num_accepted_tokens"]) == list(real["num_accepted_tokens"])
-    stored = harness.stored_form(real)  # as `gdn-review snapshot` stores it
+    # As `gdn-review snapshot` stores it, and as harness.stored_snapshot reads it back (with
+    # the table it was taken with, every dtype stated).
+    stored = explicit_form(harness.stored_form(real), None, values.USUAL_DTYPES)
     assert harness.snapshot_differences(real, stored) == {}
     differences = harness.snapshot_differences(cast, stored)
     assert list(differences) == ["num_accepted_tokens"]
@@ -56,12 +60,15 @@ def test_a_cast_tensor_differs_in_the_snapshot_comparison():
 
 
 def test_a_cast_tensor_differs_in_the_expect_comparison():
-    expect = load_record(RECORD).case("pure_spec_decode").expect
+    record = load_record(RECORD)
+    assert record.schema_version == 2  # the current format: a list has its usual dtype
+    expect = record.case("pure_spec_decode").expect
     assert "num_accepted_tokens" in expect
     real, cast = _real_and_cast("pure_spec_decode", "num_accepted_tokens", torch.int64)
     # What the generated equivalence test compares (templates/checks/equivalence.py.j2).
-    assert harness.snapshot_differences({f: real[f] for f in expect}, expect) == {}
-    differences = harness.snapshot_differences({f: cast[f] for f in expect}, expect)
+    compare = harness.expect_differences
+    assert compare({f: real[f] for f in expect}, expect, record.schema_version) == {}
+    differences = compare({f: cast[f] for f in expect}, expect, record.schema_version)
     assert harness.describe_differences(differences) == (
         "num_accepted_tokens: dtype int64, expected int32"
     )
@@ -124,7 +131,8 @@ def test_shape_is_compared_where_the_values_do_not_imply_it():
         "shape": [0, 3],
         "values": [],
     }
-    differences = harness.snapshot_differences({field: empty_rows}, {field: []})
+    # An expect of the current format (2): a list has its usual dtype and implied shape.
+    differences = harness.expect_differences({field: empty_rows}, {field: []}, 2)
     assert harness.describe_differences(differences) == f"{field}: shape [0, 3], expected [0]"
     # [3, 0] is what its values say ([[], [], []]): stored as them.
     assert values.stored_form({field: values.plain(torch.zeros((3, 0), dtype=torch.int32))}) == {
@@ -173,7 +181,7 @@ def test_an_expect_states_a_tensor_form_and_nothing_else_of_a_dict():
 
 def test_the_usual_dtypes_are_what_the_real_builder_returns():
     """Every tensor every kb case's build returns (every part measured) has its field's
-    usual dtype, but the token indices of a batch whose token mask build() sorts (int64)."""
+    usual dtype; the token indices, whose dtype depends on the batch, have none."""
     from gdn_review.kb import load_kb
 
     found = collections.defaultdict(set)
@@ -197,11 +205,18 @@ def test_the_usual_dtypes_are_what_the_real_builder_returns():
                     continue
     assert found, "no tensor measured"
     unusual = {
-        name: dtypes - {values.USUAL_DTYPES.get(name)}
+        name: dtypes - {values.USUAL_DTYPES[name]}
         for name, dtypes in found.items()
-        if dtypes - {values.USUAL_DTYPES.get(name)}
+        if name in values.USUAL_DTYPES and dtypes - {values.USUAL_DTYPES[name]}
     }
-    assert unusual == {"non_spec_token_indx": {"int64"}, "spec_token_indx": {"int64"}}
+    assert unusual == {}
+    # The token indices have no usual dtype: both occur, by batch (int64 where build()
+    # argsorts the token mask), so the table does not guess one.
+    assert {name: found[name] for name in BATCH_DEPENDENT_DTYPES} == {
+        "non_spec_token_indx": {"int32", "int64"},
+        "spec_token_indx": {"int32", "int64"},
+    }
+    assert not set(BATCH_DEPENDENT_DTYPES) & set(values.USUAL_DTYPES)
 
 
 def test_snapshot_stored_takes_no_record_and_a_record_is_needed_without_it():
@@ -213,3 +228,30 @@ def test_snapshot_stored_takes_no_record_and_a_record_is_needed_without_it():
     assert result.exit_code == 2 and "--stored takes no other option" in result.output
     result = CliRunner().invoke(main, ["snapshot"])
     assert result.exit_code == 2 and "Missing option '--record'" in result.output
+
+
+@pytest.mark.parametrize("field", ["spec_token_indx", "non_spec_token_indx"])
+def test_int64_token_indices_turned_int32_are_caught_by_the_snapshot_and_the_expect(field):
+    """A mixed batch's token indices are int64 (argsort); a builder that returned them int32
+    fails the stored snapshot (read as the generated test reads it) and the record's current
+    format expect, each naming the dtype; the real build passes both (and back: int32 to
+    int64 is test_a_cast_tensor_differs_in_the_snapshot_comparison)."""
+    case_id = "spec_decode_and_prefill"
+    real, cast = _real_and_cast(case_id, field, torch.int32)
+    stored, why = harness.stored_snapshot(
+        str(ROOT / "generated_tests" / "test_pr_52078.py"),
+        "../kb/snapshots/52078",
+        52078,
+        case_id,
+        "cpu",
+    )
+    assert stored is not None, why
+    assert harness.snapshot_differences(real, stored) == {}
+    changed = harness.snapshot_differences(cast, stored)
+    assert harness.describe_differences(changed, "stored") == f"{field}: dtype int32, stored int64"
+    record = load_record(RECORD)
+    expect = record.case(case_id).expect
+    compare = harness.expect_differences
+    assert compare({f: real[f] for f in expect}, expect, record.schema_version) == {}
+    changed = compare({f: cast[f] for f in expect}, expect, record.schema_version)
+    assert harness.describe_differences(changed) == f"{field}: dtype int32, expected int64"

@@ -512,12 +512,20 @@ def _test_function(tree: ast.Module, name: str) -> ast.FunctionDef:
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
+def _stated(stored: dict) -> dict:
+    """A stored snapshot's cases as the module carries them: each tensor's dtype stated, as
+    the table it was taken with gives it (the module compares without that table)."""
+    from gdn_review.common.snapshots import explicit_form
+
+    return explicit_form(stored["cases"], None, stored["usual_dtypes"])
+
+
 def test_the_stored_snapshot_travels_as_data():
     """Every field of every case of the target release's stored snapshot is a literal in the
     module, and test_snapshot compares build() with it (snapshot_differences, copied)."""
     tree = ast.parse(_exported())
     stored = json.loads((SNAPSHOTS / "52078" / f"{RELEASE}.json").read_text(encoding="utf-8"))
-    assert _assigned(tree, "SNAPSHOT") == stored["cases"]
+    assert _assigned(tree, "SNAPSHOT") == _stated(stored)
     assert _assigned(tree, "SNAPSHOT_DEVICE") == stored["device"] == "cpu"
     cases = _assigned(tree, "CASES")
     assert set(stored["cases"]) <= set(cases)
@@ -530,11 +538,12 @@ def test_the_stored_snapshot_travels_as_data():
         and "build_case(device, CASES[case_id]" in source
     )
     # 2048-entry buffers stay one line each: runs are starred items (the module is about
-    # 3,800 lines with them, the harness's origin.py and adaptations included; a buffer
-    # written out would add 2,000 lines per case).
+    # 3,900 lines with them, the harness's origin.py and adaptations included, each dtype
+    # stated; a buffer written out would add 2,000 lines per case).
     text = _exported()
     assert (
-        '        "batch_ptr": [0, 1, 2, *[-1] * 2045],\n' in text and len(text.splitlines()) < 4000
+        '        "batch_ptr": {"dtype": "int32", "values": [0, 1, 2, *[-1] * 2045]},\n' in text
+        and len(text.splitlines()) < 4000
     )
 
 
@@ -574,7 +583,7 @@ def test_cli_export_embeds_the_kb_snapshot(tmp_path):
     assert result.exit_code == 0, result.output
     tree = ast.parse((tmp_path / "test_gdn_pr_56531.py").read_text(encoding="utf-8"))
     stored = json.loads((SNAPSHOTS / "56531" / f"{RELEASE}.json").read_text(encoding="utf-8"))
-    assert _assigned(tree, "SNAPSHOT") == stored["cases"]
+    assert _assigned(tree, "SNAPSHOT") == _stated(stored)
 
 
 def test_scenario_cases_differential_and_cpu_proxy_are_exported(tmp_path):

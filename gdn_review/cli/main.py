@@ -3,8 +3,9 @@
 Exit codes: 0 ok, 1 a check failed (stale modules, failing claims), 2 bad input or usage.
 This file holds the ``gdn-review`` group and its short commands (generate, schema)
 and adds the others to the group, each from the module named after its job: run_commands
-(run, report), record_commands (validate, import, export, snapshot), mutate_command, bench_command,
-matrix_commands (matrix, history), bundle_command, review_commands (review, review-merge),
+(run, report), record_commands (validate, import, export, snapshot), migrate_command,
+mutate_command, bench_command, matrix_commands (matrix, history), bundle_command,
+review_commands (review, review-merge),
 authoring (find-release). Each command's work lives in the stage it calls.
 """
 
@@ -21,6 +22,7 @@ from gdn_review.cli import authoring as cli_authoring
 from gdn_review.cli import bench_command as cli_bench
 from gdn_review.cli import bundle_command as cli_bundle
 from gdn_review.cli import matrix_commands as cli_matrix
+from gdn_review.cli import migrate_command as cli_migrate
 from gdn_review.cli import mutate_command as cli_mutate
 from gdn_review.cli import record_commands as cli_record
 from gdn_review.cli import review_commands as cli_review
@@ -57,6 +59,7 @@ def main() -> None:
       gdn-review import report.md         # a review report -> draft kb/N.yaml
       gdn-review find-release "LINE"      # first release with a gdn_attn.py line: base/head_release
       gdn-review snapshot --record N --fill-expects   # write the missing expect blocks, measured
+      gdn-review migrate                  # records of an older format -> the current one, measured
     """
 
 
@@ -140,6 +143,7 @@ for _command in (
     cli_record.import_command,
     cli_record.export_command,
     cli_record.snapshot_command,
+    cli_migrate.migrate_command,
     cli_mutate.mutate,
     cli_bench.bench_command,
     cli_matrix.matrix_command,

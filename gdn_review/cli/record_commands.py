@@ -68,7 +68,7 @@ def validate_command(kb_dir: Path, keys, reach: bool, offline: bool) -> None:
       gdn-review validate --reach --record 52078
     """
     from gdn_review.kb import RecordErrors
-    from gdn_review.kb.validate import validate_kb
+    from gdn_review.kb.validate import format_note, validate_kb
     from gdn_review.mutation import check_finds
 
     checked = validate_kb(kb_dir)
@@ -82,7 +82,7 @@ def validate_command(kb_dir: Path, keys, reach: bool, offline: bool) -> None:
         click.echo(
             f"{'ok   ' if not todos else 'draft'}  {path}  {record.label}: "
             f"{len(record.claims)} claims, {len(record.cases)} cases, "
-            f"{len(record.risks)} risks"
+            f"{len(record.risks)} risks; {format_note(record)}"
         )
         for todo in todos:
             say(f"  incomplete: {todo}")

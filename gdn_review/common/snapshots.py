@@ -138,7 +138,12 @@ def differences(before: dict, after: dict, usual_before=None, usual_after=None) 
             continue
         for field in sorted(set(old) | set(new)):
             a, b = old.get(field, NO_FIELD), new.get(field, NO_FIELD)
-            if a == b:
+            # Each read with its own table: a list of one and {dtype, values} of the
+            # other are the same tensor where the dtypes agree.
+            same = explicit_form(a, field, usual_before or {}) == explicit_form(
+                b, field, usual_after or {}
+            )
+            if same:
                 continue
             found.append({"case": case_id, "field": field, "before": a, "after": b})
             change = tensor_change(
@@ -148,6 +153,24 @@ def differences(before: dict, after: dict, usual_before=None, usual_after=None) 
             if change:
                 found[-1]["change"] = f"{change[0]} {change[1]} → {change[2]}"
     return found
+
+
+def explicit_form(form, name: str | None, usual: dict[str, str]):
+    """A stored form (an expect's value, a snapshot's field) with every tensor that
+    states no dtype but has one by ``usual`` written ``{dtype, values}``: what it
+    means, read with the table it was written with, so that it compares the same read
+    with any other. A list of a field ``usual`` does not name stays a list (its values
+    only)."""
+    if isinstance(form, dict):
+        # A tensor that states its dtype, or {values}: that it states none.
+        if "values" in form and set(form) <= TENSOR_KEYS:
+            return form
+        return {k: explicit_form(item, str(k), usual) for k, item in form.items()}
+    if isinstance(form, list) and name in usual:
+        return {"dtype": usual[name], "values": form}
+    if isinstance(form, list):
+        return [explicit_form(item, name, usual) for item in form]
+    return form
 
 
 def implied_shape(values) -> list[int]:

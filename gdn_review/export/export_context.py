@@ -17,7 +17,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review import generate
-from gdn_review.common import release_range, snapshots
+from gdn_review.common import record_format, release_range, snapshots
 from gdn_review.export.export_helpers import HARNESS, ExportError, harness_helpers, import_sections
 from gdn_review.generate.literals import RUFF, Call, Code
 from gdn_review.generate.model import ClaimModel, ClaimTest, ModuleModel
@@ -288,12 +288,16 @@ def _snapshot_context(
         )
     if not snapshot_cases:
         return None
+    usual = stored.get("usual_dtypes", {})
     return {
         "release": str(release),
         "made_by": make,
         "cases": snapshot_cases,
         "device": stored.get("device", "cpu"),
-        "data": RUFF.runs({c: stored["cases"][c] for c in snapshot_cases}),
+        # Each tensor's dtype stated, as the table it was taken with gives it.
+        "data": RUFF.runs(
+            {c: snapshots.explicit_form(stored["cases"][c], None, usual) for c in snapshot_cases}
+        ),
     }
 
 
@@ -328,8 +332,11 @@ def module_context(
     used_cases = set(snapshot["cases"] if snapshot else [])
     used_cases |= cases if "invariant" in kinds else {c for claim in claims for c in claim["cases"]}
     used_cases = sorted(used_cases)
+    # Each expected tensor with the dtype its record's format gives it stated: the module
+    # compares what it holds, without the record's format.
+    usual = record_format.usual_dtypes(model.record_format)
     expected = {
-        case_id: model.expectations.get(case_id, {})
+        case_id: snapshots.explicit_form(model.expectations.get(case_id, {}), None, usual)
         for claim in claims
         if claim["kind"] == "equivalence"
         for case_id in claim["check"]["cases"]

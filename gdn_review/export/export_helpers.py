@@ -51,8 +51,17 @@ HELPERS = (
     # What a stored form is (a tensor's parts, a missing field), which values.py imports.
     (
         "../common/snapshots.py",
-        ("NO_FIELD", "TENSOR_KEYS", "implied_shape", "tensor_parts", "tensor_change"),
+        (
+            "NO_FIELD",
+            "TENSOR_KEYS",
+            "explicit_form",
+            "implied_shape",
+            "tensor_parts",
+            "tensor_change",
+        ),
     ),
+    # The current format's usual dtypes (values.py).
+    ("../common/record_format.py", ("USUAL_DTYPES",)),
     ("values.py", None),
     ("server.py", None),
     ("inputs.py", None),

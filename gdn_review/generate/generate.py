@@ -111,6 +111,7 @@ def module_context(record: Record, source: str, snapshot_dir: str | None = None)
         "key": model.key,
         "label": model.label,
         "title": model.title,
+        "record_format": model.record_format,
         "claims": claims,
         "cases": model.cases,
         "expectations": model.expectations,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
+from gdn_review.common import record_format, snapshots
 from gdn_review.kb import Record
 from gdn_review.kb.models import python_name
 
@@ -56,6 +57,7 @@ class ModuleModel:
     key: int | str  # the record's key: a PR's number or a contract's id
     label: str  # "PR #52078", "contract update_block_table"
     title: str
+    record_format: int  # its schema_version: how its expects are read (common.record_format)
     generated_module: str  # file names: test_pr_N.py ...
     exported_module: str  # ... and test_gdn_pr_N.py
     claims: list[ClaimModel]
@@ -145,6 +147,16 @@ def _tests(record: Record, claim, check: dict) -> list[ClaimTest]:
     return [ClaimTest(test, cases, _risks_of(record, claim.id, cases)) for test, cases in named]
 
 
+def _deviation(record: Record, deviation) -> dict:
+    """A known deviation as plain data; its pinned ``expect`` with every dtype its record's
+    format gives stated (``{dtype, values}``), as the harness compares it."""
+    data = deviation.model_dump(mode="json", exclude_none=True)
+    if data.get("expect"):
+        usual = record_format.usual_dtypes(record.schema_version)
+        data["expect"] = snapshots.explicit_form(data["expect"], None, usual)
+    return data
+
+
 def _claim_model(record: Record, claim) -> ClaimModel:
     kind = claim.check.kind
     name = python_name(claim.id)
@@ -173,7 +185,7 @@ def _claim_model(record: Record, claim) -> ClaimModel:
         deviation_selector="properties" if kind == "invariant" else "cases",
         tests=_tests(record, claim, check),
         risks=_risks_of(record, claim.id, []),
-        deviations=[d.model_dump(mode="json", exclude_none=True) for d in claim.known_deviations],
+        deviations=[_deviation(record, d) for d in claim.known_deviations],
         example_cases=examples,
         compared=compared,
         seed=claim_seed(record.key, claim.id),
@@ -189,6 +201,7 @@ def module_model(record: Record) -> ModuleModel:
         key=record.key,
         label=record.label,
         title=record.title,
+        record_format=record.schema_version,
         generated_module=module_name(record),
         exported_module=module_name(record, exported=True),
         claims=[_claim_model(record, claim) for claim in record.claims],

@@ -53,6 +53,7 @@ from gdn_review.harness.pytest_checks import (
 from gdn_review.harness.release_ranges import active_deviation, release_in_range
 from gdn_review.harness.server import expected_on
 from gdn_review.harness.snapshot_compare import (
+    expect_differences,
     field_differences,
     snapshot_differences,
     stored_snapshot,
@@ -211,6 +212,7 @@ __all__ = [
     "describe_differences",
     "device_skip_reason",
     "environment",
+    "expect_differences",
     "expected_on",
     "field_differences",
     "known_deviation",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 from gdn_review.common import snapshots
-from gdn_review.common.snapshots import NO_FIELD
+from gdn_review.common.record_format import usual_dtypes
+from gdn_review.common.snapshots import NO_FIELD, explicit_form
 from gdn_review.harness.release_ranges import release_for_ranges
 from gdn_review.harness.values import Tensor, stored_differences, stored_form
 
@@ -30,13 +31,23 @@ def stored_snapshot(
     if case_id not in stored["cases"]:
         make = f"make one with `{snapshots.command_for(record, release)}`"
         return None, f"the snapshot of vLLM {release} has no case {case_id}: {make}"
-    return stored["cases"][case_id], ""
+    # Read with the table it was taken with: its values-only tensors have those dtypes.
+    usual = stored.get("usual_dtypes", {})
+    return explicit_form(stored["cases"][case_id], None, usual), ""
 
 
 def snapshot_differences(measured: dict, stored: dict) -> dict:
     """field -> (measured, stored) of every field whose value, dtype or shape differs,
-    or that appears or goes (both in stored form: ``values.stored_form``)."""
+    or that appears or goes (both in stored form: ``values.stored_form``); ``stored``
+    states every tensor's dtype (``stored_snapshot`` reads it so)."""
     return stored_differences(measured, stored)
+
+
+def expect_differences(measured: dict, expected: dict, record_format: int) -> dict:
+    """``snapshot_differences`` of a case's expected fields, read as the record's format
+    reads them (``common.record_format``): in format 1 a tensor written as its values
+    compares its values only; in format 2 it has its field's usual dtype."""
+    return stored_differences(measured, expected, usual=usual_dtypes(record_format))
 
 
 def field_differences(

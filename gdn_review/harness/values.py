@@ -7,11 +7,13 @@ these tensors as raw pointers: an int64 tensor turned int32 is an ABI break). In
 run, ``plain`` makes it a ``Tensor``: a list of its values that also carries its
 dtype and shape, so two runs compare all three (``==``) wherever they are compared.
 Stored (snapshots, a record's ``expect``) it is ``stored_form``: its values where its
-dtype is its field's usual one (``USUAL_DTYPES``) and its values imply its shape,
-else ``{dtype, values}`` (and ``shape`` where the values do not imply it).
-``stored_differences`` compares a run with stored data field by field, and
-``describe_differences`` names what differs (``num_accepted_tokens: dtype int64,
-expected int32``).
+dtype is its field's usual one (``USUAL_DTYPES``, ``common.record_format``) and its
+values imply its shape, else ``{dtype, values}`` (and ``shape`` where the values do
+not imply it). ``stored_differences`` compares a run with stored data field by field,
+read with the table the data was written with (a record's format, a snapshot's own
+``usual_dtypes``): a tensor stored as values that the table gives no dtype compares
+its values only, never a guessed dtype. ``describe_differences`` names what differs
+(``num_accepted_tokens: dtype int64, expected int32``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import dataclasses
 
 import torch
 
+from gdn_review.common.record_format import USUAL_DTYPES
 from gdn_review.common.snapshots import (
     NO_FIELD,
+    TENSOR_KEYS,
+    explicit_form,
     implied_shape,
     tensor_change,
     tensor_parts,
@@ -30,56 +35,6 @@ from gdn_review.common.snapshots import (
 # Offset of the second block table (update_block_table); table offsets are
 # multiples of it, so an entry still names its row and slot.
 SECOND_TABLE = 10000
-
-
-# The dtype of each tensor build() returns, by the name it has in a snapshot (a
-# metadata field, a field of one of its parts such as ``checkpoint`` or ``nums_dict``,
-# a server field): measured from the real builder (vLLM 0.33.0 on CPU, every case of
-# kb/, tests/test_dtype_rule.py). A tensor of its field's usual dtype is stored as its
-# values; one of another dtype, or of a name not here, states its dtype. The token
-# indices are int64 where build() sorts the token mask (a batch that mixes spec
-# decodes with other rows) and int32 where it makes them itself (spec decodes only,
-# FULL-graph staging): the first is stored with its dtype.
-USUAL_DTYPES = {
-    # GDNAttentionMetadata
-    "batch_ptr": "int32",
-    "chunk_indices": "int32",
-    "chunk_offsets": "int64",
-    "has_initial_state": "bool",
-    "non_spec_query_start_loc": "int32",
-    "non_spec_state_indices_tensor": "int32",
-    "non_spec_token_indx": "int32",
-    "num_accepted_tokens": "int32",
-    "prefill_has_initial_state": "bool",
-    "prefill_query_start_loc": "int32",
-    "prefill_state_indices": "int32",
-    "spec_query_start_loc": "int32",
-    "spec_sequence_masks": "bool",
-    "spec_sequence_masks_cpu": "bool",
-    "spec_state_indices_tensor": "int32",
-    "spec_token_indx": "int32",
-    "token_chunk_offset_ptr": "int32",
-    # nums_dict[chunk size]
-    "mlist": "int64",
-    "nums": "int32",
-    "offsetlist": "int32",
-    # checkpoint (MambaPrefillCheckpoint), flashinfer_checkpoint_plan
-    "block_cols": "int64",
-    "checkpoint_offsets": "int32",
-    "cu_starts": "int64",
-    "request_rows": "int64",
-    "rows": "int64",
-    "state_indices": "int32",
-    # server fields (harness.server.server_fields)
-    "checkpoint_block_columns": "int64",
-    "checkpoint_request_rows": "int64",
-    "checkpoint_state_indices": "int32",
-    "flashinfer_plan_cu_starts": "int64",
-    "flashinfer_plan_rows": "int64",
-    # KimiK3KDAMetadata's own (the nvidia subclass's FlashInfer prefill order)
-    "flashinfer_prefill_query_start_loc": "int64",
-    "flashinfer_prefill_seq_order": "int32",
-}
 
 
 class Tensor(list):
@@ -128,19 +83,83 @@ def stored_form(value, name: str | None = None):
     return value
 
 
-def stored_differences(measured: dict, stored: dict, fields=None) -> dict:
+def stored_differences(
+    measured: dict, stored: dict, fields=None, usual: dict | None = None
+) -> dict:
     """field -> (measured, stored), both in stored form, of every field (of ``fields``;
     default: of either) whose value, dtype or shape differs, or that only one has
-    (``NO_FIELD`` on the side that lacks it)."""
+    (``NO_FIELD`` on the side that lacks it).
+
+    ``usual``: the dtype a tensor stored as its values has, by field (the table it was
+    written with; None: none). A tensor stored as values that ``usual`` gives no dtype
+    compares its values only: its dtype was never stated, so it is never guessed.
+    """
+    usual = usual or {}
     if fields is None:
         fields = sorted(set(measured) | set(stored))
     found = {}
     for field in fields:
-        a = stored_form(measured[field], field) if field in measured else NO_FIELD
         b = stored.get(field, NO_FIELD)
-        if a != b:
-            found[field] = (a, b)
+        if field not in measured:
+            if b != NO_FIELD:
+                found[field] = (NO_FIELD, b)
+            continue
+        a = measured[field]
+        if not _agrees(a, explicit_form(b, field, usual)):
+            found[field] = (_shown(a, explicit_form(b, field, usual), field), b)
     return found
+
+
+def _agrees(measured, stored) -> bool:
+    """Whether a measured value (``Tensor``s inside) is what an explicit stored form
+    says: a tensor its values, and its dtype and shape where it states them (a dtype
+    implies the shape its values have); a plain list its values."""
+    if isinstance(measured, Tensor):
+        if isinstance(stored, list):
+            return list(measured) == stored
+        if not (isinstance(stored, dict) and "values" in stored):
+            return False
+        shape = stored.get("shape")
+        if shape is None and "dtype" in stored:
+            shape = implied_shape(stored["values"])
+        return (
+            set(stored) <= TENSOR_KEYS
+            and list(measured) == stored["values"]
+            and stored.get("dtype", measured.dtype) == measured.dtype
+            and (shape is None or shape == measured.shape)
+        )
+    if isinstance(measured, dict):
+        return (
+            isinstance(stored, dict)
+            and set(measured) == set(stored)
+            and all(_agrees(measured[key], stored[key]) for key in measured)
+        )
+    if isinstance(measured, list):
+        return (
+            isinstance(stored, list)
+            and len(measured) == len(stored)
+            and all(_agrees(a, b) for a, b in zip(measured, stored))
+        )
+    return measured == stored
+
+
+def _shown(measured, stored, name: str | None):
+    """A measured value as the stored side states it: values where it states values
+    only, else in stored form (its dtype where it is not the field's usual one)."""
+    if isinstance(measured, Tensor):
+        if isinstance(stored, list) or (
+            isinstance(stored, dict) and "dtype" not in stored
+        ):
+            return list(measured)
+        return stored_form(measured, name)
+    if isinstance(measured, dict) and isinstance(stored, dict):
+        return {k: _shown(v, stored.get(k), str(k)) for k, v in measured.items()}
+    if isinstance(measured, list) and isinstance(stored, list):
+        return [
+            _shown(item, stored[index] if index < len(stored) else None, name)
+            for index, item in enumerate(measured)
+        ]
+    return stored_form(measured, name)
 
 
 def describe_differences(differences: dict, other: str = "expected") -> str:

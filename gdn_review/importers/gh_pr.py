@@ -26,6 +26,7 @@ import json
 import re
 from pathlib import Path
 
+from gdn_review.common import record_format
 from gdn_review.common.unified_diff import PatchError, read_diff_file
 from gdn_review.importers.diff_target import diff_target
 from gdn_review.importers.drafting import (
@@ -367,7 +368,7 @@ def import_gh_pr(text: str, source: str, diff_path: Path | None = None) -> str:
         )
         symbol = "TODO"
     data_out: dict = {
-        "schema_version": 1,
+        "schema_version": record_format.CURRENT,
         "pr": pr,
         "target": {"file": file, "symbol": symbol},
         "claims": draft_claims(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import re
 
+from gdn_review.common import record_format
 from gdn_review.importers.drafting import ReportImportError, checked, draft_claims, draft_yaml
 from gdn_review.importers.report_sections import (
     blocks_of,
@@ -145,7 +146,7 @@ def import_report(text: str, source: str) -> str:
     pr = _pull_request(meta, heading_number, source)
     report = read_sections(sections)
     data: dict = {
-        "schema_version": 1,
+        "schema_version": record_format.CURRENT,
         "pr": pr,
         "target": {
             "file": report.key_files[0]["path"] if report.key_files else "TODO",

@@ -196,7 +196,13 @@ class UpstreamTest(Strict):
 
 
 class Record(Strict):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = Field(
+        default=1,
+        description="the record format it is written in, and read as (docs/records.md, "
+        "format versions): 1 compares an expected tensor's values where it states no dtype; "
+        "2 (current) reads a tensor written as its values as its field's usual dtype. "
+        "`gdn-review migrate` brings a record to the current one",
+    )
     pr: PullRequest | None = Field(
         default=None, description="the PR the record reviews (a contract record has none)"
     )

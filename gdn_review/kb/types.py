@@ -45,16 +45,18 @@ def _release_range(value: str) -> str:
 
 def _plain_value(value: Any) -> Any:
     """Expected values are plain data: null, booleans, integers, strings, lists of them, and
-    a tensor of another dtype than its field's usual one as ``{dtype: int64, values: [...]}``
-    (and ``shape: [0, 3]`` where the values do not imply it; the dtype rule, docs/records.md)."""
+    a tensor that states its dtype, ``{dtype: int64, values: [...]}`` (and ``shape: [0, 3]``
+    where the values do not imply it), or that says it states none, ``{values: [...]}``
+    (record formats, docs/records.md)."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, list):
         return [_plain_value(item) for item in value]
     if (
         isinstance(value, dict)
-        and {"dtype", "values"} <= set(value) <= {"dtype", "values", "shape"}
-        and isinstance(value["dtype"], str)
+        and "values" in value
+        and set(value) <= {"dtype", "values", "shape"}
+        and isinstance(value.get("dtype", ""), str)
         and isinstance(value["values"], list)
         and all(isinstance(n, int) for n in value.get("shape", []))
     ):

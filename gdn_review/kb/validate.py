@@ -48,6 +48,23 @@ def validate_kb(kb_dir: Path) -> Validation:
     return Validation(records, todos, notes, problems)
 
 
+def format_note(record: Record) -> str:
+    """Which record format ``record`` is read as, and what the current one would add."""
+    from gdn_review.common import record_format
+
+    version = record.schema_version
+    if version == record_format.CURRENT:
+        return f"format {version} (current)"
+    added = "; ".join(
+        f"{later}: {record_format.ADDED[later]}"
+        for later in range(version + 1, record_format.CURRENT + 1)
+    )
+    return (
+        f"format {version}, read as written (the current format adds {added}; "
+        "`gdn-review migrate` measures and states it)"
+    )
+
+
 def relation_problems(records: dict[Path, Record]) -> list:
     """A relation's from_release must be the head release of the named PR's own record (one release
     per PR in the history)."""

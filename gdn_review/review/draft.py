@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from gdn_review.common import record_format
 from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, is_draft, parse_record
@@ -65,7 +66,7 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
             )
     survivors = [m for m in review["mutants"] if m["status"] in SURVIVED]
     return {
-        "schema_version": 1,
+        "schema_version": record_format.CURRENT,
         "pr": {"number": number, "repo": "vllm-project/vllm", "title": "TODO: the PR's title"},
         "target": {
             "file": target_file,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from gdn_review.common import release_range
+from gdn_review.common import record_format, release_range
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
 from gdn_review.kb.yaml_source import SAFE_LOADER
@@ -124,6 +124,12 @@ def fill_expects(
             )
             notes += _missing_notes(record, case_id, measured, release)
             notes += _deviation_notes(record, case_id, release)
+    if expects and record.schema_version < record_format.CURRENT:
+        # The blocks are measured in the current format's form; the record reads them as its own.
+        notes.append(
+            f"{path}: format {record.schema_version}: its expects compare a tensor written as its "
+            "values by its values only; `gdn-review migrate` states their dtypes"
+        )
     filled = Filled(path, release, data["device"], expects, left, notes)
     if write and expects:
         text = path.read_text(encoding="utf-8")
@@ -266,21 +272,29 @@ def _last_line(node: yaml.Node, lines: list[str]) -> int:
     return _last_line(last, lines)
 
 
+def mapping_keys(node: yaml.Node) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    """A mapping node's entries: key -> (key node, value node); {} for any other node."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {key.value: (key, value) for key, value in node.value}
+
+
+def item_nodes(root: yaml.Node, name: str):
+    """(index, node, ``mapping_keys``) of each item of the top-level list ``name`` (cases,
+    claims) of a composed record: where an edit of the text goes."""
+    items = mapping_keys(root).get(name, (None, None))[1]
+    for index, node in enumerate(items.value if isinstance(items, yaml.SequenceNode) else []):
+        yield index, node, mapping_keys(node)
+
+
 def insert_expects(text: str, file: str, expects: dict[str, dict]) -> str:
     """``text`` with an ``expect:`` block after each named case's last line (an empty ``expect``
     replaced)."""
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    root = yaml.compose(text, Loader=SAFE_LOADER)
-    cases = next((value for key, value in root.value if key.value == "cases"), None)
     edits: list[tuple[int, int, list[str]]] = []  # (first line, lines replaced, new lines)
-    for index, node in enumerate(cases.value if isinstance(cases, yaml.SequenceNode) else []):
-        keys = (
-            {key.value: (key, value) for key, value in node.value}
-            if isinstance(node, yaml.MappingNode)
-            else {}
-        )
+    for index, node, keys in item_nodes(yaml.compose(text, Loader=SAFE_LOADER), "cases"):
         case_id = keys.get("id", (None, None))[1]
         if case_id is None or case_id.value not in expects:
             continue

@@ -182,7 +182,7 @@ def retake_stored(kb_dir: Path, say: Callable[[str], None] = print) -> list[str]
             pairs = [(records[key], Path(scratch) / f"{key}.json") for key in release_keys]
             done = take_in_subprocess(pairs, tree)
             for key, (_, out) in zip(release_keys, pairs):
-                data = _taken(done, out, f"vLLM {version}: the snapshots", say)
+                data = read_taken(done, out, f"vLLM {version}: the snapshots", say)
                 if data["release"] != version:
                     raise SnapshotError(f"vLLM {version}: the child loaded vLLM {data['release']}")
                 refuse_not_taken(data, f"vLLM {version}")
@@ -234,10 +234,10 @@ def take_release(
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "snapshot.json"
         done = take_in_subprocess(record_path, path, out, all_fields=all_fields)
-        return _taken(done, out, f"vLLM {version}: the snapshot", say)
+        return read_taken(done, out, f"vLLM {version}: the snapshot", say)
 
 
-def _taken(done: subprocess.CompletedProcess, out: Path, what: str, say) -> dict:
+def read_taken(done: subprocess.CompletedProcess, out: Path, what: str, say) -> dict:
     """The snapshot a child wrote at ``out``; where it wrote none, its stderr is said and
     SnapshotError says that ``what`` could not be taken."""
     data = load(out) if done.returncode == 0 else None
@@ -310,15 +310,18 @@ def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
 def expect_block(expect: dict, indent: int = 0) -> list[str]:
     """``expect:`` and one line per field, its value in flow style (``spec_state_cells: [[[1,
     1]]]``), indented."""
-    import yaml
-
     lines = [" " * indent + "expect:"]
     for field, value in expect.items():
-        lines.append(
-            " " * (indent + 2)
-            + yaml.safe_dump({field: value}, default_flow_style=True, width=1 << 30).strip()[1:-1]
-        )
+        lines.append(" " * (indent + 2) + flow({field: value})[1:-1])
     return lines
+
+
+def flow(value) -> str:
+    """A value as YAML in flow style on one line (``{dtype: int64, values: [4]}``)."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30)
+    return text.removesuffix("\n...\n").strip()
 
 
 # --- As a pytest plugin (``-p gdn_review.run.snapshot``): the release matrix takes the

@@ -718,6 +718,24 @@ NO_FIELD = "(no such field)"
 TENSOR_KEYS = {"dtype", "values", "shape"}
 
 
+def explicit_form(form, name: str | None, usual: dict[str, str]):
+    """A stored form (an expect's value, a snapshot's field) with every tensor that
+    states no dtype but has one by ``usual`` written ``{dtype, values}``: what it
+    means, read with the table it was written with, so that it compares the same read
+    with any other. A list of a field ``usual`` does not name stays a list (its values
+    only)."""
+    if isinstance(form, dict):
+        # A tensor that states its dtype, or {values}: that it states none.
+        if "values" in form and set(form) <= TENSOR_KEYS:
+            return form
+        return {k: explicit_form(item, str(k), usual) for k, item in form.items()}
+    if isinstance(form, list) and name in usual:
+        return {"dtype": usual[name], "values": form}
+    if isinstance(form, list):
+        return [explicit_form(item, name, usual) for item in form]
+    return form
+
+
 def implied_shape(values) -> list[int]:
     """The shape a nested list of values implies: [] -> [0], [[], []] -> [2, 0]."""
     shape = []
@@ -753,19 +771,11 @@ def tensor_change(first, second):
     return None
 
 
-# Offset of the second block table (update_block_table); table offsets are
-# multiples of it, so an entry still names its row and slot.
-SECOND_TABLE = 10000
-
-
-# The dtype of each tensor build() returns, by the name it has in a snapshot (a
-# metadata field, a field of one of its parts such as ``checkpoint`` or ``nums_dict``,
-# a server field): measured from the real builder (vLLM 0.33.0 on CPU, every case of
-# kb/, tests/test_dtype_rule.py). A tensor of its field's usual dtype is stored as its
-# values; one of another dtype, or of a name not here, states its dtype. The token
-# indices are int64 where build() sorts the token mask (a batch that mixes spec
-# decodes with other rows) and int32 where it makes them itself (spec decodes only,
-# FULL-graph staging): the first is stored with its dtype.
+# The dtype of each tensor build() returns whose dtype does not depend on the batch,
+# by the name it has in a snapshot (a metadata field, a field of one of its parts such
+# as ``checkpoint`` or ``nums_dict``, a server field): measured from the real builder
+# (vLLM 0.33.0 on CPU, every case of kb/, tests/test_dtype_rule.py). Part of format 2:
+# changing an entry changes what format-2 records and snapshots mean (a new version).
 USUAL_DTYPES = {
     # GDNAttentionMetadata
     "batch_ptr": "int32",
@@ -774,7 +784,6 @@ USUAL_DTYPES = {
     "has_initial_state": "bool",
     "non_spec_query_start_loc": "int32",
     "non_spec_state_indices_tensor": "int32",
-    "non_spec_token_indx": "int32",
     "num_accepted_tokens": "int32",
     "prefill_has_initial_state": "bool",
     "prefill_query_start_loc": "int32",
@@ -783,7 +792,6 @@ USUAL_DTYPES = {
     "spec_sequence_masks": "bool",
     "spec_sequence_masks_cpu": "bool",
     "spec_state_indices_tensor": "int32",
-    "spec_token_indx": "int32",
     "token_chunk_offset_ptr": "int32",
     # nums_dict[chunk size]
     "mlist": "int64",
@@ -806,6 +814,11 @@ USUAL_DTYPES = {
     "flashinfer_prefill_query_start_loc": "int64",
     "flashinfer_prefill_seq_order": "int32",
 }
+
+
+# Offset of the second block table (update_block_table); table offsets are
+# multiples of it, so an entry still names its row and slot.
+SECOND_TABLE = 10000
 
 
 class Tensor(list):
@@ -854,19 +867,83 @@ def stored_form(value, name: str | None = None):
     return value
 
 
-def stored_differences(measured: dict, stored: dict, fields=None) -> dict:
+def stored_differences(
+    measured: dict, stored: dict, fields=None, usual: dict | None = None
+) -> dict:
     """field -> (measured, stored), both in stored form, of every field (of ``fields``;
     default: of either) whose value, dtype or shape differs, or that only one has
-    (``NO_FIELD`` on the side that lacks it)."""
+    (``NO_FIELD`` on the side that lacks it).
+
+    ``usual``: the dtype a tensor stored as its values has, by field (the table it was
+    written with; None: none). A tensor stored as values that ``usual`` gives no dtype
+    compares its values only: its dtype was never stated, so it is never guessed.
+    """
+    usual = usual or {}
     if fields is None:
         fields = sorted(set(measured) | set(stored))
     found = {}
     for field in fields:
-        a = stored_form(measured[field], field) if field in measured else NO_FIELD
         b = stored.get(field, NO_FIELD)
-        if a != b:
-            found[field] = (a, b)
+        if field not in measured:
+            if b != NO_FIELD:
+                found[field] = (NO_FIELD, b)
+            continue
+        a = measured[field]
+        if not _agrees(a, explicit_form(b, field, usual)):
+            found[field] = (_shown(a, explicit_form(b, field, usual), field), b)
     return found
+
+
+def _agrees(measured, stored) -> bool:
+    """Whether a measured value (``Tensor``s inside) is what an explicit stored form
+    says: a tensor its values, and its dtype and shape where it states them (a dtype
+    implies the shape its values have); a plain list its values."""
+    if isinstance(measured, Tensor):
+        if isinstance(stored, list):
+            return list(measured) == stored
+        if not (isinstance(stored, dict) and "values" in stored):
+            return False
+        shape = stored.get("shape")
+        if shape is None and "dtype" in stored:
+            shape = implied_shape(stored["values"])
+        return (
+            set(stored) <= TENSOR_KEYS
+            and list(measured) == stored["values"]
+            and stored.get("dtype", measured.dtype) == measured.dtype
+            and (shape is None or shape == measured.shape)
+        )
+    if isinstance(measured, dict):
+        return (
+            isinstance(stored, dict)
+            and set(measured) == set(stored)
+            and all(_agrees(measured[key], stored[key]) for key in measured)
+        )
+    if isinstance(measured, list):
+        return (
+            isinstance(stored, list)
+            and len(measured) == len(stored)
+            and all(_agrees(a, b) for a, b in zip(measured, stored))
+        )
+    return measured == stored
+
+
+def _shown(measured, stored, name: str | None):
+    """A measured value as the stored side states it: values where it states values
+    only, else in stored form (its dtype where it is not the field's usual one)."""
+    if isinstance(measured, Tensor):
+        if isinstance(stored, list) or (
+            isinstance(stored, dict) and "dtype" not in stored
+        ):
+            return list(measured)
+        return stored_form(measured, name)
+    if isinstance(measured, dict) and isinstance(stored, dict):
+        return {k: _shown(v, stored.get(k), str(k)) for k, v in measured.items()}
+    if isinstance(measured, list) and isinstance(stored, list):
+        return [
+            _shown(item, stored[index] if index < len(stored) else None, name)
+            for index, item in enumerate(measured)
+        ]
+    return stored_form(measured, name)
 
 
 def describe_differences(differences: dict, other: str = "expected") -> str:
@@ -2770,14 +2847,10 @@ def _check_property(
 def _check_deviation_unchanged(measured, pinned):
     # A known deviation (strict xfail) must measure what the record pins: a changed
     # deviation fails instead of xfailing. Compared as stored: values, dtype and shape.
-    changed = {
-        key: (stored_form(measured.get(key), key), value)
-        for key, value in pinned.items()
-        if stored_form(measured.get(key), key) != value
-    }
+    changed = stored_differences(measured, pinned, pinned)
     if changed:
         pytest.fail(
-            f"the known deviation changed (measured, recorded): {changed}",
+            "the known deviation changed: " + describe_differences(changed, "recorded"),
             pytrace=False,
         )
 
