@@ -77,10 +77,10 @@ INJECT = {
     "check": """\
         from gdn_review import harness
 
-        def compare(measured, expected):
+        def compare(measured, expected, record_format):
             return {"returned": measured["returned"]}
 
-        patch.setattr(harness, "snapshot_differences", compare)
+        patch.setattr(harness, "expect_differences", compare)
 """,
     "init": """\
         def refuse(self, *args, **kwargs):
@@ -343,4 +343,4 @@ def test_the_test_module_is_the_generated_one():
     """The injected runs check the real generated module, unchanged (not a stand-in)."""
     text = MODULE.read_text(encoding="utf-8")
     assert "harness.build_case(device, CASES[case_id]" in text
-    assert "harness.snapshot_differences(measured, expected)" in text
+    assert "harness.expect_differences(measured, expected, RECORD_FORMAT)" in text
