@@ -53,6 +53,7 @@ CASES = {
             'num_prefill_checkpoint_blocks': 1,
             'prefill_checkpoint_alignment': 64,
         },
+        'releases': '>=0.30',
         'rows': [
             {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
             {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 90},
@@ -72,6 +73,7 @@ CASES = {
             'num_prefill_checkpoint_blocks': 1,
             'prefill_checkpoint_alignment': 64,
         },
+        'releases': '>=0.30',
         'rows': [
             {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
             {'accepted': 1, 'query_len': 300, 'seq_len': 300},
@@ -105,6 +107,7 @@ CASES = {
             'hash_block_size': 64,
             'num_prefill_checkpoint_blocks': 1,
         },
+        'releases': '>=0.30',
         'rows': [
             {'accepted': 1, 'prefilling': False, 'query_len': 1, 'seq_len': 9},
             {'accepted': 1, 'query_len': 300, 'seq_len': 300},

@@ -16,8 +16,9 @@ import pytest
 from gdn_review.common import interrupts, release_trees
 from tests.conftest import ROOT
 
-# A module whose cases put prefix caching in align mode: CacheConfig(mamba_cache_mode=...).
-MODULE = "generated_tests/test_contract_flashinfer_checkpoint_plan.py"
+# #56960 (head release 0.32.0): its first_chunk_checkpoint case puts prefix caching in align
+# mode, CacheConfig(mamba_cache_mode=...); its other cases leave the cache config as it is.
+MODULE = "generated_tests/test_pr_56960.py"
 
 
 def _run(tree, evidence, *args, extra_env=None):
@@ -61,15 +62,18 @@ def test_a_config_field_a_release_renamed_makes_the_case_say_so(tmp_path):
         encoding="utf-8",
     )
     evidence = tmp_path / "evidence.json"
-    done = _run(copy, evidence, MODULE, "-k", "C1")
+    done = _run(copy, evidence, MODULE)
     assert done.returncode != 0, done.stdout[-2000:]
     tests = json.loads(evidence.read_text())["tests"]
-    ran = [t for t in tests if t["outcome"] not in ("skipped", "deselected")]
+    prefix = [t for t in tests if "first_chunk_checkpoint" in t["nodeid"]]
+    ran = [t for t in prefix if t["outcome"] not in ("skipped", "deselected")]
     assert ran, done.stdout[-2000:]
     for test in ran:
         assert test["outcome"] == "could not run", test
         assert "CacheConfig has no mamba_cache_mode, which the case sets" in test["reason"], test
-    assert not [t for t in tests if t["outcome"] in ("passed", "failed")]
+    # Nothing on the copy passed in another configuration (vLLM itself reads the renamed
+    # field elsewhere too: the other cases could not run either, each saying why).
+    assert not [t for t in tests if t["outcome"] in ("passed", "failed", "xfailed")]
 
 
 @pytest.mark.slow

@@ -97,7 +97,9 @@ def prepare_device(device: str, cases) -> str:
     reason = device_skip_reason(device)
     if reason:
         pytest.skip(reason)
-    prepare_builders(device, cases)
+    # A case outside its releases never runs here (its tests skip): no builder of it is
+    # made, as a release may not take what it sets (harness/adaptations.py).
+    prepare_builders(device, [c for c in cases if release_in_range(c.get("releases"))])
     # What is loaded now (torch, vLLM, the builders: millions of objects) lives to
     # the end of the session: frozen, the collector's full passes no longer walk it.
     # (Garbage first: frozen, it would never be freed; after the first freeze this
