@@ -9,6 +9,7 @@ import dataclasses
 import torch
 
 from gdn_review.harness.builders import BuilderSettings
+from gdn_review.harness.origin import setting_up
 
 
 def row_values(case: dict) -> list[dict]:
@@ -27,7 +28,13 @@ def row_values(case: dict) -> list[dict]:
 
 
 def build_arguments(case: dict, settings: BuilderSettings):
-    """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release."""
+    """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release
+    (what raises while they are made: could not run)."""
+    with setting_up("build()'s inputs"):
+        return _build_arguments(case, settings)
+
+
+def _build_arguments(case: dict, settings: BuilderSettings):
     device = torch.device(settings.device)
     rows = row_values(case)
     columns = settings.block_table_columns

@@ -1195,7 +1195,13 @@ def row_values(case: dict) -> list[dict]:
 
 
 def build_arguments(case: dict, settings: BuilderSettings):
-    """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release."""
+    """``build()``'s arguments, with a CommonAttentionMetadata fitted to the release
+    (what raises while they are made: could not run)."""
+    with setting_up("build()'s inputs"):
+        return _build_arguments(case, settings)
+
+
+def _build_arguments(case: dict, settings: BuilderSettings):
     device = torch.device(settings.device)
     rows = row_values(case)
     columns = settings.block_table_columns
@@ -1674,8 +1680,7 @@ def _second_builder(case: dict, settings: BuilderSettings):
 def _run_entry(builder, case: dict, settings: BuilderSettings, other=None):
     """Call the case's entry point on ``builder``; returns (metadata, the snapshot of
     the build it re-gathered or None)."""
-    with setting_up("build()'s inputs"):
-        kwargs, _, columns = build_arguments(case, settings)
+    kwargs, _, columns = build_arguments(case, settings)
     return _call_entry(
         builder, case, kwargs, lambda metadata: snapshot(metadata, columns), other
     )
@@ -1784,8 +1789,7 @@ def _step_builders(device: str, case: dict):
 def _build_step(device: str, case: dict, count_ops: bool) -> BuildRun:
     """Run the case's engine step (harness.steps): ops counted per step and call."""
     builders, settings = _step_builders(device, case)
-    with setting_up("build()'s inputs"):
-        kwargs, _, columns = build_arguments(case, settings)
+    kwargs, _, columns = build_arguments(case, settings)
     counter = _OpCounter()
     with counter.mode if count_ops else contextlib.nullcontext():
         metadatas, call_ops = run_step(builders, case, kwargs, counter.counts)
@@ -1815,11 +1819,8 @@ def op_counts(run: BuildRun, budget: dict, per: str = "step") -> dict[str, int]:
 
 
 def prepare_builders(device: str, cases) -> None:
-    """Make every builder these cases need now (once), so tests only build().
-
-    A case whose set-up could not run here is left to its own tests: they may skip
-    first (outside a claim's releases), or say themselves that they could not run.
-    """
+    """Make every builder these cases need now (once), so tests only build(); one whose
+    set-up could not run is left to its own tests (they skip first, or say so)."""
     for case in cases:
         # A case that states what its construction raises is constructed in its test.
         if (
@@ -1853,8 +1854,7 @@ def count_sync_warnings(device: str, case: dict) -> int:
     point runs."""
     if case.get("step") is not None:
         builders, settings = _step_builders(device, case)
-        with setting_up("build()'s inputs"):
-            kwargs, _, _ = build_arguments(case, settings)
+        kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
             run_step(builders, case, kwargs)
@@ -1862,8 +1862,7 @@ def count_sync_warnings(device: str, case: dict) -> int:
         builder, settings = _builder_after(device, case)
         # The inputs are made, and the metadata read back, outside the counted call:
         # the first H200 run counted their copies (4 to 6 "syncs" in build()).
-        with setting_up("build()'s inputs"):
-            kwargs, _, _ = build_arguments(case, settings)
+        kwargs, _, _ = build_arguments(case, settings)
 
         def entry():
             _call_entry(builder, case, kwargs)
@@ -1891,8 +1890,7 @@ def count_device_origin_reads(device: str, case: dict) -> dict[str, int]:
     else:
         builder, settings = _builder_after(device, case)
         builders = [builder]
-    with setting_up("build()'s inputs"):
-        kwargs, _, _ = build_arguments(case, settings)
+    kwargs, _, _ = build_arguments(case, settings)
     common = kwargs["common_attn_metadata"]
     tracker = DeviceOriginReads()
     tracker.mark(
