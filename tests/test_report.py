@@ -195,6 +195,23 @@ def test_a_test_that_measured_nothing_is_no_verdict_and_no_passing_risk(tmp_path
     assert fail_conditions.exit_code(tripped) == 3
 
 
+def test_a_hostile_message_that_could_not_run_stays_inside_its_cell(tmp_path):
+    """A set-up error's message can come from a PR's diff applied by review (its code raises
+    it): markdown in it (a pipe, a newline, a heading, HTML) never breaks the report's table."""
+    evidence = json.loads((GOLDEN / "evidence" / "run.json").read_text(encoding="utf-8"))
+    test = next(t for t in evidence["tests"] if t["outcome"] == "passed")
+    hostile = "x | y\n# owned <img src=x onerror=alert(1)> [link](http://evil)"
+    test.update(outcome=evidence_file.COULD_NOT_RUN, reason=f"could not run: {hostile}")
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence), encoding="utf-8")
+    data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([path]))
+    text = report.render_markdown(data)
+    assert "<img" not in text and "\n# owned" not in text
+    row = next(line for line in text.splitlines() if line.startswith(f"| {test['claim']} |"))
+    header = next(line for line in text.splitlines() if line.startswith("| claim |"))
+    assert row.count(" | ") == header.count(" | ") and "x \\| y" in row, row
+
+
 def test_partly_run_claim_is_unverified():
     claim = load_record(GOLDEN_RECORD).claims[0]
     tests = [
