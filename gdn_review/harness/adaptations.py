@@ -109,6 +109,28 @@ def making_config():
         vllm.triton_utils.HAS_TRITON = False
 
 
+def model_runner_env(runner: str | None) -> tuple[str, str] | None:
+    """How the case's ``model_runner`` is chosen on the loaded release: the environment
+    variable and its value, or None where the release has one runner only. A release
+    without the one asked skips as not applicable (vLLM 0.34.0 removed model runner V1:
+    its gpu_model_runner.py is gone, VLLM_USE_V2_MODEL_RUNNER is no longer read)."""
+    if runner is None:
+        return None
+    import vllm
+    import vllm.envs
+
+    if "VLLM_USE_V2_MODEL_RUNNER" in vllm.envs.environment_variables:
+        return "VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0"
+    if runner == "v2":
+        return None
+    import pytest
+
+    pytest.skip(
+        f"not applicable: vLLM {vllm.__version__} has no model runner V1 (removed in "
+        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)"
+    )
+
+
 class NotInRelease(TypeError):
     """The loaded release has no such field: a case that sets it would run elsewise."""
 

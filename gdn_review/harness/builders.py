@@ -24,7 +24,12 @@ import tempfile
 
 import torch
 
-from gdn_review.harness.adaptations import accepted_kwargs, making_config, set_field
+from gdn_review.harness.adaptations import (
+    accepted_kwargs,
+    making_config,
+    model_runner_env,
+    set_field,
+)
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.origin import setting_up, under_test
 
@@ -275,11 +280,10 @@ def _as_on_server(settings: BuilderSettings):
     backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
     model runner is the case's. The builder's __init__ then derives its own attributes
     from them."""
-    saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    if settings.model_runner is not None:
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
-            "1" if settings.model_runner == "v2" else "0"
-        )
+    runner = model_runner_env(settings.model_runner)
+    saved_runner = os.environ.get(runner[0]) if runner else None
+    if runner is not None:
+        os.environ[runner[0]] = runner[1]
     patched = []
     backend = settings.resolved_prefill_backend
     # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
@@ -303,11 +307,11 @@ def _as_on_server(settings: BuilderSettings):
     finally:
         for module, original in patched:
             module._resolve_gdn_prefill_backend = original
-        if settings.model_runner is not None:
+        if runner is not None:
             if saved_runner is None:
-                os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+                os.environ.pop(runner[0], None)
             else:
-                os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_runner
+                os.environ[runner[0]] = saved_runner
 
 
 def warm_up(construct: bool = False) -> None:
