@@ -106,7 +106,8 @@ def matrix_command(
     discriminates (fails before the PR, holds after it) or, for a claim of no
     change, is preserved. Every case's full metadata is compared between
     consecutive releases; each difference is attributed to a PR
-    (target.changes, related[].changes) or shown as unexplained drift.
+    (target.changes, related[].changes), to an entry of kb/history/changes.yaml
+    or a contract's `moved`, or shown as unexplained drift.
 
     With --all, every record runs and reports/history.md says, release by
     release, which PRs changed the builder, what moved and each claim's
