@@ -10,6 +10,7 @@ parent process is never mutated.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -55,18 +56,82 @@ def load_mutated(relative_path: str, code) -> None:
     name = module_name(relative_path)
     # its imports (and parents) are loaded as usual
     original = importlib.import_module(name)
+    forgotten = _forget_registrations(name)
     module = importlib.util.module_from_spec(original.__spec__)
     sys.modules[name] = module
     try:
-        exec(code, module.__dict__)
+        with _ops_registered_once():
+            exec(code, module.__dict__)
     except BaseException:
         sys.modules[name] = original
+        for registry, key, value in forgotten:
+            registry[key] = value
         raise
     parent, _, leaf = name.rpartition(".")
     if parent in sys.modules:
         setattr(sys.modules[parent], leaf, module)
     # builders made from the original class must not be reused
     make_builder.cache_clear()
+
+
+def _forget_registrations(name: str) -> list[tuple[dict, str, object]]:
+    """Forget the custom ops and pluggable layers module ``name`` registered when it was
+    imported (vLLM's ``op_registry`` asserts each name is registered once, so the copy
+    could not register them again): as a fresh process imports the edited module, with
+    none of them registered yet. Returns what was forgotten."""
+    forgotten = []
+    for loaded in list(sys.modules.values()):
+        for attribute in ("op_registry", "op_registry_oot"):
+            registry = getattr(loaded, attribute, None)
+            if not isinstance(registry, dict):
+                continue
+            for key, value in list(registry.items()):
+                if getattr(value, "__module__", None) == name:
+                    forgotten.append((registry, key, registry.pop(key)))
+    return forgotten
+
+
+@contextlib.contextmanager
+def _ops_registered_once():
+    """While the edited copy executes: a torch custom op it registers that the original
+    already registered (torch refuses a second definition) keeps the original's. Those
+    ops are the layer's kernels, which no check calls on CPU; a mutant inside one reads
+    unreached, never killed."""
+    try:
+        import vllm.utils.torch_utils as torch_utils
+    except ImportError:
+        yield
+        return
+    register = getattr(torch_utils, "direct_register_custom_op", None)
+    if register is None:
+        yield
+        return
+
+    def once(op_name, op_func, *args, target_lib=None, **kwargs):
+        import torch
+
+        namespace = getattr(target_lib or torch_utils.vllm_lib, "ns", "vllm")
+        if hasattr(getattr(torch.ops, namespace), op_name):
+            return None
+        return register(op_name, op_func, *args, target_lib=target_lib, **kwargs)
+
+    torch_utils.direct_register_custom_op = once
+    try:
+        yield
+    finally:
+        torch_utils.direct_register_custom_op = register
+
+
+def loads_unmutated(relative_path: str) -> bool:
+    """Whether the unmutated file loads in place as a mutant is loaded (if not, a mutant
+    that does not load says nothing about the tests)."""
+    with open(target_path(relative_path), encoding="utf-8") as handle:
+        code = compile_source(relative_path, handle.read())
+    try:
+        load_mutated(relative_path, code)
+    except Exception:
+        return False
+    return True
 
 
 def single_threaded() -> None:

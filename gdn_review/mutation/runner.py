@@ -176,7 +176,15 @@ def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
     try:
         mutation.load_mutated(relative_path, code)
     except Exception as error:  # the mutated module does not even load
-        return _killed("(import)", "(module import)", f"{type(error).__name__}: {error}"[:300])
+        why = f"{type(error).__name__}: {error}"[:300]
+        if not mutation.loads_unmutated(relative_path):
+            # Not the mutant's doing: the file cannot be swapped in memory at all.
+            return {
+                "status": "error",
+                "reason": f"{relative_path} does not load in place unmutated either ({why})",
+                "tests_run": 0,
+            }
+        return _killed("(import)", "(module import)", why)
     tests_run = 0
     for tests in rounds:
         collector = KillCollector()

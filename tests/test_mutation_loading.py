@@ -1,0 +1,48 @@
+"""A mutant is loaded in memory as a fresh process would import the edited file; a file that
+cannot be swapped in place at all gives an error, never a kill."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gdn_review.harness import mutation
+from gdn_review.mutation import runner
+
+TARGET = "vllm/v1/attention/backends/gdn_attn.py"
+
+
+def _not_loading():
+    return compile("raise RuntimeError('the copy does not import')", "<mutant>", "exec")
+
+
+def test_a_mutant_that_does_not_import_is_killed_when_the_original_loads(monkeypatch):
+    monkeypatch.setattr(mutation, "loads_unmutated", lambda path: True)
+    result = runner.run_in_this_process(TARGET, _not_loading(), [])
+    assert result["status"] == "killed"
+    assert "the copy does not import" in result["messages"]["(module import)"]
+
+
+def test_a_file_that_does_not_load_unmutated_is_an_error_not_a_kill(monkeypatch):
+    monkeypatch.setattr(mutation, "loads_unmutated", lambda path: False)
+    result = runner.run_in_this_process(TARGET, _not_loading(), [])
+    assert result["status"] == "error"
+    assert "does not load in place unmutated either" in result["reason"]
+    assert "the copy does not import" in result["reason"]
+
+
+@pytest.mark.slow
+def test_files_that_register_custom_ops_load_in_place():
+    """qwen_gdn_linear_attn.py registers a CustomOp and a torch op when imported: its copy
+    loads in place (a fresh process's registrations), in a child so this one stays clean."""
+    code = (
+        "from gdn_review.harness import mutation\n"
+        "for path in ('vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py',"
+        " 'vllm/v1/attention/backends/gdn_attn.py'):\n"
+        "    print(path, mutation.loads_unmutated(path))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count(" True") == 2, done.stdout + done.stderr[-2000:]
