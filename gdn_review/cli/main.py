@@ -5,7 +5,7 @@ This file holds the ``gdn-review`` group and its short commands (generate, schem
 and adds the others to the group, each from the module named after its job: run_commands
 (run, report), record_commands (validate, import, export, snapshot), migrate_command,
 mutate_command, bench_command, matrix_commands (matrix, history), bundle_command,
-review_commands (review, review-merge),
+review_commands (review, review-merge), release_step_command (release-step),
 authoring (find-release). Each command's work lives in the stage it calls.
 """
 
@@ -25,6 +25,7 @@ from gdn_review.cli import matrix_commands as cli_matrix
 from gdn_review.cli import migrate_command as cli_migrate
 from gdn_review.cli import mutate_command as cli_mutate
 from gdn_review.cli import record_commands as cli_record
+from gdn_review.cli import release_step_command as cli_release_step
 from gdn_review.cli import review_commands as cli_review
 from gdn_review.cli import run_commands as cli_run
 from gdn_review.cli.support import (
@@ -55,6 +56,7 @@ def main() -> None:
       gdn-review bench                    # build() latency A/B for the latency claims
       gdn-review matrix --record 52078    # before/after the PR on every release since
       gdn-review review pr.diff           # a change (gh pr diff N) against the whole KB, pre-merge
+      gdn-review release-step             # a new release: matrix, its diff reviewed, history drafts
       gdn-review report --format json     # verdicts from the last run's evidence
       gdn-review import report.md         # a review report -> draft kb/N.yaml
       gdn-review find-release "LINE"      # first release with a gdn_attn.py line: base/head_release
@@ -151,6 +153,7 @@ for _command in (
     cli_bundle.bundle_command,
     cli_review.review_command,
     cli_review.review_merge_command,
+    cli_release_step.release_step_command,
     cli_authoring.find_release_command,
 ):
     main.add_command(_command)

@@ -20,6 +20,8 @@ CONDITIONS = {
     "field that came or went, with no recorded change behind it",
     "breaks": "a claim that held and no longer does with the change, or the PR's own claim "
     "that fails with its diff",
+    "unexplained": "a hunk of a release step's diff of the builder's files that no "
+    "kb/history/changes.yaml entry names (hunks:)",
     "error": "a check that could not run (set-up raised before the builder under test was "
     "entered: platform, VllmConfig, imports) or raised an error in gdn-review's own code; "
     "exit code 3, not 1",
@@ -35,6 +37,7 @@ REPORT = ("fails", "unverified", "uncovered", "survived", "pending", ERROR)  # r
 MATRIX = ("fails", "unverified", "uncovered", "drift", ERROR)  # matrix, its history page
 HISTORY = ("drift", ERROR)  # the history page alone
 REVIEW = ("breaks", "drift", "survived", ERROR)  # review, review-merge
+RELEASE_STEP = ("fails", "breaks", "drift", "unexplained", "survived", ERROR)  # release-step
 
 
 def tripped(findings: list[tuple[str, str]], chosen: set[str]) -> list[str]:

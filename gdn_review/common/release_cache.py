@@ -38,6 +38,10 @@ MANIFEST = ".complete"
 KEEP_SUFFIXES = (".py", ".pyi", ".json", ".yaml", ".yml", ".txt", ".jinja", ".typed")
 
 
+class UnknownRelease(ReleaseError):
+    """A release the package index does not have (bad input: exit 2)."""
+
+
 class DamagedEntry(ReleaseError):
     """A cached file no longer matches its manifest."""
 
@@ -165,7 +169,7 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
 def _pip_failure(version: str, done: subprocess.CompletedProcess) -> ReleaseError:
     text = (done.stderr or done.stdout or "").strip()
     if "No matching distribution" in text or "Could not find a version" in text:
-        return ReleaseError(
+        return UnknownRelease(
             f"vLLM {version} is not a release on the package index (pip: no matching distribution)"
         )
     last = text.splitlines()[-1] if text else f"exit code {done.returncode}"

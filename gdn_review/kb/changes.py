@@ -47,6 +47,21 @@ class ChangeSource(Strict):
     )
 
 
+class HunkTie(Strict):
+    """A hunk of the release step's diff this change is: its file and one line the hunk adds or
+    removes (as the release's file writes it, leading spaces aside)."""
+
+    file: Text = Field(description="the file, vllm/...py (gdn_attn.py or a family file)")
+    line: Text = Field(
+        description="a line the hunk adds or removes, as written (leading spaces aside); "
+        "a hunk is this change's when one of its changed lines contains it"
+    )
+
+    def matches(self, file: str, changed: list[str]) -> bool:
+        wanted = self.line.strip()
+        return self.file == file and any(wanted in line for line in changed)
+
+
 class BuilderChange(Strict):
     id: ChangeId | None = Field(
         default=None,
@@ -58,6 +73,11 @@ class BuilderChange(Strict):
         default_factory=list,
         description="metadata fields of build()'s result it adds or removes (the "
         "history attributes those to it)",
+    )
+    hunks: list[HunkTie] = Field(
+        default_factory=list,
+        description="the hunks of the release step's diff that are this change (gdn-review "
+        "release-step attributes each hunk to the entries that name it)",
     )
     pr: ChangeSource | None = None
     searched: list[Text] = Field(
