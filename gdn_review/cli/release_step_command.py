@@ -74,6 +74,14 @@ DEFAULT_FAIL_ON = "fails,breaks,drift,unexplained,survived,error"
 @work_option(
     "The matrix runs' files (evidence, snapshots).  [default: .gdn-review/release-step/FROM-TO]"
 )
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="Run nothing: print from=, to=, covered= (the KB's newest release) and due=true|false "
+    "(--to is newer than every release the KB covers), one per line, as $GITHUB_OUTPUT takes "
+    "them; exit 0.",
+)
 @fail_on_option(fail_conditions.RELEASE_STEP, DEFAULT_FAIL_ON)
 @exit_codes
 @interruptible
@@ -89,6 +97,7 @@ def release_step_command(
     offline,
     out_root,
     work_dir,
+    plan_only,
     fail_on,
 ) -> None:
     """Check a new vLLM release against the whole KB, in one command.
@@ -120,6 +129,7 @@ def release_step_command(
       gdn-review release-step --from 0.33.0 --to 0.34.0
       gdn-review release-step --from 0.33.0 --to 0.34.0 --record 52078 --max-mutants 20
       gdn-review release-step --offline --fail-on unexplained,error
+      gdn-review release-step --plan >> "$GITHUB_OUTPUT"      # due=true when the index is ahead
     """
     from gdn_review.common import interrupts
     from gdn_review.review import release_step, step_report
@@ -136,6 +146,12 @@ def release_step_command(
         offline=offline,
     )
     try:
+        if plan_only:
+            found = release_step.plan(kb_dir, options, say)
+            for key in ("from", "to", "covered"):
+                click.echo(f"{key}={found[key] or ''}")
+            click.echo(f"due={'true' if found['due'] else 'false'}")
+            return
         data = release_step.release_step(kb_dir, out_root, options, say=say)
     except release_step.StepError as error:
         raise click.UsageError(str(error)) from None

@@ -92,6 +92,15 @@ def releases(kb_dir: Path, options: StepOptions, say: Callable[[str], None]) -> 
     return str(Release(old)), str(Release(new))
 
 
+def plan(kb_dir: Path, options: StepOptions, say: Callable[[str], None]) -> dict:
+    """Whether a step is due (runs nothing): ``to`` (the newest on the index) is newer than every
+    release the KB has snapshots of; ``from`` as the step would choose it."""
+    old, new = releases(kb_dir, options, say)
+    newest = newest_covered(kb_dir, "99999.0.0")
+    due = newest is None or Release(new).version > Release(newest).version
+    return {"from": old, "to": new, "covered": newest, "due": due}
+
+
 def fetch(old: str, new: str, options: StepOptions, say: Callable) -> tuple[list[str], str]:
     """Both releases into the release cache; the family's files and the step's diff of them."""
     entries = [release_trees.entry(v, fetch=not options.offline, say=say) for v in (old, new)]

@@ -38,6 +38,14 @@ def _key(entry: dict):
     return entry["key"] if "key" in entry else entry["number"]
 
 
+def _explainer(entry: dict) -> str:
+    """Who explains a moved case: a record's key, or a kb/history/changes.yaml entry's id (a
+    record's ``target.moved``/``contract.moved``)."""
+    if entry.get("relation") == "changes.yaml":
+        return code(_key(entry))
+    return _name(_key(entry))
+
+
 def unmeasured_verdict(claim: dict) -> str | None:
     """``could not run`` or ``error in the check`` where a claim measured nothing on a side (the
     error first, after before before), else None."""
@@ -322,7 +330,7 @@ def _moved_lines(record: dict) -> list[str]:
         lines = ["", "| case | fields | before → after | explained by |", "|---|---|---|---|"]
         for row in record["moved"]:
             explained = (
-                ", ".join(f"{_name(_key(e))} ({text(e['relation'])})" for e in row["explained_by"])
+                ", ".join(f"{_explainer(e)} ({text(e['relation'])})" for e in row["explained_by"])
                 or "**unexplained**"
             )
             shown = [cell(c) for c in row["changes"][:SHOWN_CHANGES]] + _more(row["changes"])
