@@ -261,7 +261,9 @@ def test_drafts_file_is_yaml_with_its_instructions(tmp_path):
 
 # --- The real step --------------------------------------------------------------------------
 
-RECORDS = ("--record", "52078", "--record", "kimi_k3_rocm_kda_builder")
+# A contract whose cases build Kimi-K3's ROCm builder: its tests run gdn_attn.py's code and the
+# AMD file's (two of the step's three files); the NVIDIA file's mutants are then reached by none.
+RECORDS = ("--record", "kimi_k3_rocm_kda_builder")
 
 
 @pytest.mark.slow
@@ -301,6 +303,8 @@ def test_the_step_0_33_to_0_34_kills_or_names_every_mutant_of_its_new_lines(tmp_
     assert any(c == "unexplained" for c, _ in data["findings"])
     assert (folder / "history.md").is_file() and (folder / "changes.draft.yaml").is_file()
     assert "release step 0.33.0 → 0.34.0" in done.stdout
+    nvidia = next(r for r in data["reviews"] if "nvidia" in r["file"])["review"]["mutants"]
+    assert nvidia and {m["status"] for m in nvidia} == {"not reached"}
 
 
 @pytest.mark.slow

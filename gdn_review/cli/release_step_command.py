@@ -162,6 +162,7 @@ def release_step_command(
     for path in written[1:]:
         click.echo(f"drafts   {path}")
     click.echo(f"history  {Path(data['out']) / 'history.md'}")
+    click.echo(f"took     {data['seconds']:.0f} s")
     code = exit_for([tuple(f) for f in data["findings"]], fail_on)
     if data["could_not_run"]:
         click.echo(f"could not run: {data['could_not_run']}", err=True)

@@ -101,8 +101,11 @@ def plan(kb_dir: Path, options: StepOptions, say: Callable[[str], None]) -> dict
     return {"from": old, "to": new, "covered": newest, "due": due}
 
 
-def fetch(old: str, new: str, options: StepOptions, say: Callable) -> tuple[list[str], str]:
-    """Both releases into the release cache; the family's files and the step's diff of them."""
+def fetch(
+    old: str, new: str, options: StepOptions, say: Callable
+) -> tuple[list[str], str, Callable]:
+    """Both releases into the release cache; the family's files, the step's diff of them, and a
+    reader of the new release's files."""
     entries = [release_trees.entry(v, fetch=not options.offline, say=say) for v in (old, new)]
 
     def reader(entry):
@@ -113,7 +116,11 @@ def fetch(old: str, new: str, options: StepOptions, say: Callable) -> tuple[list
         return read
 
     paths = step_hunks.family_paths([e.path for e in entries])
-    return paths, step_hunks.step_diff(paths, reader(entries[0]), reader(entries[1]))
+    return (
+        paths,
+        step_hunks.step_diff(paths, reader(entries[0]), reader(entries[1])),
+        reader(entries[1]),
+    )
 
 
 def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path, say) -> dict:
@@ -161,8 +168,38 @@ def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path
     }
 
 
+def unreached_mutants(diff: str, source: str, path: str) -> list[dict]:
+    """The automatic mutants of a file's new lines where no record's tests run the file, each
+    ``not reached`` (named, never silently left out)."""
+    from gdn_review.common import unified_diff
+    from gdn_review.mutation import catalogue, operators
+
+    added = set().union(*(f.added_lines() for f in unified_diff.read_diff(diff, path)))
+    found = sorted(operators.automatic_mutants(source, added), key=lambda m: (m.line, m.id))
+    return [
+        {
+            "id": m.id,
+            "operator": m.operator,
+            "line": m.line,
+            "diff": catalogue.edit_diff(source, m.source, path),
+            "status": "not reached",
+            "killed_by": {},
+            "reason": "no record in the step runs this file's code (no case names its builder)",
+            "duration_s": None,
+        }
+        for m in found
+    ]
+
+
 def review_files(
-    kb_dir: Path, old: str, new: str, diff: str, options: StepOptions, out: Path, say
+    kb_dir: Path,
+    old: str,
+    new: str,
+    diff: str,
+    options: StepOptions,
+    out: Path,
+    say,
+    read_new: Callable[[str], str | None],
 ) -> list[dict]:
     """Each changed file's part of the step's diff reviewed onto ``old`` (landing in ``new``);
     its review's markdown and JSON under ``out/review``; per file the review's data, or why it
@@ -197,6 +234,8 @@ def review_files(
             done.append({"file": path, "not_reviewed": str(error)})
             continue
         data["name"] = name
+        if not data["records"]:  # no record's tests run this file: its mutants are reached by none
+            data["mutants"] = unreached_mutants(part, read_new(path) or "", path)
         files.write(data, folder, render.markdown(data))
         done.append({"file": path, "review": data, "report": f"review/{name}.md"})
     return done
@@ -259,7 +298,7 @@ def release_step(
     out = Path(out_root) / f"{old}-{new}"
     out.mkdir(parents=True, exist_ok=True)
     say(f"release step: vLLM {old} → {new}")
-    paths, diff = fetch(old, new, options, say)
+    paths, diff, read_new = fetch(old, new, options, say)
     (out / "step.diff").write_text(diff, encoding="utf-8")
     rows = step_hunks.attribute(step_hunks.hunks(diff, str(out / "step.diff")), changes, new)
     say(
@@ -284,7 +323,7 @@ def release_step(
         data["could_not_run"] = f"vLLM {version} could not run: {why}"
         say(f"release step: {data['could_not_run']}: the step's diff is not reviewed (no verdict)")
     else:
-        data["reviews"] = review_files(kb_dir, old, new, diff, options, out, say)
+        data["reviews"] = review_files(kb_dir, old, new, diff, options, out, say, read_new)
     data["unguarded"] = unguarded(data["reviews"])
     data["drafts"] = step_hunks.draft_entries(
         rows, unattributed_fields(matrix["history"]), new, changes
