@@ -129,24 +129,28 @@ def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path
     from gdn_review.kb.changes import load_changes
     from gdn_review.matrix import history, matrix_command, matrix_report
     from gdn_review.matrix.history_sources import load_bench, load_matrices
+    from gdn_review.matrix.matrix_files import matrix_folder_name
     from gdn_review.report import report as reporting
     from gdn_review.run import evidence_file
 
-    work = (options.work_dir or Path(".gdn-review") / "release-step" / f"{old}-{new}") / "matrix"
+    root = (options.work_dir or Path(".gdn-review") / "release-step" / f"{old}-{new}") / "matrix"
+    # One record's --work is its own folder (run_records); several records' a folder of them.
+    keys = set(options.keys)
+    single = len(keys) == 1
     matrix_options = matrix_command.MatrixOptions(
         keys=options.keys,
         since=old,
         versions=(old, new),
         jobs=options.jobs,
         generated_dir=options.generated_dir,
-        work_dir=work,
+        work_dir=root / matrix_folder_name(next(iter(keys))) if single else root,
     )
     runs = matrix_command.run_records(kb_dir, matrix_options, say=say)
     reports, _, _ = matrix_command.write_reports(runs, out / "matrix", None)
     records = {job.record_path: job.record for job in runs.work}  # the records this step ran
     page = history.history_data(
         records,
-        load_matrices(records, runs.root),
+        load_matrices(records, root),
         load_bench(evidence_file.BENCH_PATH),
         since=old,
         changes=load_changes(kb_dir),
