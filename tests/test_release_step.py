@@ -114,6 +114,8 @@ def _data(**overrides) -> dict:
         "drafts": [],
         "findings": [],
         "could_not_run": None,
+        "record_drafts": [],
+        "seconds": 1.0,
     }
     return {**data, **overrides}
 
@@ -238,13 +240,16 @@ def test_the_page_escapes_what_a_release_source_carries():
         hunks=rows,
         reviews=[{"file": "vllm/`odd`|name.py", "review": review, "report": "review/x.md"}],
         unguarded=[{"file": "vllm/`odd`|name.py", **mutant}],
+        record_drafts=["related:\n  - number: TODO # ```` <b>x</b>"],
     )
     page = step_report.markdown(data)
     # Outside code spans and fences nothing is markup: no HTML, link or mention.
-    prose = re.sub(r"(`+)[^`].*?\1", "", re.sub(r"`{3,}diff\n.*?\n`{3,}", "", page, flags=re.S))
+    fenced = re.sub(r"`{5}(diff|yaml)\n.*?\n`{5}", "", page, flags=re.S)
+    prose = re.sub(r"(`+)[^`].*?\1", "", fenced)
     assert "<img" not in prose and "](http" not in prose and "@maintainer" not in prose
     assert "<img" in page  # shown, as code
-    assert "`````diff" in page  # a fence longer than the run of backticks inside
+    assert "`````diff" in page and "`````yaml" in page  # fences longer than any run inside
+    assert "<b>" not in prose
     table = [line for line in page.splitlines() if "odd" in line and line.startswith("|")]
     assert table and all(line.count(" | ") == 2 for line in table)  # no cell split by a pipe
 

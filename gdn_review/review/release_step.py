@@ -127,7 +127,7 @@ def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path
     """Every record (or ``keys``) on both releases; each record's matrix report under
     ``out/matrix``, the history's section of ``new`` as ``out/history.md``; their data."""
     from gdn_review.kb.changes import load_changes
-    from gdn_review.matrix import history, matrix_command, matrix_report
+    from gdn_review.matrix import drift, history, matrix_command, matrix_report
     from gdn_review.matrix.history_sources import load_bench, load_matrices
     from gdn_review.matrix.matrix_files import matrix_folder_name
     from gdn_review.report import report as reporting
@@ -164,9 +164,18 @@ def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path
         for data in reports
         for version, why in (data["matrix"].get("could_not_run") or {}).items()
     }
+    unexplained = sorted(
+        {r["record"] for r in page["unexplained"] if r["record"] is not None}, key=str
+    )
+    record_drafts = [
+        text
+        for key in unexplained
+        for text in drift.drafts(kb_dir, [key], root / matrix_folder_name(key))
+    ]
     return {
         "reports": reports,
         "history": page,
+        "record_drafts": record_drafts,
         "findings": matrix_report.findings(reports, page),
         "could_not_run": could_not_run,
     }
@@ -319,6 +328,8 @@ def release_step(
         "hunks": rows,
         "matrix": {k: matrix[k] for k in ("findings", "could_not_run")},
         "history": {"unexplained": matrix["history"]["unexplained"]},
+        # what `matrix --record N --draft-changes` prints for each record with unexplained drift
+        "record_drafts": matrix["record_drafts"],
         "reviews": [],
         "could_not_run": None,
     }

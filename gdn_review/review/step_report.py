@@ -77,6 +77,15 @@ def markdown(data: dict) -> str:
         f"{', '.join(code(f) for f in r['fields'])} ({text(r['from'])} → {text(r['to'])})"
         for r in rows
     ] or ["None."]
+    if data.get("record_drafts"):
+        lines += [
+            "",
+            "What would explain it in the records (`gdn-review matrix --record N "
+            "--draft-changes`; write each `note`, and name the PR where it says TODO):",
+            "",
+        ]
+        for draft in data["record_drafts"]:
+            lines += fence(draft, "yaml") + [""]
     lines += ["", "## Each file's diff reviewed onto " + text(old), ""]
     for entry in data["reviews"]:
         if "review" not in entry:
