@@ -302,15 +302,19 @@ def history_data(
     bench: dict[int, dict] | None = None,
     since: str | None = None,
     changes: list | None = None,
+    newest: str | None = None,
 ) -> dict:
     """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's
-    notes."""
+    notes; ``newest``: the newest published release, where the window ends (None: at the newest
+    release the runs have)."""
     changes = changes or []
     by_number = {r.key: r for r in records.values()}
     reports = matrices.reports
-    releases = _releases(reports, since)
+    releases = [v for v in _releases(reports, since) if newest is None or _in(newest, v)]
     if not releases:
         raise HistoryError(f"no release at or after {since} in any matrix run")
+    # The window ends at the newest published release: where the runs stop short of it, say so.
+    not_run = newest if newest is not None and not _in(releases[-1], newest) else None
     shipped = _shipped(list(by_number.values()), reports, releases)
     moved = _moved(reports, releases)
     schema = _schema(reports, releases)
@@ -362,6 +366,8 @@ def history_data(
     return {
         "since": since,
         "releases": releases,
+        "newest": newest,
+        "newest_not_run": not_run,
         "per_release": per_release,
         "verdicts": _verdicts(by_number, reports, releases),
         "ops": _ops(by_number, matrices, releases),
@@ -384,12 +390,14 @@ def write_page(
     out_path: Path,
     since: str | None = None,
     matrix_reports: Path = Path("reports/matrix"),
+    newest: str | None = None,
 ) -> tuple[dict, Path]:
     """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its
     data and path.
 
     ``matrix_reports``: the folder of the records' matrix reports, which the page
-    links relative to its own folder.
+    links relative to its own folder; ``newest``: the newest published release, where the
+    window ends.
     """
     import os
 
@@ -404,6 +412,7 @@ def write_page(
         load_bench(bench_path),
         since=since,
         changes=load_changes(kb_dir),
+        newest=newest,
     )
     link = os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)
     data["matrix_link"] = Path(link).as_posix() + "/"
