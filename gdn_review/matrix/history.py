@@ -32,6 +32,17 @@ def _releases(reports: dict[int, dict], since: str | None) -> list[str]:
     return sorted((v for v in seen if _in(v, since)), key=Version)
 
 
+def _window(
+    reports: dict[int, dict], since: str | None, newest: str | None
+) -> tuple[list[str], str | None]:
+    """The page's releases, from ``since`` to ``newest`` (the newest published release), and
+    ``newest`` where the runs stop short of it (None: they reach it)."""
+    releases = [v for v in _releases(reports, since) if newest is None or _in(newest, v)]
+    if not releases:
+        raise HistoryError(f"no release at or after {since} in any matrix run")
+    return releases, newest if newest is not None and not _in(releases[-1], newest) else None
+
+
 def _shipped(
     records: list[Record], reports: dict[int, dict], releases: list[str]
 ) -> dict[str, list[dict]]:
@@ -305,16 +316,11 @@ def history_data(
     newest: str | None = None,
 ) -> dict:
     """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's
-    notes; ``newest``: the newest published release, where the window ends (None: at the newest
-    release the runs have)."""
+    notes; ``newest``: where the window ends (the newest published release; None: the runs')."""
     changes = changes or []
     by_number = {r.key: r for r in records.values()}
     reports = matrices.reports
-    releases = [v for v in _releases(reports, since) if newest is None or _in(newest, v)]
-    if not releases:
-        raise HistoryError(f"no release at or after {since} in any matrix run")
-    # The window ends at the newest published release: where the runs stop short of it, say so.
-    not_run = newest if newest is not None and not _in(releases[-1], newest) else None
+    releases, not_run = _window(reports, since, newest)
     shipped = _shipped(list(by_number.values()), reports, releases)
     moved = _moved(reports, releases)
     schema = _schema(reports, releases)
