@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
+from gdn_review.common import published
 from gdn_review.matrix import history, history_sources, matrix, matrix_files, release_plan
 from gdn_review.report import report
 from gdn_review.run import evidence_file
@@ -78,8 +79,10 @@ def _matrix(folder: Path, number: int, runs, snapshots_by_version) -> None:
 
 
 @pytest.fixture
-def kb_and_work(tmp_path, write_record):
-    """Two records' matrix runs as `gdn-review matrix --all` leaves them (WORK/matrix-N)."""
+def kb_and_work(tmp_path, write_record, monkeypatch):
+    """Two records' matrix runs as `gdn-review matrix --all` leaves them (WORK/matrix-N); the
+    package index (pip's answer, monkeypatched) serves up to 0.31.0, where the runs end."""
+    monkeypatch.setattr(published, "_index_versions", lambda timeout: ["0.31.0", "0.30.0"])
     write_record(MATRIX_RECORD)
     kb = write_record(LATER, "9.yaml")
     work = tmp_path / "work"
@@ -207,12 +210,50 @@ def test_history_command_writes_the_page_and_exits_1_on_unexplained_drift(kb_and
     assert relaxed.exit_code == 0, relaxed.output
 
 
+def test_the_window_ends_at_the_newest_published_release_and_says_where_runs_stop_short(
+    kb_and_work, tmp_path
+):
+    kb, work = kb_and_work
+    records = load_records(kb)
+    matrices = history_sources.load_matrices(records, work)
+    shorter = history.history_data(records, matrices, newest="0.30.0")
+    assert shorter["releases"][-1] == "0.30.0" and shorter["newest_not_run"] is None
+    ahead = history.history_data(records, matrices, newest="0.32.0")
+    assert ahead["releases"][-1] == "0.31.0" and ahead["newest_not_run"] == "0.32.0"
+    assert (
+        "**vLLM 0.32.0 is the newest published release and no matrix run has it**"
+        in report.render_history(ahead)
+    )
+    out = tmp_path / "history.md"
+    args = ["history", "--kb", str(kb), "--work", str(work), "--out", str(out), "--offline"]
+    with_index = CliRunner().invoke(main, args[:-1] + ["--fail-on", "none"])
+    assert "the history's window ends at vLLM 0.31.0, the newest release the package index " in (
+        with_index.output
+    )
+    assert "no matrix run has it" not in with_index.output
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(published, "_index_versions", lambda timeout: ["0.32.0", "0.31.0"])
+        behind = CliRunner().invoke(main, args[:-1] + ["--fail-on", "none"])
+        page = out.read_text(encoding="utf-8")
+        patch.setattr(published, "newest_local", lambda: "0.31.0")
+        offline = CliRunner().invoke(main, args + ["--fail-on", "none"])  # the index not asked
+    assert behind.exit_code == 0, behind.output
+    assert (
+        "vLLM 0.32.0 is the newest published release and no matrix run has it: run "
+        "gdn-review matrix --all"
+    ) in behind.output
+    assert "no matrix run has it**: the\npage ends at 0.31.0" in page
+    assert offline.exit_code == 0 and "no matrix run has it" not in offline.output
+    assert "the history's window ends at vLLM 0.31.0, the newest release at hand" in offline.output
+
+
 def test_history_without_any_matrix_run_is_bad_input(write_record, tmp_path):
     kb = write_record(MATRIX_RECORD)
     result = CliRunner().invoke(
         main,
         [
             "history",
+            "--offline",
             "--kb",
             str(kb),
             "--work",
@@ -395,7 +436,7 @@ def test_an_open_prs_releases_after_its_base_are_later(write_record):
         )
     )
     record = load_records(kb)[kb / "7.yaml"]
-    assert [(p.version, p.role) for p in release_plan.plan(record, "0.30.0")] == [
+    assert [(p.version, p.role) for p in release_plan.plan(record, "0.30.0", newest="0.30.0")] == [
         ("0.28.0", "base"),
         ("0.29.0", "later"),
         ("0.30.0", "later"),

@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import release_cache
+from gdn_review.common import published, release_cache
+from gdn_review.common.release import Release, ReleaseError
 from gdn_review.kb import load_record
-from gdn_review.matrix import matrix, matrix_files, matrix_report, release_plan
+from gdn_review.matrix import matrix, matrix_command, matrix_files, matrix_report, release_plan
 from gdn_review.report import discrimination, report
 from tests.conftest import (
     MATRIX_RECORD,
@@ -83,7 +84,7 @@ def _write_runs(folder, runs: list[tuple], snapshots_by_version: dict):
     return folder
 
 
-def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installed_one():
+def test_default_releases_are_base_head_and_every_later_minor_up_to_the_newest_published():
     assert release_plan.default_releases("0.28.0", "0.29.0", "0.33.0") == [
         "0.28.0",
         "0.29.0",
@@ -109,7 +110,7 @@ def test_default_releases_are_base_head_and_every_later_minor_up_to_the_installe
 
 def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
     record = load_record(write_record(MATRIX_RECORD) / "7.yaml")
-    planned = release_plan.plan(record, "0.33.0")
+    planned = release_plan.plan(record, "0.33.0", newest="0.33.0")
     assert [(p.version, p.role, p.installed) for p in planned][:2] == [
         ("0.28.0", "base", False),
         ("0.29.0", "head", False),
@@ -117,6 +118,40 @@ def test_plan_names_roles_and_refuses_a_bad_release_number(write_record):
     assert planned[-1].installed and planned[-1].role == "later"
     with pytest.raises(matrix_files.MatrixError, match="not a release number"):
         release_plan.plan(record, "0.33.0", ["banana"])
+    with pytest.raises(matrix_files.MatrixError, match="no release ends the default range"):
+        release_plan.plan(record, "0.33.0")
+
+
+def test_the_default_range_ends_at_the_newest_published_release_not_the_installed_one(
+    monkeypatch, write_record
+):
+    record = load_record(write_record(MATRIX_RECORD) / "7.yaml")
+    monkeypatch.setattr(
+        published, "_index_versions", lambda timeout: ["0.35.0rc1", "0.34.0", "0.33.0"]
+    )
+    said = []
+    newest = matrix_command.default_end(say=said.append)
+    assert newest == "0.34.0"
+    assert said == [
+        "the default range ends at vLLM 0.34.0, the newest release the package index serves"
+    ]
+    planned = release_plan.plan(record, "0.33.0", newest=newest)
+    assert [(p.version, p.installed) for p in planned][-2:] == [("0.33.0", True), ("0.34.0", False)]
+
+
+def test_an_unreadable_index_or_offline_ends_the_default_range_at_the_newest_at_hand(monkeypatch):
+    def unreadable(timeout):
+        raise ReleaseError("the package index could not say which vLLM releases it serves")
+
+    monkeypatch.setattr(published, "_index_versions", unreadable)
+    monkeypatch.setattr(published, "newest_local", lambda: Release("0.33.0"))
+    said = []
+    assert matrix_command.default_end(say=said.append) == "0.33.0"
+    assert "could not say" in said[0] and "stands in" in said[0]
+    assert said[1] == "the default range ends at vLLM 0.33.0, the newest release at hand"
+    said.clear()
+    assert matrix_command.default_end(offline=True, say=said.append) == "0.33.0"
+    assert said == ["the default range ends at vLLM 0.33.0, the newest release at hand"]
 
 
 def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
@@ -254,7 +289,7 @@ OLD_RECORD = MATRIX_RECORD.replace("base_release: 0.28.0", "base_release: 0.23.0
 def test_the_plan_leaves_out_releases_that_cannot_run_here_and_says_why(monkeypatch, write_record):
     record = load_record(write_record(OLD_RECORD) / "7.yaml")
     monkeypatch.setattr(release_plan, "nvidia_driver", lambda: False)
-    planned = release_plan.plan(record, "0.29.0")
+    planned = release_plan.plan(record, "0.29.0", newest="0.29.0")
     assert [(p.version, p.role) for p in planned] == [
         ("0.23.0", "base"),
         ("0.28.0", "later"),
@@ -265,7 +300,7 @@ def test_the_plan_leaves_out_releases_that_cannot_run_here_and_says_why(monkeypa
     with pytest.raises(matrix_files.MatrixError, match='"Found no NVIDIA driver"'):
         release_plan.plan(record, "0.29.0", ["0.25.0", "0.26.0"])
     monkeypatch.setattr(release_plan, "nvidia_driver", lambda: True)  # a GPU machine runs them
-    assert [p.version for p in release_plan.plan(record, "0.29.0")][:3] == [
+    assert [p.version for p in release_plan.plan(record, "0.29.0", newest="0.29.0")][:3] == [
         "0.23.0",
         "0.24.0",
         "0.25.0",

@@ -75,9 +75,18 @@ def test_bad_input_is_said():
 
 def test_the_command_exits_1_when_no_release_has_it_and_2_on_bad_input():
     runner = CliRunner()
+    installed = release.installed()
     missing = runner.invoke(
         main,
-        ["find-release", "this line is in no release of vLLM", "--offline", "--from", "0.33.0"],
+        [
+            "find-release",
+            "this line is in no release of vLLM",
+            "--offline",
+            "--from",
+            installed,
+            "--to",
+            installed,
+        ],
     )
     assert missing.exit_code == 1, missing.output
     assert "not found in any of the 1 releases checked" in missing.output
@@ -90,6 +99,41 @@ def test_the_command_exits_1_when_no_release_has_it_and_2_on_bad_input():
         ["find-release", "x", "--file", "vllm/no_such_file.py", "--offline", "--from", "0.33.0"],
     )
     assert no_file.exit_code == 2 and "no release checked has this file" in no_file.output
+
+
+def test_the_range_ends_at_the_newest_published_release_not_the_installed_one(
+    monkeypatch, tmp_path
+):
+    from gdn_review.common import published, release_cache
+    from gdn_review.matrix import release_finder
+
+    file = "vllm/v1/attention/backends/gdn_attn.py"
+    installed_root = tmp_path / "installed"
+    (installed_root / file).parent.mkdir(parents=True)
+    (installed_root / file).write_text("OLD = 1\n", encoding="utf-8")
+    monkeypatch.setattr(published, "_index_versions", lambda timeout: ["0.35.0rc1", "0.35.0"])
+    monkeypatch.setattr(release, "loaded", lambda: (release.Release("0.33.0"), installed_root))
+    monkeypatch.setattr(release_cache, "cached_versions", lambda root=None: [])
+    fetched = []
+
+    def entry(version, fetch=True, say=None, root=None):
+        fetched.append((version, fetch))
+        return release_cache.Entry(version, installed_root, "w.whl", "0")
+
+    monkeypatch.setattr(release_finder.release_trees, "entry", entry)
+    monkeypatch.setattr(
+        release_finder.release_trees,
+        "source",
+        lambda version, path, fetch=True, say=None, root=None: f"NEW = {version}\nNEW = 1\n",
+    )
+    finding = find_release("NEW = 1", start="0.33.0", say=lambda _: None)
+    assert [(s.release, s.where, s.lines) for s in finding.seen] == [
+        ("0.33.0", "installed", ()),
+        ("0.34.0", "release cache", (2,)),
+        ("0.35.0", "release cache", (2,)),
+    ]
+    assert fetched == [("0.34.0", True), ("0.35.0", True)]  # into the release cache
+    assert (finding.first, finding.last, finding.still_present) == ("0.34.0", "0.35.0", True)
 
 
 def test_lines_from_stdin_are_found_in_the_installed_release():

@@ -30,7 +30,10 @@ from gdn_review.matrix.release_finder import (
 )
 @release_option("--from", "start", help_text="The oldest release to check.  [default: 0.28.0]")
 @release_option(
-    "--to", "end", help_text="The newest release to check.  [default: the installed vLLM]"
+    "--to",
+    "end",
+    help_text="The newest release to check.  [default: the newest on the package index; "
+    "--offline: the newest at hand]",
 )
 @click.option(
     "--fixed-string",
@@ -48,9 +51,10 @@ def find_release_command(
     """Say which releases contain LINE of a vLLM file: the first, the last, the target lines to
     paste.
 
-    Checks every X.Y.0 release from --from to --to, and every release of the
-    release cache in that range; a release missing from the cache is fetched
-    into it (about 0.5 GB, once) unless --offline. A line matches with its
+    Checks every X.Y.0 release from --from to --to (by default the newest
+    release the package index serves), and every release of the release
+    cache in that range; a release missing from the cache is fetched into it
+    (about 0.5 GB, once) unless --offline. A line matches with its
     surrounding whitespace stripped; several lines (LINE with newlines, or -
     to read it from stdin) match consecutive non-blank lines of the file.
     The release checked before the first one that has it is the record's

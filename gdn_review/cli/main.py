@@ -6,7 +6,8 @@ and adds the others to the group, each from the module named after its job: run_
 (run, report), record_commands (validate, import, export, snapshot), migrate_command,
 mutate_command, bench_command, matrix_commands (matrix, history), bundle_command,
 review_commands (review, review-merge), release_step_command (release-step),
-authoring (find-release). Each command's work lives in the stage it calls.
+authoring (find-release), releases_command (releases). Each command's work lives in the stage it
+calls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gdn_review.cli import migrate_command as cli_migrate
 from gdn_review.cli import mutate_command as cli_mutate
 from gdn_review.cli import record_commands as cli_record
 from gdn_review.cli import release_step_command as cli_release_step
+from gdn_review.cli import releases_command as cli_releases
 from gdn_review.cli import review_commands as cli_review
 from gdn_review.cli import run_commands as cli_run
 from gdn_review.cli.support import (
@@ -62,6 +64,7 @@ def main() -> None:
       gdn-review find-release "LINE"      # first release with a gdn_attn.py line: base/head_release
       gdn-review snapshot --record N --fill-expects   # write the missing expect blocks, measured
       gdn-review migrate                  # records of an older format -> the current one, measured
+      gdn-review releases --check         # exit 1 when a published vLLM is newer than the KB
     """
 
 
@@ -155,6 +158,7 @@ for _command in (
     cli_review.review_merge_command,
     cli_release_step.release_step_command,
     cli_authoring.find_release_command,
+    cli_releases.releases_command,
 ):
     main.add_command(_command)
 

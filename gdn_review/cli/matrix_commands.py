@@ -21,6 +21,7 @@ from gdn_review.cli.support import (
     jobs_option,
     kb_option,
     keyword_option,
+    offline_option,
     path_option,
     print_written,
     records_option,
@@ -54,7 +55,7 @@ from gdn_review.run import evidence_file
     "versions",
     multiple=True,
     help_text="A release to run (repeatable).  [default: the record's base and "
-    "head release and every release after it up to the installed one]",
+    "head release and every release after it up to the newest on the package index]",
 )
 @jobs_option("Releases run at once.  [default: CPUs, at most one per 2 GiB of free memory]")
 @keyword_option("pytest -k expression (others are reported 'not run').")
@@ -77,6 +78,10 @@ from gdn_review.run import evidence_file
     help="Run nothing: print the `changes:` YAML that would explain the unexplained drift of "
     "the records' last matrix run (--work).",
 )
+@offline_option(
+    "Do not ask the package index where the default range ends: the newest release at hand "
+    "(installed, release cache) ends it."
+)
 @fail_on_option(fail_conditions.MATRIX, "drift,error")
 @exit_codes
 @interruptible
@@ -94,10 +99,15 @@ def matrix_command(
     reports_dir,
     history_path,
     draft_changes,
+    offline,
     fail_on,
 ) -> None:
     """Run records' generated tests on the release without the PR, the release with it, and every
     later one.
+
+    By default the range ends at the newest release the package index serves
+    (`pip index versions vllm`), not at the installed one; a release that is
+    not installed runs from the release cache.
 
     Each release runs in its own subprocess with that release's Python sources
     (from the release cache, fetched once) first on PYTHONPATH over the
@@ -127,7 +137,7 @@ def matrix_command(
       gdn-review matrix --record 52078
       gdn-review matrix --record 56531 --vllm 0.31.0 --vllm 0.32.0
       gdn-review matrix --record 52078 --jobs 1 --fail-on drift,fails
-      # the whole KB, 0.28.0 to the installed release; writes reports/history.md
+      # the whole KB, 0.28.0 to the newest published release; writes reports/history.md
       gdn-review matrix --all --since 0.28.0
       gdn-review matrix --record 52078 --draft-changes   # prints YAML, runs nothing
     """
@@ -144,7 +154,7 @@ def matrix_command(
     # The stages in data-flow order: the runs, each open PR's diff side on its base release's
     # evidence (the review stage), then the reports and the history page.
     options = matrix_command.MatrixOptions(
-        keys, since, versions, jobs, keyword, generated_dir, write, work_dir
+        keys, since, versions, jobs, keyword, generated_dir, write, work_dir, offline
     )
     runs = matrix_command.run_records(kb_dir, options, say=click.echo)
     for side in matrix_command.open_pr_bases(runs):
@@ -171,6 +181,11 @@ def _show_history(data: dict, prefix: str = "") -> None:
     """The records the history page leaves out (stderr, after ``prefix``), then its summary."""
     for key, why in data["missing"].items():
         say(f"{prefix}left out {key_short(key)}: {why}")
+    if data.get("newest_not_run"):
+        say(
+            f"{prefix}vLLM {data['newest_not_run']} is the newest published release and no matrix "
+            "run has it: run gdn-review matrix --all"
+        )
     releases = data["releases"]
     prs = sum(len(r["prs"]) for r in data["per_release"])
     click.echo(
@@ -208,10 +223,13 @@ def _show_history(data: dict, prefix: str = "") -> None:
     file_okay=False,
     help_text="The records' matrix reports, which the page links.",
 )
+@offline_option(
+    "Do not ask the package index where the window ends: the newest release at hand ends it."
+)
 @fail_on_option(fail_conditions.HISTORY, "drift,error")
 @exit_codes
 def history_command(
-    kb_dir, since, work_dir, bench_path, history_path, matrix_reports_dir, fail_on
+    kb_dir, since, work_dir, bench_path, history_path, matrix_reports_dir, offline, fail_on
 ) -> None:
     """Write the builder's history from the matrix runs already made (runs nothing).
 
@@ -220,7 +238,8 @@ def history_command(
     matrix: the cases it says it changed moved, or none moved), what moved in
     every record's cases and which PR explains it, metadata fields that came
     or went, op counts and build() latency; then every claim's verdict on
-    every release.
+    every release. The window ends at the newest release the package index
+    serves; where the matrix runs stop short of it, the page says so.
 
     Exit 0 ok, 1 an unexplained change (--fail-on drift), 2 no matrix run to
     read or an unreadable bench file, 3 only a release that could not run or a
@@ -232,10 +251,11 @@ def history_command(
       gdn-review history --since 0.28.0            # the page again from .gdn-review/matrix-N
       gdn-review history --work /tmp/runs --out /tmp/history.md --fail-on none
     """
-    from gdn_review.matrix import history, matrix_report
+    from gdn_review.matrix import history, matrix_command, matrix_report
 
+    newest = matrix_command.default_end(offline, say, "the history's window")
     data, path = history.write_page(
-        kb_dir, work_dir, bench_path, history_path, since, matrix_reports_dir
+        kb_dir, work_dir, bench_path, history_path, since, matrix_reports_dir, newest
     )
     _show_history(data)
     click.echo(f"wrote {path}")

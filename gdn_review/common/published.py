@@ -65,14 +65,21 @@ def newest_published(timeout: float = 120) -> Release:
     return releases[-1]
 
 
-def newest_local() -> Release | None:
-    """The newest release at hand without the index: installed or in the release cache."""
+def local_releases() -> list[Release]:
+    """The final releases at hand without the index (installed or in the release cache), oldest
+    first."""
     from gdn_review.common import release, release_cache
 
-    found = [Release(v) for v in release_cache.cached_versions() if is_final(v)]
+    found = {Release(v) for v in release_cache.cached_versions() if is_final(v)}
     if (installed := release.installed()) is not None:
-        found.append(Release(installed))
-    return max(found) if found else None
+        found.add(Release(installed))
+    return sorted(found)
+
+
+def newest_local() -> Release | None:
+    """The newest release at hand without the index: installed or in the release cache."""
+    found = local_releases()
+    return found[-1] if found else None
 
 
 def default_newest(

@@ -32,6 +32,17 @@ def _releases(reports: dict[int, dict], since: str | None) -> list[str]:
     return sorted((v for v in seen if _in(v, since)), key=Version)
 
 
+def _window(
+    reports: dict[int, dict], since: str | None, newest: str | None
+) -> tuple[list[str], str | None]:
+    """The page's releases, from ``since`` to ``newest`` (the newest published release), and
+    ``newest`` where the runs stop short of it (None: they reach it)."""
+    releases = [v for v in _releases(reports, since) if newest is None or _in(newest, v)]
+    if not releases:
+        raise HistoryError(f"no release at or after {since} in any matrix run")
+    return releases, newest if newest is not None and not _in(releases[-1], newest) else None
+
+
 def _shipped(
     records: list[Record], reports: dict[int, dict], releases: list[str]
 ) -> dict[str, list[dict]]:
@@ -302,15 +313,14 @@ def history_data(
     bench: dict[int, dict] | None = None,
     since: str | None = None,
     changes: list | None = None,
+    newest: str | None = None,
 ) -> dict:
     """Everything reports/history.md shows, as plain data; ``changes``: kb/history/changes.yaml's
-    notes."""
+    notes; ``newest``: where the window ends (the newest published release; None: the runs')."""
     changes = changes or []
     by_number = {r.key: r for r in records.values()}
     reports = matrices.reports
-    releases = _releases(reports, since)
-    if not releases:
-        raise HistoryError(f"no release at or after {since} in any matrix run")
+    releases, not_run = _window(reports, since, newest)
     shipped = _shipped(list(by_number.values()), reports, releases)
     moved = _moved(reports, releases)
     schema = _schema(reports, releases)
@@ -362,6 +372,8 @@ def history_data(
     return {
         "since": since,
         "releases": releases,
+        "newest": newest,
+        "newest_not_run": not_run,
         "per_release": per_release,
         "verdicts": _verdicts(by_number, reports, releases),
         "ops": _ops(by_number, matrices, releases),
@@ -384,12 +396,14 @@ def write_page(
     out_path: Path,
     since: str | None = None,
     matrix_reports: Path = Path("reports/matrix"),
+    newest: str | None = None,
 ) -> tuple[dict, Path]:
     """``gdn-review history`` (and the end of ``matrix --all``): the page from the matrix runs; its
     data and path.
 
     ``matrix_reports``: the folder of the records' matrix reports, which the page
-    links relative to its own folder.
+    links relative to its own folder; ``newest``: the newest published release, where the
+    window ends.
     """
     import os
 
@@ -404,6 +418,7 @@ def write_page(
         load_bench(bench_path),
         since=since,
         changes=load_changes(kb_dir),
+        newest=newest,
     )
     link = os.path.relpath(Path(matrix_reports).resolve(), Path(out_path).resolve().parent)
     data["matrix_link"] = Path(link).as_posix() + "/"

@@ -2,7 +2,8 @@
 the builder's history page.
 
 The records are chosen and their modules made current (``run.selection``), planned
-(release_plan.py) and run on their releases in one pool (matrix.py): ``run_records``. Then
+(release_plan.py: up to the newest published release, ``default_end``) and run on their
+releases in one pool (matrix.py): ``run_records``. Then
 the command hands each open PR's record and its base release's evidence (``open_pr_bases``)
 to the review stage, which adds the PR's diff side there; ``write_reports`` writes each
 record's matrix report, then the history page from the same runs (history.py).
@@ -14,6 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+from gdn_review.common import published
 from gdn_review.common.release import loaded_or_none
 from gdn_review.kb import Record, is_draft
 from gdn_review.matrix import history, matrix_report
@@ -37,6 +39,7 @@ class MatrixOptions:
     generated_dir: Path = Path("generated_tests")
     write: bool = False
     work_dir: Path | None = None
+    offline: bool = False  # the default range ends at the newest release at hand, index not asked
 
 
 @dataclasses.dataclass
@@ -49,6 +52,7 @@ class MatrixRuns:
     work: list[Job]
     root: Path  # where each record's matrix-N folder is (the history reads them there)
     known: set  # every record's key in the KB
+    newest: str | None = None  # where the default range ended (the newest published release)
 
 
 def run_records(
@@ -72,16 +76,33 @@ def run_records(
         raise MatrixError(f"{kb_dir}: no record to run")
     modules = current_modules(kb_dir, records, options.generated_dir, options.write, say)
     installed = loaded_or_none()  # the release an import of vLLM gives here
+    newest = None if options.versions else default_end(options.offline, say)
     work_dir = options.work_dir
     single = len(records) == 1 and bool(keys)  # --work is then the record's own folder
     root = work_dir if work_dir and not single else Path(".gdn-review")
     work = []
     for record_path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         folder = work_dir if single and work_dir else root / matrix_folder_name(record.key)
-        planned = plan(record, installed, list(options.versions) or None, options.since)
+        planned = plan(record, installed, list(options.versions) or None, options.since, newest)
         work.append(Job(record, record_path, modules[record.key], folder, planned))
     run_matrices(work, installed, options.jobs, options.keyword, say)
-    return MatrixRuns(kb_dir, options, records, work, root, {r.key for r in every.values()})
+    known = {r.key for r in every.values()}
+    return MatrixRuns(kb_dir, options, records, work, root, known, newest)
+
+
+def default_end(
+    offline: bool = False, say: Callable[[str], None] = print, what: str = "the default range"
+) -> str | None:
+    """Where ``what`` ends: the newest release the package index serves (offline, or the index
+    unreadable: the newest at hand), said once through ``say``."""
+    fell_back: list[str] = []
+    newest = published.default_newest(fell_back.append, offline)
+    for line in fell_back:
+        say(line)
+    if newest is not None:
+        where = "at hand" if offline or fell_back else "the package index serves"
+        say(f"{what} ends at vLLM {newest}, the newest release {where}")
+    return newest
 
 
 def open_pr_bases(runs: MatrixRuns) -> list[tuple[Path, Record, str, Path]]:
@@ -114,5 +135,7 @@ def write_reports(
     if history_path is None:
         return reports, written, None
     since, bench = runs.options.since, evidence_file.BENCH_PATH
-    data, page = history.write_page(runs.kb_dir, runs.root, bench, history_path, since, reports_dir)
+    data, page = history.write_page(
+        runs.kb_dir, runs.root, bench, history_path, since, reports_dir, runs.newest
+    )
     return reports, written + [page], data

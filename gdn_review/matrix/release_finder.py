@@ -4,7 +4,8 @@ For a record's ``target``: the first release that has a PR's line is its
 ``head_release``, the release checked before it the ``base_release``. Each
 release's file is read as text, never imported: the installed vLLM's from its
 package folder, every other release's from the release cache (fetched into it
-when missing, unless offline).
+when missing, unless offline). The range ends by default at the newest release the
+package index serves (``common.published``), not at the installed one.
 
 A line matches when it equals the wanted line with surrounding whitespace
 stripped (several wanted lines: consecutive non-blank lines of the file, each
@@ -137,8 +138,8 @@ def find_release(
     say: Callable[[str], None] = print,
     root: Path | None = None,
 ) -> Finding:
-    """Which releases from ``start`` (default 0.28.0) to ``end`` (default: the installed one)
-    contain ``wanted`` in ``file``.
+    """Which releases from ``start`` (default 0.28.0) to ``end`` (default: the newest the package
+    index serves; ``offline``: the newest at hand) contain ``wanted`` in ``file``.
 
     Releases missing from the release cache are fetched into it (progress through
     ``say``) unless ``offline``: then they are listed as not checked.
@@ -153,9 +154,15 @@ def find_release(
         installed, installed_root = release.loaded()
     except ReleaseError:
         installed = None
-    if end is None and installed is None:
-        raise FinderError("no vLLM is importable here: give --to X.Y.Z")
-    end = end or installed
+    if end is None:
+        from gdn_review.common import published
+
+        end = published.default_newest(say, offline)
+        if end is None:
+            raise FinderError(
+                "no release ends the range (the package index could not be read and no release "
+                "is at hand): give --to X.Y.Z"
+            )
     releases = releases_between(start or DEFAULT_FROM, end, release_cache.cached_versions(root))
     seen: list[Seen] = []
     not_checked: dict[str, str] = {}

@@ -1,8 +1,10 @@
 """Which releases a record's matrix runs, in which role, and how many run at once.
 
 The base release (the last one without the PR), the head release (the first with it) and
-every minor release after it up to the installed one, or the releases asked for; a contract
-runs from the first release its range names; each in its role (base, head, later, earlier).
+every minor release after it up to the newest release the package index serves (the caller
+finds it: ``common.published.default_newest``; offline, the newest at hand), or the releases
+asked for; a contract runs from the first release its range names; each in its role (base,
+head, later, earlier). A release that is not installed runs from the release cache.
 A release that cannot run on this machine (``cannot_run_here``) is left out, and the matrix
 report says why. matrix.py runs what ``plan`` gives, ``default_jobs`` at a time.
 """
@@ -33,18 +35,20 @@ class Planned:
     installed: bool
 
 
-def default_releases(base: str | None, head: str | None, installed: str | None) -> list[str]:
-    """Base, head, and every minor release X.Y.0 after the head up to the installed one.
+def default_releases(base: str | None, head: str | None, newest: str | None) -> list[str]:
+    """Base, head, and every minor release X.Y.0 after the head up to ``newest`` (the newest
+    published release), that one included.
 
     An open PR (no head release yet) runs on its base release and every later one.
     """
     if not base:
         raise MatrixError("the record names no target.base_release: give releases with --vllm")
-    if installed is None:
+    if newest is None:
         raise MatrixError(
-            "no vLLM is importable here to end the default range: give releases with --vllm"
+            "no release ends the default range (the package index could not be read and no "
+            "release is at hand): give releases with --vllm"
         )
-    base, head, top = Release(base), Release(head or base), Release(installed)
+    base, head, top = Release(base), Release(head or base), Release(newest)
     chosen = {base, head, *head.minors_until(top)}
     if top > head:
         chosen.add(top)
@@ -69,10 +73,15 @@ def left_out(versions: list[str]) -> dict[str, str]:
 
 
 def plan(
-    record, installed: str | None, requested: list[str] | None = None, since: str | None = None
+    record,
+    installed: str | None,
+    requested: list[str] | None = None,
+    since: str | None = None,
+    newest: str | None = None,
 ) -> list[Planned]:
     """The releases to run for a record, those that cannot run here left out; ``since``: none
-    older than that (a history's window)."""
+    older than that (a history's window); ``newest``: where the default range ends (the newest
+    published release), needed only without ``requested``."""
     base, head = record.target.base_release, record.target.head_release
     if record.contract is not None:
         # A contract has no base: it runs from the first release its range names (as a head) on.
@@ -85,7 +94,7 @@ def plan(
     try:
         versions = {
             Release(v)
-            for v in requested or default_releases(head if base is None else base, head, installed)
+            for v in requested or default_releases(head if base is None else base, head, newest)
         }
         versions = {v for v in versions if not since or v >= Release(since)}
     except ReleaseError as error:

@@ -48,18 +48,12 @@ class StepOptions:
 
 
 def newest_covered(kb_dir: Path, before: str) -> str | None:
-    """The newest release before ``before`` that the KB has snapshots of
-    (``kb/snapshots/*/<release>.json``). Computed here: ``kb.coverage`` was not on main when this
-    was written."""
-    found = []
-    for path in Path(kb_dir, "snapshots").glob("*/*.json"):
-        try:
-            version = Release(path.stem)
-        except ReleaseError:
-            continue
-        if version.version < Release(before).version:
-            found.append(version)
-    return str(max(found, key=lambda v: v.version)) if found else None
+    """The newest release before ``before`` that the KB covers (``kb.coverage``: every record
+    that applies to it has its snapshot)."""
+    from gdn_review.kb import coverage
+
+    found = [v for v in coverage.covered(kb_dir) if v.version < Release(before).version]
+    return str(found[-1]) if found else None
 
 
 def releases(kb_dir: Path, options: StepOptions, say: Callable[[str], None]) -> tuple[str, str]:
