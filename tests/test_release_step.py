@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,11 @@ def index(monkeypatch):
 
 
 def _kb(tmp_path: Path, covered: list[str], changes: str | None = None) -> Path:
+    """A KB of #52078's record alone, covering the releases ``covered`` names (a snapshot of
+    each: kb.coverage counts the records with one)."""
     kb = tmp_path / "kb"
+    kb.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path("kb") / "52078.yaml", kb / "52078.yaml")
     for version in covered:
         (kb / "snapshots" / "52078").mkdir(parents=True, exist_ok=True)
         (kb / "snapshots" / "52078" / f"{version}.json").write_text("{}\n", encoding="utf-8")
