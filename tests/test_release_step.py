@@ -379,3 +379,29 @@ def test_release_day_workflow_plans_runs_uploads_and_fails_on_the_exit_code():
     assert verdict["env"]["CODE"] == "${{ steps.step.outputs.code }}"
     for code in ("0)", "1)", "3)"):
         assert code in verdict["run"]
+
+
+def test_a_survivor_the_guard_notes_name_is_named_with_their_reason(tmp_path):
+    """The step counts a mutant as the whole-file guard does: one kb/guard names equivalent or
+    elsewhere is that (with the note's reason), never a survivor of the step."""
+    from gdn_review.review.release_step import name_by_guard_notes
+
+    (tmp_path / "guard").mkdir()
+    (tmp_path / "guard" / "notes.yaml").write_text(
+        "equivalent:\n  auto.a: the branch always has a row\n"
+        "elsewhere:\n  auto.b: only a CUDA device can make it true\n",
+        encoding="utf-8",
+    )
+    mutants = [
+        {"id": "auto.a", "status": "survived"},
+        {"id": "auto.b", "status": "survived"},
+        {"id": "auto.c", "status": "survived"},
+        {"id": "auto.a", "status": "killed"},
+    ]
+    name_by_guard_notes(mutants, tmp_path, "vllm/v1/attention/backends/gdn_attn.py")
+    assert [(m["status"], m.get("guard_note")) for m in mutants] == [
+        ("equivalent", "the branch always has a row"),
+        ("elsewhere", "only a CUDA device can make it true"),
+        ("survived", None),
+        ("killed", None),
+    ]

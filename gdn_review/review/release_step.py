@@ -243,9 +243,26 @@ def review_files(
         data["name"] = name
         if not data["records"]:  # no record's tests run this file: its mutants are reached by none
             data["mutants"] = unreached_mutants(part, read_new(path) or "", path)
+        name_by_guard_notes(data["mutants"], kb_dir, path)
         files.write(data, folder, render.markdown(data))
         done.append({"file": path, "review": data, "report": f"review/{name}.md"})
     return done
+
+
+def name_by_guard_notes(mutants: list[dict], kb_dir: Path, path: str) -> None:
+    """A surviving mutant the file's guard notes (kb/guard/) name is that, with their reason:
+    ``equivalent`` (cannot change behaviour) or ``elsewhere`` (only CUDA or another backend
+    can see it), as the whole-file guard counts it; never a survivor of the step."""
+    from gdn_review.mutation.family import notes_path
+    from gdn_review.mutation.guard_notes import load_notes
+
+    notes = load_notes(notes_path(kb_dir, path))
+    for mutant in mutants:
+        if mutant["status"] not in SURVIVED:
+            continue
+        for status, named in (("equivalent", notes.equivalent), ("elsewhere", notes.elsewhere)):
+            if mutant["id"] in named:
+                mutant["status"], mutant["guard_note"] = status, named[mutant["id"]].strip()
 
 
 def unguarded(reviews: list[dict]) -> list[dict]:

@@ -98,8 +98,10 @@ def markdown(data: dict) -> str:
             f"([review]({entry['report']}))"
         )
         for mutant in named:
+            why = f" (kb/guard: {text(mutant['guard_note'])})" if mutant.get("guard_note") else ""
             lines.append(
-                f"  - {code(mutant['id'])} (line {int(mutant['line'])}): {text(mutant['status'])}"
+                f"  - {code(mutant['id'])} (line {int(mutant['line'])}): "
+                f"{text(mutant['status'])}{why}"
             )
     if data["unguarded"]:
         lines += ["", "## New lines no record guards", ""]
