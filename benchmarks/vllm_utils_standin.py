@@ -24,7 +24,7 @@ import dataclasses
 
 from gdn_review.harness.builders import (
     BuilderSettings,
-    _vllm_config,
+    make_vllm_config,
 )  # prepares vLLM's platform first
 from gdn_review.harness.inputs import build_arguments
 
@@ -71,7 +71,7 @@ def create_vllm_config(
     **_ignored,
 ):
     """The harness's VllmConfig (its tiny Qwen3-Next), whatever model_name says."""
-    return _vllm_config(_settings(block_size, max_model_len, max_num_seqs))
+    return make_vllm_config(_settings(block_size, max_model_len, max_num_seqs))
 
 
 def create_common_attn_metadata(batch_spec: BatchSpec, block_size: int, device, *_args, **_kwargs):

@@ -41,10 +41,10 @@ def test_each_builder_gets_the_cache_mode_a_fresh_engine_would():
     # once per ModelConfig; a ModelConfig shared between builders left every
     # builder after a process's first in another mode, so a case's state indices
     # depended on which test ran first.
-    from gdn_review.harness.builders import _vllm_config
+    from gdn_review.harness.builders import make_vllm_config
 
     configs = [
-        _vllm_config(harness.BuilderSettings(device="cpu", speculative_tokens=k))
+        make_vllm_config(harness.BuilderSettings(device="cpu", speculative_tokens=k))
         for k in (None, 2, None, 2)
     ]
     modes = [(c.cache_config.mamba_cache_mode, c.cache_config.mamba_block_size) for c in configs]
@@ -124,12 +124,14 @@ def test_on_vllms_cpu_platform_a_cuda_builder_gets_a_cpu_device_config(monkeypat
     builder's tensors go to CUDA."""
     import os
 
-    from gdn_review.harness.builders import _vllm_config
+    from gdn_review.harness.builders import make_vllm_config
 
     assert os.environ["VLLM_TARGET_DEVICE"] == "cpu"  # this machine: no CUDA
-    config = _vllm_config(harness.BuilderSettings(device="cuda", speculative_tokens=2))
+    config = make_vllm_config(harness.BuilderSettings(device="cuda", speculative_tokens=2))
     assert config.device_config.device_type == "cpu"
-    assert _vllm_config(harness.BuilderSettings(device="cpu")).device_config.device_type == "cpu"
+    assert (
+        make_vllm_config(harness.BuilderSettings(device="cpu")).device_config.device_type == "cpu"
+    )
 
 
 @pytest.mark.slow
@@ -154,8 +156,8 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
     code = (
         "import os\n"
         "before = dict(os.environ)\n"
-        "from gdn_review.harness.builders import BuilderSettings, _vllm_config\n"
-        "_vllm_config(BuilderSettings())\n"
+        "from gdn_review.harness.builders import BuilderSettings, make_vllm_config\n"
+        "make_vllm_config(BuilderSettings())\n"
         "from vllm.platforms import current_platform\n"
         "print('platform', type(current_platform).__name__)\n"
         "from gdn_review import harness\n"
@@ -170,8 +172,8 @@ def test_a_fresh_process_gets_the_cpu_platform_and_making_a_builder_starts_no_ba
         "        return None\n"
         "kids = [p for p in os.listdir('/proc') if p.isdigit() and parent(p) == me]\n"
         "print('children', len(kids))\n"
-        "from gdn_review.harness.builders import _model_dir\n"
-        "print('model folder', os.path.isdir(_model_dir()), _model_dir())\n"
+        "from gdn_review.harness.tiny_models import model_dir\n"
+        "print('model folder', os.path.isdir(model_dir()), model_dir())\n"
         "from gdn_review.common.preloaded import CHILD_OWN\n"
         "print('written', sorted(k for k, v in os.environ.items()\n"
         "                        if before.get(k) != v and not k.startswith(CHILD_OWN)))\n"

@@ -72,7 +72,7 @@ INJECT = {
         def refuse(settings):
             raise RuntimeError("vLLM on x86 CPUs requires Triton (triton-cpu).")
 
-        patch.setattr(builders, "_vllm_config", refuse)
+        patch.setattr(builders, "make_vllm_config", refuse)
 """,
     "check": """\
         from gdn_review import harness
@@ -99,7 +99,7 @@ INJECT = {
         def refuse(settings):
             raise RuntimeError("vLLM on x86 CPUs requires Triton (triton-cpu).")
 
-        patch.setattr(request.module, "_vllm_config", refuse)
+        patch.setattr(request.module, "make_vllm_config", refuse)
 """,
 }
 

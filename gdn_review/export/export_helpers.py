@@ -27,25 +27,24 @@ HELPERS = (
     # How the harness sets up a release on this machine (making_config, accepted_kwargs,
     # set_field, which builders.py imports): all of it, as it grows with the releases.
     ("adaptations.py", None),
+    # The tiny model configs and each speculation method's config, which builders.py imports.
+    ("tiny_models.py", None),
     (
         "builders.py",
         (
             "BuilderSettings",
             "_accepted_kwargs",
-            "MODEL_CONFIG",
-            "_model_dir",
-            "_remove_model_dir",
-            "_model_config",
-            "_vllm_config",
+            "make_vllm_config",
             "_set_after_config",
             "_vllm_platform_is_cuda",
-            "_as_on_server",
+            "as_on_server",
             "GDN_BUILDER_MODULE",
             "GDN_BUILDER",
             "family_modules",
             "builder_class",
             "make_builder",
             "new_builder",
+            "mamba_spec",
         ),
     ),
     # What a stored form is (a tensor's parts, a missing field), which values.py imports.
@@ -64,6 +63,8 @@ HELPERS = (
     ("../common/record_format.py", ("USUAL_DTYPES",)),
     ("values.py", None),
     ("server.py", None),
+    # A call case's target called as the engine calls it (case_build.py imports it).
+    ("declarations.py", None),
     ("inputs.py", None),
     ("steps.py", None),
     (

@@ -1,8 +1,8 @@
 """A real GDNAttentionMetadataBuilder from a real VllmConfig.
 
 The model is a tiny hybrid (Qwen3-Next) config written to a temp folder as
-``config.json``: no weights are loaded, only the config is read (by vLLM,
-through ``transformers``). Constructor arguments that differ between vLLM
+``config.json`` (``tiny_models``): no weights are loaded, only the config is
+read (by vLLM, through ``transformers``). Constructor arguments that differ between vLLM
 releases are passed only where the installed release accepts them; ``build()``
 itself is never re-implemented.
 
@@ -13,14 +13,10 @@ gdn-review imports other than each other and ``prepare_platform``.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import functools
-import json
 import os
-import shutil
-import tempfile
 
 import torch
 
@@ -32,6 +28,7 @@ from gdn_review.harness.adaptations import (
 )
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.origin import setting_up, under_test
+from gdn_review.harness.tiny_models import model_config, speculative_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +67,8 @@ class BuilderSettings:
     use_kda_recoverssm: bool | None = None
     # speculative_config.enable_adaptive_verification (None: the config's default).
     adaptive_verification: bool | None = None
+    # speculative_config.method (None: ngram; tiny_models.SPECULATIVE_METHODS).
+    speculative_method: str | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -85,96 +84,14 @@ def _accepted_kwargs(cls, asked=(), **kwargs):
     return accepted_kwargs(cls, asked, **kwargs)
 
 
-# A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
-# transformers fills in every field left out. The architecture is named, as a
-# Qwen3-Next checkpoint's config.json names it: left out, it was transformers' base
-# class (Qwen3NextModel), which vLLM serves as an embedding model (pooling runner),
-# inspecting a second model class in a subprocess of its own per release.
-MODEL_CONFIG = {
-    "architectures": ["Qwen3NextForCausalLM"],
-    "model_type": "qwen3_next",
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "layer_types": ["linear_attention", "full_attention"],
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "linear_num_value_heads": 2,
-    "linear_num_key_heads": 1,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 2,
-    "num_experts_per_tok": 1,
-    "moe_intermediate_size": 32,
-    "shared_expert_intermediate_size": 32,
-    "max_position_embeddings": 1024,
-}
+def make_vllm_config(settings: BuilderSettings):
+    from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
 
-
-@functools.cache
-def _model_dir() -> str:
-    folder = tempfile.mkdtemp(prefix="gdn-review-model-")
-    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
-        json.dump(MODEL_CONFIG, handle, indent=2, sort_keys=True)
-    atexit.register(_remove_model_dir, folder, os.getpid())
-    return folder
-
-
-def _remove_model_dir(folder: str, owner: int) -> None:
-    """Once the process that made it ends (each process used to leave one behind)."""
-    if os.getpid() == owner:  # a forked child (a mutant's) shares its parent's folder
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _model_config(max_model_len: int):
-    """A fresh ModelConfig for each VllmConfig, as each vLLM engine has its own.
-
-    Never cached: VllmConfig runs the model's config hooks (which turn prefix
-    caching into mamba_cache_mode "align") once per ModelConfig and marks it
-    done, so a shared one left every builder after the first in "none" mode.
-    After the first (imports), one costs a few milliseconds.
-    """
-    from vllm.config import ModelConfig
-
-    return ModelConfig(
-        **_accepted_kwargs(
-            ModelConfig,
-            ("max_model_len",),
-            model=_model_dir(),
-            tokenizer=None,
-            skip_tokenizer_init=True,
-            max_model_len=max_model_len,
-            dtype="float32",
-            # Eager: no full CUDA graphs, so CUDA metadata is not padded to a
-            # graph's batch size and compares field by field with CPU runs.
-            enforce_eager=True,
-        )
-    )
-
-
-def _vllm_config(settings: BuilderSettings):
-    from vllm.config import (
-        CacheConfig,
-        DeviceConfig,
-        SchedulerConfig,
-        SpeculativeConfig,
-        VllmConfig,
-    )
-
+    target = model_config(settings.max_model_len)
     speculative = None
     if settings.speculative_tokens is not None:
-        speculative = SpeculativeConfig(
-            **_accepted_kwargs(
-                SpeculativeConfig,
-                ("method", "num_speculative_tokens"),
-                method="ngram",
-                num_speculative_tokens=settings.speculative_tokens,
-                prompt_lookup_max=2,
-                prompt_lookup_min=1,
-            )
+        speculative = speculative_config(
+            settings.speculative_method, settings.speculative_tokens, target
         )
     scheduler = SchedulerConfig(
         **_accepted_kwargs(
@@ -194,7 +111,7 @@ def _vllm_config(settings: BuilderSettings):
     # A release's platform may refuse this machine for its runner (adaptations.py).
     with making_config():
         config = VllmConfig(
-            model_config=_model_config(settings.max_model_len),
+            model_config=target,
             # vLLM's CPU platform asserts a cpu device config. Where the builder's
             # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
             # GPU machine), the config says cpu and the builder gets the device.
@@ -275,7 +192,7 @@ def _vllm_platform_is_cuda() -> bool:
 
 
 @contextlib.contextmanager
-def _as_on_server(settings: BuilderSettings):
+def as_on_server(settings: BuilderSettings):
     """While the builder is constructed: vLLM's own resolver returns the case's prefill
     backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
     model runner is the case's. The builder's __init__ then derives its own attributes
@@ -325,7 +242,7 @@ def warm_up(construct: bool = False) -> None:
     import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (and what it imports)
 
     settings = BuilderSettings(speculative_tokens=1)
-    _vllm_config(settings)
+    make_vllm_config(settings)
     if construct:
         make_builder(settings)
         make_builder.cache_clear()  # each child makes its own, as a fresh engine would
@@ -412,9 +329,25 @@ def new_builder(settings: BuilderSettings):
     """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
     with setting_up("importing vLLM's builder"):
-        from vllm.v1.kv_cache_interface import MambaSpec
-
         cls = builder_class(settings.builder)
+
+    spec = mamba_spec(settings)
+    with setting_up("VllmConfig"):
+        config = make_vllm_config(settings)
+    with as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
+        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
+        return cls(
+            spec,
+            ["model.layers.0.linear_attn"],
+            config,
+            torch.device(settings.device),
+        )
+
+
+def mamba_spec(settings: BuilderSettings):
+    """The MambaSpec the engine hands the builder (kv_cache_spec) for ``settings``."""
+    with setting_up("importing vLLM's MambaSpec"):
+        from vllm.v1.kv_cache_interface import MambaSpec
 
     checkpoints = {}
     if settings.prefix_caching is not None:
@@ -437,13 +370,4 @@ def new_builder(settings: BuilderSettings):
                 **checkpoints,
             )
         )
-    with setting_up("VllmConfig"):
-        config = _vllm_config(settings)
-    with _as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
-        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
-        return cls(
-            spec,
-            ["model.layers.0.linear_attn"],
-            config,
-            torch.device(settings.device),
-        )
+    return spec

@@ -38,6 +38,7 @@ import warnings
 import torch
 
 from gdn_review.harness.builders import BuilderSettings, make_builder, new_builder
+from gdn_review.harness.declarations import backend_classes, call_declaration
 from gdn_review.harness.environment import prepare_platform
 from gdn_review.harness.inputs import build_arguments
 from gdn_review.harness.origin import (
@@ -49,7 +50,6 @@ from gdn_review.harness.origin import (
 from gdn_review.harness.server import (
     BUILDER_ATTRIBUTES,
     builder_attributes,
-    call_host_function,
     hand_aligned_indices,
     raised_words,
     server_fields,
@@ -99,6 +99,7 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         kda_prefill_backend=case.get("kda_prefill_backend"),
         use_kda_recoverssm=case.get("use_kda_recoverssm"),
         adaptive_verification=case.get("adaptive_verification"),
+        speculative_method=case.get("speculative_method"),
     )
 
 
@@ -151,15 +152,7 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     # get_builder_cls returns the builder's class, a module-level name of its module.
     fields = {f.name for f in dataclasses.fields(GDNAttentionMetadata)}
     module = sys.modules[type(builder).__module__]
-    backends = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type)
-        and value.__module__ == module.__name__
-        and "get_builder_cls" in vars(value)
-        and value.get_builder_cls() is type(builder)
-    ]
-    places = [builder, *backends, module]
+    places = [builder, *backend_classes(type(builder)), module]
     for name in case.get("needs") or []:
         if name not in fields and not any(hasattr(place, name) for place in places):
             return (
@@ -278,7 +271,7 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     prepare_platform()
     if case.get("call") is not None:
         return BuildRun(
-            metadata=call_host_function(case),
+            metadata=call_declaration(case, settings_for(case, device)),
             ops={},
             rows=0,
             padded_rows=0,

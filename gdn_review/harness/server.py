@@ -2,11 +2,11 @@
 
 A case can configure the builder as vLLM configures it on a GPU server (the
 prefill backend vLLM resolves there, prefix caching in align mode, the V2
-runner's aligned state indices; see ``builders._as_on_server``). This module
+runner's aligned state indices; see ``builders.as_on_server``). This module
 holds what those cases add to a run: the V2 runner's hand-over of aligned
 state indices, the metadata parts such a configuration adds (the prefill
-checkpoint, FlashInfer's plan), and ``call`` cases, which call a module-level
-function of the target file on its own. No kernel runs in any of it.
+checkpoint, FlashInfer's plan), the builder's own attributes, and how a value
+is measured. No kernel runs in any of it. (``call`` cases: ``declarations``.)
 """
 
 from __future__ import annotations
@@ -15,50 +15,7 @@ import enum
 
 import torch
 
-from gdn_review.harness.environment import prepare_platform
-from gdn_review.harness.origin import setting_up
 from gdn_review.harness.values import plain
-
-# Classes a call case may pass (kb.models.HostClass) -> their module (None: target's).
-HOST_CLASSES = {
-    "GDNAttentionMetadataBuilder": None,
-    "KimiK3ROCmKDAMetadataBuilder": "vllm.models.kimi_k3.amd.kda_metadata",
-}
-
-
-def call_host_function(case: dict) -> dict:
-    """A ``call`` case: the target file's module-level function on its own (the loaded
-    module's, a mutant's where one is loaded), its result as plain data."""
-    import importlib
-
-    import vllm
-
-    prepare_platform()
-    call = case["call"]
-    with setting_up("importing vLLM's builder module"):
-        module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
-    function = module
-    for name in call["function"].split("."):
-        function = getattr(function, name, None)
-    if function is None:
-        import pytest
-
-        pytest.skip(
-            f"not applicable: vLLM {vllm.__version__} has no {call['function']}"
-        )
-    arguments = dict(call.get("arguments", {}))
-    if "builder_cls" in arguments:
-        # A class named by the record (kb.models.HostClass): the loaded module's own
-        # builder, or vLLM's subclass of it.
-        name = arguments["builder_cls"]
-        where = HOST_CLASSES[name]
-        arguments["builder_cls"] = getattr(
-            module if where is None else importlib.import_module(where), name
-        )
-    try:
-        return {"returned": plain(function(**arguments)), "raised": None}
-    except Exception as error:  # noqa: BLE001  (what it raises is what the case states)
-        return {"returned": None, "raised": raised_words(error)}
 
 
 def raised_words(error: BaseException) -> str:
@@ -90,12 +47,18 @@ def builder_attributes(builder, names) -> dict:
         except AttributeError as error:
             measured[name] = f"(no such field: AttributeError: {error})"
             continue
-        if isinstance(value, torch.device):
-            value = str(value)
-        elif isinstance(value, enum.Enum):
-            value = value.name
-        measured[name] = plain(value)
+        measured[name] = measured_value(value)
     return measured
+
+
+def measured_value(value):
+    """A value as a case states it: plain data, a device as its name ("cpu",
+    "cuda:0"), an enum (``_cudagraph_support``) as its member's name."""
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.name
+    return plain(value)
 
 
 def expected_on(device: str, case: dict, expected: dict) -> dict:

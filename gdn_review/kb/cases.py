@@ -59,6 +59,9 @@ CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_A
 # What a case calls on the builder: build(), build_for_cudagraph_capture(), or
 # update_block_table() on the metadata of the case's build, with the second block table.
 Entry = Literal["build", "capture", "update_block_table"]
+# The speculation methods the harness configures on CPU without weights (harness.builders);
+# kb.call_targets checks that a release at hand can configure the one a case names.
+SpeculativeMethod = Literal["ngram", "draft_model", "mtp"]
 
 
 class Case(ServerFields):
@@ -180,6 +183,12 @@ class Case(ServerFields):
         description="speculative_config.enable_adaptive_verification (vLLM 0.33.0: adaptively "
         "size the draft-verification budget; KimiK3ROCmKDAMetadataBuilder reads it); needs "
         "speculative_tokens",
+    )
+    speculative_method: SpeculativeMethod | None = Field(
+        default=None,
+        description="speculative_config.method (null: ngram): ngram, draft_model (a tiny Llama "
+        "draft, no weights) or mtp (the target model's own MTP layer); a release that cannot "
+        "configure it reads 'not applicable'; needs speculative_tokens",
     )
     allow_impossible: Text | None = Field(
         default=None,

@@ -17,6 +17,7 @@ from packaging.version import Version
 
 from gdn_review.kb.batch_rules import case_problems
 from gdn_review.kb.builder_family import GDN_BUILDER, known_builders
+from gdn_review.kb.call_targets import declaration_problems
 from gdn_review.kb.measured_rules import compared_problems, expect_problems, needs_problems
 from gdn_review.kb.models import Record
 from gdn_review.kb.server_config import server_problems
@@ -41,6 +42,7 @@ BUILDER_SETTINGS = (
     "kda_prefill_backend",
     "use_kda_recoverssm",
     "adaptive_verification",
+    "speculative_method",
 )
 
 
@@ -58,6 +60,7 @@ def record_problems(
             + scenario_problems(record, case)
             + expect_problems(case)
             + needs_problems(record, case, source)
+            + declaration_problems(case)
         ]
     for index, claim in enumerate(record.claims):
         problems += _claim_problems(record, index, claim, expects_optional)

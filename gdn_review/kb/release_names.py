@@ -72,7 +72,7 @@ def _module_file(root: Path, module: str) -> Path | None:
 
 
 @functools.cache
-def _parsed(root: Path, module: str) -> ast.Module | None:
+def parsed_module(root: Path, module: str) -> ast.Module | None:
     path = _module_file(root, module)
     if path is None:
         return None
@@ -82,11 +82,11 @@ def _parsed(root: Path, module: str) -> ast.Module | None:
         return None
 
 
-def _classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
+def module_classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
     return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
 
 
-def _imported_from(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
+def imported_from(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
     """(module, name) that ``module``'s ``from ... import`` binds ``name`` from, or None."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom):
@@ -101,7 +101,7 @@ def _imported_from(tree: ast.Module, module: str, name: str) -> tuple[str, str] 
     return None
 
 
-def _base_name(node: ast.expr) -> str | None:
+def expression_name(node: ast.expr) -> str | None:
     """A base class expression's name: ``Base``, ``pkg.Base``, ``Base[Metadata]``."""
     if isinstance(node, ast.Subscript):
         node = node.value
@@ -137,22 +137,22 @@ def _class_names(root: Path, module: str, name: str, seen: frozenset = frozenset
     if (module, name) in seen:
         return set()
     seen = seen | {(module, name)}
-    tree = _parsed(root, module)
+    tree = parsed_module(root, module)
     if tree is None:
         return set()
-    cls = _classes(tree).get(name)
+    cls = module_classes(tree).get(name)
     if cls is None:  # re-exported: follow the import
-        source = _imported_from(tree, module, name)
+        source = imported_from(tree, module, name)
         return _class_names(root, *source, seen) if source else set()
     names = _own_names(cls)
     for base in cls.bases:
-        base_name = _base_name(base)
+        base_name = expression_name(base)
         if base_name is None:
             continue
-        if base_name in _classes(tree):
+        if base_name in module_classes(tree):
             names |= _class_names(root, module, base_name, seen)
         else:
-            source = _imported_from(tree, module, base_name)
+            source = imported_from(tree, module, base_name)
             if source is not None:
                 names |= _class_names(root, *source, seen)
     return names
@@ -160,16 +160,18 @@ def _class_names(root: Path, module: str, name: str, seen: frozenset = frozenset
 
 def _returns_name(function: ast.FunctionDef, name: str) -> bool:
     return any(
-        isinstance(node, ast.Return) and node.value is not None and _base_name(node.value) == name
+        isinstance(node, ast.Return)
+        and node.value is not None
+        and expression_name(node.value) == name
         for node in ast.walk(function)
     )
 
 
-def _backends(tree: ast.Module, builder: str) -> list[str]:
+def backends_of(tree: ast.Module, builder: str) -> list[str]:
     """The classes of a module whose ``get_builder_cls`` returns ``builder``."""
     return [
         cls.name
-        for cls in _classes(tree).values()
+        for cls in module_classes(tree).values()
         for node in cls.body
         if isinstance(node, ast.FunctionDef)
         and node.name == "get_builder_cls"
@@ -204,8 +206,8 @@ def _module_names(tree: ast.Module) -> set[str]:
 @functools.cache
 def _metadata_fields(root: Path) -> frozenset[str]:
     """The fields of one release's ``GDNAttentionMetadata`` (empty: it has none)."""
-    gdn = _parsed(root, GDN_BUILDER_MODULE)
-    metadata = _classes(gdn).get(METADATA_CLASS) if gdn is not None else None
+    gdn = parsed_module(root, GDN_BUILDER_MODULE)
+    metadata = module_classes(gdn).get(METADATA_CLASS) if gdn is not None else None
     if metadata is None:
         return frozenset()
     return frozenset(n.target.id for n in metadata.body if isinstance(n, ast.AnnAssign))
@@ -229,10 +231,10 @@ def _places(root: Path, builder: str) -> tuple[Places, tuple[str, ...], str] | N
     module = (
         GDN_BUILDER_MODULE if builder == GDN_BUILDER else scan_tree(root).get(builder, (None,))[0]
     )
-    tree = _parsed(root, module) if module else None
+    tree = parsed_module(root, module) if module else None
     if tree is None:
         return None
-    backends = _backends(tree, builder)
+    backends = backends_of(tree, builder)
     backend_names = set().union(*(_class_names(root, module, name) for name in backends))
     places = Places(
         metadata=_metadata_fields(root),

@@ -21,9 +21,12 @@ from gdn_review.kb.yaml_source import Problems
 # device a server resolves each on (what "configured as on ..." names in reports).
 ResolvedBackend = Literal["triton", "flashinfer", "cutedsl", "aiter_flydsl"]
 BACKEND_DEVICE = {"triton": "CUDA", "flashinfer": "CUDA", "cutedsl": "CUDA", "aiter_flydsl": "ROCm"}
-# Module-level functions of the target file a case may call on their own (pure host code).
-HostFunction = Literal[
-    "plan_flashinfer_checkpoints", "GDNAttentionMetadataBuilder._check_chunk_metadata_override"
+# What a call case names: a public function of the builder's module (``name``), or a
+# classmethod, staticmethod or class attribute of the builder class or of the backend class
+# whose get_builder_cls returns it (``Class.name``); kb.call_targets checks it against the
+# releases at hand.
+Declaration = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 ]
 # Classes a call may pass as its `builder_cls` argument: vLLM's GDN builder and the subclass
 # that overrides _build_chunk_metadata (Kimi-K3's ROCm KDA builder, importable on CPU).
@@ -76,9 +79,20 @@ class PrefixCaching(Strict):
 
 
 class HostCall(Strict):
-    """A module-level function of the target file, called on its own with these arguments."""
+    """A declaration of the builder's module called (or read) on its own, as the engine does:
+    a module-level function, or a class-level declaration of the builder or its backend."""
 
-    function: HostFunction
+    function: Declaration | None = Field(
+        default=None,
+        description="a public function of the builder's module (plan_flashinfer_checkpoints), or "
+        "a classmethod or staticmethod of the builder class or its backend class "
+        "(GDNAttentionBackend.supports_device_cpu_query_lens_mismatch): called, expect: returned",
+    )
+    attribute: Declaration | None = Field(
+        default=None,
+        description="a class attribute of the builder class or its backend class "
+        "(GDNAttentionMetadataBuilder._cudagraph_support): read, expect: returned",
+    )
     arguments: dict[
         Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_]*$")], PlainValue
     ] = Field(
@@ -87,8 +101,24 @@ class HostCall(Strict):
         "vLLM builder class)",
     )
 
+    @property
+    def target(self) -> str:
+        """The declaration the case names (``function`` or ``attribute``)."""
+        return self.function or self.attribute or ""
+
     @model_validator(mode="after")
     def _known_class(self) -> HostCall:
+        if (self.function is None) == (self.attribute is None):
+            raise ValueError(
+                "a call names one declaration: give function (called) or attribute (read)"
+            )
+        if self.attribute is not None and "." not in self.attribute:
+            raise ValueError(
+                f"attribute {self.attribute!r}: name its class, as in "
+                "GDNAttentionMetadataBuilder._cudagraph_support"
+            )
+        if self.attribute is not None and self.arguments:
+            raise ValueError("an attribute is read, not called: leave out arguments")
         name = self.arguments.get("builder_cls")
         if name is not None and name not in get_args(HostClass):
             raise ValueError(
@@ -104,8 +134,9 @@ class ServerFields(Strict):
 
     call: HostCall | None = Field(
         default=None,
-        description="instead of a batch: call a module-level function of the target "
-        "file on its own (expect: returned)",
+        description="instead of a batch: call a function of the builder's module, or a "
+        "class-level declaration of the builder or its backend, as the engine does (expect: "
+        "returned)",
     )
     resolved_prefill_backend: ResolvedBackend | None = Field(
         default=None,
@@ -189,7 +220,7 @@ def configuration_label(case) -> str:
     """A short name of how the case configures the builder (the guard's line map): "CPU default"
     when it is as this machine resolves it."""
     if case.call is not None:
-        return f"host call {case.call.function.rsplit('.', 1)[-1]}"
+        return f"host call {case.call.target.rsplit('.', 1)[-1]}"
     shorts = [short for short, _ in _configuration_parts(case) if short]
     if getattr(case, "builder", None) is not None:
         shorts.insert(0, case.builder)
@@ -204,6 +235,8 @@ def configuration_words(case) -> str | None:
     Every report line about such a case carries these words, and they say that no kernel runs.
     """
     if case.call is not None:
+        if case.call.attribute is not None:
+            return f"class attribute {case.call.attribute} read; no kernel runs"
         return f"host function {case.call.function} called on its own; no kernel runs"
     parts = [words for _, words in _configuration_parts(case)]
     builder = builder_words(case)
@@ -217,27 +250,18 @@ def configuration_words(case) -> str | None:
 def server_problems(case) -> list[tuple[tuple, str]]:
     """Server configurations vLLM itself refuses or never makes (a record error, not a skip)."""
     problems = _prefix_caching_problems(case) + _aligned_indices_problems(case)
-    # A call case calls a host function on its own: no builder scenario.
+    # A call case builds nothing: no builds before it, no re-gather. (The configuration a
+    # target's vllm_config or kv_cache_spec parameter takes: kb.call_targets.)
     scenario = [
         name
-        for name in (
-            "speculative_tokens",
-            "cudagraph_mode",
-            "mamba_cache_mode",
-            "prefix_caching",
-            "resolved_prefill_backend",
-            "model_runner",
-            "aligned_state_indices",
-            "after",
-            "second_builder",
-        )
+        for name in ("aligned_state_indices", "after", "second_builder")
         if case.call is not None and getattr(case, name) is not None
     ]
     if scenario:
         problems.append(
             (
                 ("call",),
-                "a call case calls a host function on its own, with no builder: "
+                "a call case calls a declaration on its own and builds nothing: "
                 f"leave out {', '.join(scenario)}",
             )
         )

@@ -33,11 +33,13 @@ import copy
 import dataclasses
 import enum
 import functools
+import importlib
 import inspect
 import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 import traceback
 import warnings
@@ -309,6 +311,136 @@ def _not_in_release(owner: str, names: list[str]) -> None:
     )
 
 
+# A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
+# transformers fills in every field left out. The architecture is named, as a
+# Qwen3-Next checkpoint's config.json names it: left out, it was transformers' base
+# class (Qwen3NextModel), which vLLM serves as an embedding model (pooling runner),
+# inspecting a second model class in a subprocess of its own per release.
+MODEL_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "linear_num_value_heads": 2,
+    "linear_num_key_heads": 1,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 2,
+    "num_experts_per_tok": 1,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "max_position_embeddings": 1024,
+}
+
+
+# A tiny Llama, the standalone draft model of method draft_model (its vocabulary the
+# target's, as vLLM requires of a draft).
+DRAFT_MODEL_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 1024,
+}
+
+
+# The methods a case may name (kb.cases.SpeculativeMethod).
+SPECULATIVE_METHODS = ("ngram", "draft_model", "mtp")
+
+
+@functools.cache
+def model_dir(draft: bool = False) -> str:
+    folder = tempfile.mkdtemp(prefix="gdn-review-model-")
+    config = DRAFT_MODEL_CONFIG if draft else MODEL_CONFIG
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2, sort_keys=True)
+    atexit.register(_remove_model_dir, folder, os.getpid())
+    return folder
+
+
+def _remove_model_dir(folder: str, owner: int) -> None:
+    """Once the process that made it ends (each process used to leave one behind)."""
+    if os.getpid() == owner:  # a forked child (a mutant's) shares its parent's folder
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def model_config(max_model_len: int):
+    """A fresh ModelConfig for each VllmConfig, as each vLLM engine has its own.
+
+    Never cached: VllmConfig runs the model's config hooks (which turn prefix
+    caching into mamba_cache_mode "align") once per ModelConfig and marks it
+    done, so a shared one left every builder after the first in "none" mode.
+    After the first (imports), one costs a few milliseconds.
+    """
+    from vllm.config import ModelConfig
+
+    return ModelConfig(
+        **accepted_kwargs(
+            ModelConfig,
+            ("max_model_len",),
+            model=model_dir(),
+            tokenizer=None,
+            skip_tokenizer_init=True,
+            max_model_len=max_model_len,
+            dtype="float32",
+            # Eager: no full CUDA graphs, so CUDA metadata is not padded to a
+            # graph's batch size and compares field by field with CPU runs.
+            enforce_eager=True,
+        )
+    )
+
+
+def speculative_config(method: str | None, tokens: int, target):
+    """The SpeculativeConfig of ``method`` (None: ngram), ``tokens`` speculative tokens,
+    for the target model config ``target``; a release that cannot configure the method
+    skips as not applicable."""
+    import typing
+
+    import vllm
+    from vllm.config import ParallelConfig, SpeculativeConfig
+    from vllm.config import speculative as module
+
+    method = method or "ngram"
+    if method not in typing.get_args(getattr(module, "SpeculativeMethod", None)):
+        import pytest
+
+        pytest.skip(
+            f"not applicable: vLLM {vllm.__version__} has no speculative "
+            f"method {method}"
+        )
+    if method == "ngram":
+        extra = {"prompt_lookup_max": 2, "prompt_lookup_min": 1}
+    else:
+        # vLLM derives the drafter's model config from the target's, as the engine does.
+        extra = {
+            "target_model_config": target,
+            "target_parallel_config": ParallelConfig(),
+        }
+        if method == "draft_model":
+            extra["model"] = model_dir(draft=True)
+    return SpeculativeConfig(
+        **accepted_kwargs(
+            SpeculativeConfig,
+            ("method", "num_speculative_tokens"),
+            method=method,
+            num_speculative_tokens=tokens,
+            **extra,
+        )
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class BuilderSettings:
     """What a case needs of the builder: device, speculative and scenario config.
@@ -345,6 +477,8 @@ class BuilderSettings:
     use_kda_recoverssm: bool | None = None
     # speculative_config.enable_adaptive_verification (None: the config's default).
     adaptive_verification: bool | None = None
+    # speculative_config.method (None: ngram; tiny_models.SPECULATIVE_METHODS).
+    speculative_method: str | None = None
 
     @property
     def block_table_columns(self) -> int:
@@ -360,96 +494,14 @@ def _accepted_kwargs(cls, asked=(), **kwargs):
     return accepted_kwargs(cls, asked, **kwargs)
 
 
-# A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
-# transformers fills in every field left out. The architecture is named, as a
-# Qwen3-Next checkpoint's config.json names it: left out, it was transformers' base
-# class (Qwen3NextModel), which vLLM serves as an embedding model (pooling runner),
-# inspecting a second model class in a subprocess of its own per release.
-MODEL_CONFIG = {
-    "architectures": ["Qwen3NextForCausalLM"],
-    "model_type": "qwen3_next",
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "layer_types": ["linear_attention", "full_attention"],
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "linear_num_value_heads": 2,
-    "linear_num_key_heads": 1,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 16,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 2,
-    "num_experts_per_tok": 1,
-    "moe_intermediate_size": 32,
-    "shared_expert_intermediate_size": 32,
-    "max_position_embeddings": 1024,
-}
+def make_vllm_config(settings: BuilderSettings):
+    from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
 
-
-@functools.cache
-def _model_dir() -> str:
-    folder = tempfile.mkdtemp(prefix="gdn-review-model-")
-    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
-        json.dump(MODEL_CONFIG, handle, indent=2, sort_keys=True)
-    atexit.register(_remove_model_dir, folder, os.getpid())
-    return folder
-
-
-def _remove_model_dir(folder: str, owner: int) -> None:
-    """Once the process that made it ends (each process used to leave one behind)."""
-    if os.getpid() == owner:  # a forked child (a mutant's) shares its parent's folder
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _model_config(max_model_len: int):
-    """A fresh ModelConfig for each VllmConfig, as each vLLM engine has its own.
-
-    Never cached: VllmConfig runs the model's config hooks (which turn prefix
-    caching into mamba_cache_mode "align") once per ModelConfig and marks it
-    done, so a shared one left every builder after the first in "none" mode.
-    After the first (imports), one costs a few milliseconds.
-    """
-    from vllm.config import ModelConfig
-
-    return ModelConfig(
-        **_accepted_kwargs(
-            ModelConfig,
-            ("max_model_len",),
-            model=_model_dir(),
-            tokenizer=None,
-            skip_tokenizer_init=True,
-            max_model_len=max_model_len,
-            dtype="float32",
-            # Eager: no full CUDA graphs, so CUDA metadata is not padded to a
-            # graph's batch size and compares field by field with CPU runs.
-            enforce_eager=True,
-        )
-    )
-
-
-def _vllm_config(settings: BuilderSettings):
-    from vllm.config import (
-        CacheConfig,
-        DeviceConfig,
-        SchedulerConfig,
-        SpeculativeConfig,
-        VllmConfig,
-    )
-
+    target = model_config(settings.max_model_len)
     speculative = None
     if settings.speculative_tokens is not None:
-        speculative = SpeculativeConfig(
-            **_accepted_kwargs(
-                SpeculativeConfig,
-                ("method", "num_speculative_tokens"),
-                method="ngram",
-                num_speculative_tokens=settings.speculative_tokens,
-                prompt_lookup_max=2,
-                prompt_lookup_min=1,
-            )
+        speculative = speculative_config(
+            settings.speculative_method, settings.speculative_tokens, target
         )
     scheduler = SchedulerConfig(
         **_accepted_kwargs(
@@ -469,7 +521,7 @@ def _vllm_config(settings: BuilderSettings):
     # A release's platform may refuse this machine for its runner (adaptations.py).
     with making_config():
         config = VllmConfig(
-            model_config=_model_config(settings.max_model_len),
+            model_config=target,
             # vLLM's CPU platform asserts a cpu device config. Where the builder's
             # tensors go to CUDA under it (CUDA platform unavailable: a bundle on a
             # GPU machine), the config says cpu and the builder gets the device.
@@ -550,7 +602,7 @@ def _vllm_platform_is_cuda() -> bool:
 
 
 @contextlib.contextmanager
-def _as_on_server(settings: BuilderSettings):
+def as_on_server(settings: BuilderSettings):
     """While the builder is constructed: vLLM's own resolver returns the case's prefill
     backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
     model runner is the case's. The builder's __init__ then derives its own attributes
@@ -673,9 +725,25 @@ def new_builder(settings: BuilderSettings):
     """A fresh real builder: its persistent (FULL-graph) buffers are its own."""
     prepare_platform()
     with setting_up("importing vLLM's builder"):
-        from vllm.v1.kv_cache_interface import MambaSpec
-
         cls = builder_class(settings.builder)
+
+    spec = mamba_spec(settings)
+    with setting_up("VllmConfig"):
+        config = make_vllm_config(settings)
+    with as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
+        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
+        return cls(
+            spec,
+            ["model.layers.0.linear_attn"],
+            config,
+            torch.device(settings.device),
+        )
+
+
+def mamba_spec(settings: BuilderSettings):
+    """The MambaSpec the engine hands the builder (kv_cache_spec) for ``settings``."""
+    with setting_up("importing vLLM's MambaSpec"):
+        from vllm.v1.kv_cache_interface import MambaSpec
 
     checkpoints = {}
     if settings.prefix_caching is not None:
@@ -698,16 +766,7 @@ def new_builder(settings: BuilderSettings):
                 **checkpoints,
             )
         )
-    with setting_up("VllmConfig"):
-        config = _vllm_config(settings)
-    with _as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
-        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
-        return cls(
-            spec,
-            ["model.layers.0.linear_attn"],
-            config,
-            torch.device(settings.device),
-        )
+    return spec
 
 
 # What a comparison shows for a field that one side lacks.
@@ -1051,48 +1110,6 @@ def layout(builder, metadata) -> dict:
     return {"persistent_views": sorted(views), "noncontiguous": sorted(scattered)}
 
 
-# Classes a call case may pass (kb.models.HostClass) -> their module (None: target's).
-HOST_CLASSES = {
-    "GDNAttentionMetadataBuilder": None,
-    "KimiK3ROCmKDAMetadataBuilder": "vllm.models.kimi_k3.amd.kda_metadata",
-}
-
-
-def call_host_function(case: dict) -> dict:
-    """A ``call`` case: the target file's module-level function on its own (the loaded
-    module's, a mutant's where one is loaded), its result as plain data."""
-    import importlib
-
-    import vllm
-
-    prepare_platform()
-    call = case["call"]
-    with setting_up("importing vLLM's builder module"):
-        module = importlib.import_module("vllm.v1.attention.backends.gdn_attn")
-    function = module
-    for name in call["function"].split("."):
-        function = getattr(function, name, None)
-    if function is None:
-        import pytest
-
-        pytest.skip(
-            f"not applicable: vLLM {vllm.__version__} has no {call['function']}"
-        )
-    arguments = dict(call.get("arguments", {}))
-    if "builder_cls" in arguments:
-        # A class named by the record (kb.models.HostClass): the loaded module's own
-        # builder, or vLLM's subclass of it.
-        name = arguments["builder_cls"]
-        where = HOST_CLASSES[name]
-        arguments["builder_cls"] = getattr(
-            module if where is None else importlib.import_module(where), name
-        )
-    try:
-        return {"returned": plain(function(**arguments)), "raised": None}
-    except Exception as error:  # noqa: BLE001  (what it raises is what the case states)
-        return {"returned": None, "raised": raised_words(error)}
-
-
 def raised_words(error: BaseException) -> str:
     """What a case measures of an exception (expect: raised): "Type: its first line"."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -1122,12 +1139,18 @@ def builder_attributes(builder, names) -> dict:
         except AttributeError as error:
             measured[name] = f"(no such field: AttributeError: {error})"
             continue
-        if isinstance(value, torch.device):
-            value = str(value)
-        elif isinstance(value, enum.Enum):
-            value = value.name
-        measured[name] = plain(value)
+        measured[name] = measured_value(value)
     return measured
+
+
+def measured_value(value):
+    """A value as a case states it: plain data, a device as its name ("cpu",
+    "cuda:0"), an enum (``_cudagraph_support``) as its member's name."""
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.name
+    return plain(value)
 
 
 def expected_on(device: str, case: dict, expected: dict) -> dict:
@@ -1177,6 +1200,100 @@ def hand_aligned_indices(builder, indices, device: str) -> None:
         builder.mamba_aligned_state_indices = torch.tensor(
             indices, dtype=torch.int32
         ).to(device)
+
+
+# Classes a call may pass as its builder_cls argument (kb.server_config.HostClass) ->
+# their module (None: the builder's own).
+HOST_CLASSES = {
+    "GDNAttentionMetadataBuilder": None,
+    "KimiK3ROCmKDAMetadataBuilder": "vllm.models.kimi_k3.amd.kda_metadata",
+}
+
+
+# The parameters the harness fills from the case (kb.call_targets.CASE_ARGUMENTS).
+CASE_ARGUMENTS = ("vllm_config", "kv_cache_spec", "device")
+
+
+def backend_classes(builder_cls) -> list:
+    """The classes of the builder's module whose get_builder_cls returns it."""
+    module = sys.modules[builder_cls.__module__]
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and value.__module__ == module.__name__
+        and "get_builder_cls" in vars(value)
+        and value.get_builder_cls() is builder_cls
+    ]
+
+
+def declaration(target: str, builder: str | None):
+    """The loaded release's ``target`` (``name`` of the builder's module, or
+    ``Class.name`` of the builder or its backend class), inherited or its own."""
+    import vllm
+
+    with setting_up("importing vLLM's builder module"):
+        cls = builder_class(builder)
+        module = importlib.import_module(cls.__module__)
+    owner_name, _, name = target.rpartition(".")
+    if not owner_name:
+        owner = module
+    elif owner_name == cls.__name__:
+        owner = cls
+    else:
+        owner = next(
+            (b for b in backend_classes(cls) if b.__name__ == owner_name), None
+        )
+    if owner is None or not hasattr(owner, name):
+        import pytest
+
+        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {target}")
+    return module, getattr(owner, name)
+
+
+def _case_arguments(function, settings) -> dict:
+    """The case's own VllmConfig, MambaSpec and device for the parameters that ask."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to fill
+        return {}
+    made = {}
+    if "vllm_config" in parameters:
+        with setting_up("VllmConfig"):
+            made["vllm_config"] = make_vllm_config(settings)
+    if "kv_cache_spec" in parameters:
+        made["kv_cache_spec"] = mamba_spec(settings)
+    if "device" in parameters:
+        made["device"] = torch.device(settings.device)
+    return made
+
+
+def call_declaration(case: dict, settings) -> dict:
+    """A ``call`` case's measurement: what its target returned (or, for ``attribute``,
+    holds) as plain data, or what it raised; ``settings``: its BuilderSettings."""
+    prepare_platform()
+    call = case["call"]
+    target = call.get("function") or call["attribute"]
+    module, value = declaration(target, case.get("builder"))
+    if "function" not in call:
+        return {"returned": measured_value(value), "raised": None}
+    arguments = {
+        **_case_arguments(value, settings),
+        **call.get("arguments", {}),
+    }
+    if "builder_cls" in arguments:
+        # A class named by the record (kb.server_config.HostClass): the loaded module's
+        # own builder, or vLLM's subclass of it.
+        name = arguments["builder_cls"]
+        where = HOST_CLASSES[name]
+        arguments["builder_cls"] = getattr(
+            module if where is None else importlib.import_module(where), name
+        )
+    try:
+        with as_on_server(settings):
+            return {"returned": measured_value(value(**arguments)), "raised": None}
+    except Exception as error:  # noqa: BLE001  (what it raises is what the case states)
+        return {"returned": None, "raised": raised_words(error)}
 
 
 def row_values(case: dict) -> list[dict]:
@@ -1522,6 +1639,7 @@ def settings_for(case: dict, device: str) -> BuilderSettings:
         kda_prefill_backend=case.get("kda_prefill_backend"),
         use_kda_recoverssm=case.get("use_kda_recoverssm"),
         adaptive_verification=case.get("adaptive_verification"),
+        speculative_method=case.get("speculative_method"),
     )
 
 
@@ -1574,15 +1692,7 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     # get_builder_cls returns the builder's class, a module-level name of its module.
     fields = {f.name for f in dataclasses.fields(GDNAttentionMetadata)}
     module = sys.modules[type(builder).__module__]
-    backends = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type)
-        and value.__module__ == module.__name__
-        and "get_builder_cls" in vars(value)
-        and value.get_builder_cls() is type(builder)
-    ]
-    places = [builder, *backends, module]
+    places = [builder, *backend_classes(type(builder)), module]
     for name in case.get("needs") or []:
         if name not in fields and not any(hasattr(place, name) for place in places):
             return (
@@ -1701,7 +1811,7 @@ def build_case(device: str, case: dict, count_ops: bool = True) -> BuildRun:
     prepare_platform()
     if case.get("call") is not None:
         return BuildRun(
-            metadata=call_host_function(case),
+            metadata=call_declaration(case, settings_for(case, device)),
             ops={},
             rows=0,
             padded_rows=0,

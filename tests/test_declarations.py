@@ -1,0 +1,157 @@
+"""Class-level declarations as call targets and the speculation method, on real releases (#55).
+
+tests/fixtures/declarations/kb/53929.yaml is a record of #53929's three changes, written as
+docs/records.md shows. Each release runs its cases in a child on that release's files (the
+installed 0.33.0, 0.34.0 and 0.30.0 from the release cache), measured by the harness as a
+generated test measures them: a target a release inherits reads the inherited value, one it
+lacks "not applicable".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gdn_review.common import interrupts, release_trees
+from tests.conftest import ROOT
+
+RECORD = ROOT / "tests" / "fixtures" / "declarations" / "kb" / "53929.yaml"
+
+# Each case (and two more: a class attribute, the reorder threshold per method) measured
+# as build_case measures it; a skip as "skipped: <reason>".
+CHILD = """
+import json, sys
+import pytest
+from gdn_review.harness.environment import prepare_platform
+prepare_platform()
+from gdn_review.harness.case_build import build_case
+from gdn_review.kb import load_record
+
+cases = load_record(sys.argv[1]).case_inputs()
+attribute = "GDNAttentionMetadataBuilder._cudagraph_support"
+cases["cudagraph_support"] = {"call": {"attribute": attribute}}
+for method in ("ngram", "draft_model", "mtp"):
+    cases[f"reorder_{method}"] = {
+        "speculative_tokens": 2,
+        "speculative_method": method,
+        "builder_fields": ["reorder_batch_threshold"],
+        "rows": [{"seq_len": 10, "query_len": 3, "drafted": 2}],
+    }
+cases["varlen_mtp"] = {**cases["varlen_ngram"], "speculative_method": "mtp"}
+measured = {}
+for case_id, case in sorted(cases.items()):
+    try:
+        data = build_case("cpu", case, count_ops=False).metadata
+    except pytest.skip.Exception as skip:
+        measured[case_id] = "skipped: " + str(skip.msg)
+        continue
+    if case_id == "adaptive_uniform_spec":
+        data = data.get("uniform_spec_sequence_length", "no such field")
+    elif case_id.startswith("reorder_"):
+        data = data["reorder_batch_threshold"]
+    measured[case_id] = data
+print("MEASURED " + json.dumps(measured, sort_keys=True))
+"""
+
+
+def _measure(release: str | None) -> dict:
+    env = None if release is None else release_trees.environment(release_trees.tree(release))
+    done = interrupts.run_child(
+        [sys.executable, "-c", CHILD, str(RECORD)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("MEASURED ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("MEASURED "))
+
+
+def _returned(value) -> dict:
+    return {"returned": value, "raised": None}
+
+
+VARLEN = "GDNAttentionMetadataBuilder.get_varlen_cudagraph_max_query_len"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "release, expected",
+    [
+        (
+            None,  # the installed 0.33.0: the base class's declarations, inherited
+            {
+                "adaptive_uniform_spec": 3,
+                "backend_allows_mismatch": _returned(False),
+                "varlen_ngram": _returned(None),
+                "varlen_draft_model": _returned(None),
+                "varlen_mtp": _returned(None),
+                "reorder_ngram": 3,
+                "reorder_draft_model": 3,
+                "reorder_mtp": 3,
+            },
+        ),
+        (
+            "0.34.0",  # #53929's own
+            {
+                "adaptive_uniform_spec": None,
+                "backend_allows_mismatch": _returned(True),
+                "varlen_ngram": _returned(3),
+                "varlen_draft_model": _returned(4),
+                "varlen_mtp": _returned(3),
+                "reorder_ngram": 3,
+                "reorder_draft_model": 4,
+                "reorder_mtp": 3,
+            },
+        ),
+        (
+            "0.30.0",  # no get_varlen_cudagraph_max_query_len anywhere: not applicable
+            {
+                "backend_allows_mismatch": _returned(False),
+                "varlen_ngram": f"skipped: not applicable: vLLM 0.30.0 has no {VARLEN}",
+                "varlen_draft_model": f"skipped: not applicable: vLLM 0.30.0 has no {VARLEN}",
+            },
+        ),
+    ],
+    ids=["0.33.0", "0.34.0", "0.30.0"],
+)
+def test_declarations_and_methods_read_per_release(release, expected):
+    measured = _measure(release)
+    assert {key: measured[key] for key in expected} == expected
+    # A class attribute, read from the class (inherited or its own).
+    assert measured["cudagraph_support"] == _returned("UNIFORM_BATCH")
+
+
+@pytest.mark.slow
+def test_the_record_generates_and_passes_on_the_release_with_the_change(tmp_path):
+    """The generated module of the fixture record on 0.34.0: every CPU test passes."""
+    out = tmp_path / "generated"
+    subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "gdn-review"),
+            "generate",
+            "--kb",
+            str(RECORD.parent),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    env = release_trees.environment(release_trees.tree("0.34.0"))
+    done = interrupts.run_child(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+        + ["--gdn-evidence", str(tmp_path / "evidence.json"), str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and "4 passed" in last, done.stdout[-3000:]
