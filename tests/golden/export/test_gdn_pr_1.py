@@ -263,6 +263,28 @@ def making_config():
         vllm.triton_utils.HAS_TRITON = False
 
 
+def model_runner_env(runner: str | None) -> tuple[str, str] | None:
+    """How the case's ``model_runner`` is chosen on the loaded release: the environment
+    variable and its value, or None where the release has one runner only. A release
+    without the one asked skips as not applicable (vLLM 0.34.0 removed model runner V1:
+    its gpu_model_runner.py is gone, VLLM_USE_V2_MODEL_RUNNER is no longer read)."""
+    if runner is None:
+        return None
+    import vllm
+    import vllm.envs
+
+    if "VLLM_USE_V2_MODEL_RUNNER" in vllm.envs.environment_variables:
+        return "VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0"
+    if runner == "v2":
+        return None
+    import pytest
+
+    pytest.skip(
+        f"not applicable: vLLM {vllm.__version__} has no model runner V1 (removed in "
+        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)"
+    )
+
+
 class NotInRelease(TypeError):
     """The loaded release has no such field: a case that sets it would run elsewise."""
 
@@ -555,11 +577,10 @@ def _as_on_server(settings: BuilderSettings):
     backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
     model runner is the case's. The builder's __init__ then derives its own attributes
     from them."""
-    saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    if settings.model_runner is not None:
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
-            "1" if settings.model_runner == "v2" else "0"
-        )
+    runner = model_runner_env(settings.model_runner)
+    saved_runner = os.environ.get(runner[0]) if runner else None
+    if runner is not None:
+        os.environ[runner[0]] = runner[1]
     patched = []
     backend = settings.resolved_prefill_backend
     # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
@@ -583,11 +604,11 @@ def _as_on_server(settings: BuilderSettings):
     finally:
         for module, original in patched:
             module._resolve_gdn_prefill_backend = original
-        if settings.model_runner is not None:
+        if runner is not None:
             if saved_runner is None:
-                os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+                os.environ.pop(runner[0], None)
             else:
-                os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_runner
+                os.environ[runner[0]] = saved_runner
 
 
 GDN_BUILDER_MODULE = "vllm.v1.attention.backends.gdn_attn"
@@ -1820,7 +1841,9 @@ def op_counts(run: BuildRun, budget: dict, per: str = "step") -> dict[str, int]:
 
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build(); one whose
-    set-up could not run is left to its own tests (they skip first, or say so)."""
+    set-up could not run or skips (the release lacks it) is left to its own tests."""
+    import pytest
+
     for case in cases:
         # A case that states what its construction raises is constructed in its test.
         if (
@@ -1828,7 +1851,7 @@ def prepare_builders(device: str, cases) -> None:
             and not case.get("raises")
             and not needs_own_builder(case)
         ):
-            with contextlib.suppress(CouldNotRun):
+            with contextlib.suppress(CouldNotRun, pytest.skip.Exception):
                 make_builder(settings_for(case, device))
 
 
