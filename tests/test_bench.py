@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gdn_review.common import interrupts
+from gdn_review.common import interrupts, release
 from gdn_review.run import bench
 from tests.conftest import ROOT
 
@@ -56,8 +56,10 @@ def _bench(*args: str):
 
 @pytest.mark.slow
 def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
+    """The base from the release cache, the head the installed release."""
     evidence = tmp_path / "bench.json"
-    options = "--record 52078 --releases 0.29.0,0.33.0 --case single_request --max-seconds 2"
+    head = str(release.installed())
+    options = f"--record 52078 --releases 0.29.0,{head} --case single_request --max-seconds 2"
     done = _bench(*options.split(), "--evidence", str(evidence))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (
@@ -67,7 +69,7 @@ def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
     )
     data = json.loads(evidence.read_text(encoding="utf-8"))
     result = data["bench"]["52078"]
-    assert (result["base"], result["head"], result["device"]) == ("0.29.0", "0.33.0", "cpu")
+    assert (result["base"], result["head"], result["device"]) == ("0.29.0", head, "cpu")
     row = result["cases"][0]
     assert (
         row["samples"][0] >= 20
@@ -78,7 +80,7 @@ def test_bench_command_times_both_releases_and_writes_evidence(tmp_path):
     sources = {release: env["vllm_source"] for release, env in result["environments"].items()}
     assert (
         sources["0.29.0"].startswith("unpacked on PYTHONPATH")
-        and sources["0.33.0"] == "installed distribution"
+        and sources[head] == "installed distribution"
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import types
 from pathlib import Path
 
@@ -222,7 +223,10 @@ def test_over_the_limit_nothing_is_written(tmp_path, monkeypatch):
         for r in json.loads((tmp_path / "out" / "bundle.json").read_text())["records"]
     }
     assert carried[52078]["bench"] == {"base": "0.28.0", "head": "0.29.0"}
-    assert (tmp_path / "out" / "project" / "generated_tests" / "test_pr_52078.py").is_file()
+    with tarfile.open(tmp_path / "out" / "project.tar.xz") as packed:
+        names = packed.getnames()
+    assert "project/generated_tests/test_pr_52078.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert manifest["model_info"] == {
         "0.28.0": [],
         "0.29.0": ["vllm-Qwen3NextForCausalLM.json"],

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from conftest import MINIMAL, ROOT
 
 from gdn_review.cli import main
+from gdn_review.common import release
 from gdn_review.kb import RecordErrors, load_record, parse_record
 from gdn_review.run import snapshot_take
 from gdn_review.run.fill_expects import (
@@ -23,6 +24,9 @@ from gdn_review.run.fill_expects import (
     needing_expect,
 )
 from gdn_review.run.snapshot_take import SnapshotError
+
+# The fixture below takes snapshots in this process, which has loaded the installed release.
+INSTALLED = str(release.installed())
 
 EQUIVALENCE = MINIMAL.replace(
     "cases:\n",
@@ -151,7 +155,16 @@ def test_filling_a_record_without_expects_gives_back_its_values_with_its_comment
     # release, 0.18.0).
     result = CliRunner().invoke(
         main,
-        ["snapshot", "--kb", str(kb), "--record", "34871", "--fill-expects", "--release", "0.33.0"],
+        [
+            "snapshot",
+            "--kb",
+            str(kb),
+            "--record",
+            "34871",
+            "--fill-expects",
+            "--release",
+            INSTALLED,
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "wrote the expect of 8 case(s)" in result.output
@@ -340,7 +353,7 @@ def test_filling_writes_the_layout_and_raw_indices_the_claims_compare_measured_o
     kb = write_record(STAGING)
     result = CliRunner().invoke(
         main,
-        ["snapshot", "--kb", str(kb), "--record", "7", "--fill-expects", "--release", "0.33.0"],
+        ["snapshot", "--kb", str(kb), "--record", "7", "--fill-expects", "--release", INSTALLED],
     )
     assert result.exit_code == 0, result.output
     assert (
@@ -348,7 +361,7 @@ def test_filling_writes_the_layout_and_raw_indices_the_claims_compare_measured_o
     )
     filled = load_record(kb / "7.yaml")  # strict: every equivalence case states an expect
     staged = filled.case("staged").expect
-    # The values of kb/full_graph_staging.yaml's full_spec_staged (0.31.0 to 0.33.0).
+    # The values of kb/full_graph_staging.yaml's full_spec_staged (0.31.0 on).
     assert staged["persistent_views"] == [
         "non_spec_token_indx",
         "num_accepted_tokens",
@@ -392,13 +405,13 @@ def test_as_expect_prints_every_field_measured_layout_raw_indices_builder_and_se
             "decode_stated",
             "--as-expect",
             "--release",
-            "0.33.0",
+            INSTALLED,
         ],
     )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert (
-        lines[0].startswith("# expect of case decode_stated, measured on vLLM 0.33.0 (cpu)")
+        lines[0].startswith(f"# expect of case decode_stated, measured on vLLM {INSTALLED} (cpu)")
         and lines[1] == "expect:"
     )
     printed = {line.split(":", 1)[0].strip() for line in lines[2:]}

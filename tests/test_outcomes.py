@@ -34,7 +34,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdn_review.cli import main
-from gdn_review.common import interrupts
+from gdn_review.common import interrupts, release
 from gdn_review.run import suite
 from tests.conftest import ROOT
 
@@ -42,6 +42,7 @@ pytestmark = pytest.mark.slow
 
 RECORD = 40738
 MODULE = ROOT / "generated_tests" / f"test_pr_{RECORD}.py"
+INSTALLED = str(release.installed())  # the release the one pytest process runs on
 
 # What each folder's conftest.py injects, in a module-scoped autouse fixture (the
 # ``device`` fixture makes the module's builders once, before any function-scoped one):
@@ -142,7 +143,7 @@ def runs(tmp_path_factory):
             exported = CliRunner().invoke(
                 main,
                 ["export", "--kb", str(ROOT / "kb"), "--record", str(RECORD)]
-                + ["--vllm-release", "0.33.0", "--out", str(folder)],
+                + ["--vllm-release", INSTALLED, "--out", str(folder)],
             )
             assert exported.exit_code == 0, exported.output
         else:
@@ -257,9 +258,10 @@ def test_vllm_config_raising_could_not_run(runs):
         ["2 of 4 tests could not run", "VllmConfig raised RuntimeError: vLLM on x86 CPUs"],
     )
     assert "(at conftest.py:" in claim["reason"] and "in refuse)" in claim["reason"]
-    assert claim["vllm"] == "0.33.0" and claim["devices"].startswith("cpu: could not run;")
+    assert claim["vllm"] == INSTALLED and claim["devices"].startswith("cpu: could not run;")
     step = _step(result, "C2")
-    assert step.startswith("Claim C2 could not run on vLLM 0.33.0: ") and "fix the set-up" in step
+    assert step.startswith(f"Claim C2 could not run on vLLM {INSTALLED}: ")
+    assert "fix the set-up" in step
     assert "report it" not in step
 
 
@@ -275,7 +277,7 @@ def test_an_error_in_a_check_of_a_pending_claim_is_no_verdict(runs):
     assert "pending" not in claim["reason"] and "as the PR says it should" not in claim["reason"]
     assert "gdn-review's own code raised" in claim["reason"]
     step = _step(result, "C1")
-    assert step.startswith("Claim C1: error in the check on vLLM 0.33.0: ")
+    assert step.startswith(f"Claim C1: error in the check on vLLM {INSTALLED}: ")
     assert "A fault in gdn-review, not in vLLM: report it with this message" in step
     assert "store its diff" not in result["markdown"]  # the pending claim's next step
 

@@ -2,7 +2,8 @@
 
 For each field that configures the builder as a server does (kb/server_config.py), the
 builder's use of that configuration is broken by hand in 0.33.0's real gdn_attn.py (in a
-child forked after vLLM is imported; the installed file is never touched), and the
+child on 0.33.0 from the release cache, forked after vLLM is imported; no file is touched;
+0.33.0 is the newest release that still reads every field: 0.34.0 has one model runner), and the
 generated modules of the records that state it must fail. A field the builder did not
 really see would let its mutant pass.
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import pytest
 
-from gdn_review import harness
+from gdn_review.common import release_trees
 from gdn_review.kb import RecordErrors
 from gdn_review.kb.load import parse_record
 from tests.conftest import ROOT
 from tests.forked_mutants import run_mutants
 
+# The release whose gdn_attn.py the edits are written against (run from the release cache).
+RELEASE = "0.33.0"
 # field -> the edits that break the builder's use of it (0.33.0's text).
 BREAKS = {
     # FlashInfer as vLLM resolves it on Hopper: __init__ no longer enables the plan.
@@ -99,6 +102,7 @@ def broken_runs(tmp_path_factory):
         PYTEST_ARGS,
         ROOT,
         tmp_path_factory.mktemp("server"),
+        env=release_trees.environment(release_trees.tree(RELEASE)),
         preload=PRELOAD,
         clear=(("gdn_review.harness.builders", "make_builder"),),
     )
@@ -112,8 +116,6 @@ def broken_runs(tmp_path_factory):
 @pytest.mark.xdist_group("server-config-breaks")  # one worker: one vLLM import
 @pytest.mark.parametrize("field", sorted(BREAKS))
 def test_breaking_the_builders_use_of_a_server_field_fails_its_records(field, broken_runs):
-    if not harness.release_in_range(">=0.33"):
-        pytest.skip("the edits are written against vLLM 0.33.0's gdn_attn.py")
     done = broken_runs[field]
     assert done["returncode"] == 1, (
         f"expected failing tests (exit 1), got {done['returncode']}:\n{done['stdout'][-3000:]}"

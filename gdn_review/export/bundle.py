@@ -9,7 +9,8 @@ and the bench.
     DIR/README.md           what it is and how to run it
     DIR/bundle.json         what is inside: records, releases, wheels with their sha256, sizes
     DIR/probe-cases.json    the case the probe builds
-    DIR/project/            gdn_review/, templates/, kb/, generated_tests/, pyproject.toml
+    DIR/project.tar.xz      project/: gdn_review/, templates/, kb/, generated_tests/,
+                            pyproject.toml
     DIR/wheels/*.whl        what vLLM's builder path imports beyond BASELINE, for one Python,
                             and requirements.txt pinning each with its sha256
     DIR/releases/V.tar.xz   release cache entries (vLLM's Python files only, with their manifest)
@@ -105,18 +106,24 @@ def _carry_model_info(package: Path, staging: Path) -> list[str]:
     return [path.name for path in files]
 
 
-def _copy_project(root: Path, destination: Path) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
-    for part in PROJECT_PARTS:
-        source = root / part
-        if source.is_dir():
-            shutil.copytree(source, destination / part, ignore=ignore)
-        elif source.is_file():
-            shutil.copyfile(source, destination / part)
-        else:
-            raise BundleError(
-                f"{source} is missing: run `gdn-review bundle` from the project's root"
-            )
+def _pack_project(root: Path, destination: Path) -> None:
+    """``project/...`` as tar.xz: its records' snapshots (JSON, most of its bytes) pack to a
+    tenth, which keeps a bundle of four releases within the GPU machine's carry limit."""
+    ignored = {"__pycache__", ".pytest_cache", ".hypothesis"}
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if ignored & set(Path(info.name).parts) or info.name.endswith(".pyc"):
+            return None
+        return _tar_filter(info)
+
+    with tarfile.open(destination, "w:xz") as archive:
+        for part in PROJECT_PARTS:
+            source = root / part
+            if not source.exists():
+                raise BundleError(
+                    f"{source} is missing: run `gdn-review bundle` from the project's root"
+                )
+            archive.add(source, arcname=f"project/{part}", filter=keep)
 
 
 def _size(folder: Path) -> int:
@@ -234,8 +241,8 @@ def write_bundle(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        say(f"project files -> {out}/project")
-        _copy_project(Path(project_root), staging / "project")
+        say(f"project files -> {out}/project.tar.xz")
+        _pack_project(Path(project_root), staging / "project.tar.xz")
         carried = _stage_wheels(staging, python, say)
         model_info = _stage_releases(staging, versions, say)
         (staging / "probe-cases.json").write_text(

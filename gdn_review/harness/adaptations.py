@@ -34,7 +34,8 @@ X86_CPU_WITHOUT_TRITON = Adaptation(
     first_release="0.34.0",
     what=(
         "while the harness makes its VllmConfig on the CPU platform of an x86 machine, "
-        "vllm.triton_utils.HAS_TRITON reads True (False again once the config is made)"
+        "vllm.triton_utils.HAS_TRITON reads True (False again once the config is made, "
+        "also in the modules first imported meanwhile)"
     ),
     reason=(
         "vLLM's CPU platform refuses x86 without Triton's CPU backend (triton-cpu) "
@@ -99,14 +100,24 @@ def making_config():
     ):
         yield
         return
+    import sys
+
     import vllm.triton_utils
 
+    before = set(sys.modules)
     # vllm/platforms/cpu.py reads it at call time (from vllm.triton_utils import ...).
     vllm.triton_utils.HAS_TRITON = True
     try:
         yield
     finally:
         vllm.triton_utils.HAS_TRITON = False
+        # A module first imported meanwhile copied True (from vllm.triton_utils
+        # import HAS_TRITON), e.g. 0.34.0's jit_warmup_triton_helper: its decorators
+        # would then reach triton.runtime, which the placeholder has not, once the
+        # builder imports its kernels.
+        for name in set(sys.modules) - before:
+            if getattr(sys.modules[name], "HAS_TRITON", None) is True:
+                sys.modules[name].HAS_TRITON = False
 
 
 def model_runner_env(runner: str | None) -> tuple[str, str] | None:

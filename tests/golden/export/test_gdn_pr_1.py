@@ -188,7 +188,8 @@ X86_CPU_WITHOUT_TRITON = Adaptation(
     first_release="0.34.0",
     what=(
         "while the harness makes its VllmConfig on the CPU platform of an x86 machine, "
-        "vllm.triton_utils.HAS_TRITON reads True (False again once the config is made)"
+        "vllm.triton_utils.HAS_TRITON reads True (False again once the config is made, "
+        "also in the modules first imported meanwhile)"
     ),
     reason=(
         "vLLM's CPU platform refuses x86 without Triton's CPU backend (triton-cpu) "
@@ -255,14 +256,46 @@ def making_config():
     ):
         yield
         return
+    import sys
+
     import vllm.triton_utils
 
+    before = set(sys.modules)
     # vllm/platforms/cpu.py reads it at call time (from vllm.triton_utils import ...).
     vllm.triton_utils.HAS_TRITON = True
     try:
         yield
     finally:
         vllm.triton_utils.HAS_TRITON = False
+        # A module first imported meanwhile copied True (from vllm.triton_utils
+        # import HAS_TRITON), e.g. 0.34.0's jit_warmup_triton_helper: its decorators
+        # would then reach triton.runtime, which the placeholder has not, once the
+        # builder imports its kernels.
+        for name in set(sys.modules) - before:
+            if getattr(sys.modules[name], "HAS_TRITON", None) is True:
+                sys.modules[name].HAS_TRITON = False
+
+
+def model_runner_env(runner: str | None) -> tuple[str, str] | None:
+    """How the case's ``model_runner`` is chosen on the loaded release: the environment
+    variable and its value, or None where the release has one runner only. A release
+    without the one asked skips as not applicable (vLLM 0.34.0 removed model runner V1:
+    its gpu_model_runner.py is gone, VLLM_USE_V2_MODEL_RUNNER is no longer read)."""
+    if runner is None:
+        return None
+    import vllm
+    import vllm.envs
+
+    if "VLLM_USE_V2_MODEL_RUNNER" in vllm.envs.environment_variables:
+        return "VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0"
+    if runner == "v2":
+        return None
+    import pytest
+
+    pytest.skip(
+        f"not applicable: vLLM {vllm.__version__} has no model runner V1 (removed in "
+        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)"
+    )
 
 
 class NotInRelease(TypeError):
@@ -607,11 +640,10 @@ def as_on_server(settings: BuilderSettings):
     backend (off vLLM's CUDA platform; on it vLLM resolves it with no override), and the
     model runner is the case's. The builder's __init__ then derives its own attributes
     from them."""
-    saved_runner = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
-    if settings.model_runner is not None:
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = (
-            "1" if settings.model_runner == "v2" else "0"
-        )
+    runner = model_runner_env(settings.model_runner)
+    saved_runner = os.environ.get(runner[0]) if runner else None
+    if runner is not None:
+        os.environ[runner[0]] = runner[1]
     patched = []
     backend = settings.resolved_prefill_backend
     # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
@@ -635,11 +667,11 @@ def as_on_server(settings: BuilderSettings):
     finally:
         for module, original in patched:
             module._resolve_gdn_prefill_backend = original
-        if settings.model_runner is not None:
+        if runner is not None:
             if saved_runner is None:
-                os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+                os.environ.pop(runner[0], None)
             else:
-                os.environ["VLLM_USE_V2_MODEL_RUNNER"] = saved_runner
+                os.environ[runner[0]] = saved_runner
 
 
 GDN_BUILDER_MODULE = "vllm.v1.attention.backends.gdn_attn"
@@ -1930,7 +1962,9 @@ def op_counts(run: BuildRun, budget: dict, per: str = "step") -> dict[str, int]:
 
 def prepare_builders(device: str, cases) -> None:
     """Make every builder these cases need now (once), so tests only build(); one whose
-    set-up could not run is left to its own tests (they skip first, or say so)."""
+    set-up could not run or skips (the release lacks it) is left to its own tests."""
+    import pytest
+
     for case in cases:
         # A case that states what its construction raises is constructed in its test.
         if (
@@ -1938,7 +1972,7 @@ def prepare_builders(device: str, cases) -> None:
             and not case.get("raises")
             and not needs_own_builder(case)
         ):
-            with contextlib.suppress(CouldNotRun):
+            with contextlib.suppress(CouldNotRun, pytest.skip.Exception):
                 make_builder(settings_for(case, device))
 
 
