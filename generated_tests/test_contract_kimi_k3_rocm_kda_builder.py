@@ -173,6 +173,37 @@ CASES = {
         ],
         'speculative_tokens': 2,
     },
+    'rocm_varlen_bound_adaptive': {
+        'adaptive_verification': True,
+        'builder': 'KimiK3ROCmKDAMetadataBuilder',
+        'call': {
+            'arguments': {},
+            'function': 'KimiK3ROCmKDAMetadataBuilder.get_varlen_cudagraph_max_query_len',
+        },
+        'cudagraph_mode': 'FULL_AND_PIECEWISE',
+        'drafts': 'given',
+        'id': 'rocm_varlen_bound_adaptive',
+        'max_num_seqs': 8,
+        'model_runner': 'v2',
+        'padded_rows': 0,
+        'rows': [],
+        'speculative_tokens': 2,
+    },
+    'rocm_varlen_bound_fixed': {
+        'builder': 'KimiK3ROCmKDAMetadataBuilder',
+        'call': {
+            'arguments': {},
+            'function': 'KimiK3ROCmKDAMetadataBuilder.get_varlen_cudagraph_max_query_len',
+        },
+        'cudagraph_mode': 'FULL_AND_PIECEWISE',
+        'drafts': 'given',
+        'id': 'rocm_varlen_bound_fixed',
+        'max_num_seqs': 8,
+        'model_runner': 'v2',
+        'padded_rows': 0,
+        'rows': [],
+        'speculative_tokens': 2,
+    },
 }
 
 # Expected build() results per case (from the record's `expect`).
@@ -1463,6 +1494,8 @@ EXPECTATIONS = {
         'spec_token_indx': {'dtype': 'int32', 'values': [0, 1, 2, 3, 4, 5]},
         'uniform_spec_sequence_length': 3,
     },
+    'rocm_varlen_bound_adaptive': {'returned': 3},
+    'rocm_varlen_bound_fixed': {'returned': None},
 }
 
 pytestmark = pytest.mark.record(RECORD)
@@ -1609,6 +1642,47 @@ def test_C3_equivalence(device, case_id, request, record_property):
     assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
 
 
+CLAIM_C4 = (
+    'The builder bounds its varlen FULL graphs by the widest decode query only with adaptive '
+    'verification on (1 + k with ngram), and declares no bound without it.'
+)
+DEVIATIONS_C4 = []
+
+
+@pytest.mark.claim('C4')
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(
+            'rocm_varlen_bound_adaptive',
+            id='rocm_varlen_bound_adaptive',
+            marks=[pytest.mark.case('rocm_varlen_bound_adaptive')],
+        ),
+        pytest.param(
+            'rocm_varlen_bound_fixed',
+            id='rocm_varlen_bound_fixed',
+            marks=[pytest.mark.case('rocm_varlen_bound_fixed')],
+        ),
+    ],
+)
+def test_C4_equivalence(device, case_id, request, record_property):
+    """equivalence: build() returns the expected metadata for the case, field by field."""
+    harness.skip_outside_claim_releases('>=0.33', 'C4')
+    harness.skip_outside_releases(CASES[case_id].get("releases"), "case " + case_id)
+    deviation = harness.known_deviation(request, DEVIATIONS_C4, "cases", case_id)
+    expected = EXPECTATIONS[case_id]
+    run = harness.build_case(device, CASES[case_id], count_ops=False)
+    # A field the build did not give (it raised instead) reads as missing: a difference.
+    measured = {f: run.metadata[f] for f in expected if f in run.metadata}
+    record_property("measured", harness.stored_form(measured))
+    record_property("expected", expected)
+    harness.check_deviation_unchanged(deviation, run.metadata)
+    # Value, dtype and shape of each field, as the record's format reads them (format 1: a
+    # tensor written as its values compares its values only; 2: it has its usual dtype).
+    differences = harness.expect_differences(measured, expected, RECORD_FORMAT)
+    assert not differences, f"{case_id}: fields differ: {harness.describe_differences(differences)}"
+
+
 # Full-metadata snapshots stored by `gdn-review snapshot`: every field build() returns,
 # per case, per release (<release>.json in SNAPSHOTS, relative to this module's folder).
 SNAPSHOTS = '../kb/snapshots/kimi_k3_rocm_kda_builder'
@@ -1648,6 +1722,16 @@ SNAPSHOTS = '../kb/snapshots/kimi_k3_rocm_kda_builder'
         ),
         pytest.param(
             'rocm_uniform_spec', id='rocm_uniform_spec', marks=pytest.mark.case('rocm_uniform_spec')
+        ),
+        pytest.param(
+            'rocm_varlen_bound_adaptive',
+            id='rocm_varlen_bound_adaptive',
+            marks=pytest.mark.case('rocm_varlen_bound_adaptive'),
+        ),
+        pytest.param(
+            'rocm_varlen_bound_fixed',
+            id='rocm_varlen_bound_fixed',
+            marks=pytest.mark.case('rocm_varlen_bound_fixed'),
         ),
     ],
 )
