@@ -420,3 +420,29 @@ def test_the_line_maps_configurations_are_text_in_the_report():
         line for line in guard_report.markdown(data).splitlines() if line.startswith("| 3 |")
     )
     assert "<b>" not in row and "a \\| " in row and row.count(" | ") == 4, row
+
+
+def test_a_records_survivor_that_the_guard_notes_name_is_named_so_not_survived():
+    """`gdn-review mutate` (a record's mutants) reads the target file's kb/guard/ notes as the
+    whole-file guard does: an unreached survivor on a statement an ``unreachable`` note names is
+    "unreachable here" with the note's reason; a reached survivor stays one."""
+    from gdn_review import mutation
+    from gdn_review.mutation.catalogue import Catalogue
+
+    mutant = _mutant(SOURCE, "swap_args1", "torch.where")
+    mutant.status = mutant.reason = None  # a record's mutant: decided by its run
+    found = Catalogue(1, "0.34.0", "x.py", [mutant], [], [], source=SOURCE)
+    ret = next(i for i, line in enumerate(SOURCE.splitlines(), 1) if "return torch.where" in line)
+    notes = guard_notes.Notes(
+        unreachable=[guard_notes.Unreachable("return torch.where", "ROCm only", "x.yaml:1")]
+    )
+    survived = {"status": "survived"}
+    assert mutation.result_entry(found, mutant, survived, set())["status"] == "not reached"
+    entry = mutation.result_entry(found, mutant, survived, set(), notes)
+    assert (entry["status"], entry["reason"]) == ("unreachable here", "ROCm only")
+    assert mutation.result_entry(found, mutant, survived, {ret}, notes)["status"] == "survived"
+    killed = {"status": "killed", "killed_by": {"C1": ["t::a"]}}
+    assert mutation.result_entry(found, mutant, killed, set(), notes)["status"] == "killed"
+    equivalent = guard_notes.Notes(equivalent={mutant.id: "same value"})
+    entry = mutation.result_entry(found, mutant, survived, {ret}, equivalent)
+    assert (entry["status"], entry["reason"]) == ("equivalent", "same value")

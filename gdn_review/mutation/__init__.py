@@ -36,6 +36,7 @@ from gdn_review.mutation.catalogue import (
 from gdn_review.run import evidence_file, suite
 
 if TYPE_CHECKING:  # runner imports pytest: only where mutants run
+    from gdn_review.mutation.guard_notes import Notes
     from gdn_review.mutation.runner import Progress
 
 MUTATION_FORMAT = "gdn-review-mutation/1"
@@ -286,22 +287,37 @@ def listing_lines(found_all: list[Catalogue]) -> list[str]:
 
 
 def result_entry(
-    found: Catalogue, mutant: Mutant, result: dict | None, reached: set[int] | None = None
+    found: Catalogue,
+    mutant: Mutant,
+    result: dict | None,
+    reached: set[int] | None = None,
+    notes: Notes | None = None,
 ) -> dict:
     """One mutant's evidence: what it is, how it ended, which tests killed it.
 
     ``reached``: the target file's lines the baseline executed for this record's
     tests (None: not traced); a survivor none of whose edited statements is
-    among them is **not reached** (see ``reach``).
+    among them is **not reached** (see ``reach``). ``notes``: the target file's guard
+    notes (kb/guard/): a survivor they name is equivalent or unreachable here, with their
+    reason, as the whole-file guard counts it.
     """
     from gdn_review.mutation import reach, runner  # import pytest: only where mutants ran
+    from gdn_review.mutation.guard_notes import judged_by_notes, unreachable_lines
 
     status, reason = runner.outcome(mutant, result)
     result = result or {}
     if status == "survived" and mutant.source and found.source:
-        hint = reach.unreached(reach.edit_sites(found.source, mutant.source), reached)
+        sites = reach.edit_sites(found.source, mutant.source)
+        hint = reach.unreached(sites, reached)
         if hint:
             status, reason = "not reached", hint
+        if notes is not None:
+            lines = {line for site in sites or [] for line in site.lines}
+            judged = judged_by_notes(
+                mutant.id, lines, notes, unreachable_lines(found.source, notes)[0]
+            )
+            if judged and (judged[0] == "equivalent" or status == "not reached"):
+                status, reason = judged
     return {
         "record": found.record,
         "id": mutant.id,
@@ -354,12 +370,15 @@ def mutate(
     evidence_path: Path,
     progress: Progress | None = None,
     on_baseline: Callable[[object, Path], None] = lambda trace, staged: None,
+    notes: dict[str, Notes] | None = None,
 ) -> list[dict]:
     """Baseline suite, then every runnable mutant; returns the evidence entries (also written).
 
     ``progress``: how the mutants' run is shown (``runner.Progress``; None: nowhere).
     ``on_baseline(trace, staged)``: after the baseline passed, with its line trace (per case) and
     its staged evidence file (the reach of the records' own lines goes there, ``own_reach``).
+    ``notes``: target file -> its guard notes (kb/guard/), which name survivors equivalent or
+    unreachable here (``result_entry``).
 
     Interrupted (``interrupts.Interrupted``), it leaves nothing behind: no
     evidence, no staged baseline, no folder it made for them.
@@ -386,7 +405,9 @@ def mutate(
             staged.unlink(missing_ok=True)
             raise MutationError(why, no_verdict)
         on_baseline(trace, staged)
-        entries = _run_mutants(catalogues, modules, keyword, (jobs, timeout), progress, trace)
+        entries = _run_mutants(
+            catalogues, modules, keyword, (jobs, timeout), progress, trace, notes or {}
+        )
     except KeyboardInterrupt:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
         for folder in made:  # deepest first; one that holds anything else stays
@@ -418,7 +439,7 @@ def mutate(
     return entries
 
 
-def _run_mutants(catalogues, modules, keyword, limits, progress, trace) -> list[dict]:
+def _run_mutants(catalogues, modules, keyword, limits, progress, trace, notes) -> list[dict]:
     """Every mutant of every catalogue, the runnable ones forked from this (unmutated) process;
     ``limits``: (jobs, seconds per mutant)."""
     from gdn_review.mutation import runner
@@ -430,7 +451,7 @@ def _run_mutants(catalogues, modules, keyword, limits, progress, trace) -> list[
         reached = trace.reached(modules[found.record], found.target_file)
 
         def finished(mutant, result, found=found, reached=reached):
-            entry = result_entry(found, mutant, result, reached)
+            entry = result_entry(found, mutant, result, reached, notes.get(found.target_file))
             entries.append(entry)
             if result is not None:  # decided before anything ran: no progress step
                 progress.advance(entry)

@@ -152,3 +152,20 @@ def unreachable_lines(source: str, notes: Notes) -> tuple[dict[int, str], list[s
             for line in range(first, last + 1):
                 marked.setdefault(line, note.reason)
     return marked, unmatched
+
+
+def judged_by_notes(
+    mutant_id: str, lines: set[int], notes: Notes, unreachable: dict[int, str]
+) -> tuple[str, str] | None:
+    """(status, reason) the notes give a record's mutant that no test killed, as the whole-file
+    guard counts it: ``equivalent``, or ``unreachable here`` (an ``elsewhere`` note, or an
+    edit only on statements an ``unreachable`` note names, ``unreachable`` from
+    ``unreachable_lines``); None where no note names it."""
+    if mutant_id in notes.equivalent:
+        return "equivalent", notes.equivalent[mutant_id].strip()
+    if mutant_id in notes.elsewhere:
+        return "unreachable here", notes.elsewhere[mutant_id].strip()
+    reasons = {unreachable[line] for line in lines if line in unreachable}
+    if lines and len(reasons) == 1 and all(line in unreachable for line in lines):
+        return "unreachable here", reasons.pop().strip()
+    return None

@@ -23,6 +23,9 @@ from gdn_review.run.evidence_file import (
 )
 
 FAILED = {"failed", "xpassed"}
+# Mutants a risk's coverage does not count: none of this release, one that cannot change
+# behaviour, one only another device or backend can run (kb/guard/ notes; named beside it).
+NOT_SCORED = {"not applicable", "equivalent", "unreachable here"}
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test
 # executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
@@ -304,8 +307,13 @@ def risk_coverage(
         else:
             missing.append("no mutant embodies it: coverage cannot be mutation-verified")
     else:
-        applicable = [m for m in mutants if m["status"] not in {"not applicable", "equivalent"}]
+        applicable = [m for m in mutants if m["status"] not in NOT_SCORED]
         unkilled = [m for m in applicable if m["status"] != "killed"]
+        missing += [
+            f"mutant {m['id']} unreachable here: {m.get('reason')}"
+            for m in mutants
+            if m["status"] == "unreachable here"
+        ]
         for m in unkilled:
             hint = f": {m['reason']}" if m["status"] == "not reached" and m.get("reason") else ""
             missing.append(f"mutant {m['id']} {m['status']}{hint}")
@@ -340,7 +348,7 @@ def _unmeasured_lines(unmeasured: list[dict]) -> list[str]:
 def protection(mutants: list[dict] | None) -> str | None:
     """``3 of 4 mutants survived (1 not reached)``: a risk's survivors among its applicable mutants;
     None if none survived."""
-    applicable = [m for m in mutants or [] if m["status"] not in {"not applicable", "equivalent"}]
+    applicable = [m for m in mutants or [] if m["status"] not in NOT_SCORED]
     survived = [m for m in applicable if m["status"] in SURVIVED]
     if not survived:
         return None

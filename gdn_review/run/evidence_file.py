@@ -59,6 +59,7 @@ MUTANT_STATUSES = (
     "error",
     "not applicable",
     "equivalent",
+    "unreachable here",  # a kb/guard/ note: only another device or backend runs it
 )
 VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
 VERDICTS += NOT_MEASURED
