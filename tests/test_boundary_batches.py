@@ -255,3 +255,91 @@ def test_a_mirror_claim_needs_a_subclass_and_its_fields():
     InvariantCheck(
         kind="invariant", properties=["mirrors_gdn"], builder=KDA, fields=["num_decodes"]
     )
+
+
+# --- Checkpoint strides: boundaries from every bound a configuration names (issue 55) ---
+
+CHECKPOINTS = {
+    "block_size": 64,
+    "max_model_len": 1024,
+    "prefix_caching": {
+        "hash_block_size": 64,
+        "cache_hit_alignment_tokens": 64,
+        "num_prefill_checkpoint_blocks": 1,
+        "prefill_checkpoint_alignment": 64,
+    },
+}
+
+
+def test_a_checkpoint_configuration_adds_prefills_at_one_short_of_and_one_past_the_stride():
+    found = harness.boundary_batches([1, 2], 4, configuration=CHECKPOINTS)
+    strides = {name: batch for name, batch in found.items() if "checkpoint stride" in name}
+    edges = {"at": 0, "one short of": -1, "one past": 1}
+    for edge, delta in edges.items():
+        for padded in (0, 1):
+            named = [
+                batch
+                for name, batch in strides.items()
+                if f"prefills ending {edge} the checkpoint stride" in name
+                and ("+ 1 padded" in name) == bool(padded)
+            ]
+            assert named, (edge, padded, list(strides))
+            for batch in named:
+                assert batch["padded_rows"] == padded
+                prefills = [
+                    row
+                    for row in batch["rows"]
+                    if row.get("drafted") is None and row.get("prefilling") is not False
+                ]
+                # First chunks and a continuing chunk, each ending on the edge of a stride.
+                assert {row["seq_len"] % 64 for row in prefills} == {delta % 64}
+                assert any(row["seq_len"] == row["query_len"] for row in prefills)
+                assert any(row["seq_len"] > row["query_len"] for row in prefills)
+    # Without checkpoints (no alignment, or no prefix caching) the stride names no batch.
+    plain = dict(CHECKPOINTS, prefix_caching={"hash_block_size": 64})
+    for configuration in (None, plain, {"mamba_cache_mode": "none"}):
+        found = harness.boundary_batches([1, 2], 4, configuration=configuration)
+        assert not any("checkpoint stride" in name for name in found)
+    # decodes_only draws no prefill: none of these either.
+    found = harness.boundary_batches([1], 4, configuration=CHECKPOINTS, decodes_only=True)
+    assert not any("checkpoint stride" in name for name in found)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("boundary-mutants")
+def test_the_checkpoint_stride_miscounted_fails_through_a_named_boundary_batch(tmp_path):
+    """FlashInfer's checkpoint plan counts the states its prefill emits, one every N tokens
+    of a sequence (plan_flashinfer_checkpoints, vLLM >= 0.33): counted one short where a
+    prefill ends exactly on the stride, the boundary batch at the stride fails and those one
+    short of and one past it do not, whatever the random examples are."""
+    if not harness.release_in_range(">=0.33"):
+        pytest.skip("plan_flashinfer_checkpoints is in gdn_attn.py from vLLM 0.33")
+    find = "cu_starts.append(cu_starts[-1] + query_len // every_n_tokens)"
+    mutants = {
+        "stride-count-short": [[find, find.replace("query_len //", "(query_len - 1) //"), 1]],
+    }
+    runs = run_mutants(
+        mutants,
+        [
+            "generated_tests/test_contract_flashinfer_checkpoint_plan.py",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--gdn-no-evidence",
+            "-k",
+            "C5 and cpu and boundary",
+        ],
+        ROOT,
+        tmp_path,
+        preload=("gdn_review.harness",),
+        clear=(("gdn_review.harness.builders", "make_builder"),),
+    )
+    assert runs["(baseline)"]["returncode"] == 0, runs["(baseline)"]["stdout"][-2000:]
+    done = runs["stride-count-short"]
+    assert done["returncode"] == 1, done["stdout"][-2000:]
+    failed = [line for line in done["stdout"].splitlines() if line.startswith("FAILED")]
+    # A padded row (query length 0) counts -1 states under this mutant, so every padded batch
+    # fails; of the batches without padding, exactly those whose prefills end at the stride.
+    unpadded = [line for line in failed if "1-padded" not in line]
+    assert unpadded and all("ending-at-the-checkpoint-stride" in line for line in unpadded), failed
+    assert "fails on boundary batch '" in done["stdout"], done["stdout"][-3000:]

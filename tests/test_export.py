@@ -538,12 +538,12 @@ def test_the_stored_snapshot_travels_as_data():
         and "build_case(device, CASES[case_id]" in source
     )
     # 2048-entry buffers stay one line each: runs are starred items (the module is about
-    # 4,000 lines with them, the harness's origin.py and adaptations included, each dtype
+    # 4,200 lines with them, the harness's origin.py and adaptations included, each dtype
     # stated; a buffer written out would add 2,000 lines per case).
     text = _exported()
     assert (
         '        "batch_ptr": {"dtype": "int32", "values": [0, 1, 2, *[-1] * 2045]},\n' in text
-        and len(text.splitlines()) < 4200
+        and len(text.splitlines()) < 4500
     )
 
 

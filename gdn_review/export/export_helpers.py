@@ -100,7 +100,15 @@ OPTIONAL_HELPERS = {
     "invariant": (
         (
             "strategies.py",
-            ("configured", "draw_batch", "seeded_batches", "_decode_row", "boundary_batches"),
+            (
+                "configured",
+                "draw_batch",
+                "seeded_batches",
+                "_decode_row",
+                "_checkpoint_stride",
+                "_stride_prefills",
+                "boundary_batches",
+            ),
         ),
         ("properties.py", None),
     ),

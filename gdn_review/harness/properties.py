@@ -242,6 +242,36 @@ def check_checkpoints_on_real_prefills(batch, run):
         )
 
 
+def check_plan_picks_checkpoint_states(batch, run):
+    # FlashInfer's GDN prefill emits a state every N tokens of each sequence it runs
+    # (the trailing checkpoint rows): N divides each checkpoint offset, q tokens emit
+    # q // N states, and a checkpoint row's plan row is the state emitted at its offset
+    # (plan_flashinfer_checkpoints, vLLM 0.33.0). No plan: nothing to check.
+    m = run.metadata
+    every = m.get("flashinfer_plan_every_n_tokens")
+    if every is None:
+        return
+    offsets, starts = m["checkpoint_offsets"], m["flashinfer_plan_cu_starts"]
+    rows = batch["rows"]  # the prefill kernel's: the trailing checkpoint rows
+    ran = list(m["checkpoint_request_rows"])[len(offsets) - len(starts) + 1 :]
+    lens = [rows[row]["query_len"] if row < len(rows) else 0 for row in ran]
+    emitted = [0]
+    for query_len in lens:
+        emitted.append(emitted[-1] + query_len // every)
+    assert (
+        list(starts) == emitted and m["flashinfer_plan_num_checkpoints"] == emitted[-1]
+    ), f"plan counts states {starts}; every {every} tokens of {lens}: {emitted}"
+    first = len(offsets) - len(lens)
+    for i, (offset, row) in enumerate(zip(offsets, m["flashinfer_plan_rows"])):
+        if i < first or offset == 0:
+            continue
+        state = emitted[i - first] + offset // every - 1
+        assert offset % every == 0 and row == state, (
+            f"checkpoint row {i} at offset {offset} takes plan row {row}; the state "
+            f"emitted there (every {every} tokens) is {state}"
+        )
+
+
 # --- The builder family: a subclass's build() against GDN's ---------------------
 
 # Keys an invariant's check adds to every batch for mirrors_gdn (not a case's own).

@@ -32,6 +32,8 @@ InvariantProperty = Literal[
     "deterministic",
     # Server configurations: prefill checkpoints (align mode with prefix caching).
     "checkpoints_on_real_prefills",
+    # FlashInfer's checkpoint plan picks the state its prefill emits at each checkpoint.
+    "plan_picks_checkpoint_states",
     # The builder family: the check's builder (a subclass) agrees with GDN's own build()
     # of the same batch and configuration on the check's fields.
     "mirrors_gdn",

@@ -2293,6 +2293,38 @@ def _decode_row(k: int | None, drafted: int | None = None) -> dict:
     }
 
 
+def _checkpoint_stride(configuration: dict | None) -> int | None:
+    """The token stride prefill checkpoints land on in ``configuration``: a multiple of
+    the cache-hit alignment and of the checkpoint alignment (offsets from an aligned
+    chunk start). None where it takes none (no alignment or no checkpoint blocks) or
+    has no room for a chunk three strides long."""
+    caching = (configuration or {}).get("prefix_caching") or {}
+    alignment = caching.get("prefill_checkpoint_alignment")
+    if not alignment or not caching.get("num_prefill_checkpoint_blocks"):
+        return None
+    hit = caching.get("cache_hit_alignment_tokens") or alignment
+    stride = next(
+        n
+        for n in range(max(hit, alignment), hit * alignment + 1)
+        if n % hit == 0 == n % alignment
+    )
+    return stride if 3 * stride + 1 <= configuration.get("max_model_len", 256) else None
+
+
+def _stride_prefills(stride: int, delta: int) -> list[dict]:
+    """Prefills ending ``delta`` tokens from a multiple of ``stride``: first chunks of
+    one and two strides, and a chunk continuing at the first stride to the third."""
+    return [
+        {"seq_len": stride + delta, "query_len": stride + delta},
+        {"seq_len": 2 * stride + delta, "query_len": 2 * stride + delta},
+        {
+            "seq_len": 3 * stride + delta,
+            "query_len": 2 * stride + delta,
+            "prefilling": True,
+        },
+    ]
+
+
 def boundary_batches(
     speculative_tokens: list[int],
     max_rows: int,
@@ -2310,10 +2342,14 @@ def boundary_batches(
     rows, the capture size one below); the bound in requests (``max_num_seqs`` one-token
     rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
     padded row, the capture size one below); a decode and a prefill followed by a padded
-    row (unless ``decodes_only``). Then a batch of only padding. Batches that
+    row (unless ``decodes_only``). Where the configuration takes prefill checkpoints
+    (``_checkpoint_stride``), for no speculation and the largest k: prefills ending
+    exactly at, one short of and one past the stride's multiples (``_stride_prefills``),
+    without and with a padded row behind. Then a batch of only padding. Batches that
     coincide keep one entry, named by every edge they stand on.
     """
     seqs = max(8, max_rows)  # max_num_seqs, as draw_batch's
+    stride = _checkpoint_stride(configuration)
     named: dict[str, tuple[list[str], dict]] = {}
 
     def add(
@@ -2366,6 +2402,16 @@ def boundary_batches(
         prefill = {"seq_len": 100, "query_len": 100}
         if not decodes_only:
             add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
+        if (
+            stride
+            and not decodes_only
+            and k in (None, max(speculative_tokens, default=None))
+        ):
+            for edge, delta in (("at", 0), ("one short of", -1), ("one past", 1)):
+                rows = [_decode_row(k), *_stride_prefills(stride, delta)]
+                edge = f"prefills ending {edge} the checkpoint stride ({stride})"
+                add(edge, k, rows)
+                add(f"{edge} + 1 padded", k, rows, padded=1)
     add("only padding (1 padded row)", None, [], padded=1)
     found = {}
     for edges, batch in named.values():
@@ -2601,6 +2647,36 @@ def check_checkpoints_on_real_prefills(batch, run):
         )
         assert column >= 0 and state > 0, (
             f"row {row}'s checkpoint has block column {column}, state index {state}"
+        )
+
+
+def check_plan_picks_checkpoint_states(batch, run):
+    # FlashInfer's GDN prefill emits a state every N tokens of each sequence it runs
+    # (the trailing checkpoint rows): N divides each checkpoint offset, q tokens emit
+    # q // N states, and a checkpoint row's plan row is the state emitted at its offset
+    # (plan_flashinfer_checkpoints, vLLM 0.33.0). No plan: nothing to check.
+    m = run.metadata
+    every = m.get("flashinfer_plan_every_n_tokens")
+    if every is None:
+        return
+    offsets, starts = m["checkpoint_offsets"], m["flashinfer_plan_cu_starts"]
+    rows = batch["rows"]  # the prefill kernel's: the trailing checkpoint rows
+    ran = list(m["checkpoint_request_rows"])[len(offsets) - len(starts) + 1 :]
+    lens = [rows[row]["query_len"] if row < len(rows) else 0 for row in ran]
+    emitted = [0]
+    for query_len in lens:
+        emitted.append(emitted[-1] + query_len // every)
+    assert (
+        list(starts) == emitted and m["flashinfer_plan_num_checkpoints"] == emitted[-1]
+    ), f"plan counts states {starts}; every {every} tokens of {lens}: {emitted}"
+    first = len(offsets) - len(lens)
+    for i, (offset, row) in enumerate(zip(offsets, m["flashinfer_plan_rows"])):
+        if i < first or offset == 0:
+            continue
+        state = emitted[i - first] + offset // every - 1
+        assert offset % every == 0 and row == state, (
+            f"checkpoint row {i} at offset {offset} takes plan row {row}; the state "
+            f"emitted there (every {every} tokens) is {state}"
         )
 
 
