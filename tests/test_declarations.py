@@ -1,10 +1,10 @@
 """Class-level declarations as call targets and the speculation method, on real releases (#55).
 
 tests/fixtures/declarations/kb/53929.yaml is a record of #53929's three changes, written as
-docs/records.md shows. Each release runs its cases in a child on that release's files (the
-installed 0.33.0, 0.34.0 and 0.30.0 from the release cache), measured by the harness as a
-generated test measures them: a target a release inherits reads the inherited value, one it
-lacks "not applicable".
+docs/records.md shows. Each release runs its cases in a child on that release's files
+(0.33.0, 0.34.0, the installed release, and 0.30.0, each from the release cache), measured
+by the harness as a generated test measures them: a target a release inherits reads the
+inherited value, one it lacks "not applicable".
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ VARLEN = "GDNAttentionMetadataBuilder.get_varlen_cudagraph_max_query_len"
     "release, expected",
     [
         (
-            None,  # the installed 0.33.0: the base class's declarations, inherited
+            "0.33.0",  # from the release cache: the base class's declarations, inherited
             {
                 "adaptive_uniform_spec": 3,
                 "backend_allows_mismatch": _returned(False),

@@ -171,6 +171,8 @@ def mutate(
         )
 
     from gdn_review import mutation
+    from gdn_review.mutation.family import notes_path
+    from gdn_review.mutation.guard_notes import load_notes
 
     records = load_records(kb_dir, keys)
     catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
@@ -179,8 +181,10 @@ def mutate(
         return
     mutated = {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}
     modules = current_modules(kb_dir, mutated, generated_dir, write, say)
+    for found in catalogues:  # its guard notes name survivors equivalent or unreachable here
+        found.guard_notes = load_notes(notes_path(kb_dir, found.target_file))
     for line in _run_mutants(
-        catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline, kb_dir
+        catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
     ):
         click.echo(line)
     paths = evidence_file.with_bench(evidence_path, say)
@@ -188,7 +192,7 @@ def mutate(
 
 
 def _run_mutants(
-    catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline, kb_dir
+    catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
 ) -> list[str]:
     """``mutate``'s run of the ``mutated`` records' mutants into ``evidence_path`` (exit 1 when the
     baseline fails, 3 when it measured nothing); the lines of the reach of their own lines, said
@@ -196,8 +200,6 @@ def _run_mutants(
     from gdn_review import mutation
     from gdn_review.cli.progress import MutationProgress
     from gdn_review.mutation import own_reach
-    from gdn_review.mutation.family import notes_path
-    from gdn_review.mutation.guard_notes import load_notes
 
     say("[1/3] baseline: the generated suite without mutants (vLLM imported once, CPU)")
     progress = MutationProgress(say)
@@ -218,10 +220,6 @@ def _run_mutants(
             evidence_path,
             progress,
             on_baseline=judge_reach,
-            # the guard notes of each target file name survivors equivalent or unreachable here
-            notes={
-                c.target_file: load_notes(notes_path(kb_dir, c.target_file)) for c in catalogues
-            },
         )
     except mutation.MutationError as error:  # the baseline failed: a check, not the input
         progress.stop()

@@ -171,6 +171,7 @@ def _stride_prefills(stride: int, delta: int) -> list[dict]:
     ]
 
 
+# over 80 lines: one list of named edges, read top to bottom, each in the docstring
 def boundary_batches(
     speculative_tokens: list[int],
     max_rows: int,
@@ -248,11 +249,8 @@ def boundary_batches(
         prefill = {"seq_len": 100, "query_len": 100}
         if not decodes_only:
             add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
-        if (
-            stride
-            and not decodes_only
-            and k in (None, max(speculative_tokens, default=None))
-        ):
+        largest = max(speculative_tokens, default=None)
+        if stride and not decodes_only and k in (None, largest):
             for edge, delta in (("at", 0), ("one short of", -1), ("one past", 1)):
                 rows = [_decode_row(k), *_stride_prefills(stride, delta)]
                 edge = f"prefills ending {edge} the checkpoint stride ({stride})"

@@ -370,15 +370,12 @@ def mutate(
     evidence_path: Path,
     progress: Progress | None = None,
     on_baseline: Callable[[object, Path], None] = lambda trace, staged: None,
-    notes: dict[str, Notes] | None = None,
 ) -> list[dict]:
     """Baseline suite, then every runnable mutant; returns the evidence entries (also written).
 
     ``progress``: how the mutants' run is shown (``runner.Progress``; None: nowhere).
     ``on_baseline(trace, staged)``: after the baseline passed, with its line trace (per case) and
     its staged evidence file (the reach of the records' own lines goes there, ``own_reach``).
-    ``notes``: target file -> its guard notes (kb/guard/), which name survivors equivalent or
-    unreachable here (``result_entry``).
 
     Interrupted (``interrupts.Interrupted``), it leaves nothing behind: no
     evidence, no staged baseline, no folder it made for them.
@@ -405,9 +402,7 @@ def mutate(
             staged.unlink(missing_ok=True)
             raise MutationError(why, no_verdict)
         on_baseline(trace, staged)
-        entries = _run_mutants(
-            catalogues, modules, keyword, (jobs, timeout), progress, trace, notes or {}
-        )
+        entries = _run_mutants(catalogues, modules, keyword, (jobs, timeout), progress, trace)
     except KeyboardInterrupt:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
         for folder in made:  # deepest first; one that holds anything else stays
@@ -439,7 +434,7 @@ def mutate(
     return entries
 
 
-def _run_mutants(catalogues, modules, keyword, limits, progress, trace, notes) -> list[dict]:
+def _run_mutants(catalogues, modules, keyword, limits, progress, trace) -> list[dict]:
     """Every mutant of every catalogue, the runnable ones forked from this (unmutated) process;
     ``limits``: (jobs, seconds per mutant)."""
     from gdn_review.mutation import runner
@@ -451,7 +446,7 @@ def _run_mutants(catalogues, modules, keyword, limits, progress, trace, notes) -
         reached = trace.reached(modules[found.record], found.target_file)
 
         def finished(mutant, result, found=found, reached=reached):
-            entry = result_entry(found, mutant, result, reached, notes.get(found.target_file))
+            entry = result_entry(found, mutant, result, reached, found.guard_notes)
             entries.append(entry)
             if result is not None:  # decided before anything ran: no progress step
                 progress.advance(entry)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from packaging.version import Version
@@ -27,6 +28,9 @@ from gdn_review.common.release import Release
 from gdn_review.kb import Record, RecordError
 from gdn_review.kb.yaml_source import SAFE_LOADER, error_at
 from gdn_review.mutation import operators
+
+if TYPE_CHECKING:
+    from gdn_review.mutation.guard_notes import Notes
 
 RUNNABLE = None  # status of a mutant that still has to run
 
@@ -54,6 +58,8 @@ class Catalogue:
     gone_hunks: list[str]  # PR hunks no longer in the loaded file (they yield no mutant)
     notes: list[str]  # what could not be derived, and why
     source: str = ""  # the loaded release's target file, as the mutants' edits start from it
+    # The target file's kb/guard/ notes: survivors they name are equivalent or unreachable here.
+    guard_notes: Notes | None = None
 
     def runnable(self) -> list[Mutant]:
         return [m for m in self.mutants if m.status is RUNNABLE]

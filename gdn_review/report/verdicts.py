@@ -309,14 +309,9 @@ def risk_coverage(
     else:
         applicable = [m for m in mutants if m["status"] not in NOT_SCORED]
         unkilled = [m for m in applicable if m["status"] != "killed"]
-        missing += [
-            f"mutant {m['id']} unreachable here: {m.get('reason')}"
-            for m in mutants
-            if m["status"] == "unreachable here"
-        ]
-        for m in unkilled:
-            hint = f": {m['reason']}" if m["status"] == "not reached" and m.get("reason") else ""
-            missing.append(f"mutant {m['id']} {m['status']}{hint}")
+        for m in unkilled + [m for m in mutants if m["status"] == "unreachable here"]:
+            said = m["status"] in ("not reached", "unreachable here") and m.get("reason")
+            missing.append(f"mutant {m['id']} {m['status']}" + (f": {m['reason']}" if said else ""))
         if not applicable:
             missing.append(
                 "no mutant of it applies to this release: coverage cannot be mutation-verified here"
