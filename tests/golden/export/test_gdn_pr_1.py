@@ -2344,7 +2344,7 @@ def boundary_batches(
     rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
     padded row, the capture size one below); a decode and a prefill followed by a padded
     row (unless ``decodes_only``). Where the configuration takes prefill checkpoints
-    (``_checkpoint_stride``), for no speculation and the largest k: prefills ending
+    (``_checkpoint_stride``), for the largest k (or none): prefills ending
     exactly at, one short of and one past the stride's multiples (``_stride_prefills``),
     without and with a padded row behind. Then a batch of only padding. Batches that
     coincide keep one entry, named by every edge they stand on.
@@ -2403,8 +2403,9 @@ def boundary_batches(
         prefill = {"seq_len": 100, "query_len": 100}
         if not decodes_only:
             add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
-        largest = max(speculative_tokens, default=None)
-        if stride and not decodes_only and k in (None, largest):
+        # One k (the largest; none without speculation) keeps the set small: the
+        # checkpoint rows are the prefills', laid out alike on both paths.
+        if stride and not decodes_only and k == max(speculative_tokens, default=None):
             for edge, delta in (("at", 0), ("one short of", -1), ("one past", 1)):
                 rows = [_decode_row(k), *_stride_prefills(stride, delta)]
                 edge = f"prefills ending {edge} the checkpoint stride ({stride})"
