@@ -461,3 +461,58 @@ def test_a_step_case_needs_the_fields_that_compare_its_groups(write_record):
         "group_differences": "a step compares its groups",
     }
     assert list(case_fields(record, "mixed_batch")) == []  # one build(): no groups to compare
+
+
+# An open PR's record of class-level declarations (kb/53929.yaml's shape): call cases only.
+OPEN_CALLS = textwrap.dedent(
+    """\
+    schema_version: 2
+    pr:
+      number: 7
+      repo: vllm-project/vllm
+      title: An open PR
+      state: open
+    target:
+      file: vllm/v1/attention/backends/gdn_attn.py
+      symbol: GDNAttentionMetadataBuilder.build
+      base_release: 0.33.0
+    claims:
+      - id: C1
+        text: The backend declares it.
+        before: fails
+        check: {kind: equivalence, cases: [declared]}
+      - id: C2
+        text: The bound.
+        before: fails
+        check: {kind: equivalence, cases: [bound]}
+    cases:
+      - id: declared
+        text: The backend's classmethod.
+        call:
+          function: GDNAttentionBackend.supports_device_cpu_query_lens_mismatch
+      - id: bound
+        text: The builder's classmethod, k=2.
+        speculative_tokens: 2
+        call:
+          function: GDNAttentionMetadataBuilder.get_varlen_cudagraph_max_query_len
+    risks: []
+    """
+)
+
+
+def test_a_call_case_is_filled_with_what_it_returned_or_raised(
+    write_record, snapshots_in_this_process
+):
+    # Found by a new user's trial (issue 55): the blocks of call cases were empty (no batch
+    # field is measured there), so the filled record would not load and nothing was written.
+    kb = write_record(OPEN_CALLS)
+    result = CliRunner().invoke(
+        main, ["snapshot", "--kb", str(kb), "--record", "7", "--fill-expects"]
+    )
+    assert result.exit_code == 0, result.output
+    # An open PR has no head release: the note says so (not "no claim states before").
+    assert "fixes (before: fails) of an open PR, which has no head release" in result.output
+    filled = load_record(kb / "7.yaml")
+    for case_id in ("declared", "bound"):
+        expect = filled.case(case_id).expect
+        assert set(expect) == {"returned", "raised"} and expect["raised"] is None, expect

@@ -37,6 +37,7 @@ import yaml
 from gdn_review.common import record_format, release_range
 from gdn_review.common.files import atomic_write
 from gdn_review.kb import RecordErrors, parse_record
+from gdn_review.kb.measured_rules import CALL_FIELDS
 from gdn_review.kb.yaml_source import SAFE_LOADER
 from gdn_review.run import snapshot_take
 from gdn_review.run.snapshot_take import SnapshotError
@@ -180,6 +181,9 @@ def case_fields(record, case_id: str) -> dict[str, str]:
 def needed_expect(record, case_id: str, measured: dict) -> dict:
     """The expect to write for a case from its snapshot: the core fields and those ``case_fields``
     names."""
+    if record.case(case_id).call is not None:
+        # A call case has no batch fields: its outcome is what the call returned or raised.
+        return {field: measured[field] for field in CALL_FIELDS if field in measured}
     others = {field: measured[field] for field in case_fields(record, case_id) if field in measured}
     return {**snapshot_take.core_expect(measured), **others}
 
@@ -221,6 +225,12 @@ def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
             head,
             f"measured on vLLM {head}, the head release: a fix or improvement "
             "(before: fails) expects what the PR builds",
+        )
+    if befores == {"fails"}:  # an open PR: no release has it yet
+        return None, (
+            "measured on the installed vLLM: the claims naming these cases are fixes "
+            "(before: fails) of an open PR, which has no head release; check that the "
+            "measured values are what the PR builds (or give --release)"
         )
     if {"holds", "fails"} <= befores:
         raise SnapshotError(
