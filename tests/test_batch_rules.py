@@ -243,6 +243,50 @@ def test_limits_are_the_harness_config():
 def test_random_batches_of_invariant_checks_keep_the_rules(batch):
     case = Case(id="random", text="random", **batch)
     assert case_problems(case) == []
+    # Not a rule for records yet (see RULES), but every drawn batch is in a runner's order.
+    assert list(runner_order(case)) == []
+
+
+def _kinds(batch: dict) -> set[str]:
+    """The row kinds GDN's classification tells apart, in one drawn batch."""
+    kinds = {"padded row"} if batch["padded_rows"] else set()
+    for row in batch["rows"]:
+        if row.get("drafted") is not None:
+            kinds.add(f"spec row drafted {row['drafted']}")
+        elif not row.get("prefilling"):
+            kinds.add("one-token decode")
+        elif row["seq_len"] == row["query_len"]:
+            kinds.add("one-token first chunk" if row["query_len"] == 1 else "first chunk")
+        else:
+            kinds.add("one-token resume" if row["query_len"] == 1 else "continuing chunk")
+    return kinds
+
+
+def test_drawn_batches_put_every_row_kind_beside_the_others():
+    # Issue 55: the drawn batches of an invariant (the mirror claims' among them) cover every
+    # row kind GDN tells apart, beside each other and beside spec rows of every draft count.
+    import random
+
+    from gdn_review.harness.strategies import draw_batch
+
+    rng = random.Random(55)
+    drawn = [draw_batch(rng.randint, rng.choice, [2], 8) for _ in range(400)]
+    prefilling = {
+        "one-token resume",
+        "continuing chunk",
+        "first chunk",
+        "one-token first chunk",
+    }
+    every = prefilling | {"padded row", "one-token decode"}
+    every |= {f"spec row drafted {d}" for d in range(3)}
+    assert set().union(*map(_kinds, drawn)) == every
+    # Beside each other: every prefilling kind in one batch, and each beside a spec row.
+    assert any(prefilling <= _kinds(batch) for batch in drawn)
+    for kind in prefilling:
+        assert any(
+            kind in kinds and any(k.startswith("spec row") for k in kinds)
+            for kinds in map(_kinds, drawn)
+        ), kind
 
 
 # ------------------------------------------------------------ runner order (not enforced yet)

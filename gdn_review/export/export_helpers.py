@@ -105,6 +105,7 @@ OPTIONAL_HELPERS = {
                 "draw_batch",
                 "seeded_batches",
                 "_decode_row",
+                "_every_row_kind",
                 "_checkpoint_stride",
                 "_stride_prefills",
                 "boundary_batches",

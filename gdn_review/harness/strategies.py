@@ -1,7 +1,8 @@
 """Random valid batches for invariant checks.
 
-A batch is ordered as vLLM's runner orders it: decode rows (speculating or
-not) first, then prefills, then zero-length padding. ``draw_batch`` states the
+A batch is ordered as vLLM's V1 runner orders it (kb/batch_rules.runner_order):
+decode rows (speculating or not) first, then one-token resumes, continuing chunks
+(shortest first), first chunks, then zero-length padding. ``draw_batch`` states the
 shape of a valid batch once, over two sources of choices: Hypothesis (the
 generated suite, ``random_batches``) and a seeded ``random.Random`` (the
 standalone modules of ``gdn-review export``, ``seeded_batches``, which copy
@@ -66,15 +67,32 @@ def draw_batch(
     aligned = ((configuration or {}).get("prefix_caching") or {}).get(
         "cache_hit_alignment_tokens"
     )
+    resumes, continuing, first = [], [], []
     for _ in range(count - decodes):
+        # Every prefilling row kind GDN's classification tells apart: a chunk that
+        # resumes a sequence with one token (a decode to GDN's first-chunk rule from
+        # 0.31, a prefill beside spec decodes), a longer continuing chunk, and a first
+        # chunk (no context; one token for a one-token prompt).
+        kind = choice(["one-token resume", "continuing chunk", "first chunk"])
         if aligned:
             # With prefix caching, chunks that start on an aligned token and cross the
             # next aligned token are the ones that take a checkpoint: draw those too.
             query = integer(2, 3 * aligned)
-            start = choice([0, aligned, integer(0, 2 * aligned)])
+            start = choice([aligned, integer(1, 2 * aligned)])
         else:
-            query, start = integer(2, 16), integer(0, 64)
-        rows.append({"seq_len": start + query, "query_len": query})
+            query, start = integer(2, 16), integer(1, 64)
+        if kind == "one-token resume":
+            resumes.append({"seq_len": start + 1, "query_len": 1, "prefilling": True})
+        elif kind == "continuing chunk":
+            continuing.append(
+                {"seq_len": start + query, "query_len": query, "prefilling": True}
+            )
+        else:
+            query = choice([1, query, query])
+            first.append({"seq_len": query, "query_len": query, "prefilling": True})
+    # The V1 runner's order (reorder_batch_to_split_decodes_and_prefills, threshold
+    # k + 1): decodes, short extends, long extends, then first chunks.
+    rows += resumes + sorted(continuing, key=lambda row: row["query_len"]) + first
     batch = {
         "speculative_tokens": k,
         "drafts": drafts,
@@ -139,6 +157,25 @@ def _decode_row(k: int | None, drafted: int | None = None) -> dict:
     }
 
 
+def _every_row_kind(k: int | None) -> list[dict]:
+    """One row of each kind GDN's classification tells apart, in the V1 runner's order:
+    decodes (a spec row of each draft count 0..k, or a plain one), a one-token resume,
+    continuing chunks (of k + 1 tokens or two, and longer), first chunks (of one token
+    and longer)."""
+    if k is None:
+        decodes = [_decode_row(k)]
+    else:
+        decodes = [_decode_row(k, drafted) for drafted in range(k + 1)]
+    return [
+        *decodes,
+        {"seq_len": 30, "query_len": 1, "prefilling": True},
+        {"seq_len": 40, "query_len": (k or 1) + 1, "prefilling": True},
+        {"seq_len": 60, "query_len": 20, "prefilling": True},
+        {"seq_len": 1, "query_len": 1, "prefilling": True},
+        {"seq_len": 24, "query_len": 24, "prefilling": True},
+    ]
+
+
 def _checkpoint_stride(configuration: dict | None) -> int | None:
     """The token stride prefill checkpoints land on in ``configuration``: a multiple of
     the cache-hit alignment and of the checkpoint alignment (offsets from an aligned
@@ -189,7 +226,9 @@ def boundary_batches(
     rows, the capture size one below); the bound in requests (``max_num_seqs`` one-token
     rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
     padded row, the capture size one below); a decode and a prefill followed by a padded
-    row (unless ``decodes_only``). Where the configuration takes prefill checkpoints
+    row (unless ``decodes_only``). Without speculation and for the largest k, unless
+    ``decodes_only``: every row kind beside the others (``_every_row_kind``) and a
+    padded row. Where the configuration takes prefill checkpoints
     (``_checkpoint_stride``), for the largest k (or none): prefills ending
     exactly at, one short of and one past the stride's multiples (``_stride_prefills``),
     without and with a padded row behind. Then a batch of only padding. Batches that
@@ -200,14 +239,19 @@ def boundary_batches(
     named: dict[str, tuple[list[str], dict]] = {}
 
     def add(
-        edge: str, k, rows: list[dict], padded: int = 0, capture: int | None = None
+        edge: str,
+        k,
+        rows: list[dict],
+        padded: int = 0,
+        capture: int | None = None,
+        requests: int = seqs,
     ):
         batch = {
             "speculative_tokens": k,
             "drafts": "given",
             "rows": rows,
             "padded_rows": padded,
-            "max_num_seqs": seqs,
+            "max_num_seqs": requests,
         }
         if capture is not None:
             batch["max_cudagraph_capture_size"] = capture
@@ -251,7 +295,13 @@ def boundary_batches(
             add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
         # One k (the largest; none without speculation) keeps the set small: the
         # checkpoint rows are the prefills', laid out alike on both paths.
-        if stride and not decodes_only and k == max(speculative_tokens, default=None):
+        largest = k == max(speculative_tokens, default=None)
+        if not decodes_only and (k is None or largest):
+            rows = _every_row_kind(k)
+            # A large k has more kinds than max_num_seqs: the scheduler's limit grows.
+            requests = max(seqs, len(rows) + 1)
+            add("every row kind + 1 padded", k, rows, padded=1, requests=requests)
+        if stride and not decodes_only and largest:
             for edge, delta in (("at", 0), ("one short of", -1), ("one past", 1)):
                 rows = [_decode_row(k), *_stride_prefills(stride, delta)]
                 edge = f"prefills ending {edge} the checkpoint stride ({stride})"
