@@ -117,4 +117,44 @@ def test_every_adaptation_names_its_releases_and_reason():
     from gdn_review.harness import adaptations
 
     for adaptation in adaptations.ADAPTATIONS:
-        assert adaptation.first_release and adaptation.reason and adaptation.what
+        assert adaptation.releases and adaptation.reason and adaptation.what
+
+
+IN_FORCE = (
+    "import json; from gdn_review.harness import adaptations; "
+    "print(json.dumps([a['name'] for a in adaptations.in_force()]))"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "release, names",
+    [
+        # CacheConfig without hash_block_size / cache_hit_alignment_tokens (0.32.0 added them).
+        ("0.31.0", ["prefix_caching_unresolved"]),
+        ("0.32.0", []),
+        # CommonAttentionMetadata without seq_lens_cpu_upper_bound (0.20.0 added it).
+        ("0.19.0", ["prefix_caching_unresolved", "metadata_without_row_facts"]),
+    ],
+)
+def test_an_api_adaptation_is_in_force_where_the_release_lacks_the_place(release, names):
+    """Read from the release's own classes, not from a version table: the evidence of a run on
+    that release names each (issue 53, item 2)."""
+    done = interrupts.run_child(
+        [sys.executable, "-c", IN_FORCE],
+        cwd=ROOT,
+        env=release_trees.environment(release_trees.tree(release)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == names
+
+
+def test_a_case_asking_for_a_resolver_the_release_lacks_could_not_run(monkeypatch):
+    from gdn_review.harness import adaptations
+
+    monkeypatch.setattr(adaptations, "RESOLVER_MODULES", ("vllm.no_such_module", "json"))
+    with pytest.raises(adaptations.NotInRelease, match="_resolve_gdn_prefill_backend"):
+        adaptations.prefill_backend_resolvers()

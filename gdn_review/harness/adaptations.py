@@ -1,11 +1,16 @@
-"""Every adaptation of the harness to a vLLM release's platform: where, why it is sound.
+"""Every adaptation of the harness to a vLLM release's platform and API: where, why it
+is sound.
 
 An adaptation changes how the harness *sets up* a release (never ``build()`` nor any
-code under test), where the release refuses this machine for a reason that does not
-concern the builder. Each one names the releases it applies to and its reason; the
-evidence lists those in force (``in_force``), and every report shows them.
-``GDN_REVIEW_NO_RELEASE_ADAPTATIONS=1`` switches all of them off: the release then
+code under test): where the release refuses this machine for a reason that does not
+concern the builder (``X86_CPU_WITHOUT_TRITON``), or where its API has no place for
+something the harness passes (``PREFIX_CACHING_UNRESOLVED``,
+``METADATA_WITHOUT_ROW_FACTS``). Each one names the releases it applies to and its
+reason; the evidence lists those in force (``in_force``), and every report shows them.
+``GDN_REVIEW_NO_RELEASE_ADAPTATIONS=1`` switches the platform's off: the release then
 shows what it does unadapted (its checks read "could not run", with vLLM's message).
+A field a case sets that the release does not have is never dropped (``NotInRelease``):
+the case could not run, rather than run in another configuration.
 
 ``gdn-review export`` copies this file into each exported module, so it imports only
 the standard library (and vLLM inside the functions).
@@ -24,13 +29,17 @@ SWITCH_OFF = "GDN_REVIEW_NO_RELEASE_ADAPTATIONS"
 @dataclasses.dataclass(frozen=True)
 class Adaptation:
     name: str
-    first_release: str  # the first release it applies to (and every later one)
+    releases: str  # in words: "0.34.0 on", "before 0.32.0"
     what: str
     reason: str
+    # The first release it applies to (and every later one); None: found by probing
+    # the loaded release's API.
+    first_release: str | None = None
 
 
 X86_CPU_WITHOUT_TRITON = Adaptation(
     name="x86_cpu_without_triton",
+    releases="0.34.0 on",
     first_release="0.34.0",
     what=(
         "while the harness makes its VllmConfig on the CPU platform of an x86 machine, "
@@ -44,7 +53,42 @@ X86_CPU_WITHOUT_TRITON = Adaptation(
         "Triton kernel on CPU, and 0.33.0 only warned there"
     ),
 )
-ADAPTATIONS = (X86_CPU_WITHOUT_TRITON,)
+PREFIX_CACHING_UNRESOLVED = Adaptation(
+    name="prefix_caching_unresolved",
+    releases="before 0.32.0 (CacheConfig without hash_block_size)",
+    what=(
+        "a case's prefix caching in align mode sets mamba_cache_mode 'align' and "
+        "enable_prefix_caching, not hash_block_size nor cache_hit_alignment_tokens"
+    ),
+    reason=(
+        "the release's CacheConfig has neither field (0.32.0 added them, with prefill "
+        "checkpoints); its engine resolved prefix caching without them, so the builder "
+        "is configured as that engine configured it"
+    ),
+)
+METADATA_WITHOUT_ROW_FACTS = Adaptation(
+    name="metadata_without_row_facts",
+    releases="before 0.20.0 (CommonAttentionMetadata without them)",
+    what=(
+        "the rows' is_prefilling (and seq_lens_cpu_upper_bound) are not passed to "
+        "CommonAttentionMetadata"
+    ),
+    reason=(
+        "the release's CommonAttentionMetadata has no such field: its runners sent "
+        "none and its builder reads none (a case stating host lengths there is not "
+        "applicable)"
+    ),
+)
+ADAPTATIONS = (
+    X86_CPU_WITHOUT_TRITON,
+    PREFIX_CACHING_UNRESOLVED,
+    METADATA_WITHOUT_ROW_FACTS,
+)
+# build()'s inputs that carry the rows' own facts, each a field of
+# CommonAttentionMetadata from some release on (METADATA_WITHOUT_ROW_FACTS).
+ROW_FACT_FIELDS = ("is_prefilling", "seq_lens_cpu_upper_bound")
+# The engine's prefix-caching resolution (PREFIX_CACHING_UNRESOLVED).
+PREFIX_CACHING_FIELDS = ("hash_block_size", "cache_hit_alignment_tokens")
 
 
 def switched_off() -> bool:
@@ -80,13 +124,71 @@ def _x86_cpu_without_triton() -> bool:
     )
 
 
+def _missing_fields(cls, names) -> list[str]:
+    fields = {field.name for field in dataclasses.fields(cls)}
+    return [name for name in names if name not in fields]
+
+
 def in_force() -> list[dict]:
     """The adaptations that apply to the loaded release on this machine (plain data)."""
     import vllm
+    from vllm.config import CacheConfig
+    from vllm.v1.attention.backend import CommonAttentionMetadata
 
     found = []
     if _applies(X86_CPU_WITHOUT_TRITON, vllm.__version__) and _x86_cpu_without_triton():
-        found.append(dataclasses.asdict(X86_CPU_WITHOUT_TRITON))
+        found.append(X86_CPU_WITHOUT_TRITON)
+    if _missing_fields(CacheConfig, PREFIX_CACHING_FIELDS):
+        found.append(PREFIX_CACHING_UNRESOLVED)
+    if _missing_fields(CommonAttentionMetadata, ROW_FACT_FIELDS):
+        found.append(METADATA_WITHOUT_ROW_FACTS)
+    return [dataclasses.asdict(adaptation) for adaptation in found]
+
+
+def resolve_prefix_caching(cache_config, hash_block_size: int, alignment: int) -> None:
+    """The engine's resolution of prefix caching (EngineCore, then the worker copies it
+    into the cache config), where the release has it (PREFIX_CACHING_UNRESOLVED)."""
+    if _missing_fields(type(cache_config), PREFIX_CACHING_FIELDS):
+        return
+    cache_config.hash_block_size = hash_block_size
+    cache_config.cache_hit_alignment_tokens = alignment
+
+
+def metadata_inputs(cls, candidates: dict) -> dict:
+    """``CommonAttentionMetadata``'s arguments from ``candidates``: the fields this
+    release's class has. A row fact it lacks is left out (METADATA_WITHOUT_ROW_FACTS),
+    and so are the harness's inputs for other releases (``_seq_lens_cpu``,
+    ``_num_computed_tokens_cpu``: fields up to 0.29.0, derived after)."""
+    fields = {field.name for field in dataclasses.fields(cls) if field.init}
+    return {name: value for name, value in candidates.items() if name in fields}
+
+
+# Where vLLM resolves GDN's prefill backend (defined in the layer's module; gdn_attn
+# imports it by name, so both names are replaced).
+PREFILL_BACKEND_RESOLVER = "_resolve_gdn_prefill_backend"
+RESOLVER_MODULES = (
+    "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+    "vllm.v1.attention.backends.gdn_attn",
+)
+
+
+def prefill_backend_resolvers() -> list:
+    """The modules of the loaded release that hold vLLM's prefill-backend resolver;
+    ``NotInRelease`` where none does: a case that asks for the backend a GPU server
+    resolves cannot have it."""
+    import importlib
+
+    found = []
+    for name in RESOLVER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, PREFILL_BACKEND_RESOLVER):
+            found.append(module)
+    if not found:
+        asked = f"{PREFILL_BACKEND_RESOLVER} (resolved_prefill_backend)"
+        _not_in_release("GDN layer module", [asked])
     return found
 
 

@@ -24,6 +24,8 @@ from gdn_review.harness.adaptations import (
     accepted_kwargs,
     making_config,
     model_runner_env,
+    prefill_backend_resolvers,
+    resolve_prefix_caching,
     set_field,
 )
 from gdn_review.harness.environment import prepare_platform
@@ -175,14 +177,8 @@ def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
         hash_block_size, alignment_tokens, _, _ = settings.prefix_caching
         set_field(config.cache_config, "mamba_cache_mode", "align")
-        # The engine's resolution, where the release's cache config has these fields
-        # (0.32.0 on); an older engine resolved prefix caching without them.
-        for name, value in (
-            ("hash_block_size", hash_block_size),
-            ("cache_hit_alignment_tokens", alignment_tokens),
-        ):
-            if hasattr(config.cache_config, name):
-                setattr(config.cache_config, name, value)
+        # Where the release resolves them (adaptations.PREFIX_CACHING_UNRESOLVED).
+        resolve_prefix_caching(config.cache_config, hash_block_size, alignment_tokens)
 
 
 def _vllm_platform_is_cuda() -> bool:
@@ -206,19 +202,9 @@ def as_on_server(settings: BuilderSettings):
     # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
     # platform it says "triton" also beside CUDA tensors (the first H200 run).
     if backend is not None and not _vllm_platform_is_cuda():
-        import importlib
-
-        for name in (
-            "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
-            "vllm.v1.attention.backends.gdn_attn",
-        ):
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            if hasattr(module, "_resolve_gdn_prefill_backend"):
-                patched.append((module, module._resolve_gdn_prefill_backend))
-                module._resolve_gdn_prefill_backend = lambda config: (backend, backend)
+        for module in prefill_backend_resolvers():
+            patched.append((module, module._resolve_gdn_prefill_backend))
+            module._resolve_gdn_prefill_backend = lambda config: (backend, backend)
     try:
         yield
     finally:

@@ -4,10 +4,9 @@ every state index names its row), draft and accepted counts (``run``: the format
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
+from gdn_review.harness.adaptations import metadata_inputs
 from gdn_review.harness.builders import BuilderSettings
 from gdn_review.harness.origin import setting_up
 
@@ -107,13 +106,12 @@ def _common_metadata(case: dict, rows: list[dict], columns: int, device):
         if case.get("no_is_prefilling")
         else torch.tensor(prefilling, dtype=torch.bool),
         "seq_lens_cpu_upper_bound": torch.tensor(host_seq_lens, dtype=torch.int32),
-        # Fields of older releases (0.28, 0.29), ignored where absent.
+        # Fields of older releases (0.29.0 and before), left out where absent.
         "_seq_lens_cpu": seq_lens_cpu.clone(),
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
-    accepted = {f.name for f in dataclasses.fields(CommonAttentionMetadata) if f.init}
     return CommonAttentionMetadata(
-        **{k: v for k, v in candidates.items() if k in accepted}
+        **metadata_inputs(CommonAttentionMetadata, candidates)
     )
 
 

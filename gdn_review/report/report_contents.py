@@ -218,9 +218,14 @@ def _environment_lines(evidence: Evidence, tests: list[dict]) -> list[str]:
     return lines
 
 
+def _adaptation_releases(adaptation: dict) -> str:
+    # Evidence written before 2026-12-07 names only the first release.
+    return adaptation.get("releases") or f"{adaptation.get('first_release')} on"
+
+
 def _adaptation_words(adaptation: dict) -> str:
     """How the harness set up a release that refuses this machine (harness/adaptations.py)."""
     return (
-        f", adapted ({adaptation.get('name')}, vLLM {adaptation.get('first_release')} on): "
+        f", adapted ({adaptation.get('name')}, vLLM {_adaptation_releases(adaptation)}): "
         f"{adaptation.get('what')}; sound because {adaptation.get('reason')}"
     )

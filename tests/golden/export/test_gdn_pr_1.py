@@ -178,13 +178,17 @@ SWITCH_OFF = "GDN_REVIEW_NO_RELEASE_ADAPTATIONS"
 @dataclasses.dataclass(frozen=True)
 class Adaptation:
     name: str
-    first_release: str  # the first release it applies to (and every later one)
+    releases: str  # in words: "0.34.0 on", "before 0.32.0"
     what: str
     reason: str
+    # The first release it applies to (and every later one); None: found by probing
+    # the loaded release's API.
+    first_release: str | None = None
 
 
 X86_CPU_WITHOUT_TRITON = Adaptation(
     name="x86_cpu_without_triton",
+    releases="0.34.0 on",
     first_release="0.34.0",
     what=(
         "while the harness makes its VllmConfig on the CPU platform of an x86 machine, "
@@ -200,7 +204,50 @@ X86_CPU_WITHOUT_TRITON = Adaptation(
 )
 
 
-ADAPTATIONS = (X86_CPU_WITHOUT_TRITON,)
+PREFIX_CACHING_UNRESOLVED = Adaptation(
+    name="prefix_caching_unresolved",
+    releases="before 0.32.0 (CacheConfig without hash_block_size)",
+    what=(
+        "a case's prefix caching in align mode sets mamba_cache_mode 'align' and "
+        "enable_prefix_caching, not hash_block_size nor cache_hit_alignment_tokens"
+    ),
+    reason=(
+        "the release's CacheConfig has neither field (0.32.0 added them, with prefill "
+        "checkpoints); its engine resolved prefix caching without them, so the builder "
+        "is configured as that engine configured it"
+    ),
+)
+
+
+METADATA_WITHOUT_ROW_FACTS = Adaptation(
+    name="metadata_without_row_facts",
+    releases="before 0.20.0 (CommonAttentionMetadata without them)",
+    what=(
+        "the rows' is_prefilling (and seq_lens_cpu_upper_bound) are not passed to "
+        "CommonAttentionMetadata"
+    ),
+    reason=(
+        "the release's CommonAttentionMetadata has no such field: its runners sent "
+        "none and its builder reads none (a case stating host lengths there is not "
+        "applicable)"
+    ),
+)
+
+
+ADAPTATIONS = (
+    X86_CPU_WITHOUT_TRITON,
+    PREFIX_CACHING_UNRESOLVED,
+    METADATA_WITHOUT_ROW_FACTS,
+)
+
+
+# build()'s inputs that carry the rows' own facts, each a field of
+# CommonAttentionMetadata from some release on (METADATA_WITHOUT_ROW_FACTS).
+ROW_FACT_FIELDS = ("is_prefilling", "seq_lens_cpu_upper_bound")
+
+
+# The engine's prefix-caching resolution (PREFIX_CACHING_UNRESOLVED).
+PREFIX_CACHING_FIELDS = ("hash_block_size", "cache_hit_alignment_tokens")
 
 
 def switched_off() -> bool:
@@ -236,13 +283,73 @@ def _x86_cpu_without_triton() -> bool:
     )
 
 
+def _missing_fields(cls, names) -> list[str]:
+    fields = {field.name for field in dataclasses.fields(cls)}
+    return [name for name in names if name not in fields]
+
+
 def in_force() -> list[dict]:
     """The adaptations that apply to the loaded release on this machine (plain data)."""
     import vllm
+    from vllm.config import CacheConfig
+    from vllm.v1.attention.backend import CommonAttentionMetadata
 
     found = []
     if _applies(X86_CPU_WITHOUT_TRITON, vllm.__version__) and _x86_cpu_without_triton():
-        found.append(dataclasses.asdict(X86_CPU_WITHOUT_TRITON))
+        found.append(X86_CPU_WITHOUT_TRITON)
+    if _missing_fields(CacheConfig, PREFIX_CACHING_FIELDS):
+        found.append(PREFIX_CACHING_UNRESOLVED)
+    if _missing_fields(CommonAttentionMetadata, ROW_FACT_FIELDS):
+        found.append(METADATA_WITHOUT_ROW_FACTS)
+    return [dataclasses.asdict(adaptation) for adaptation in found]
+
+
+def resolve_prefix_caching(cache_config, hash_block_size: int, alignment: int) -> None:
+    """The engine's resolution of prefix caching (EngineCore, then the worker copies it
+    into the cache config), where the release has it (PREFIX_CACHING_UNRESOLVED)."""
+    if _missing_fields(type(cache_config), PREFIX_CACHING_FIELDS):
+        return
+    cache_config.hash_block_size = hash_block_size
+    cache_config.cache_hit_alignment_tokens = alignment
+
+
+def metadata_inputs(cls, candidates: dict) -> dict:
+    """``CommonAttentionMetadata``'s arguments from ``candidates``: the fields this
+    release's class has. A row fact it lacks is left out (METADATA_WITHOUT_ROW_FACTS),
+    and so are the harness's inputs for other releases (``_seq_lens_cpu``,
+    ``_num_computed_tokens_cpu``: fields up to 0.29.0, derived after)."""
+    fields = {field.name for field in dataclasses.fields(cls) if field.init}
+    return {name: value for name, value in candidates.items() if name in fields}
+
+
+# Where vLLM resolves GDN's prefill backend (defined in the layer's module; gdn_attn
+# imports it by name, so both names are replaced).
+PREFILL_BACKEND_RESOLVER = "_resolve_gdn_prefill_backend"
+
+
+RESOLVER_MODULES = (
+    "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+    "vllm.v1.attention.backends.gdn_attn",
+)
+
+
+def prefill_backend_resolvers() -> list:
+    """The modules of the loaded release that hold vLLM's prefill-backend resolver;
+    ``NotInRelease`` where none does: a case that asks for the backend a GPU server
+    resolves cannot have it."""
+    import importlib
+
+    found = []
+    for name in RESOLVER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, PREFILL_BACKEND_RESOLVER):
+            found.append(module)
+    if not found:
+        asked = f"{PREFILL_BACKEND_RESOLVER} (resolved_prefill_backend)"
+        _not_in_release("GDN layer module", [asked])
     return found
 
 
@@ -618,14 +725,8 @@ def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
         # worker copies them into the cache config); a bare VllmConfig leaves them None.
         hash_block_size, alignment_tokens, _, _ = settings.prefix_caching
         set_field(config.cache_config, "mamba_cache_mode", "align")
-        # The engine's resolution, where the release's cache config has these fields
-        # (0.32.0 on); an older engine resolved prefix caching without them.
-        for name, value in (
-            ("hash_block_size", hash_block_size),
-            ("cache_hit_alignment_tokens", alignment_tokens),
-        ):
-            if hasattr(config.cache_config, name):
-                setattr(config.cache_config, name, value)
+        # Where the release resolves them (adaptations.PREFIX_CACHING_UNRESOLVED).
+        resolve_prefix_caching(config.cache_config, hash_block_size, alignment_tokens)
 
 
 def _vllm_platform_is_cuda() -> bool:
@@ -649,19 +750,9 @@ def as_on_server(settings: BuilderSettings):
     # vLLM's resolver answers for vLLM's platform, not the tensors' device: on its CPU
     # platform it says "triton" also beside CUDA tensors (the first H200 run).
     if backend is not None and not _vllm_platform_is_cuda():
-        import importlib
-
-        for name in (
-            "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
-            "vllm.v1.attention.backends.gdn_attn",
-        ):
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            if hasattr(module, "_resolve_gdn_prefill_backend"):
-                patched.append((module, module._resolve_gdn_prefill_backend))
-                module._resolve_gdn_prefill_backend = lambda config: (backend, backend)
+        for module in prefill_backend_resolvers():
+            patched.append((module, module._resolve_gdn_prefill_backend))
+            module._resolve_gdn_prefill_backend = lambda config: (backend, backend)
     try:
         yield
     finally:
@@ -1423,13 +1514,12 @@ def _common_metadata(case: dict, rows: list[dict], columns: int, device):
         if case.get("no_is_prefilling")
         else torch.tensor(prefilling, dtype=torch.bool),
         "seq_lens_cpu_upper_bound": torch.tensor(host_seq_lens, dtype=torch.int32),
-        # Fields of older releases (0.28, 0.29), ignored where absent.
+        # Fields of older releases (0.29.0 and before), left out where absent.
         "_seq_lens_cpu": seq_lens_cpu.clone(),
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
-    accepted = {f.name for f in dataclasses.fields(CommonAttentionMetadata) if f.init}
     return CommonAttentionMetadata(
-        **{k: v for k, v in candidates.items() if k in accepted}
+        **metadata_inputs(CommonAttentionMetadata, candidates)
     )
 
 
@@ -2244,15 +2334,32 @@ def draw_batch(
     aligned = ((configuration or {}).get("prefix_caching") or {}).get(
         "cache_hit_alignment_tokens"
     )
+    resumes, continuing, first = [], [], []
     for _ in range(count - decodes):
+        # Every prefilling row kind GDN's classification tells apart: a chunk that
+        # resumes a sequence with one token (a decode to GDN's first-chunk rule from
+        # 0.31, a prefill beside spec decodes), a longer continuing chunk, and a first
+        # chunk (no context; one token for a one-token prompt).
+        kind = choice(["one-token resume", "continuing chunk", "first chunk"])
         if aligned:
             # With prefix caching, chunks that start on an aligned token and cross the
             # next aligned token are the ones that take a checkpoint: draw those too.
             query = integer(2, 3 * aligned)
-            start = choice([0, aligned, integer(0, 2 * aligned)])
+            start = choice([aligned, integer(1, 2 * aligned)])
         else:
-            query, start = integer(2, 16), integer(0, 64)
-        rows.append({"seq_len": start + query, "query_len": query})
+            query, start = integer(2, 16), integer(1, 64)
+        if kind == "one-token resume":
+            resumes.append({"seq_len": start + 1, "query_len": 1, "prefilling": True})
+        elif kind == "continuing chunk":
+            continuing.append(
+                {"seq_len": start + query, "query_len": query, "prefilling": True}
+            )
+        else:
+            query = choice([1, query, query])
+            first.append({"seq_len": query, "query_len": query, "prefilling": True})
+    # The V1 runner's order (reorder_batch_to_split_decodes_and_prefills, threshold
+    # k + 1): decodes, short extends, long extends, then first chunks.
+    rows += resumes + sorted(continuing, key=lambda row: row["query_len"]) + first
     batch = {
         "speculative_tokens": k,
         "drafts": drafts,
@@ -2291,6 +2398,25 @@ def _decode_row(k: int | None, drafted: int | None = None) -> dict:
         "drafted": drafted,
         "accepted": drafted + 1,
     }
+
+
+def _every_row_kind(k: int | None) -> list[dict]:
+    """One row of each kind GDN's classification tells apart, in the V1 runner's order:
+    decodes (a spec row of each draft count 0..k, or a plain one), a one-token resume,
+    continuing chunks (of k + 1 tokens or two, and longer), first chunks (of one token
+    and longer)."""
+    if k is None:
+        decodes = [_decode_row(k)]
+    else:
+        decodes = [_decode_row(k, drafted) for drafted in range(k + 1)]
+    return [
+        *decodes,
+        {"seq_len": 30, "query_len": 1, "prefilling": True},
+        {"seq_len": 40, "query_len": (k or 1) + 1, "prefilling": True},
+        {"seq_len": 60, "query_len": 20, "prefilling": True},
+        {"seq_len": 1, "query_len": 1, "prefilling": True},
+        {"seq_len": 24, "query_len": 24, "prefilling": True},
+    ]
 
 
 def _checkpoint_stride(configuration: dict | None) -> int | None:
@@ -2343,7 +2469,9 @@ def boundary_batches(
     rows, the capture size one below); the bound in requests (``max_num_seqs`` one-token
     rows, the capture size ``max_num_seqs``) and one above it (one row fewer plus a
     padded row, the capture size one below); a decode and a prefill followed by a padded
-    row (unless ``decodes_only``). Where the configuration takes prefill checkpoints
+    row (unless ``decodes_only``). Without speculation and for the largest k, unless
+    ``decodes_only``: every row kind beside the others (``_every_row_kind``) and a
+    padded row. Where the configuration takes prefill checkpoints
     (``_checkpoint_stride``), for the largest k (or none): prefills ending
     exactly at, one short of and one past the stride's multiples (``_stride_prefills``),
     without and with a padded row behind. Then a batch of only padding. Batches that
@@ -2354,14 +2482,19 @@ def boundary_batches(
     named: dict[str, tuple[list[str], dict]] = {}
 
     def add(
-        edge: str, k, rows: list[dict], padded: int = 0, capture: int | None = None
+        edge: str,
+        k,
+        rows: list[dict],
+        padded: int = 0,
+        capture: int | None = None,
+        requests: int = seqs,
     ):
         batch = {
             "speculative_tokens": k,
             "drafts": "given",
             "rows": rows,
             "padded_rows": padded,
-            "max_num_seqs": seqs,
+            "max_num_seqs": requests,
         }
         if capture is not None:
             batch["max_cudagraph_capture_size"] = capture
@@ -2405,7 +2538,13 @@ def boundary_batches(
             add("a prefill + 1 padded", k, [_decode_row(k), prefill], padded=1)
         # One k (the largest; none without speculation) keeps the set small: the
         # checkpoint rows are the prefills', laid out alike on both paths.
-        if stride and not decodes_only and k == max(speculative_tokens, default=None):
+        largest = k == max(speculative_tokens, default=None)
+        if not decodes_only and (k is None or largest):
+            rows = _every_row_kind(k)
+            # A large k has more kinds than max_num_seqs: the scheduler's limit grows.
+            requests = max(seqs, len(rows) + 1)
+            add("every row kind + 1 padded", k, rows, padded=1, requests=requests)
+        if stride and not decodes_only and largest:
             for edge, delta in (("at", 0), ("one short of", -1), ("one past", 1)):
                 rows = [_decode_row(k), *_stride_prefills(stride, delta)]
                 edge = f"prefills ending {edge} the checkpoint stride ({stride})"
