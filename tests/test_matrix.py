@@ -531,3 +531,29 @@ def test_a_matrix_where_no_release_could_run_has_no_report_and_says_why(matrix_f
     (folder / "matrix.json").write_text(json.dumps(runs), encoding="utf-8")
     with pytest.raises(matrix_report.NothingRan, match="no release ran: vLLM 0.28.0 could not"):
         matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7})
+
+
+def test_each_release_s_adaptations_are_named_in_the_matrix_report(matrix_folder):
+    # An API adaptation of the base release (harness/adaptations.py): its evidence names it,
+    # and so does the matrix report, release by release (issue 53, item 2).
+    record, folder = matrix_folder
+    path = folder / "evidence-0.28.0.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["environment"]["adaptations"] = [
+        {
+            "name": "prefix_caching_unresolved",
+            "releases": "before 0.32.0",
+            "what": "no hash_block_size set",
+            "reason": "the release has no such field",
+            "first_release": None,
+        }
+    ]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    text = report.render_markdown(
+        matrix_report.matrix_report(record, matrix_files.load_matrix(folder), {7, 9})
+    )
+    assert (
+        "- vLLM 0.28.0: prefix_caching_unresolved (before 0.32.0): no hash_block_size set; "
+        "sound because the release has no such field"
+    ) in text
+    assert "vLLM 0.29.0: " not in text  # a release set up as it is names nothing

@@ -140,6 +140,12 @@ def matrix_data(record: Record, matrix: dict, known_records: set[int] | None = N
         "could_not_run": {
             e["version"]: e["could_not_run"] for e in entries if e.get("could_not_run")
         },
+        # How the harness set up each release that needed it (harness/adaptations.py).
+        "adapted": {
+            version: evidence.environments[0].get("adaptations")
+            for version, (_, evidence) in per_release.items()
+            if evidence.environments and evidence.environments[0].get("adaptations")
+        },
         # A column per builder class the record's cases build (shown where one is a subclass).
         "builders": record_builders(record),
         "releases_run": len(entries),
