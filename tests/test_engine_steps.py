@@ -313,3 +313,16 @@ def test_reports_and_the_guards_line_map_name_a_step():
         "each of 2 KV-cache groups (own builders and block tables)"
     )
     assert record.case("mixed_batch").configuration() is None
+
+
+def test_a_step_result_for_a_build_parameter_the_release_lacks_is_not_applicable():
+    # Before, the result was left out silently and the step ran without it (issue 53, item 2).
+    case = dict(
+        MIXED,
+        step={"groups": 2, "before_builds": [{"method": "build", "result_as": "step_masks"}]},
+    )
+    with pytest.raises(
+        pytest.skip.Exception,
+        match=r"vLLM \S+'s GDNAttentionMetadataBuilder.build\(\) takes no step_masks",
+    ):
+        harness.build_case("cpu", case)
