@@ -1555,11 +1555,19 @@ def step_skip_reason(case: dict, builder) -> str | None:
     (None: it can)."""
     import vllm
 
+    build_parameters = inspect.signature(builder.build).parameters
     for call in (case.get("step") or {}).get("before_builds") or []:
         if not callable(getattr(builder, call["method"], None)):
             return (
                 f"not applicable: vLLM {vllm.__version__} has no "
                 f"{type(builder).__name__}.{call['method']}"
+            )
+        # The result goes to build() by name: a build() without that parameter would
+        # run the step without it.
+        if call.get("result_as") and call["result_as"] not in build_parameters:
+            return (
+                f"not applicable: vLLM {vllm.__version__}'s "
+                f"{type(builder).__name__}.build() takes no {call['result_as']}"
             )
     return None
 
@@ -1629,12 +1637,11 @@ def run_step(builders, case: dict, kwargs: dict, counts=None):
             counts.clear()
             counts.update(before)
 
-    build_parameters = inspect.signature(builders[0].build).parameters
     for call in case["step"].get("before_builds") or []:
         method = getattr(builders[0], call["method"])
         arguments = _call_arguments(method, call.get("arguments") or [], kwargs)
         result = counted(method, **arguments)
-        if call.get("result_as") in build_parameters:
+        if call.get("result_as"):  # a build() parameter (step_skip_reason)
             extra[call["result_as"]] = result
     metadatas = []
     for group, builder in enumerate(builders):
