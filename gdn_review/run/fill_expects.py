@@ -124,6 +124,11 @@ def fill_expects(
                 else snapshot_take.full_expect(measured)
             )
             notes += _missing_notes(record, case_id, measured, release)
+            if not write and (left_out := snapshot_take.absent_fields(measured)):
+                notes.append(
+                    f"case {case_id}: not on vLLM {release}'s builder, left out: "
+                    + ", ".join(left_out)
+                )
             notes += _deviation_notes(record, case_id, release)
     if expects and record.schema_version < record_format.CURRENT:
         # The blocks are measured in the current format's form; the record reads them as its own.

@@ -267,8 +267,22 @@ def full_expect(measured: dict) -> dict:
 
     from gdn_review.kb.models import ExpectField
 
-    others = {field: measured[field] for field in typing.get_args(ExpectField) if field in measured}
+    others = {
+        field: measured[field]
+        for field in typing.get_args(ExpectField)
+        if field in measured and field not in absent_fields(measured)
+    }
     return {**core_expect(measured), **others}
+
+
+def absent_fields(measured: dict) -> list[str]:
+    """The builder attributes this release's builder lacks (measured as "(no such field: ...)"):
+    no expect to offer, since a release that had them would fail it."""
+    return [
+        field
+        for field, value in measured.items()
+        if isinstance(value, str) and value.startswith("(no such field")
+    ]
 
 
 def no_metadata(measured: dict) -> str | None:
@@ -304,7 +318,9 @@ def expect_lines(data: dict, case_id: str, version: str) -> list[str]:
         f"({data['device']}): every field measured, "
         "core ones first; read it through before pasting"
     )
-    return [head, *expect_block(full_expect(case))]
+    left_out = absent_fields(case)
+    note = [f"# left out, not on this release's builder: {', '.join(left_out)}"] if left_out else []
+    return [head, *note, *expect_block(full_expect(case))]
 
 
 def expect_block(expect: dict, indent: int = 0) -> list[str]:
