@@ -122,7 +122,7 @@ def test_every_adaptation_names_its_releases_and_reason():
 
 IN_FORCE = (
     "import json; from gdn_review.harness import adaptations; "
-    "print(json.dumps([a['name'] for a in adaptations.in_force()]))"
+    "print(json.dumps([(a['name'], a['what']) for a in adaptations.in_force()]))"
 )
 
 
@@ -149,7 +149,10 @@ def test_an_api_adaptation_is_in_force_where_the_release_lacks_the_place(release
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == names
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [name for name, _ in found] == names
+    if release == "0.19.0":  # it has is_prefilling: only the host lengths are not passed
+        assert found[1][1].startswith("the rows' seq_lens_cpu_upper_bound not passed")
 
 
 def test_a_case_asking_for_a_resolver_the_release_lacks_could_not_run(monkeypatch):

@@ -70,8 +70,8 @@ METADATA_WITHOUT_ROW_FACTS = Adaptation(
     name="metadata_without_row_facts",
     releases="before 0.20.0 (CommonAttentionMetadata without them)",
     what=(
-        "the rows' is_prefilling (and seq_lens_cpu_upper_bound) are not passed to "
-        "CommonAttentionMetadata"
+        "the rows' is_prefilling or seq_lens_cpu_upper_bound (those the class lacks) "
+        "not passed to CommonAttentionMetadata"
     ),
     reason=(
         "the release's CommonAttentionMetadata has no such field: its runners sent "
@@ -140,8 +140,15 @@ def in_force() -> list[dict]:
         found.append(X86_CPU_WITHOUT_TRITON)
     if _missing_fields(CacheConfig, PREFIX_CACHING_FIELDS):
         found.append(PREFIX_CACHING_UNRESOLVED)
-    if _missing_fields(CommonAttentionMetadata, ROW_FACT_FIELDS):
-        found.append(METADATA_WITHOUT_ROW_FACTS)
+    missing = _missing_fields(CommonAttentionMetadata, ROW_FACT_FIELDS)
+    if missing:  # 0.19.0 lacks one of them, 0.17.0 and 0.18.0 both
+        found.append(
+            dataclasses.replace(
+                METADATA_WITHOUT_ROW_FACTS,
+                what=f"the rows' {' and '.join(missing)} not passed to "
+                "CommonAttentionMetadata",
+            )
+        )
     return [dataclasses.asdict(adaptation) for adaptation in found]
 
 
