@@ -161,15 +161,6 @@ def resolve_prefix_caching(cache_config, hash_block_size: int, alignment: int) -
     cache_config.cache_hit_alignment_tokens = alignment
 
 
-def metadata_inputs(cls, candidates: dict) -> dict:
-    """``CommonAttentionMetadata``'s arguments from ``candidates``: the fields this
-    release's class has. A row fact it lacks is left out (METADATA_WITHOUT_ROW_FACTS),
-    and so are the harness's inputs for other releases (``_seq_lens_cpu``,
-    ``_num_computed_tokens_cpu``: fields up to 0.29.0, derived after)."""
-    fields = {field.name for field in dataclasses.fields(cls) if field.init}
-    return {name: value for name, value in candidates.items() if name in fields}
-
-
 # Where vLLM resolves GDN's prefill backend (defined in the layer's module; gdn_attn
 # imports it by name, so both names are replaced).
 PREFILL_BACKEND_RESOLVER = "_resolve_gdn_prefill_backend"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from gdn_review.harness.adaptations import metadata_inputs
+from gdn_review.harness.adaptations import accepted_kwargs
 from gdn_review.harness.builders import BuilderSettings
 from gdn_review.harness.origin import setting_up
 
@@ -110,9 +110,10 @@ def _common_metadata(case: dict, rows: list[dict], columns: int, device):
         "_seq_lens_cpu": seq_lens_cpu.clone(),
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
-    return CommonAttentionMetadata(
-        **metadata_inputs(CommonAttentionMetadata, candidates)
-    )
+    # The fields this release's class has: a row fact it lacks is left out
+    # (adaptations.METADATA_WITHOUT_ROW_FACTS), and so are the inputs of other releases.
+    fitted = accepted_kwargs(CommonAttentionMetadata, **candidates)
+    return CommonAttentionMetadata(**fitted)
 
 
 def _speculation_counts(case: dict, rows: list[dict], device):
