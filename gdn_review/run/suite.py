@@ -14,8 +14,11 @@ from gdn_review.run import evidence_file
 RAN_EXIT_CODES = {0, 1}
 NO_TESTS = 5
 # Plugins every run goes without: pytest's cache (nothing is written into the tree) and
-# pytest-randomly (the records fix the tests' order and seeds: every run is the same run).
-PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:randomly")
+# pytest-randomly (the records fix the tests' order and seeds: every run is the same run), and
+# pytest's log capture: pytest 9 walks every logger at each test phase, and with vLLM's and
+# transformers' thousands of loggers that was a fifth of the generated suite's time (no check
+# reads captured logs; vLLM's own handler still prints into the captured output).
+PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging")
 
 
 def test_args(tests: list, keyword: str | None = None) -> list[str]:
