@@ -178,3 +178,45 @@ def test_the_whole_file_guard_holds_on_the_installed_release():
     assert all(m["status"] != "survived" for m in regather), regather
     line_map = {row["line"]: row for row in data["lines"]}
     assert all(line_map[m["line"]]["records"] == ["update_block_table"] for m in staged)
+
+
+def test_a_mutant_tries_the_tests_that_killed_it_in_the_last_score_first(monkeypatch, tmp_path):
+    """The last score's killers, kept outside the tree, go first in a mutant's first round (the
+    order only: its selection, and so its verdict, stays the same)."""
+    from gdn_review.mutation import guard, runner
+    from gdn_review.mutation.catalogue import Mutant
+
+    target = "vllm/v1/attention/backends/gdn_attn.py"
+    kept = tmp_path / "guard-killers" / "guard.json"
+    whole_file.remember_killers(
+        kept,
+        target,
+        {"auto.gone": ["m.py::test_old"]},
+        [
+            {"id": "auto.a", "status": "killed", "killed_by": ["m.py::test_far"]},
+            {"id": "auto.b", "status": "equivalent", "killed_by": []},
+        ],
+    )
+    remembered = whole_file.last_killers(kept, target)
+    assert remembered == {"auto.a": ["m.py::test_far"], "auto.gone": ["m.py::test_old"]}
+    assert whole_file.last_killers(kept, "vllm/other.py") == {}
+    assert whole_file.last_killers(tmp_path / "none.json", target) == {}
+
+    selected = ["m.py::test_cheap", "m.py::test_mid", "m.py::test_far"]
+    cost = {"m.py::test_cheap": 0.01, "m.py::test_mid": 0.02, "m.py::test_far": 0.5}
+    mutants = [Mutant("auto.a", "file", [], "", source="x = 1\n", line=1)]
+    work = guard.Plan({"auto.a": selected}, {})
+    asked = {}
+
+    def run_mutants(mutants, path, tests, jobs, timeout, finished):
+        asked["rounds"] = tests(mutants[0])
+
+    monkeypatch.setattr(runner, "run_mutants", run_mutants)
+    for last, first_round in ((remembered, ["m.py::test_far", "-x"]), ({}, None)):
+        settings = guard.Settings(last_killers=last)
+        guard._run(target, {}, mutants, work, cost, selected, settings, runner.Progress())
+        if first_round is None:  # nothing kept: the cheapest first, in one round
+            assert asked["rounds"] == [[*selected, "-x"]]
+        else:
+            assert asked["rounds"][0] == first_round
+            assert sorted(asked["rounds"][1][:-1]) == sorted(selected)

@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gdn_review.common import interrupts, release_trees
+from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
 from gdn_review.common.release import loaded as loaded_release
@@ -112,18 +112,73 @@ def score_and_write(
         key_short(record.key): {c.id: configuration_label(c) for c in record.cases}
         for record in records.values()
     }
-    data = guard.score_whole_file(
-        target, loaded, source, notes, named, configurations, options, progress
-    )
     stem = family.report_stem(target)
     stem = f"{stem}-{loaded}" if options.release else stem
     folder = Path(options.reports_dir)
+    remembered = killers_file(stem)
+    options.last_killers = options.last_killers or {
+        **last_killers(remembered, target),
+        **last_killers(folder / f"{stem}.json", target),
+    }
+    data = guard.score_whole_file(
+        target, loaded, source, notes, named, configurations, options, progress
+    )
+    remember_killers(remembered, target, options.last_killers, data["mutants"])
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(
         folder / f"{stem}.json", json.dumps(data, indent=1, sort_keys=True, default=str) + "\n"
     )
     atomic_write(folder / f"{stem}.md", guard_report.markdown(data))
     return Scored(data, [folder / f"{stem}.md", folder / f"{stem}.json"])
+
+
+def killers_file(stem: str) -> Path:
+    """Where the tests that killed each mutant of the last score are kept, outside the tree
+    (``$GDN_REVIEW_CACHE/guard-killers/<stem>.json``): reports/ is not kept in git, and a clean
+    clone's first score would otherwise search again for the killer of every mutant."""
+    return release_cache.cache_root().parent / "guard-killers" / f"{stem}.json"
+
+
+def remember_killers(
+    path: Path, target: str, before: dict[str, list[str]], mutants: list[dict]
+) -> None:
+    """Keep ``before`` updated with this score's kills at ``path`` (a cache: where it cannot
+    be written, the next score only takes longer)."""
+    killed = {entry["id"]: entry["killed_by"] for entry in mutants if entry["status"] == "killed"}
+    merged = {**before, **killed}
+    data = {
+        "target": target,
+        "mutants": [
+            {"id": ident, "status": "killed", "killed_by": merged[ident]}
+            for ident in sorted(merged)
+        ],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(data, indent=0, sort_keys=True) + "\n")
+    except OSError:
+        pass
+
+
+def last_killers(report: Path, target: str) -> dict[str, list[str]]:
+    """Mutant id -> the tests that killed it, from the file's last score (its report's JSON,
+    or what ``remember_killers`` kept; nothing where there is none, or it is unreadable or of
+    another file). Only the order of a mutant's tests follows it, never its verdict. A mutant's
+    id names its edit and place, so an id of another release names the same edit."""
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("target") != target:
+        return {}
+    return {
+        entry["id"]: [str(test) for test in entry["killed_by"]]
+        for entry in data.get("mutants", [])
+        if isinstance(entry, dict)
+        and entry.get("status") == "killed"
+        and isinstance(entry.get("id"), str)
+        and isinstance(entry.get("killed_by"), list)
+    }
 
 
 class FamilyError(Exception):
