@@ -27,6 +27,7 @@ import pytest
 
 from gdn_review.common import interrupts
 from gdn_review.run import evidence_file
+from gdn_review.run.seeded_draws import draws_from_the_seed_alone
 
 # The invariant checks live in the harness, not in the generated module: let pytest
 # rewrite their asserts too, so a failing property shows the values it compared.
@@ -61,24 +62,6 @@ def pytest_configure(config):
     if config.getoption("gdn_no_evidence") or hasattr(config, "workerinput"):
         return
     config.pluginmanager.register(EvidenceCollector(config), "gdn-review-evidence")
-
-
-def draws_from_the_seed_alone() -> None:
-    """Hypothesis (since 6.131) mixes into its draws constants it reads from the source of
-    every loaded module it deems local (outside site-packages): an unpacked vLLM release
-    tree, this project. A claim's seeded batches then differed between a release unpacked
-    and the same release installed, and parsing some 600 of vLLM's modules cost a session
-    on an unpacked release 20 s or more. Here a draw depends on the seed and the strategy
-    only. Hypothesis has no setting for it, so its lookup is replaced; a Hypothesis without
-    it is left as it is."""
-    try:
-        from hypothesis.internal.conjecture import providers
-    except ImportError:
-        return
-    nothing = getattr(providers, "_local_constants", None)
-    if nothing is None or len(nothing) or not hasattr(providers, "_get_local_constants"):
-        return
-    providers._get_local_constants = lambda: nothing
 
 
 # Record numbers (comma list) whose PR's change is applied to the loaded vLLM (the
