@@ -66,6 +66,7 @@ def run_group(
     path: Path | None,
     members: list[tuple[Path, Path, Path]],
     keyword: str | None = None,
+    side_by_side: bool = False,
 ) -> list[dict]:
     """Run several records' modules on one release in one subprocess (vLLM imported once); a result
     per member.
@@ -85,6 +86,12 @@ def run_group(
     for stale in [session_evidence, log, probe, *(p for trio in outputs for p in trio)]:
         stale.unlink(missing_ok=True)
     env = release_trees.environment(path)
+    if side_by_side:
+        # Sessions run side by side, a CPU each: torch's own pool of a thread per CPU in
+        # each oversubscribed them (two generated suites: 37.5 s each, 29.5 s with one
+        # thread). The checks count ops and compare metadata: a thread count changes
+        # neither. A value of the user's wins.
+        env.setdefault("OMP_NUM_THREADS", "1")
     env.pop(CLAIMS_ON_ANY_RELEASE, None)
     if item.role == "base":
         env[CLAIMS_ON_ANY_RELEASE] = "1"
@@ -351,6 +358,7 @@ def _run_sessions(
                 paths[members[0][1].version],
                 [(job.module, job.record_path, job.out_dir) for job, _ in members],
                 keyword,
+                jobs > 1 and len(sessions) > 1,
             ): members
             for members in sessions
         }
