@@ -154,7 +154,6 @@ def remember_killers(
         ],
     }
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(data, indent=0, sort_keys=True) + "\n")
     except OSError:
         pass
