@@ -19,6 +19,15 @@ import sys
 from gdn_review.harness.builders import make_builder
 from gdn_review.harness.environment import prepare_platform
 
+# The modules this process runs mutated (``load_mutated``): only a throwaway child does.
+_MUTATED: list[str] = []
+
+
+def runs_a_mutant() -> bool:
+    """Whether this process has loaded a mutant: a child that runs a few tests, then
+    ends."""
+    return bool(_MUTATED)
+
 
 def module_name(relative_path: str) -> str:
     """``vllm/v1/attention/backends/gdn_attn.py`` ->
@@ -72,6 +81,7 @@ def load_mutated(relative_path: str, code) -> None:
         setattr(sys.modules[parent], leaf, module)
     # builders made from the original class must not be reused
     make_builder.cache_clear()
+    _MUTATED.append(name)
 
 
 def _forget_registrations(name: str) -> list[tuple[dict, str, object]]:

@@ -13,6 +13,7 @@ import pytest
 
 from gdn_review.harness.case_build import prepare_builders
 from gdn_review.harness.environment import device_skip_reason
+from gdn_review.harness.mutation import runs_a_mutant
 from gdn_review.harness.release_ranges import (
     active_deviation,
     claim_in_range,
@@ -97,6 +98,11 @@ def prepare_device(device: str, cases) -> str:
     reason = device_skip_reason(device)
     if reason:
         pytest.skip(reason)
+    if runs_a_mutant():
+        # A mutant's child runs a few of the module's tests, then ends: each test makes
+        # the one builder it uses when it asks (``make_builder``, before what it
+        # measures), not every builder of the module.
+        return device
     # A case outside its releases never runs here (its tests skip): no builder of it is
     # made, as a release may not take what it sets (harness/adaptations.py).
     prepare_builders(device, [c for c in cases if release_in_range(c.get("releases"))])

@@ -189,7 +189,9 @@ def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
     for tests in rounds:
         collector = KillCollector()
         exit_code = suite.run_pytest(
-            suite.pytest_args(tests, None), here=True, plugins=(collector,)
+            suite.pytest_args(tests, None, extra=suite.MUTANT_OPTIONS),
+            here=True,
+            plugins=(collector, *suite.installed_plugins()),
         )
         result = collector.result(exit_code)
         tests_run = result["tests_run"] = tests_run + result["tests_run"]
@@ -301,6 +303,7 @@ def run_forked(
             }
         on_result(mutant, result)
 
+    suite.installed_plugins()  # found here, once: every child inherits them
     forked.run([(mutant, body(mutant)) for mutant in mutants], jobs, timeout, finished)
 
 

@@ -4,6 +4,8 @@ baseline, a mutant's child, a review's side); ``run_suite`` is ``gdn-review run`
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import sys
 from pathlib import Path
 
@@ -19,6 +21,24 @@ NO_TESTS = 5
 # transformers' thousands of loggers that was a fifth of the generated suite's time (no check
 # reads captured logs; vLLM's own handler still prints into the captured output).
 PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging")
+# A mutant's child runs a few tests under a pytest of its own, hundreds of times a score: it
+# takes the installed plugins from ``installed_plugins`` (found once, in the parent) rather than
+# scanning every installed package twice per start (a tenth of a mutant's time), and reports
+# only each failure's message line (the tracebacks' source and arguments were another tenth;
+# a kill reads the message alone, the same in every style).
+MUTANT_OPTIONS = ("--disable-plugin-autoload", "--tb=line")
+
+
+@functools.cache
+def installed_plugins() -> tuple:
+    """The pytest plugins installed packages declare (``pytest11``), less those every run goes
+    without (``PLUGINS_OFF``): the set a run loads by itself, for ``MUTANT_OPTIONS``' runs."""
+    off = {arg.removeprefix("no:") for arg in PLUGINS_OFF if arg.startswith("no:")}
+    found = {}
+    for entry in importlib.metadata.entry_points(group="pytest11"):
+        if entry.name not in off and entry.name not in found:
+            found[entry.name] = entry.load()
+    return tuple(found.values())
 
 
 def test_args(tests: list, keyword: str | None = None) -> list[str]:
