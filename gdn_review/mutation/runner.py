@@ -51,6 +51,9 @@ def baseline(tests: list[str], evidence: Path, plugins: tuple = ()) -> tuple[int
         harness.warm_up()
     started = time.monotonic()
     code = suite.run_pytest(suite.pytest_args(tests, evidence), here=True, plugins=plugins)
+    # The baseline's builders are never used again here, and each child drops them first
+    # (``load_mutated``): dropped once, here, rather than freed page by page in every child.
+    harness.make_builder.cache_clear()
     # Everything made so far is shared with every child: keep the collector off it
     # (a full collection over vLLM's and torch's objects costs a child ~1.5 s).
     gc.collect()
