@@ -159,10 +159,38 @@ def test_a_warm_cache_downloads_nothing(monkeypatch, write_record, tmp_path):
     fake = release_cache.Entry("0.28.0", tmp_path, "w.whl", "0")
     monkeypatch.setattr(release_cache, "cached", lambda version, root=None: fake)
     monkeypatch.setattr(release_cache, "ensure", lambda version, root=None, say=None: fake)
-    paths, downloaded = matrix.fetch(
-        release_plan.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print
-    )
-    assert downloaded == [] and paths == {"0.28.0": tmp_path, "0.29.0": None}
+    trees = matrix.Trees(release_plan.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print)
+    paths = {version: trees.path(version) for version in ("0.28.0", "0.29.0")}
+    trees.close()
+    assert trees.downloaded == [] and paths == {"0.28.0": tmp_path, "0.29.0": None}
+
+
+def test_the_installed_release_does_not_wait_for_the_downloads(monkeypatch, write_record):
+    """A release being fetched holds back its own sessions only; one that cannot be had fails
+    the matrix (MatrixError, bad input) when its session asks for it."""
+    import threading
+
+    from gdn_review.common import release_trees
+
+    record = load_record(write_record(MATRIX_RECORD) / "7.yaml")
+    arrived = threading.Event()
+
+    def tree(version, fetch=True, say=None):
+        assert arrived.wait(30)
+        raise ReleaseError(f"vLLM {version} is not a release on the package index")
+
+    monkeypatch.setattr(release_cache, "cached", lambda version, root=None: None)
+    monkeypatch.setattr(release_trees, "tree", tree)
+    trees = matrix.Trees(release_plan.plan(record, "0.29.0", ["0.28.0", "0.29.0"]), print)
+    try:
+        assert trees.downloaded == ["0.28.0"]
+        assert trees.path("0.29.0") is None  # the installed one, while 0.28.0 is still fetched
+        arrived.set()
+        with pytest.raises(matrix_files.MatrixError, match="not a release on the package index"):
+            trees.path("0.28.0")
+    finally:
+        arrived.set()
+        trees.close()
 
 
 def test_before_fails_then_holds_discriminates_with_measured_values(matrix_folder):
