@@ -81,3 +81,37 @@ def test_a_baseline_that_could_not_run_says_so_and_runs_no_mutant(tmp_path):
     assert "[2/3]" not in said  # no mutant ran
     assert not (tmp_path / "evidence.json").exists()
     assert vllm_files_digest() == before
+
+
+def test_a_round_of_node_ids_makes_items_of_the_functions_it_names_only(tmp_path):
+    """A mutant's round that names tests by node id makes items of their functions only (the
+    others' parametrized items are never made); a round that names a file makes all of them.
+    The selection, and so the verdict, is the same either way."""
+    import sys
+
+    module = tmp_path / "test_round_functions.py"
+    module.write_text(
+        "import pytest\n\nMADE = []\n\n\n"
+        "def pytest_generate_tests(metafunc):\n    MADE.append(metafunc.function.__name__)\n\n\n"
+        "@pytest.mark.parametrize('n', range(50))\n"
+        "def test_many(n):\n    assert n >= 0\n\n\n"
+        "@pytest.mark.parametrize('n', [1, 2])\n"
+        "def test_named(n):\n    assert n != 2\n",
+        encoding="utf-8",
+    )
+    named = [f"{module}::test_named[1]", f"{module}::test_named[2]", "-x"]
+    for tests, made in (
+        (named, ["test_named"]),
+        ([str(module), "-x"], ["test_many", "test_named"]),
+    ):
+        collector = runner.KillCollector(tests)
+        code = suite.run_pytest(
+            [*tests, "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+            here=True,
+            plugins=(collector,),
+        )
+        assert sys.modules["test_round_functions"].MADE == made, tests
+        sys.modules["test_round_functions"].MADE.clear()
+        result = collector.result(code)
+        assert result["status"] == "killed"
+        assert result["killed_by"] == {"named": ["test_round_functions.py::test_named[2]"]}

@@ -118,7 +118,15 @@ class KillCollector:
     Hypothesis tests run last (they are the slowest), so a cheap test kills first.
     """
 
-    def __init__(self):
+    def __init__(self, tests: list[str] | None = None):
+        # The test functions a round names by node id: only they are made into items (None:
+        # a whole file is asked for). pytest would make every function's parametrized items
+        # of each module and then drop those not named (a seventh of a child's time, py-spy).
+        named = [arg for arg in tests or [] if "::" in arg]
+        whole = any(arg.endswith(".py") for arg in tests or [])
+        self.functions = (
+            None if whole or not named else {n.rpartition("::")[2].split("[")[0] for n in named}
+        )
         self.killed_by: dict[str, list[str]] = {}
         self.messages: dict[str, str] = {}
         self.passed: set[str] = set()
@@ -135,6 +143,13 @@ class KillCollector:
         items.sort(
             key=lambda item: bool(getattr(getattr(item, "obj", None), "is_hypothesis_test", False))
         )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makeitem(self, collector, name, obj):
+        if self.functions is not None and callable(obj) and name not in self.functions:
+            if collector.funcnamefilter(name):
+                return []  # a test function the round does not name: no items
+        return None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
@@ -190,7 +205,7 @@ def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
         return _killed("(import)", "(module import)", why)
     tests_run = 0
     for tests in rounds:
-        collector = KillCollector()
+        collector = KillCollector(tests)
         exit_code = suite.run_pytest(
             suite.pytest_args(tests, None, extra=suite.MUTANT_OPTIONS),
             here=True,
