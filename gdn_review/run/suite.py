@@ -23,9 +23,9 @@ NO_TESTS = 5
 PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging")
 # A mutant's child runs a few tests under a pytest of its own, hundreds of times a score: it
 # takes the installed plugins from ``installed_plugins`` (found once, in the parent) rather than
-# scanning every installed package twice per start (a tenth of a mutant's time), and reports
-# only each failure's message line (the tracebacks' source and arguments were another tenth;
-# a kill reads the message alone, the same in every style).
+# scanning every installed package twice per start (an eighth of a mutant's time, py-spy), and
+# reports only each failure's message line (the tracebacks' source and arguments were another
+# eighth; a kill reads the message alone, the same in every style).
 MUTANT_OPTIONS = ("--disable-plugin-autoload", "--tb=line")
 
 
