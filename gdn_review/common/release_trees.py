@@ -88,13 +88,22 @@ def source(
 
 
 def trees(versions: list[str], say: Callable[[str], None] | None = None) -> dict[str, Path | None]:
-    """``tree`` of each version, the releases not at hand fetched side by side (at most four
-    downloads at once: downloading and unpacking overlap); the first ReleaseError is raised."""
+    """``tree`` of each version, the releases not at hand fetched side by side (``start``); the
+    first ReleaseError is raised."""
+    pool, started = start(versions, say)
+    with pool:
+        return {version: future.result() for version, future in started.items()}
+
+
+def start(
+    versions: list[str], say: Callable[[str], None] | None = None
+) -> tuple[concurrent.futures.ThreadPoolExecutor, dict[str, concurrent.futures.Future]]:
+    """``tree`` of each version, started now in the background, in the order given (at most
+    four downloads at once: downloading and unpacking overlap): the pool, to shut down, and each
+    version's future (its result raises the version's ReleaseError)."""
     wanted = list(dict.fromkeys(versions))
-    if not wanted:
-        return {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, len(wanted))) as pool:
-        return dict(zip(wanted, pool.map(lambda version: tree(version, say=say), wanted)))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted))))
+    return pool, {version: pool.submit(tree, version, True, say) for version in wanted}
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:

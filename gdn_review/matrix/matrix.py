@@ -48,21 +48,18 @@ from gdn_review.run.evidence_file import NOT_MEASURED
 
 class Trees:
     """Each planned release's folder for PYTHONPATH (None: the installed one). The releases not
-    at hand are fetched in the background, side by side (at most four at once, newest first:
-    the biggest sessions are the newest releases'), while the sessions that need no download
-    run: on a fresh machine the downloads (about 25 s for six releases, mostly waiting on the
-    network) no longer hold back the installed release's session. A session waits for its own
-    release only."""
+    at hand are fetched in the background, side by side (``release_trees.start``), newest
+    first (the biggest sessions are the newest releases'), while the sessions that need no
+    download run: on a fresh machine the downloads (about 25 s for six releases, mostly waiting
+    on the network) no longer hold back the installed release's session. A session waits for
+    its own release only."""
 
     def __init__(self, planned: list[Planned], say: Callable[[str], None]):
         wanted = sorted(
             {item.version for item in planned if not item.installed}, key=Version, reverse=True
         )
         self.downloaded = [v for v in wanted if release_cache.cached(v) is None]
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted))))
-        self._trees = {
-            version: self._pool.submit(release_trees.tree, version, True, say) for version in wanted
-        }
+        self._pool, self._trees = release_trees.start(wanted, say)
 
     def path(self, version: str) -> Path | None:
         """The folder of ``version`` once it is at hand; MatrixError where it cannot be had."""
