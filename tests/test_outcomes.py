@@ -38,7 +38,8 @@ from gdn_review.common import interrupts, release
 from gdn_review.run import suite
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module: its module-scoped runs (about 20 s) are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("outcomes")]
 
 RECORD = 40738
 MODULE = ROOT / "generated_tests" / f"test_pr_{RECORD}.py"

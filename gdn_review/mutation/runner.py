@@ -321,7 +321,10 @@ def run_forked(
             }
         on_result(mutant, result)
 
+    from gdn_review.harness import mutation as loader
+
     suite.installed_plugins()  # found here, once: every child inherits them
+    loader.registries()  # and the loaded modules' op registries
     forked.run([(mutant, body(mutant)) for mutant in mutants], jobs, timeout, finished)
 
 
