@@ -46,3 +46,21 @@ def test_files_that_register_custom_ops_load_in_place():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count(" True") == 2, done.stdout + done.stderr[-2000:]
+
+
+def test_the_op_registries_are_found_once_and_then_only_in_modules_loaded_since(monkeypatch):
+    """A forked child inherits the parent's look at every module (``registries``): it looks
+    only at modules loaded after, and forgets those gone."""
+    import types
+
+    mutation.registries()
+    scanned = dict(mutation._SCANNED)
+    late = types.ModuleType("gdn_review_test_late_registry")
+    late.op_registry = {"late_op": object()}
+    monkeypatch.setitem(sys.modules, late.__name__, late)
+    found = mutation.registries()
+    assert any(registry is late.op_registry for registry in found)
+    # Those looked at before keep their entries: not looked at again.
+    assert all(mutation._SCANNED[name] is entry for name, entry in scanned.items())
+    monkeypatch.delitem(sys.modules, late.__name__)
+    assert not any(registry is late.op_registry for registry in mutation.registries())

@@ -51,8 +51,8 @@ MUTANT_PLUGINS_OFF = tuple(
     for option in ("-p", f"no:{name}")
 )
 MUTANT_OPTIONS = ("--disable-plugin-autoload", "--tb=line", *MUTANT_PLUGINS_OFF)
-# Installed plugins a mutant's child needs (the rest act only under options it never gives:
-# xdist's -n, anyio's async tests).
+# Installed plugins a mutant's child goes without: they act only under options it never gives
+# (xdist's -n) or on tests it never runs (anyio's async tests).
 MUTANT_PLUGIN_ENTRIES_OFF = {"xdist", "xdist.looponfail", "anyio"}
 
 
