@@ -99,10 +99,34 @@ def pytest_configure(config):
     interrupts.preload_server(os.environ, os.getcwd(), now=True)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_addoption(parser):
+    parser.addoption(
+        "--guard-json",
+        type=Path,
+        default=None,
+        help="the whole-file guard's reports/guard.json, written by `.ci/run`'s gate step: runs the "
+        "tests marked guard_result on it (deselected without it)",
+    )
+
+
+@pytest.fixture
+def guard_json(request) -> Path:
+    path = request.config.getoption("guard_json")
+    if not path.is_file():
+        pytest.fail(f"--guard-json {path}: no such file (run the gate step first)", pytrace=False)
+    return path
+
+
+def pytest_collection_modifyitems(config, items):
     """Slow end-to-end tests first (stable order otherwise): under `-n auto` the workers
     start on the long runs side by side and the many quick tests fill in at the end,
     so a run does not end waiting on one long test."""
+    if config.getoption("guard_json") is None:
+        # What the gate's own run shows is read where the gate ran (.ci/run), never faked here.
+        waiting = [item for item in items if item.get_closest_marker("guard_result")]
+        if waiting:
+            config.hook.pytest_deselected(items=waiting)
+            items[:] = [item for item in items if not item.get_closest_marker("guard_result")]
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     _group_for_xdist(items)
 
