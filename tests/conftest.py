@@ -104,8 +104,8 @@ def pytest_addoption(parser):
         "--guard-json",
         type=Path,
         default=None,
-        help="the whole-file guard's reports/guard.json, written by `.ci/run`'s gate step: runs the "
-        "tests marked guard_result on it (deselected without it)",
+        help="the whole-file guard's reports/guard.json, written by `.ci/run`'s gate step: runs "
+        "the tests marked guard_result on it (deselected without it)",
     )
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Mapping
 from gdn_review.common import release_cache, release_imports, vllm_cache
 from gdn_review.common.release import Release, ReleaseError, loaded_or_none
 
-__all__ = ["ReleaseError", "entry", "environment", "source", "tree", "trees"]
+__all__ = ["ReleaseError", "entry", "environment", "source", "start", "tree"]
 
 # What a parent tells a child through its environment; the harness reads them, and a parent names
 # them from here without importing the harness (and torch). The VLLM_CACHE_ROOT a parent set for
@@ -87,23 +87,17 @@ def source(
     return None
 
 
-def trees(versions: list[str], say: Callable[[str], None] | None = None) -> dict[str, Path | None]:
-    """``tree`` of each version, the releases not at hand fetched side by side (``start``); the
-    first ReleaseError is raised."""
-    pool, started = start(versions, say)
-    with pool:
-        return {version: future.result() for version, future in started.items()}
-
-
 def start(
-    versions: list[str], say: Callable[[str], None] | None = None
+    versions: list[str], say: Callable[[str], None] | None = None, files_only: bool = False
 ) -> tuple[concurrent.futures.ThreadPoolExecutor, dict[str, concurrent.futures.Future]]:
-    """``tree`` of each version, started now in the background, in the order given (at most
-    four downloads at once: downloading and unpacking overlap): the pool, to shut down, and each
+    """``tree`` of each version (``files_only``: its ``entry``, for a reader of its files that
+    imports nothing of it), started now in the background, in the order given (at most four
+    downloads at once: downloading and unpacking overlap): the pool, to shut down, and each
     version's future (its result raises the version's ReleaseError)."""
     wanted = list(dict.fromkeys(versions))
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted))))
-    return pool, {version: pool.submit(tree, version, True, say) for version in wanted}
+    fetch_one = entry if files_only else tree
+    return pool, {version: pool.submit(fetch_one, version, True, say) for version in wanted}
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from gdn_review.common import interrupts, release_cache, release_trees
-from gdn_review.common.release import ReleaseError
+from gdn_review.common.release import Release, ReleaseError
 from gdn_review.common.release import loaded as loaded_release
 from gdn_review.common.release_range import contains
 from gdn_review.kb import Record, RecordErrors
@@ -208,6 +208,23 @@ def _cached_sources(target: str, have) -> dict[str, str]:
     return found
 
 
+def _diff_releases_to_fetch(records: dict[Path, Record]) -> dict[str, list[str]]:
+    """The PRs' base and head releases the release cache lacks (the loaded one is at hand), each
+    with whose base or head it is ("#34871's base"), in release order."""
+    from gdn_review.kb import is_draft
+
+    at_hand = {*release_cache.cached_versions(), loaded_release()[0]}
+    wanted: dict[str, list[str]] = {}
+    for record in records.values():
+        if is_draft(record):
+            continue
+        target = record.target
+        for role, version in (("base", target.base_release), ("head", target.head_release)):
+            if version and version not in at_hand:
+                wanted.setdefault(version, []).append(f"{record.label}'s {role}")
+    return dict(sorted(wanted.items(), key=lambda item: Release(item[0])))
+
+
 def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Catalogue:
     """Only the mutants of ``risk`` and/or matching one of ``patterns`` (shell-style: 'auto.*')."""
     mutants = found.mutants
@@ -230,17 +247,21 @@ def catalogues(
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
-    wanted = [
-        version
-        for record in records.values()
-        if fetch and not is_draft(record)
-        for version in (record.target.base_release, record.target.head_release)
-        if version
-    ]
-    # The PRs' base and head releases not at hand, fetched side by side first; a failure is
-    # said by each record's own read below (which release it lacks, and why).
-    with contextlib.suppress(ReleaseError):
-        release_trees.trees(wanted, say=say)
+    # The PRs' base and head releases not at hand, fetched side by side first (their target file
+    # is read, nothing imported); a failure is said by each record's own read below (which
+    # release it lacks, and why).
+    wanted = _diff_releases_to_fetch(records) if fetch else {}
+    if wanted:
+        say(
+            "release cache: fetching "
+            + "; ".join(f"{v} ({', '.join(why)})" for v, why in wanted.items())
+            + ": a PR's target file on both gives its automatic mutants (their diff), and its "
+            "mutants' finds are checked on both; only that file is read"
+        )
+        pool, started = release_trees.start(list(wanted), say, files_only=True)
+        with pool, contextlib.suppress(ReleaseError):
+            for future in started.values():
+                future.result()
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             say(f"warning: skipped draft {path}: it has open TODOs")
