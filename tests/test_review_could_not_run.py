@@ -1,8 +1,9 @@
 """review's outcomes: a change that makes build() raise breaks a claim; a set-up that could not
 run is no verdict (issue 54).
 
-The two reviews are real: the installed vLLM, the KB's generated module of #52078, C1 alone
-(its op counts: a second of tests a side), no mutants. The set-up that could not run is an
+The two reviews are real: the installed vLLM, a KB of #52078 alone (a copy of its record,
+snapshots and generated module: a review reads and checks every record of its KB first), C1
+alone (its op counts: a second of tests a side), no mutants. The set-up that could not run is an
 environment a user can have: ``VLLM_CPU_KVCACHE_SPACE`` set to a word, which vLLM's CPU
 platform reads with ``int()`` while the harness makes its ``VllmConfig`` (before the builder
 under test is entered), in the review's worker and every child it forks. The render tests
@@ -23,7 +24,7 @@ from gdn_review.cli.support import exit_for
 from gdn_review.common.release import loaded as loaded_release
 from gdn_review.report import guard_report
 from gdn_review.review import render
-from tests.test_review import TARGET, gdn
+from tests.test_review import TARGET, gdn, kb_options
 
 # A release's adaptation to this machine (issue 53) must not make the set-up run.
 NO_ADAPTATIONS = {"GDN_REVIEW_NO_RELEASE_ADAPTATIONS": "1"}
@@ -66,6 +67,7 @@ def _review(tmp_path: Path, diff_text: str, env: dict | None = None):
         str(tmp_path / "out"),
         "--work",
         str(tmp_path / "work"),
+        *kb_options((52078,), tmp_path / "kb"),
         timeout=900,
         env=None if env is None else {**os.environ, **env},
     )
