@@ -88,6 +88,15 @@ def module_classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
 
 def imported_from(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
     """(module, name) that ``module``'s ``from ... import`` binds ``name`` from, or None."""
+    return _vllm_imports(tree, module).get(name)
+
+
+@functools.cache
+def _vllm_imports(tree: ast.Module, module: str) -> dict[str, tuple[str, str]]:
+    """Every name ``module``'s ``from vllm... import`` binds, with where from (the first binding,
+    in ``ast.walk`` order): one walk of the module, not one per name asked (a KB's load asked
+    some 180 names, a second of walks)."""
+    bound: dict[str, tuple[str, str]] = {}
     for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom):
             continue
@@ -96,9 +105,9 @@ def imported_from(tree: ast.Module, module: str, name: str) -> tuple[str, str] |
             package = module.split(".")[: -node.level]
             source = ".".join(package + ([source] if source else []))
         for alias in node.names:
-            if (alias.asname or alias.name) == name and source.startswith("vllm"):
-                return source, alias.name
-    return None
+            if source.startswith("vllm"):
+                bound.setdefault(alias.asname or alias.name, (source, alias.name))
+    return bound
 
 
 def expression_name(node: ast.expr) -> str | None:

@@ -176,11 +176,11 @@ def apply(diff_path: Path, kb_dir: Path, options: ReviewOptions, say: Callable) 
     """Read the diff and the records, choose the release, apply the diff in memory (PatchError or
     ReviewError: nothing has run)."""
     from gdn_review.kb import is_draft
-    from gdn_review.run.selection import load_records
+    from gdn_review.run.selection import load_records, pick
 
     text, files = unified_diff.read_diff_file(diff_path)  # every file name a plain relative path
-    records = {p: r for p, r in load_records(kb_dir, options.keys).items() if not is_draft(r)}
     every = load_records(kb_dir)
+    records = {p: r for p, r in pick(every, kb_dir, options.keys).items() if not is_draft(r)}
     own = own_record(options.own, diff_path, every)
     onto = options.onto
     if own is not None and onto is None and options.vllm_src_dir is None:

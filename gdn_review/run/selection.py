@@ -29,7 +29,12 @@ class StaleModules(Exception):
 
 def load_records(kb_dir: Path, numbers: tuple[int, ...] = ()) -> dict[Path, Record]:
     """The records of ``kb_dir`` (only PRs ``numbers`` when given); RecordErrors when one is bad."""
-    records = load_kb(kb_dir)
+    return pick(load_kb(kb_dir), kb_dir, numbers)
+
+
+def pick(records: dict[Path, Record], kb_dir: Path, numbers: tuple[int, ...]) -> dict[Path, Record]:
+    """Only PRs ``numbers`` of ``records`` (all when none is given); SelectionError names a
+    number ``kb_dir`` has no record of."""
     if numbers:
         missing = set(numbers) - {r.key for r in records.values()}
         if missing:
