@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from gdn_review.cli import main
 from gdn_review.common import fail_conditions, interrupts, release_trees
 from gdn_review.kb import load_record
 from gdn_review.report.report_contents import report_data
@@ -349,7 +351,9 @@ def replay(tmp_path_factory):
             env=env,
         )
 
-    assert gdn("generate", "--kb", kb, "--out", root / "gen").returncode == 0
+    # Generating reads the record only (no vLLM): in this process, as on 0.29.0's PYTHONPATH.
+    generated = CliRunner().invoke(main, ["generate", "--kb", str(kb), "--out", str(root / "gen")])
+    assert generated.exit_code == 0, generated.output
     done = gdn(
         "run",
         "--kb",
@@ -433,10 +437,6 @@ def test_review_of_the_open_prs_diff_with_its_record_explains_every_moved_field(
 def test_a_hostile_diff_beside_an_open_record_stops_run_before_anything_runs(
     write_record, tmp_path, hostile
 ):
-    from click.testing import CliRunner
-
-    from gdn_review.cli import main
-
     kb = write_record(OPEN)
     secret = tmp_path / "secret.txt"
     secret.write_text("do not read\n", encoding="utf-8")
@@ -485,19 +485,26 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
     kb/51508.yaml's C1 fails on 0.33.0 as the PR says it should: pytest sees an xfail (CI stays
     green), the evidence keeps the failure, the report says pending; where the PR's change is
     applied (the review's patched side), the failure counts.
+
+    The three records run from a copy of kb/ and generated_tests/ holding them alone (their
+    files, stored snapshots and generated modules, which `run` checks are current): the same
+    run, without loading, checking and rendering the KB's other records.
     """
+    records = ("53542", "51508", "40738")
+    (tmp_path / "kb" / "snapshots").mkdir(parents=True)
+    (tmp_path / "generated_tests").mkdir()
+    for key in records:
+        shutil.copy(ROOT / "kb" / f"{key}.yaml", tmp_path / "kb")
+        if (ROOT / "kb" / "snapshots" / key).is_dir():
+            shutil.copytree(ROOT / "kb" / "snapshots" / key, tmp_path / "kb" / "snapshots" / key)
+        shutil.copy(ROOT / "generated_tests" / f"test_pr_{key}.py", tmp_path / "generated_tests")
     done = interrupts.run_child(
         [
             sys.executable,
             "-m",
             "gdn_review.cli",
             "run",
-            "--record",
-            "53542",
-            "--record",
-            "51508",
-            "--record",
-            "40738",
+            *(option for key in records for option in ("--record", key)),
             "--evidence",
             str(tmp_path / "evidence.json"),
             "--reports",
@@ -509,7 +516,7 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
             "-p",
             "no:cacheprovider",
         ],
-        cwd=ROOT,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=900,
@@ -524,28 +531,15 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
         "fails"
         not in (tmp_path / "reports" / "53542.md").read_text(encoding="utf-8").split("## Claims")[0]
     )
-    failing = interrupts.run_child(
-        [
-            sys.executable,
-            "-m",
-            "gdn_review.cli",
-            "report",
-            "--record",
-            "53542",
-            "--evidence",
-            str(tmp_path / "evidence.json"),
-            "--out",
-            str(tmp_path / "again"),
-            "--fail-on",
-            "fails,pending",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    # The report from that evidence (no vLLM, nothing of its own to isolate): in this process.
+    failing = CliRunner().invoke(
+        main,
+        ["report", "--kb", str(tmp_path / "kb"), "--record", "53542"]
+        + ["--evidence", str(tmp_path / "evidence.json"), "--out", str(tmp_path / "again")]
+        + ["--fail-on", "fails,pending"],
     )
-    assert failing.returncode == 1
-    assert "pending: PR #53542 claim C1: " in failing.stdout + failing.stderr
+    assert failing.exit_code == 1, failing.output
+    assert "pending: PR #53542 claim C1: " in failing.output
     (test,) = [
         t
         for t in json.loads((tmp_path / "evidence.json").read_text(encoding="utf-8"))["tests"]
