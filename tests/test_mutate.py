@@ -65,53 +65,18 @@ def test_every_mutant_of_52078_is_killed_or_explained_and_vllm_is_untouched(tmp_
     assert report.count("**mutation-verified**") == 3
 
 
-def test_in_process_verdicts_equal_a_fresh_pytest_process(tmp_path):
-    """Parity on a sample: a killed record mutant and a surviving automatic one under one selection,
-    both ways."""
-    selection = "C1 or (C3 and pure_spec_decode)"
-    done = mutate(
-        "--record",
-        "52078",
-        "--mutant",
-        "drop_non_spec_invert",
-        "--mutant",
-        "auto.invert_mask.non_spec_sequence_masks_cpu.26053e",
-        "-k",
-        selection,
-        "--fail-on",
-        "fails",
-        tmp_path=tmp_path,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    in_process = mutants_of(tmp_path)
-    statuses = {m["status"] for m in in_process.values()}
-    assert statuses == {"killed", "survived"}, in_process  # the sample has both
-    from gdn_review.kb import load_record
-    from gdn_review.mutation import catalogue_for
-
-    record = load_record(ROOT / "kb" / "52078.yaml")
-    found = {
-        m.id: m
-        for m in catalogue_for(
-            ROOT / "kb" / "52078.yaml", record, fetch=True, say=lambda _: None
-        ).mutants
-    }
-    tests = suite.test_args([ROOT / "generated_tests" / "test_pr_52078.py"], selection)
-    for ident, entry in in_process.items():
-        fresh = runner.run_fresh_process(TARGET, found[ident].source, tests, cwd=ROOT)
-        assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (
-            entry["status"],
-            sorted(entry["killed_by"]),
-        ), ident
-
-
-def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fails_the_run(
+def test_hang_times_out_unreached_is_named_survivor_fails_run_verdicts_equal_fresh_process(
     tmp_path,
 ):
-    # One run for three (one vLLM import): a weakened selection (C1's op counts on one case)
-    # and --fail-on survived. plan_flashinfer_checkpoints runs only for prefill checkpoints,
-    # which no case of this selection makes: no case's entry point executes it. A mutant that
-    # never returns comes first: it times out, is killed, and the next ones still run.
+    """One `mutate` run for what two runs checked (one vLLM import): five mutants under a
+    weakened selection (C1's op counts, and C3 on one case), --jobs 1 and --fail-on survived.
+
+    plan_flashinfer_checkpoints runs only for prefill checkpoints, which no case of this
+    selection makes: no case's entry point executes it. A mutant that never returns comes
+    first: it times out, is killed, and the next ones still run. Parity on a sample: a killed
+    record mutant and a surviving automatic one give, each in a fresh pytest process under the
+    same selection, the verdicts (and killing claims) of the in-process run.
+    """
     kb = tmp_path / "kb"
     kb.mkdir()
     text = (ROOT / "kb" / "52078.yaml").read_text(encoding="utf-8")
@@ -127,10 +92,13 @@ def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fa
         '        replace: "spec_sequence_masks_cpu = '
         "[__import__('time').sleep(3600) for _ in iter(int, 1)]\"\n"
     )
-    anchor = "      - id: ge_to_gt\n"
+    # The hang first of the chosen mutants (R2's first), the unreached before ge_to_gt (R3).
+    first, anchor = "      - id: drop_non_spec_invert\n", "      - id: ge_to_gt\n"
     (kb / "52078.yaml").write_text(
-        text.replace(anchor, hang + unreached + anchor), encoding="utf-8"
+        text.replace(first, hang + first).replace(anchor, unreached + anchor), encoding="utf-8"
     )
+    sample = ["drop_non_spec_invert", "auto.invert_mask.non_spec_sequence_masks_cpu.26053e"]
+    selection = "C1 or (C3 and pure_spec_decode)"
     before = vllm_files_digest()
     # Ten times what the other mutants' few tests take (about a second): a loaded machine
     # cannot turn their verdicts into timeouts, only the hang reaches it, and the worker
@@ -141,14 +109,10 @@ def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fa
         "--generated",
         str(tmp_path / "generated"),
         "--write",
-        "--mutant",
-        "hang",
-        "--mutant",
-        "checkpoint_stride_off_by_one",
-        "--mutant",
-        "ge_to_gt",
+        *("--mutant", "hang", "--mutant", "checkpoint_stride_off_by_one", "--mutant", "ge_to_gt"),
+        *(argument for ident in sample for argument in ("--mutant", ident)),
         "-k",
-        "C1 and pure_spec_decode",
+        selection,
         "--jobs",
         "1",
         "--timeout",
@@ -160,9 +124,11 @@ def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fa
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "fail-on: survived: PR #52078 mutant ge_to_gt\n" in done.stderr
     found = mutants_of(tmp_path)
+    assert list(found)[0] == "hang", list(found)  # first (--jobs 1: the others run after it)
     assert found["hang"]["status"] == "timeout" and "killed" in found["hang"]["reason"]
     assert vllm_files_digest() == before
-    # ge_to_gt's line runs under C1's case and no op count changes: a survivor that ran.
+    # ge_to_gt's line runs under the selection and none of its checks changes: a survivor
+    # that ran.
     assert (found["ge_to_gt"]["status"], found["ge_to_gt"]["reason"]) == ("survived", "")
     entry = found["checkpoint_stride_off_by_one"]
     assert entry["status"] == "not reached", entry
@@ -170,7 +136,8 @@ def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fa
         r"no test executes line \d+ of plan_flashinfer_checkpoints: add a case that reaches it",
         entry["reason"],
     )
-    assert "1 not reached, 1 survived" in done.stderr
+    # (the sample's automatic survivor is the second survivor)
+    assert "1 not reached, 2 survived" in done.stderr
     assert "not reached checkpoint_stride_off_by_one" in " ".join(done.stderr.split())
     report = (tmp_path / "reports" / "52078.md").read_text(encoding="utf-8")
     assert (
@@ -179,3 +146,21 @@ def test_a_hang_times_out_a_mutant_no_test_executes_is_not_reached_a_survivor_fa
     )
     assert "| `ge_to_gt` | record | **survived** |" in report
     assert "<code>checkpoint_stride_off_by_one</code> not reached: no test executes line" in report
+
+    # The sample's verdicts in a fresh pytest process each, on the module the run generated.
+    in_process = {ident: found[ident] for ident in sample}
+    statuses = {m["status"] for m in in_process.values()}
+    assert statuses == {"killed", "survived"}, in_process  # the sample has both
+    from gdn_review.kb import load_record
+    from gdn_review.mutation import catalogue_for
+
+    record = load_record(kb / "52078.yaml")
+    catalogue = catalogue_for(kb / "52078.yaml", record, fetch=True, say=lambda _: None)
+    sources = {m.id: m.source for m in catalogue.mutants}
+    tests = suite.test_args([tmp_path / "generated" / "test_pr_52078.py"], selection)
+    for ident, entry in in_process.items():
+        fresh = runner.run_fresh_process(TARGET, sources[ident], tests, cwd=ROOT)
+        assert (fresh["status"], sorted(fresh.get("killed_by", {}))) == (
+            entry["status"],
+            sorted(entry["killed_by"]),
+        ), ident

@@ -3,11 +3,11 @@ cannot be swapped in place at all gives an error, never a kill."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 
+from gdn_review.common import interrupts
 from gdn_review.harness import mutation
 from gdn_review.mutation import runner
 
@@ -43,7 +43,11 @@ def test_files_that_register_custom_ops_load_in_place():
         " 'vllm/v1/attention/backends/gdn_attn.py'):\n"
         "    print(path, mutation.loads_unmutated(path))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # (interrupts.run_child: the preload server's child, where there is one, with torch imported
+    # already and vLLM not: vLLM's registrations are the child's own, as in a fresh process)
+    done = interrupts.run_child(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count(" True") == 2, done.stdout + done.stderr[-2000:]
 
