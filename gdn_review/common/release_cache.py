@@ -295,18 +295,37 @@ def unpack_python(wheel: Path, target: Path) -> dict[str, list]:
     return files
 
 
+# (file's path) -> (its inode, mtime and size when read, its text): a KB's records ask for the
+# same file of every cached release, and each first ask checks the whole entry (2,800 files'
+# sizes; 27 records x 13 releases were 10 s of a mutate run). A file changed since is read and
+# checked again.
+_READ: dict[Path, tuple[tuple[int, int, int], str]] = {}
+
+
 def source(version: str, relative_path: str, root: Path | None = None) -> str | None:
     """Text of one file of release ``version`` from the cache, never fetched (that is
     ``release_trees.source``'s); None: not cached, or damaged (then dropped, so the next fetch
     replaces it)."""
+    path = (root or cache_root()) / Release(version) / relative_path
+    try:
+        seen = path.stat()
+        stamp = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
+    except OSError:
+        stamp = None
+    kept = _READ.get(path)
+    if stamp is not None and kept is not None and kept[0] == stamp:
+        return kept[1]
     entry = cached(version, root)
     if entry is None:
         return None
     try:
-        return entry.source(relative_path)
+        text = entry.source(relative_path)
     except DamagedEntry:
         shutil.rmtree(entry.path, ignore_errors=True)
         return None
+    if stamp is not None:
+        _READ[path] = (stamp, text)
+    return text
 
 
 def adopt_installed(root: Path | None = None, say: Callable[[str], None] | None = None) -> Entry:

@@ -78,13 +78,13 @@ def source(
 ) -> str | None:
     """Text of one file of ``version`` (``entry``'s; None: not cached and ``fetch`` off); a damaged
     entry is dropped and, when fetching is allowed, fetched again."""
-    for _ in range(2 if fetch else 1):
-        if fetch:
-            entry(version, say=say, root=root)
+    text = release_cache.source(version, relative_path, root)  # cached and intact: no fetch
+    for _ in range(2 if fetch and text is None else 0):
+        entry(version, say=say, root=root)
         text = release_cache.source(version, relative_path, root)
         if text is not None:
-            return text
-    return None
+            break
+    return text
 
 
 def start(

@@ -85,7 +85,7 @@ def _other_sources(
         if not version or version == release:
             continue
         try:
-            text = _read(version, target, lambda: release_trees.source(version, target, fetch, say))
+            text = release_trees.source(version, target, fetch=fetch, say=say)
         except ReleaseError as error:
             notes.append(f"vLLM {version} unavailable: {error}")
             continue
@@ -196,41 +196,16 @@ def check_finds(records: dict[Path, Record]) -> tuple[list, list[str]]:
     return problems, notes
 
 
-# (release, file) -> (the file's inode, mtime and size when read, its text): every record asks
-# for the same file of every cached release, and each first ask checks the whole entry (2,800
-# files' sizes: 27 records x 13 releases were 10 s of a mutate run). A file changed since is read
-# and checked again.
-_READ: dict[tuple[str, str], tuple[tuple[int, int, int], str]] = {}
-
-
 def _cached_sources(target: str, have) -> dict[str, str]:
     """The target file on each release in the cache but those in ``have`` (nothing is fetched; a
     release without the file is left out)."""
     found = {}
     for version in release_cache.cached_versions():
         with contextlib.suppress(ReleaseError):
-            text = None
-            if version not in have:
-                text = _read(version, target, lambda: release_cache.source(version, target))
+            text = None if version in have else release_cache.source(version, target)
             if text is not None:
                 found[version] = text
     return found
-
-
-def _read(version: str, target: str, read: Callable[[], str | None]) -> str | None:
-    """``read()``'s text of ``target`` on ``version``, kept while the cached file is unchanged."""
-    try:
-        seen = (release_cache.cache_root() / version / target).stat()
-        stamp = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
-    except OSError:
-        stamp = None
-    kept = _READ.get((version, target))
-    if stamp is not None and kept is not None and kept[0] == stamp:
-        return kept[1]
-    text = read()
-    if text is not None and stamp is not None:
-        _READ[(version, target)] = (stamp, text)
-    return text
 
 
 def _diff_releases_to_fetch(records: dict[Path, Record]) -> dict[str, list[str]]:
