@@ -92,6 +92,12 @@ def kb_options(records: tuple[int | str, ...], root: Path) -> list[str]:
     return ["--kb", str(kb / "kb"), "--generated", str(kb / "generated_tests")]
 
 
+def review_onto_0_33(diff: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``review DIFF --onto 0.33.0`` against a KB of #52078 alone, its reports under tmp/out."""
+    options = kb_options((52078,), tmp_path / "kb")
+    return gdn("review", str(diff), "--onto", "0.33.0", "--out", str(tmp_path / "out"), *options)
+
+
 def review_step(
     old: str, new: str, folder: Path, kb: Path
 ) -> tuple[subprocess.CompletedProcess, dict, Path]:
@@ -309,15 +315,7 @@ def test_the_matrix_command_shows_the_same_drift_for_the_step_that_moves(
 def test_a_diff_that_does_not_apply_names_the_hunk_and_runs_nothing(tmp_path):
     diff = tmp_path / "old.diff"
     diff.write_text(release_diff("0.28.0", "0.29.0", [TARGET]), encoding="utf-8")
-    done = gdn(
-        "review",
-        str(diff),
-        "--onto",
-        "0.33.0",
-        "--out",
-        str(tmp_path / "out"),
-        *kb_options((52078,), tmp_path / "kb"),
-    )
+    done = review_onto_0_33(diff, tmp_path)
     assert done.returncode == 2, done.stderr
     assert (
         f"{diff}:" in done.stderr
@@ -495,15 +493,7 @@ def test_a_change_that_deletes_the_target_file_is_bad_input(tmp_path):
         "".join(difflib.unified_diff(source.splitlines(True), [], f"a/{TARGET}", "/dev/null")),
         encoding="utf-8",
     )
-    done = gdn(
-        "review",
-        str(diff),
-        "--onto",
-        "0.33.0",
-        "--out",
-        str(tmp_path / "out"),
-        *kb_options((52078,), tmp_path / "kb"),
-    )
+    done = review_onto_0_33(diff, tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"the change deletes {TARGET}, which records target" in done.stderr
     assert "running" not in done.stderr and not (tmp_path / "out").exists()
