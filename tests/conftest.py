@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import textwrap
 from pathlib import Path
 
@@ -180,12 +181,25 @@ def in_process_pytest(*args: str) -> tuple[int, str]:
     anything read at import: those need a fresh process.
     """
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-        # importlib mode: two tests' modules of the same name in different folders do not clash.
-        code = pytest.main(
-            ["-p", "no:cacheprovider", "-p", "no:randomly", "--import-mode=importlib", *args]
-        )
+    # pytest's importlib mode hands back a module already in sys.modules under the same name, so
+    # a worker that ran generated_tests/test_pr_N.py would test that module, not the one asked
+    # for: the worker's test modules step aside for the inner run and come back after it.
+    aside = {name: sys.modules.pop(name) for name in list(sys.modules) if _is_test_module(name)}
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = pytest.main(
+                ["-p", "no:cacheprovider", "-p", "no:randomly", "--import-mode=importlib", *args]
+            )
+    finally:
+        for name in [name for name in sys.modules if _is_test_module(name)]:
+            del sys.modules[name]
+        sys.modules.update(aside)
     return int(code), printed.getvalue()
+
+
+def _is_test_module(name: str) -> bool:
+    leaf = name.rpartition(".")[2]
+    return leaf.startswith("test_")
 
 
 # gh's output for a real PR (#55404): what `gh pr view --json ...` and `gh pr diff` write.
