@@ -34,8 +34,9 @@ from gdn_review.cli.support import (
     write_reports,
 )
 from gdn_review.common import fail_conditions
+from gdn_review.kb import is_draft
 from gdn_review.run import evidence_file
-from gdn_review.run.selection import current_modules, load_records
+from gdn_review.run.selection import SelectionError, current_modules, load_records
 
 # The baseline could not run (or raised an error in the check): no verdict on vLLM, not a
 # claim that broke (common.fail_conditions.exit_code's 3).
@@ -175,18 +176,38 @@ def mutate(
     from gdn_review.mutation.guard_notes import load_notes
 
     records = load_records(kb_dir, keys)
-    catalogues = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
     if list_only:
-        click.echo("\n".join(mutation.listing_lines(catalogues)))
+        found = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
+        click.echo("\n".join(mutation.listing_lines(found)))
         return
-    mutated = {p: r for p, r in records.items() if r.key in {c.record for c in catalogues}}
-    modules = current_modules(kb_dir, mutated, generated_dir, write, say)
-    for found in catalogues:  # its guard notes name survivors equivalent or unreachable here
-        found.guard_notes = load_notes(notes_path(kb_dir, found.target_file))
-    for line in _run_mutants(
-        catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
-    ):
-        click.echo(line)
+    # The PRs' older releases are fetched while the baseline runs (it needs none of them), and the
+    # catalogues made from them once it has; a selection is input, checked before the baseline.
+    fetching = mutation.Fetching(records, fetch=not offline, say=say)
+    try:
+        selected = None
+        if risk or patterns:
+            selected = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
+        ordered = sorted(records.items(), key=lambda item: item[1].sort_key)
+        mutated = {p: r for p, r in ordered if not is_draft(r)}
+        modules = current_modules(kb_dir, mutated, generated_dir, write, say)
+
+        def catalogues() -> list:
+            found = selected
+            if found is None:
+                try:
+                    found = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
+                except mutation.MutationError as error:  # the loaded release lacks the file
+                    raise SelectionError(str(error)) from None
+            for each in found:  # its guard notes name survivors equivalent or unreachable here
+                each.guard_notes = load_notes(notes_path(kb_dir, each.target_file))
+            return found
+
+        for line in _run_mutants(
+            catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
+        ):
+            click.echo(line)
+    finally:
+        fetching.cancel()
     paths = evidence_file.with_bench(evidence_path, say)
     sys.exit(write_reports(records, paths, reports_dir, fail_on))
 
@@ -214,6 +235,7 @@ def _run_mutants(
         entries = mutation.mutate(
             catalogues,
             modules,
+            {record.target.file for record in mutated.values()},
             keyword,
             jobs,
             timeout,

@@ -235,33 +235,56 @@ def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Cat
     return dataclasses.replace(found, mutants=mutants)
 
 
+class Fetching:
+    """The PRs' base and head releases not at hand, fetched side by side in the background (their
+    target file is read, nothing imported). A failure is said by each record's own read in
+    ``catalogues`` (which release it lacks, and why)."""
+
+    def __init__(self, records: dict[Path, Record], fetch: bool, say: Callable[[str], None]):
+        wanted = _diff_releases_to_fetch(records) if fetch else {}
+        self.say, self.held = say, []  # said once all are in: amid pytest's output they read badly
+        self.pool, self.started = None, {}
+        if wanted:
+            say(
+                "release cache: fetching "
+                + "; ".join(f"{v} ({', '.join(why)})" for v, why in wanted.items())
+                + ": a PR's target file on both gives its automatic mutants (their diff), and "
+                "its mutants' finds are checked on both; only that file is read"
+            )
+            self.pool, self.started = release_trees.start(
+                list(wanted), self.held.append, files_only=True
+            )
+
+    def wait(self) -> None:
+        """Until every fetch has ended; then what they said."""
+        if self.pool is not None:
+            with self.pool, contextlib.suppress(ReleaseError):
+                for future in self.started.values():
+                    future.result()
+        for line in self.held:
+            self.say(line)
+        self.held.clear()
+
+    def cancel(self) -> None:
+        """The fetches not started yet are dropped (an interrupted or failed run)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 def catalogues(
     records: dict[Path, Record],
     risk: str | None,
     patterns: tuple[str, ...],
     fetch: bool,
     say: Callable[[str], None] = print,
+    fetching: Fetching | None = None,
 ) -> list[Catalogue]:
     """The selected mutants of every complete record; RecordErrors of all records' bad finds at
-    once."""
+    once. ``fetching``: fetches started earlier (None: started and waited for here)."""
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
-    # The PRs' base and head releases not at hand, fetched side by side first (their target file
-    # is read, nothing imported); a failure is said by each record's own read below (which
-    # release it lacks, and why).
-    wanted = _diff_releases_to_fetch(records) if fetch else {}
-    if wanted:
-        say(
-            "release cache: fetching "
-            + "; ".join(f"{v} ({', '.join(why)})" for v, why in wanted.items())
-            + ": a PR's target file on both gives its automatic mutants (their diff), and its "
-            "mutants' finds are checked on both; only that file is read"
-        )
-        pool, started = release_trees.start(list(wanted), say, files_only=True)
-        with pool, contextlib.suppress(ReleaseError):
-            for future in started.values():
-                future.result()
+    (fetching or Fetching(records, fetch, say)).wait()
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             say(f"warning: skipped draft {path}: it has open TODOs")
@@ -383,8 +406,9 @@ def write_evidence(
 
 
 def mutate(
-    catalogues: list[Catalogue],
+    catalogues: list[Catalogue] | Callable[[], list[Catalogue]],
     modules: dict[int, Path],
+    target_files: set[str],
     keyword: str | None,
     jobs: int,
     timeout: float,
@@ -393,6 +417,11 @@ def mutate(
     on_baseline: Callable[[object, Path], None] = lambda trace, staged: None,
 ) -> list[dict]:
     """Baseline suite, then every runnable mutant; returns the evidence entries (also written).
+
+    ``catalogues``: the mutants of each record of ``modules`` (its generated module, in the order
+    they run), or what makes them once the baseline has run: the first run on a machine fetches
+    the PRs' older releases meanwhile, which the baseline needs none of. ``target_files``: the
+    records' target files (traced).
 
     ``progress``: how the mutants' run is shown (``runner.Progress``; None: nowhere).
     ``on_baseline(trace, staged)``: after the baseline passed, with its line trace (per case) and
@@ -413,15 +442,17 @@ def mutate(
         for folder in [evidence_path.parent, *evidence_path.parent.parents]
         if not folder.exists()
     ]
-    tests = suite.test_args([modules[c.record] for c in catalogues], keyword)
+    tests = suite.test_args(list(modules.values()), keyword)
     try:
         # which lines run, to name the unreached
-        trace = reach.LineTrace({c.target_file for c in catalogues}, per_case=True)
+        trace = reach.LineTrace(set(target_files), per_case=True)
         code, seconds = runner.baseline(tests, staged, plugins=(trace,))
         if code != 0 or not staged.exists():
             why, no_verdict = runner.baseline_failed(code, staged)
             staged.unlink(missing_ok=True)
             raise MutationError(why, no_verdict)
+        if callable(catalogues):  # before on_baseline, which may read the releases fetched
+            catalogues = catalogues()
         on_baseline(trace, staged)
         entries = _run_mutants(catalogues, modules, keyword, (jobs, timeout), progress, trace)
     except KeyboardInterrupt:
