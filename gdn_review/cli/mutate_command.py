@@ -172,48 +172,57 @@ def mutate(
         )
 
     from gdn_review import mutation
-    from gdn_review.mutation.family import notes_path
-    from gdn_review.mutation.guard_notes import load_notes
 
     records = load_records(kb_dir, keys)
     if list_only:
-        found = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
-        click.echo("\n".join(mutation.listing_lines(found)))
+        listed = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
+        click.echo("\n".join(mutation.listing_lines(listed)))
         return
     # The PRs' older releases are fetched while the baseline runs (it needs none of them), and the
     # catalogues made from them once it has; a selection is input, checked before the baseline.
-    fetching = mutation.Fetching(records, fetch=not offline, say=say)
+    fetching = mutation.start_fetching(records, fetch=not offline, say=say)
     try:
-        selected = None
-        if risk or patterns:
-            selected = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
+        catalogues = _catalogues(records, risk, patterns, offline, fetching, kb_dir)
         ordered = sorted(records.items(), key=lambda item: item[1].sort_key)
         mutated = {p: r for p, r in ordered if not is_draft(r)}
         modules = current_modules(kb_dir, mutated, generated_dir, write, say)
-
-        def catalogues() -> list:
-            found = selected
-            if found is None:
-                try:
-                    found = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
-                except mutation.MutationError as error:  # the loaded release lacks the file
-                    raise SelectionError(str(error)) from None
-            for each in found:  # its guard notes name survivors equivalent or unreachable here
-                each.guard_notes = load_notes(notes_path(kb_dir, each.target_file))
-            return found
-
         for line in _run_mutants(
-            catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
+            catalogues, modules, mutated, keyword, (jobs, timeout), evidence_path, offline
         ):
             click.echo(line)
     finally:
-        fetching.cancel()
+        fetching.close(wait=False)
     paths = evidence_file.with_bench(evidence_path, say)
     sys.exit(write_reports(records, paths, reports_dir, fail_on))
 
 
+def _catalogues(records, risk, patterns, offline, fetching, kb_dir):
+    """What makes the records' mutants, each with its guard notes (they name survivors
+    equivalent or unreachable here), once the baseline has run; a selection (``risk``,
+    ``patterns``) is input, so its mutants are made now, before the baseline."""
+    from gdn_review import mutation
+    from gdn_review.mutation.family import notes_path
+    from gdn_review.mutation.guard_notes import load_notes
+
+    def made(selected: list | None = None) -> list:
+        found = selected
+        if found is None:
+            try:
+                found = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
+            except mutation.MutationError as error:  # the loaded release lacks the file: input
+                raise SelectionError(str(error)) from None
+        for each in found:
+            each.guard_notes = load_notes(notes_path(kb_dir, each.target_file))
+        return found
+
+    if not (risk or patterns):
+        return made
+    selected = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
+    return lambda: made(selected)
+
+
 def _run_mutants(
-    catalogues, modules, mutated, keyword, jobs, timeout, evidence_path, offline
+    catalogues, modules, mutated, keyword, limits, evidence_path, offline
 ) -> list[str]:
     """``mutate``'s run of the ``mutated`` records' mutants into ``evidence_path`` (exit 1 when the
     baseline fails, 3 when it measured nothing); the lines of the reach of their own lines, said
@@ -237,8 +246,7 @@ def _run_mutants(
             modules,
             {record.target.file for record in mutated.values()},
             keyword,
-            jobs,
-            timeout,
+            limits,
             evidence_path,
             progress,
             on_baseline=judge_reach,

@@ -22,7 +22,7 @@ from typing import Callable, Mapping
 from gdn_review.common import release_cache, release_imports, vllm_cache
 from gdn_review.common.release import Release, ReleaseError, loaded_or_none
 
-__all__ = ["ReleaseError", "entry", "environment", "source", "start", "tree"]
+__all__ = ["Fetches", "ReleaseError", "entry", "environment", "source", "tree"]
 
 # What a parent tells a child through its environment; the harness reads them, and a parent names
 # them from here without importing the harness (and torch). The VLLM_CACHE_ROOT a parent set for
@@ -87,17 +87,40 @@ def source(
     return text
 
 
-def start(
-    versions: list[str], say: Callable[[str], None] | None = None, files_only: bool = False
-) -> tuple[concurrent.futures.ThreadPoolExecutor, dict[str, concurrent.futures.Future]]:
+class Fetches:
     """``tree`` of each version (``files_only``: its ``entry``, for a reader of its files that
-    imports nothing of it), started now in the background, in the order given (at most four
-    downloads at once: downloading and unpacking overlap): the pool, to shut down, and each
-    version's future (its result raises the version's ReleaseError)."""
-    wanted = list(dict.fromkeys(versions))
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted))))
-    fetch_one = entry if files_only else tree
-    return pool, {version: pool.submit(fetch_one, version, True, say) for version in wanted}
+    imports nothing of it), fetched in the background from now, in the order given (at most four
+    at once: downloading and unpacking overlap). ``held``: what the fetches say is said once
+    ``wait`` has seen them all end (amid a running pytest's output a line reads badly)."""
+
+    def __init__(
+        self,
+        versions: list[str],
+        say: Callable[[str], None] | None = None,
+        files_only: bool = False,
+        held: bool = False,
+    ):
+        wanted = list(dict.fromkeys(versions))
+        self._say, self._held = say, [] if held else None
+        tell = self._held.append if self._held is not None else say
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, len(wanted))))
+        fetch_one = entry if files_only else tree
+        self.futures = {v: self._pool.submit(fetch_one, v, True, tell) for v in wanted}
+
+    def result(self, version: str):
+        """``version``'s tree (or entry); raises its ReleaseError."""
+        return self.futures[version].result()
+
+    def wait(self) -> None:
+        """Until every fetch has ended; a failure is left to the reader of that release."""
+        self.close(wait=True)
+        for line in self._held or []:
+            (self._say or print)(line)
+        self._held = None if self._held is None else []
+
+    def close(self, wait: bool = True) -> None:
+        """The fetches not started are dropped; ``wait``: until those under way have ended."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 def environment(folder: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -35,6 +35,7 @@ HELPERS = (
             "BuilderSettings",
             "_accepted_kwargs",
             "make_vllm_config",
+            "engine_config",
             "_set_after_config",
             "_vllm_platform_is_cuda",
             "as_on_server",

@@ -23,6 +23,7 @@ from gdn_review.harness.builders import (
     GDN_BUILDER,
     BuilderSettings,
     builder_class,
+    engine_config,
     make_builder,
     warm_up,
 )
@@ -216,6 +217,7 @@ __all__ = [
     "expected_on",
     "field_differences",
     "known_deviation",
+    "engine_config",
     "make_builder",
     "op_counts",
     "prepare_builders",

@@ -306,6 +306,14 @@ def builder_class(name: str | None):
 
 
 @functools.cache
+def engine_config(settings: BuilderSettings):
+    """The VllmConfig of ``settings``, made once per process: an engine's builders
+    share its one config and only read it (0.17.0 to 0.34.0). Dropped with the
+    builders where a mutated module is loaded (making a config might run it)."""
+    return make_vllm_config(settings)
+
+
+@functools.cache
 def make_builder(settings: BuilderSettings):
     """The real builder for ``settings``; built once per process and reused."""
     return new_builder(settings)
@@ -319,7 +327,7 @@ def new_builder(settings: BuilderSettings):
 
     spec = mamba_spec(settings)
     with setting_up("VllmConfig"):
-        config = make_vllm_config(settings)
+        config = engine_config(settings)
     with as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
         # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
         return cls(

@@ -16,7 +16,7 @@ import importlib.util
 import os
 import sys
 
-from gdn_review.harness.builders import make_builder
+from gdn_review.harness.builders import engine_config, make_builder
 from gdn_review.harness.environment import prepare_platform
 
 # The modules this process runs mutated (``load_mutated``): only a throwaway child does.
@@ -79,8 +79,9 @@ def load_mutated(relative_path: str, code) -> None:
     parent, _, leaf = name.rpartition(".")
     if parent in sys.modules:
         setattr(sys.modules[parent], leaf, module)
-    # builders made from the original class must not be reused
+    # builders (and configs) made from the original modules must not be reused
     make_builder.cache_clear()
+    engine_config.cache_clear()
     _MUTATED.append(name)
 
 

@@ -48,7 +48,7 @@ from gdn_review.run.evidence_file import NOT_MEASURED
 
 class Trees:
     """Each planned release's folder for PYTHONPATH (None: the installed one). The releases not
-    at hand are fetched in the background, side by side (``release_trees.start``), newest
+    at hand are fetched in the background, side by side (``release_trees.Fetches``), newest
     first (the biggest sessions are the newest releases'), while the sessions that need no
     download run: on a fresh machine the downloads (about 25 s for six releases, mostly waiting
     on the network) no longer hold back the installed release's session. A session waits for
@@ -59,20 +59,20 @@ class Trees:
             {item.version for item in planned if not item.installed}, key=Version, reverse=True
         )
         self.downloaded = [v for v in wanted if release_cache.cached(v) is None]
-        self._pool, self._trees = release_trees.start(wanted, say)
+        self._fetches = release_trees.Fetches(wanted, say)
 
     def path(self, version: str) -> Path | None:
         """The folder of ``version`` once it is at hand; MatrixError where it cannot be had."""
-        if version not in self._trees:
+        if version not in self._fetches.futures:
             return None
         try:
-            return self._trees[version].result()
+            return self._fetches.result(version)
         except release_trees.ReleaseError as error:
             raise MatrixError(str(error)) from None
 
     def close(self) -> None:
         """Wait for the downloads under way; those not started are dropped."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._fetches.close()
 
 
 def run_group(

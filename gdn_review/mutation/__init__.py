@@ -235,40 +235,21 @@ def select(found: Catalogue, risk: str | None, patterns: tuple[str, ...]) -> Cat
     return dataclasses.replace(found, mutants=mutants)
 
 
-class Fetching:
+def start_fetching(
+    records: dict[Path, Record], fetch: bool, say: Callable[[str], None] = print
+) -> release_trees.Fetches:
     """The PRs' base and head releases not at hand, fetched side by side in the background (their
     target file is read, nothing imported). A failure is said by each record's own read in
     ``catalogues`` (which release it lacks, and why)."""
-
-    def __init__(self, records: dict[Path, Record], fetch: bool, say: Callable[[str], None]):
-        wanted = _diff_releases_to_fetch(records) if fetch else {}
-        self.say, self.held = say, []  # said once all are in: amid pytest's output they read badly
-        self.pool, self.started = None, {}
-        if wanted:
-            say(
-                "release cache: fetching "
-                + "; ".join(f"{v} ({', '.join(why)})" for v, why in wanted.items())
-                + ": a PR's target file on both gives its automatic mutants (their diff), and "
-                "its mutants' finds are checked on both; only that file is read"
-            )
-            self.pool, self.started = release_trees.start(
-                list(wanted), self.held.append, files_only=True
-            )
-
-    def wait(self) -> None:
-        """Until every fetch has ended; then what they said."""
-        if self.pool is not None:
-            with self.pool, contextlib.suppress(ReleaseError):
-                for future in self.started.values():
-                    future.result()
-        for line in self.held:
-            self.say(line)
-        self.held.clear()
-
-    def cancel(self) -> None:
-        """The fetches not started yet are dropped (an interrupted or failed run)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+    wanted = _diff_releases_to_fetch(records) if fetch else {}
+    if wanted:
+        say(
+            "release cache: fetching "
+            + "; ".join(f"{v} ({', '.join(why)})" for v, why in wanted.items())
+            + ": a PR's target file on both gives its automatic mutants (their diff), and its "
+            "mutants' finds are checked on both; only that file is read"
+        )
+    return release_trees.Fetches(list(wanted), say, files_only=True, held=True)
 
 
 def catalogues(
@@ -277,14 +258,14 @@ def catalogues(
     patterns: tuple[str, ...],
     fetch: bool,
     say: Callable[[str], None] = print,
-    fetching: Fetching | None = None,
+    fetching: release_trees.Fetches | None = None,
 ) -> list[Catalogue]:
     """The selected mutants of every complete record; RecordErrors of all records' bad finds at
     once. ``fetching``: fetches started earlier (None: started and waited for here)."""
     from gdn_review.kb import is_draft
 
     found_all, errors = [], []
-    (fetching or Fetching(records, fetch, say)).wait()
+    (fetching or start_fetching(records, fetch, say)).wait()
     for path, record in sorted(records.items(), key=lambda item: item[1].sort_key):
         if is_draft(record):
             say(f"warning: skipped draft {path}: it has open TODOs")
@@ -410,8 +391,7 @@ def mutate(
     modules: dict[int, Path],
     target_files: set[str],
     keyword: str | None,
-    jobs: int,
-    timeout: float,
+    limits: tuple[int, float],
     evidence_path: Path,
     progress: Progress | None = None,
     on_baseline: Callable[[object, Path], None] = lambda trace, staged: None,
@@ -454,7 +434,7 @@ def mutate(
         if callable(catalogues):  # before on_baseline, which may read the releases fetched
             catalogues = catalogues()
         on_baseline(trace, staged)
-        entries = _run_mutants(catalogues, modules, keyword, (jobs, timeout), progress, trace)
+        entries = _run_mutants(catalogues, modules, keyword, limits, progress, trace)
     except KeyboardInterrupt:
         staged.unlink(missing_ok=True)  # an interrupted run leaves no partial evidence behind
         for folder in made:  # deepest first; one that holds anything else stays
@@ -472,8 +452,8 @@ def mutate(
         catalogues,
         entries,
         {
-            "jobs": jobs,
-            "timeout_s": timeout,
+            "jobs": limits[0],
+            "timeout_s": limits[1],
             "keyword": keyword,
             "baseline_s": round(seconds, 2),
             "line_trace": trace.active,

@@ -275,6 +275,7 @@ def trace_cases(cases: dict[str, dict], target: str, device: str = "cpu") -> dic
         if not harness.release_in_range(case.get("releases")):
             continue
         harness.make_builder.cache_clear()
+        harness.engine_config.cache_clear()
         trace.start()
         try:
             harness.snapshot_case(device, case)
@@ -285,6 +286,7 @@ def trace_cases(cases: dict[str, dict], target: str, device: str = "cpu") -> dic
             lines = trace.stop()
         found[case_id] = set(lines.get(target.replace(os.sep, "/"), set()))
     harness.make_builder.cache_clear()
+    harness.engine_config.cache_clear()
     return found
 
 

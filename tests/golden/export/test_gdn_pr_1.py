@@ -695,6 +695,14 @@ def make_vllm_config(settings: BuilderSettings):
     return config
 
 
+@functools.cache
+def engine_config(settings: BuilderSettings):
+    """The VllmConfig of ``settings``, made once per process: an engine's builders
+    share its one config and only read it (0.17.0 to 0.34.0). Dropped with the
+    builders where a mutated module is loaded (making a config might run it)."""
+    return make_vllm_config(settings)
+
+
 def _set_after_config(config, speculative, settings: BuilderSettings) -> None:
     """What the case sets once the config is made, as vLLM's own CPU tests of the
     builder do: made with them, the eager model config would turn a requested graph
@@ -853,7 +861,7 @@ def new_builder(settings: BuilderSettings):
 
     spec = mamba_spec(settings)
     with setting_up("VllmConfig"):
-        config = make_vllm_config(settings)
+        config = engine_config(settings)
     with as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
         # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
         return cls(
