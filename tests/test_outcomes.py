@@ -64,10 +64,12 @@ def builder_class():
 @pytest.fixture(autouse=True, scope="module")
 def injected(request):
     builders.make_builder.cache_clear()
+    builders.engine_config.cache_clear()  # a config made before the fault is not made again
     with pytest.MonkeyPatch.context() as patch:
 {inject}
         yield
     builders.make_builder.cache_clear()
+    builders.engine_config.cache_clear()
 """
 
 INJECT = {
