@@ -135,3 +135,40 @@ def test_drift_skips_a_case_whose_snapshot_could_not_run_and_says_so(write_recor
     assert snapshot_take.no_metadata({"could_not_run": refused}) == f"could not run: {refused}"
     with pytest.raises(snapshot_take.SnapshotError, match="'spec' could not run: VllmConfig"):
         snapshot_take.refuse_not_taken(taken("0.33.0", {"could_not_run": refused}), "vLLM 0.33.0")
+
+
+@pytest.mark.slow
+def test_run_on_a_release_whose_platform_refuses_writes_every_claim_could_not_run(
+    write_record, tmp_path, monkeypatch
+):
+    """``run`` on the same refusing release: the session's warm-up follows the origin rule (a
+    refusal before any test is each test's "could not run", not pytest's internal error), so the
+    report is written, every claim "could not run" with vLLM's message, and the exit code is 3."""
+    from tests.conftest import MINIMAL
+
+    monkeypatch.setenv("GDN_REVIEW_NO_RELEASE_ADAPTATIONS", "1")
+    kb = write_record(MINIMAL)
+    reports = tmp_path / "reports"
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--record",
+            "7",
+            "--kb",
+            str(kb),
+            "--generated",
+            str(tmp_path / "generated"),
+            "--write",
+            "--evidence",
+            str(tmp_path / "evidence.json"),
+            "--reports",
+            str(reports),
+        ],
+    )
+    assert result.exit_code == 3, result.output
+    assert "INTERNALERROR" not in result.output, result.output
+    text = (reports / "7.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if re.match(r"\| C\d+ \|", line)]
+    assert rows and all("could not run" in row for row in rows), rows
+    assert "triton-cpu" in text, text

@@ -225,10 +225,12 @@ def warm_up(construct: bool = False) -> None:
     builder, whose first construction costs ~2 s more; leave it off where the
     builder class may be a change under review that could hang.
     """
-    import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (and what it imports)
+    with setting_up("importing vLLM's builder"):
+        import vllm.v1.attention.backends.gdn_attn  # noqa: F401  (and what it imports)
 
     settings = BuilderSettings(speculative_tokens=1)
-    make_vllm_config(settings)
+    with setting_up("VllmConfig"):  # a platform that refuses: as in each test
+        make_vllm_config(settings)
     if construct:
         make_builder(settings)
         make_builder.cache_clear()  # each child makes its own, as a fresh engine would

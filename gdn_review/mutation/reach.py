@@ -40,6 +40,7 @@ it, without pytest (``trace_cases``).
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import os
@@ -229,8 +230,12 @@ class CaseTrace(LineTrace):
         super().pytest_sessionstart(session)
         if self.active:  # vLLM imported before the trace starts: a traced import is slow
             from gdn_review import harness
+            from gdn_review.harness.origin import CouldNotRun
 
-            harness.warm_up()
+            # A set-up that raises (a platform that refuses) raises again in each test, which
+            # then reads "could not run" with vLLM's message: not the session's internal error.
+            with contextlib.suppress(CouldNotRun):
+                harness.warm_up()
 
     @pytest.hookimpl(trylast=True)  # after the evidence plugin wrote the file
     def pytest_sessionfinish(self, session, exitstatus):
