@@ -413,3 +413,40 @@ def test_a_survivor_the_guard_notes_name_is_named_with_their_reason(tmp_path):
         ("survived", None),
         ("killed", None),
     ]
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "findings", "code"),
+    [
+        ("fails", [], 3),
+        ("fails", [["fails", "C1 fails on 0.34.0"]], 1),
+        ("", [], 3),
+        ("error", [], 3),
+    ],
+)
+def test_a_file_whose_review_could_not_run_exits_3_whatever_fail_on_names(
+    tmp_path, monkeypatch, fail_on, findings, code
+):
+    """A changed file whose review could not run: no verdict on it, so 3 as the docstring and
+    docs/release-day.md say, with --fail-on fails too (it tripped nothing); a measured failure
+    keeps 1."""
+    out = tmp_path / "out"
+    out.mkdir()
+    reviews = [
+        {"file": "vllm/models/kimi_k3/amd/kda_metadata.py", "could_not_run": "VllmConfig raised"}
+    ]
+
+    def fake(kb_dir, out_root, options, say):
+        data = _data(findings=findings, reviews=reviews)
+        return {**data, "out": str(out)}
+
+    monkeypatch.setattr(release_step, "release_step", fake)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    result = CliRunner().invoke(
+        main, ["release-step", "--from", "0.33.0", "--to", "0.34.0", "--fail-on", fail_on]
+    )
+    assert result.exit_code == code, result.output
+    assert (
+        "could not run: the review of vllm/models/kimi_k3/amd/kda_metadata.py: VllmConfig raised"
+        in result.output
+    )

@@ -30,8 +30,6 @@ from gdn_review.cli.support import (
 )
 from gdn_review.common import fail_conditions
 
-# The step could not run (a release's set-up raised, a file could not be reviewed): no verdict.
-EXIT_COULD_NOT_RUN = 3
 DEFAULT_FAIL_ON = "fails,breaks,drift,unexplained,survived,error"
 
 
@@ -164,7 +162,6 @@ def release_step_command(
     click.echo(f"history  {Path(data['out']) / 'history.md'}")
     click.echo(f"took     {data['seconds']:.0f} s")
     code = exit_for([tuple(f) for f in data["findings"]], fail_on)
-    if data["could_not_run"]:
-        click.echo(f"could not run: {data['could_not_run']}", err=True)
-        code = EXIT_COULD_NOT_RUN
-    sys.exit(code)
+    for line in release_step.not_run(data):
+        click.echo(f"could not run: {line}", err=True)
+    sys.exit(release_step.exit_code(data, code))

@@ -300,6 +300,27 @@ def findings(data: dict) -> list[tuple[str, str]]:
     return found
 
 
+def not_run(data: dict) -> list[str]:
+    """What of the step could not run (no verdict on it): the matrix's release that could not, or
+    each changed file whose review could not."""
+    if data["could_not_run"]:
+        return [data["could_not_run"]]
+    return [
+        f"the review of {entry['file']}: {entry['could_not_run']}"
+        for entry in data["reviews"]
+        if entry.get("could_not_run")
+    ]
+
+
+def exit_code(data: dict, tripped: int) -> int:
+    """The step's exit code from what --fail-on tripped (``tripped``: 0, 1 or 3): 3 where the
+    matrix could not run a release (nothing is reviewed then), or where a file's review could
+    not run and nothing measured tripped, whatever --fail-on names: no verdict on it."""
+    if data["could_not_run"] or (tripped == 0 and not_run(data)):
+        return 3
+    return tripped
+
+
 def unattributed_fields(history_page: dict) -> list[dict]:
     """The metadata fields that came or went in the step with no changes.yaml entry behind them."""
     rows = []
