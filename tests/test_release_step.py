@@ -390,8 +390,9 @@ def test_release_day_workflow_plans_runs_uploads_and_fails_on_the_exit_code():
 
 
 def test_a_survivor_the_guard_notes_name_is_named_with_their_reason(tmp_path):
-    """The step counts a mutant as the whole-file guard does: one kb/guard names equivalent or
-    elsewhere is that (with the note's reason), never a survivor of the step."""
+    """The step counts a mutant as the whole-file guard does (one judgement, the guard's words):
+    one kb/guard names equivalent is that, one it names elsewhere is unreachable here, each with
+    the note's reason, never a survivor of the step."""
     from gdn_review.review.release_step import name_by_guard_notes
 
     (tmp_path / "guard").mkdir()
@@ -409,7 +410,7 @@ def test_a_survivor_the_guard_notes_name_is_named_with_their_reason(tmp_path):
     name_by_guard_notes(mutants, tmp_path, "vllm/v1/attention/backends/gdn_attn.py")
     assert [(m["status"], m.get("guard_note")) for m in mutants] == [
         ("equivalent", "the branch always has a row"),
-        ("elsewhere", "only a CUDA device can make it true"),
+        ("unreachable here", "only a CUDA device can make it true"),
         ("survived", None),
         ("killed", None),
     ]

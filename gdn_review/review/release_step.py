@@ -250,19 +250,17 @@ def review_files(
 
 
 def name_by_guard_notes(mutants: list[dict], kb_dir: Path, path: str) -> None:
-    """A surviving mutant the file's guard notes (kb/guard/) name is that, with their reason:
-    ``equivalent`` (cannot change behaviour) or ``elsewhere`` (only CUDA or another backend
-    can see it), as the whole-file guard counts it; never a survivor of the step."""
+    """A surviving mutant the file's guard notes (kb/guard/) name is what they judge it, with
+    their reason, as the whole-file guard counts it (``guard_notes.judged_by_notes``):
+    ``equivalent`` or ``unreachable here``; never a survivor of the step."""
     from gdn_review.mutation.family import notes_path
-    from gdn_review.mutation.guard_notes import load_notes
+    from gdn_review.mutation.guard_notes import judged_by_notes, load_notes
 
     notes = load_notes(notes_path(kb_dir, path))
     for mutant in mutants:
-        if mutant["status"] not in SURVIVED:
-            continue
-        for status, named in (("equivalent", notes.equivalent), ("elsewhere", notes.elsewhere)):
-            if mutant["id"] in named:
-                mutant["status"], mutant["guard_note"] = status, named[mutant["id"]].strip()
+        judged = mutant["status"] in SURVIVED and judged_by_notes(mutant["id"], set(), notes, {})
+        if judged:
+            mutant["status"], mutant["guard_note"] = judged
 
 
 def unguarded(reviews: list[dict]) -> list[dict]:
