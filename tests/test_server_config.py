@@ -190,7 +190,7 @@ PC = "{hash_block_size: 64, cache_hit_alignment_tokens: 64, prefill_checkpoint_a
             "3 rows of aligned indices for 2 requests",
         ),
         (
-            "    resolved_prefill_backend: sycl\n    max_model_len: 1024\n",
+            "    resolved_prefill_backend: tilelang\n    max_model_len: 1024\n",
             "cases[0].resolved_prefill_backend",
             "Input should be",
         ),
@@ -267,3 +267,31 @@ def test_the_harness_measures_exactly_the_server_expect_fields():
     from gdn_review.kb.server_config import SERVER_EXPECT_FIELDS
 
     assert set(server_fields(None, object())) == set(SERVER_EXPECT_FIELDS)
+
+
+def test_the_resolved_backends_are_those_the_installed_release_returns():
+    """A record may state every GDN prefill backend the installed release's resolver returns, and
+    no other: kb's list is the Literal of _resolve_gdn_prefill_backend's return annotation, read
+    from the release's file (0.34.0 added sycl and hip), so a release that adds one fails here."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+    from typing import get_args
+
+    from gdn_review.kb.server_config import BACKEND_DEVICE, ResolvedBackend
+
+    package = Path(importlib.util.find_spec("vllm").origin).parent
+    source = (package / "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py").read_text()
+    (resolver,) = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name == "_resolve_gdn_prefill_backend"
+    ]
+    returned = {
+        value.value
+        for literal in ast.walk(resolver.returns)
+        if isinstance(literal, ast.Subscript) and ast.unparse(literal.value) == "Literal"
+        for value in ast.walk(literal.slice)
+        if isinstance(value, ast.Constant)
+    }
+    assert returned == set(get_args(ResolvedBackend)) == set(BACKEND_DEVICE), returned

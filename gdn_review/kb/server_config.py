@@ -17,10 +17,18 @@ from pydantic import Field, StringConstraints, model_validator
 from gdn_review.kb.types import BuilderExpectField, Id, PlainValue, ServerExpectField, Strict
 from gdn_review.kb.yaml_source import Problems
 
-# The GDN prefill backends vLLM's _resolve_gdn_prefill_backend returns (0.33.0), and the
-# device a server resolves each on (what "configured as on ..." names in reports).
-ResolvedBackend = Literal["triton", "flashinfer", "cutedsl", "aiter_flydsl"]
-BACKEND_DEVICE = {"triton": "CUDA", "flashinfer": "CUDA", "cutedsl": "CUDA", "aiter_flydsl": "ROCm"}
+# The GDN prefill backends vLLM's _resolve_gdn_prefill_backend returns (the Literal of its return
+# annotation: 0.34.0 added sycl, on XPU, and hip, on ROCm's RDNA 3.5; a test compares this with the
+# installed release's), and the device a server resolves each on ("configured as on ...").
+ResolvedBackend = Literal["triton", "flashinfer", "cutedsl", "aiter_flydsl", "sycl", "hip"]
+BACKEND_DEVICE = {
+    "triton": "CUDA",
+    "flashinfer": "CUDA",
+    "cutedsl": "CUDA",
+    "aiter_flydsl": "ROCm",
+    "sycl": "XPU",
+    "hip": "ROCm",
+}
 # What a call case names: a public function of the builder's module (``name``), or a
 # classmethod, staticmethod or class attribute of the builder class or of the backend class
 # whose get_builder_cls returns it (``Class.name``); kb.call_targets checks it against the
