@@ -698,7 +698,8 @@ def make_vllm_config(settings: BuilderSettings):
 @functools.cache
 def engine_config(settings: BuilderSettings):
     """The VllmConfig of ``settings``, made once per process: an engine's builders
-    share its one config and only read it (0.17.0 to 0.34.0). Dropped with the
+    share its one config and only read it (no builder of the releases searched,
+    0.17.0 to 0.19.0 and 0.28.0 to 0.34.0, writes into it). Dropped with the
     builders where a mutated module is loaded (making a config might run it)."""
     return make_vllm_config(settings)
 
