@@ -204,21 +204,19 @@ def _catalogues(records, risk, patterns, offline, fetching, kb_dir):
     from gdn_review.mutation.family import notes_path
     from gdn_review.mutation.guard_notes import load_notes
 
-    def made(selected: list | None = None) -> list:
-        found = selected
-        if found is None:
-            try:
-                found = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
-            except mutation.MutationError as error:  # the loaded release lacks the file: input
-                raise SelectionError(str(error)) from None
+    def made() -> list:
+        try:
+            found = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
+        except mutation.MutationError as error:  # a selection or the loaded release: input
+            raise SelectionError(str(error)) from None
         for each in found:
             each.guard_notes = load_notes(notes_path(kb_dir, each.target_file))
         return found
 
     if not (risk or patterns):
         return made
-    selected = mutation.catalogues(records, risk, patterns, not offline, say, fetching)
-    return lambda: made(selected)
+    selected = made()
+    return lambda: selected
 
 
 def _run_mutants(

@@ -114,9 +114,8 @@ class Fetches:
     def wait(self) -> None:
         """Until every fetch has ended; a failure is left to the reader of that release."""
         self.close(wait=True)
-        for line in self._held or []:
-            (self._say or print)(line)
-        self._held = None if self._held is None else []
+        while self._held:
+            (self._say or print)(self._held.pop(0))
 
     def close(self, wait: bool = True) -> None:
         """The fetches not started are dropped; ``wait``: until those under way have ended."""
