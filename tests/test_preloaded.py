@@ -255,6 +255,7 @@ def test_after_importing_vllm_a_preloaded_child_has_the_configuration_a_fresh_on
     once the harness has imported vLLM."""
     dump = (
         "import json, os, sys\n"
+        "torch_at_start = 'torch' in sys.modules\n"
         "from gdn_review import harness\n"
         "harness.environment()\n"
         "import torch, torch._dynamo.config as dynamo, torch._inductor.config as inductor\n"
@@ -267,21 +268,27 @@ def test_after_importing_vllm_a_preloaded_child_has_the_configuration_a_fresh_on
         "seen.update({f'dynamo.{k}': plain(v) for k, v in dynamo.get_config_copy().items()})\n"
         "seen.update({f'hub.{k}': plain(getattr(hub, k)) for k in dir(hub) if k.isupper()})\n"
         "seen['threads'] = torch.get_num_threads()\n"
-        "print(json.dumps(seen))\n"
+        "print(json.dumps([torch_at_start, seen]))\n"
     )
     seen = {}
     for fresh in (True, False):
         monkeypatch.setenv(preloaded.SWITCH, "0" if fresh else "1")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        if not fresh:  # a folder of its own is a signature of its own: a server for it first
+            _server_for(monkeypatch, env, cwd=tmp_path)
         done = interrupts.run_child(  # in another folder: torch derives two folders from it
             [sys.executable, "-c", dump],
             capture_output=True,
             text=True,
             cwd=tmp_path,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            env=env,
             timeout=300,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        seen[fresh] = json.loads(done.stdout.splitlines()[-1])
+        torch_at_start, seen[fresh] = json.loads(done.stdout.splitlines()[-1])
+        # Until 2026-12-08 the second child ran fresh too (a new folder's first ask gets no
+        # server), so two fresh interpreters were compared.
+        assert torch_at_start is not fresh, "the child did not start as the test meant"
     differences = {
         key: (seen[True].get(key), seen[False].get(key))
         for key in set(seen[True]) | set(seen[False])
