@@ -54,6 +54,8 @@ SHORTEST_RUN = 8  # fewer equal or consecutive items stay written out
 
 def display_width(text: str) -> int:
     """Columns a line takes, as ruff counts them (East Asian wide characters: 2)."""
+    if text.isascii():  # nearly every line: one column a character
+        return len(text)
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
