@@ -36,7 +36,7 @@ from gdn_review.cli.support import (
 from gdn_review.common import fail_conditions
 from gdn_review.kb import is_draft
 from gdn_review.run import evidence_file
-from gdn_review.run.selection import SelectionError, current_modules, load_records
+from gdn_review.run.selection import SelectionError, current_modules, load_records, pick
 
 # The baseline could not run (or raised an error in the check): no verdict on vLLM, not a
 # claim that broke (common.fail_conditions.exit_code's 3).
@@ -173,7 +173,8 @@ def mutate(
 
     from gdn_review import mutation
 
-    records = load_records(kb_dir, keys)
+    every = load_records(kb_dir)
+    records = pick(every, kb_dir, keys)
     if list_only:
         listed = mutation.catalogues(records, risk, patterns, fetch=not offline, say=say)
         click.echo("\n".join(mutation.listing_lines(listed)))
@@ -185,7 +186,7 @@ def mutate(
         catalogues = _catalogues(records, risk, patterns, offline, fetching, kb_dir)
         ordered = sorted(records.items(), key=lambda item: item[1].sort_key)
         mutated = {p: r for p, r in ordered if not is_draft(r)}
-        modules = current_modules(kb_dir, mutated, generated_dir, write, say)
+        modules = current_modules(kb_dir, mutated, generated_dir, write, say, every)
         for line in _run_mutants(
             catalogues, modules, mutated, keyword, (jobs, timeout), evidence_path, offline
         ):
@@ -270,8 +271,9 @@ def _whole_file(options, keys, generated_dir, write, min_score) -> int:
     from gdn_review.cli.progress import MutationProgress
     from gdn_review.mutation import guard, whole_file
 
-    records = load_records(options.kb_dir, keys)
-    modules = current_modules(options.kb_dir, records, generated_dir, write, say)
+    every = load_records(options.kb_dir)
+    records = pick(every, options.kb_dir, keys)
+    modules = current_modules(options.kb_dir, records, generated_dir, write, say, every)
     progress = MutationProgress(say)
     try:
         scored = whole_file.score_and_write(records, modules, options, progress, say)

@@ -29,7 +29,7 @@ from gdn_review.cli.support import (
 )
 from gdn_review.common import fail_conditions
 from gdn_review.run import evidence_file
-from gdn_review.run.selection import current_modules, load_records
+from gdn_review.run.selection import current_modules, load_records, pick
 
 
 @click.command()
@@ -148,8 +148,9 @@ def run(
     from gdn_review.run import suite
 
     # The stages in data-flow order; the evidence file carries what each adds to the next.
-    records = load_records(kb_dir, keys)
-    modules = current_modules(kb_dir, records, generated_dir, write, say)
+    every = load_records(kb_dir)
+    records = pick(every, kb_dir, keys)
+    modules = current_modules(kb_dir, records, generated_dir, write, say, every)
     diffs = {} if no_diff or keyword else diff_side.wanted(records)  # PatchError: nothing ran
     traced = (*own_reach.pytest_args(records), *pytest_args)  # each case's lines traced
     ran = suite.run_suite(list(modules.values()), evidence_path, keyword, traced, say=click.echo)

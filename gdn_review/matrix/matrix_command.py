@@ -24,7 +24,7 @@ from gdn_review.matrix.matrix_files import MatrixError, load_matrix, matrix_fold
 from gdn_review.matrix.release_plan import plan
 from gdn_review.report import report as reporting
 from gdn_review.run import evidence_file
-from gdn_review.run.selection import current_modules, load_records
+from gdn_review.run.selection import current_modules, load_records, pick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,17 +56,21 @@ class MatrixRuns:
 
 
 def run_records(
-    kb_dir: Path, options: MatrixOptions, say: Callable[[str], None] = print
+    kb_dir: Path,
+    options: MatrixOptions,
+    say: Callable[[str], None] = print,
+    every: dict[Path, Record] | None = None,
 ) -> MatrixRuns:
-    """Run the records on their releases; the runs (nothing reported yet).
+    """Run the records on their releases; the runs (nothing reported yet). ``every``: the KB's
+    records where the caller has loaded them.
 
     With several records the release runs share one pool and each record's work
     goes to ``WORK/matrix-N`` (default ``.gdn-review``), where ``history`` reads it.
     """
-    every = load_records(kb_dir)
+    every = load_records(kb_dir) if every is None else every
     keys = options.keys
     if keys:
-        records = load_records(kb_dir, tuple(keys))
+        records = pick(every, kb_dir, tuple(keys))
     else:
         records = {p: r for p, r in every.items() if not is_draft(r)}
     for record_path, record in records.items():
@@ -74,7 +78,7 @@ def run_records(
             raise MatrixError(f"{record_path} is a draft (open TODOs): nothing to run")
     if not records:
         raise MatrixError(f"{kb_dir}: no record to run")
-    modules = current_modules(kb_dir, records, options.generated_dir, options.write, say)
+    modules = current_modules(kb_dir, records, options.generated_dir, options.write, say, every)
     installed = loaded_or_none()  # the release an import of vLLM gives here
     newest = None if options.versions else default_end(options.offline, say)
     work_dir = options.work_dir

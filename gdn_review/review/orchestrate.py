@@ -66,8 +66,13 @@ class Change:
     lands_in: str
     patched: dict[str, str | None]  # relative path -> its text with the change (None: deleted)
     records: dict[Path, Record]  # the records asked for that are not drafts
-    known: set  # every record's key in the KB
+    every: dict[Path, Record]  # every record of the KB
     own: int | None
+
+    @property
+    def known(self) -> set:
+        """Every record's key in the KB."""
+        return {r.key for r in self.every.values()}
 
 
 @dataclasses.dataclass
@@ -147,9 +152,10 @@ def review(
     kb_dir: Path,
     options: ReviewOptions = ReviewOptions(),
     say: Callable[[str], None] = print,
+    every: dict[Path, Record] | None = None,
 ) -> dict:
     """Apply the diff, say its impact, run both sides and the mutants; the review's data (nothing
-    written yet).
+    written yet). ``every``: the KB's records where the caller has loaded them.
 
     ``options.own``: the PR whose diff this is (``--pr N``; default: the diff's
     file name ``N.diff`` or ``pr-N.diff`` where the KB holds an open record of
@@ -157,7 +163,7 @@ def review(
     are read with the change in.
     """
     started = time.monotonic()
-    change = apply(diff_path, kb_dir, options, say)
+    change = apply(diff_path, kb_dir, options, say, every)
     data, chosen = map_records(change, kb_dir, options, say)
     if chosen is not None:
         with _workspace(options.work_dir, say) as (workspace, workers):
@@ -172,14 +178,20 @@ def review(
     return data
 
 
-def apply(diff_path: Path, kb_dir: Path, options: ReviewOptions, say: Callable) -> Change:
+def apply(
+    diff_path: Path,
+    kb_dir: Path,
+    options: ReviewOptions,
+    say: Callable,
+    every: dict[Path, Record] | None = None,
+) -> Change:
     """Read the diff and the records, choose the release, apply the diff in memory (PatchError or
     ReviewError: nothing has run)."""
     from gdn_review.kb import is_draft
     from gdn_review.run.selection import load_records, pick
 
     text, files = unified_diff.read_diff_file(diff_path)  # every file name a plain relative path
-    every = load_records(kb_dir)
+    every = load_records(kb_dir) if every is None else every
     records = {p: r for p, r in pick(every, kb_dir, options.keys).items() if not is_draft(r)}
     own = own_record(options.own, diff_path, every)
     onto = options.onto
@@ -196,8 +208,7 @@ def apply(diff_path: Path, kb_dir: Path, options: ReviewOptions, say: Callable) 
     unified_diff.confine(in_tree, base.tree, str(diff_path))
     check_work(options.work_dir, base.tree)
     patched = unified_diff.apply(in_tree, base.read, str(diff_path))
-    known = {r.key for r in every.values()}
-    return Change(diff_path, text, files, in_tree, base, window_end, patched, records, known, own)
+    return Change(diff_path, text, files, in_tree, base, window_end, patched, records, every, own)
 
 
 def map_records(
@@ -257,7 +268,7 @@ def map_records(
         )
     from gdn_review.run.selection import current_modules
 
-    modules = current_modules(kb_dir, records, options.generated_dir, False, say)
+    modules = current_modules(kb_dir, records, options.generated_dir, False, say, change.every)
     changed_py = sorted(p for p in change.patched if p.endswith(".py"))
     target = (
         changed_py[0]  # a subclass file alone: its own module, in memory

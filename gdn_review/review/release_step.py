@@ -117,7 +117,9 @@ def fetch(
     )
 
 
-def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path, say) -> dict:
+def run_matrix(
+    kb_dir: Path, old: str, new: str, options: StepOptions, out: Path, say, every: dict
+) -> dict:
     """Every record (or ``keys``) on both releases; each record's matrix report under
     ``out/matrix``, the history's section of ``new`` as ``out/history.md``; their data."""
     from gdn_review.kb.changes import load_changes
@@ -139,7 +141,7 @@ def run_matrix(kb_dir: Path, old: str, new: str, options: StepOptions, out: Path
         generated_dir=options.generated_dir,
         work_dir=root / matrix_folder_name(next(iter(keys))) if single else root,
     )
-    runs = matrix_command.run_records(kb_dir, matrix_options, say=say)
+    runs = matrix_command.run_records(kb_dir, matrix_options, say=say, every=every)
     reports, _, _ = matrix_command.write_reports(runs, out / "matrix", None)
     records = {job.record_path: job.record for job in runs.work}  # the records this step ran
     page = history.history_data(
@@ -200,21 +202,23 @@ def unreached_mutants(diff: str, source: str, path: str) -> list[dict]:
 
 def review_files(
     kb_dir: Path,
-    old: str,
-    new: str,
+    step: tuple[str, str],
     diff: str,
     options: StepOptions,
     out: Path,
     say,
     read_new: Callable[[str], str | None],
+    every: dict,
 ) -> list[dict]:
-    """Each changed file's part of the step's diff reviewed onto ``old`` (landing in ``new``);
+    """Each changed file's part of the step's diff reviewed onto its older release (landing in
+    the newer: ``step``);
     its review's markdown and JSON under ``out/review``; per file the review's data, or why it
     could not run."""
     from gdn_review.review import orchestrate, render
     from gdn_review.review import review_files as files
     from gdn_review.review.review_files import ReviewCouldNotRun, ReviewError
 
+    old, new = step
     folder = out / "review"
     folder.mkdir(parents=True, exist_ok=True)
     done = []
@@ -233,7 +237,7 @@ def review_files(
         )
         say(f"release step: reviewing {path} ({old} → {new}) against the KB")
         try:
-            data = orchestrate.review(diff_path, kb_dir, review_options, say=say)
+            data = orchestrate.review(diff_path, kb_dir, review_options, say=say, every=every)
         except ReviewCouldNotRun as error:
             done.append({"file": path, "could_not_run": str(error)})
             continue
@@ -334,9 +338,11 @@ def release_step(
 ) -> dict:
     """Run the step; its data (also ``OUT/X-Y/step.json``, the drafts and the history section)."""
     from gdn_review.kb.changes import load_changes
+    from gdn_review.run.selection import load_records
 
     started = time.monotonic()
     changes = load_changes(kb_dir)  # a bad changes.yaml stops the step before anything runs
+    every = load_records(kb_dir)  # and a bad record: loaded once, for the matrix and each review
     old, new = releases(kb_dir, options, say)
     out = Path(out_root) / f"{old}-{new}"
     out.mkdir(parents=True, exist_ok=True)
@@ -349,7 +355,7 @@ def release_step(
         f"family file(s) changed, {len(rows)} hunk(s), {sum(1 for r in rows if r['by'])} "
         "named by changes.yaml"
     )
-    matrix = run_matrix(kb_dir, old, new, options, out, say)
+    matrix = run_matrix(kb_dir, old, new, options, out, say, every)
     data = {
         "format": STEP_FORMAT,
         "from": old,
@@ -368,7 +374,7 @@ def release_step(
         data["could_not_run"] = f"vLLM {version} could not run: {why}"
         say(f"release step: {data['could_not_run']}: the step's diff is not reviewed (no verdict)")
     else:
-        data["reviews"] = review_files(kb_dir, old, new, diff, options, out, say, read_new)
+        data["reviews"] = review_files(kb_dir, (old, new), diff, options, out, say, read_new, every)
     data["unguarded"] = unguarded(data["reviews"])
     data["drafts"] = step_hunks.draft_entries(
         rows, unattributed_fields(matrix["history"]), new, changes

@@ -55,9 +55,11 @@ def current_modules(
     out_dir: Path,
     write: bool,
     say: Callable[[str], None],
+    every: dict[Path, Record] | None = None,
 ) -> dict[int, Path]:
-    """The generated module of each complete record, after checking (or regenerating) them."""
-    plan = generate.plan(kb_dir, out_dir, generate.DEFAULT_TEMPLATES)
+    """The generated module of each complete record, after checking (or regenerating) them.
+    ``every``: all records of ``kb_dir``, where the caller loaded them (none: loaded here)."""
+    plan = generate.plan(kb_dir, out_dir, generate.DEFAULT_TEMPLATES, every)
     if plan.foreign:
         raise SelectionError(
             f"files without the gdn-review banner in the way: {', '.join(map(str, plan.foreign))}"
