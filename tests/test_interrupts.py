@@ -167,17 +167,22 @@ def cpu_load():
             process.stdout.close()
 
 
-def _processes(session: int, mark: str) -> dict[int, str]:
-    """Running processes of the command's session or whose environment names the test's folder."""
+def _processes(session: int, *marks: str, but_children_of: int = 0) -> dict[int, str]:
+    """Running processes of the command's session or whose environment names one of ``marks``,
+    but ``but_children_of``'s own children (a test worker's preload servers: the children they
+    fork show the server's environment, which names the TMPDIR it was started for)."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             stat = (entry / "stat").read_text()
-            state, _, _, sid = stat[stat.rindex(")") + 2 :].split()[:4]
-            if state == "Z" or (
-                int(sid) != session and mark.encode() not in (entry / "environ").read_bytes()
+            state, ppid, _, sid = stat[stat.rindex(")") + 2 :].split()[:4]
+            environ = (entry / "environ").read_bytes()
+            if (
+                state == "Z"
+                or int(ppid) == but_children_of
+                or (int(sid) != session and not any(m.encode() in environ for m in marks))
             ):
                 continue
             found[int(entry.name)] = (
@@ -202,6 +207,17 @@ def _running(pid: int) -> bool:
 SIGNALS = {"mutate": signal.SIGTERM, "bench": signal.SIGTERM}
 
 
+@pytest.fixture(scope="module")
+def shared_tmp(tmp_path_factory) -> Path:
+    """One TMPDIR for this module's commands, with a preload server for it. A TMPDIR per test was
+    a server signature per test (``preloaded.signature``: torch derives folders from it at
+    import), so each command's Python children started as fresh interpreters, a vLLM import
+    each; each test checks what its own run left in the folder."""
+    folder = tmp_path_factory.mktemp("interrupts-tmp")
+    interrupts.preload_server(dict(os.environ, TMPDIR=str(folder)), str(ROOT), now=True)
+    return folder
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("interrupts")
 @pytest.mark.parametrize(
@@ -210,15 +226,16 @@ SIGNALS = {"mutate": signal.SIGTERM, "bench": signal.SIGTERM}
     ids=[f"{command}-{SIGNALS.get(command, signal.SIGINT).name}" for command in COMMANDS],
 )
 def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing(
-    command, signum, tmp_path
+    command, signum, tmp_path, shared_tmp
 ):
     point, arguments = COMMANDS[command]
     vllm_before = vllm_files_digest()
     ready = tmp_path / "hold-ready"
-    (tmp_path / "tmp").mkdir()
+    tmp_before = set(os.listdir(shared_tmp))
+    marks = (str(tmp_path), str(shared_tmp))  # a fresh child's environment, a preloaded child's
     env = dict(
-        os.environ,
-        TMPDIR=str(tmp_path / "tmp"),
+        os.environ,  # with the shared_tmp server's name (preloaded.SERVERS)
+        TMPDIR=str(shared_tmp),
         **{interrupts.HOLD: point, interrupts.HOLD_READY: str(ready)},
     )
     # SIGINT ignored from the start, as a non-interactive shell starts `cmd &`: the command must not
@@ -250,6 +267,8 @@ def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing
             )
             time.sleep(0.05)
         held = int(ready.read_text())
+        # What finds a process left over sees the one at the hold point, forked or fresh.
+        assert held in _processes(process.pid, *marks, but_children_of=os.getpid())
         with cpu_load():  # the bound is signal to exit: that is when the CPUs are kept busy
             sent = time.monotonic()
             process.send_signal(signum)
@@ -258,14 +277,13 @@ def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing
             except subprocess.TimeoutExpired:
                 pytest.fail(
                     f"{command} still running {BOUND_S:.0f} s after {signum.name}: "
-                    f"{_processes(process.pid, str(tmp_path))}"
+                    f"{_processes(process.pid, *marks, but_children_of=os.getpid())}"
                 )
             took = time.monotonic() - sent
-            left = _processes(process.pid, str(tmp_path))
+            left = _processes(process.pid, *marks, but_children_of=os.getpid())
     finally:
-        for pid in _processes(
-            process.pid, str(tmp_path)
-        ):  # a failed run leaves nothing running either
+        # a failed run leaves nothing running either
+        for pid in _processes(process.pid, *marks, but_children_of=os.getpid()):
             os.kill(pid, signal.SIGKILL)
         if process.poll() is None:
             process.kill()
@@ -287,9 +305,9 @@ def test_a_signal_stops_the_run_within_10_s_leaves_no_process_and_writes_nothing
         :20
     ]
     assert not [
-        p.name
-        for p in (tmp_path / "tmp").iterdir()
-        if p.name.startswith(("gdn-review-review-", "gdn-bundle"))
+        name
+        for name in set(os.listdir(shared_tmp)) - tmp_before
+        if name.startswith(("gdn-review-review-", "gdn-bundle"))
     ]
     assert vllm_files_digest() == vllm_before
 

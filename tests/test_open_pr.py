@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import shutil
 import sys
@@ -340,6 +341,9 @@ def replay(tmp_path_factory):
     (kb / "55404.yaml").write_text(text, encoding="utf-8")
     (kb / "55404.diff").write_text(own_hunks_diff("0.29.0", "0.30.0", anchor), encoding="utf-8")
     env = release_trees.environment(release_trees.tree("0.29.0"))
+    # Its own folder is a preload signature of its own: a server for it now, as each command here
+    # and each command's pytest session would otherwise start as a fresh interpreter.
+    interrupts.preload_server(env, str(root), now=True)
 
     def gdn(*args):
         return interrupts.run_child(
@@ -498,6 +502,9 @@ def test_the_open_records_of_the_kb_run_green_with_their_improvements_pending(
         if (ROOT / "kb" / "snapshots" / key).is_dir():
             shutil.copytree(ROOT / "kb" / "snapshots" / key, tmp_path / "kb" / "snapshots" / key)
         shutil.copy(ROOT / "generated_tests" / f"test_pr_{key}.py", tmp_path / "generated_tests")
+    # A folder of its own is a preload signature of its own: a server for it now (the command and
+    # its sessions would otherwise each start as a fresh interpreter).
+    interrupts.preload_server(os.environ, str(tmp_path), now=True)
     done = interrupts.run_child(
         [
             sys.executable,
