@@ -448,7 +448,8 @@ def write_snapshot(record_path: Path, out: Path, device: str = "cpu", all_fields
     ``take_in_subprocess`` does)."""
     from gdn_review.kb import load_record
 
-    record = load_record(Path(record_path), expects_optional=True)  # a snapshot needs no expect
+    # A snapshot needs no expect; the parent checked the record (record_file).
+    record = load_record(Path(record_path), expects_optional=True, checked=False)
     taken = take(record.case_inputs(), device, all_fields=all_fields)
     atomic_write(Path(out), dumps(document(record.key, taken)))
 
