@@ -1,12 +1,9 @@
 """Every word the tool says of how a test, a skip, a mutant or a claim came out.
 
-Each is a ``StrEnum`` member, equal to, hashed, printed and written to JSON as its
-word: evidence, reports and generated modules hold the bytes they held when these
-were typed out. Every stage compares against these members, templates too (the Jinja
-environment's globals), and ``--fail-on`` names its conditions from them. A reason is
-data attached to a verdict, never read back into one: a skip carries its ``SkipKind``.
-``gdn-review export`` copies ``SkipKind``: this file keeps vLLM's lines of 88.
-"""
+A ``StrEnum`` member equals, hashes, prints and writes to JSON as its word. Every stage,
+template (Jinja globals) and ``--fail-on`` compares against these, never typed words; a
+reason is never read back into a verdict: a skip carries its ``SkipKind``. The export
+copies ``SkipKind``: this file keeps vLLM's lines of 88."""
 
 from __future__ import annotations
 
@@ -59,18 +56,13 @@ class Verdict(StrEnum):
     # It holds, but no case executes the PR's own lines (verdicts.tie_to_change).
     NOT_TIED = "not tied to the change", "", "", "unverified"
 
-    @property
-    def holding(self) -> bool:
-        """Holds, or deviates only as the record states."""
-        return self in (Verdict.HOLDS, Verdict.KNOWN_DEVIATION)
-
     @classmethod
     def of(cls, word: str) -> Verdict | None:
         """The verdict ``word`` names (None: none, as "not run" or "")."""
         return cls._value2member_map_.get(word)
 
 
-HOLDING = frozenset(v for v in Verdict if v.holding)
+HOLDING = frozenset({Verdict.HOLDS, Verdict.KNOWN_DEVIATION})  # deviates only as stated
 VERDICTS = tuple(v for v in Verdict if v is not Verdict.NOT_TIED)  # a run's
 
 

@@ -47,43 +47,34 @@ def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
     """The failing tests of a claim: its case (or property), device, and why; an invariant's
     smallest failing batch (Hypothesis's note, and the batch itself, described). A test that
     could not run, or whose check raised, is none of them (``unmeasured_cases``)."""
-    rows = []
-    for test in tests:
-        if test["claim"] != claim_id or test["outcome"] not in FAILING:
-            continue
-        reason = test.get("reason") or test["outcome"]
-        rows.append(
-            {
-                "case": label_of(test),
-                "device": test.get("device") or "?",
-                "reason": reason[:400],
-                "smallest": test.get("smallest_batch"),
-                # The batch it failed on: rows, configuration and a case to paste.
-                "failing_batch": failing_batch.of_test(test),
-            }
-        )
-    return rows
+    return [
+        {
+            "case": label_of(test),
+            "device": test.get("device") or "?",
+            "reason": (test.get("reason") or test["outcome"])[:400],
+            "smallest": test.get("smallest_batch"),
+            # The batch it failed on: rows, configuration and a case to paste.
+            "failing_batch": failing_batch.of_test(test),
+        }
+        for test in tests
+        if test["claim"] == claim_id and test["outcome"] in FAILING
+    ]
 
 
 def unmeasured_cases(tests: list[dict], claim_id: str) -> list[dict]:
     """The tests of a claim that measured nothing: could not run (set-up raised before the builder
     under test was entered) or raised an error in the check (gdn-review's own code); each its
     case, device, outcome and message."""
-    rows = []
-    for test in tests:
-        outcome = test["outcome"]
-        if test["claim"] != claim_id or outcome not in NOT_MEASURED:
-            continue
-        reason = (test.get("reason") or outcome).removeprefix(f"{outcome}: ")
-        rows.append(
-            {
-                "case": label_of(test),
-                "device": test.get("device") or "?",
-                "outcome": outcome,
-                "reason": reason[:400],
-            }
-        )
-    return rows
+    return [
+        {
+            "case": label_of(t),
+            "device": t.get("device") or "?",
+            "outcome": t["outcome"],
+            "reason": (t.get("reason") or t["outcome"]).removeprefix(f"{t['outcome']}: ")[:400],
+        }
+        for t in tests
+        if t["claim"] == claim_id and t["outcome"] in NOT_MEASURED
+    ]
 
 
 def _measure(claim, tests: list[dict]) -> str:

@@ -189,9 +189,8 @@ def raised_by_code_under_test(error: BaseException) -> str | None:
 
 
 def skip(kind: str, reason: str):
-    """Skip the test with ``reason``, marked with its ``kind`` (a
-    ``common.vocabulary.SkipKind``): the pytest plugin records the kind, and the
-    report reads the verdict from it, never from the reason."""
+    """pytest's skip with ``reason``, marked with its ``kind`` (a SkipKind), which the
+    plugin records: a report reads the verdict from it, never from the reason."""
     import pytest
 
     __tracebackhide__ = True
