@@ -130,7 +130,13 @@ def _claims_found(verdict: str) -> tuple[list, list]:
 
 def test_claim_words_trip_the_same_in_report_and_matrix():
     from gdn_review.common.fail_conditions import CONDITIONS, tripped
-    from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_TIED
+    from gdn_review.common.vocabulary import Verdict
+
+    CHECK_ERROR, COULD_NOT_RUN, NOT_TIED = (
+        Verdict.CHECK_ERROR,
+        Verdict.COULD_NOT_RUN,
+        Verdict.NOT_TIED,
+    )
 
     expected = {
         "fails": ["fails: PR #7 claim C1"],

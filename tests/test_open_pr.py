@@ -106,18 +106,42 @@ def test_only_open_or_closed_prs_and_only_improvement_claims_are_pending(write_r
     )  # the diff applied: no excuse
 
 
-def test_a_case_that_needs_what_the_pr_adds_is_pending_on_an_open_pr(write_record, tmp_path):
+NEEDS = "not applicable: vLLM 0.33.0 has no spec_decode_src_indices (metadata, builder, backend)"
+
+
+@pytest.mark.parametrize(
+    "kind, reason, verdict",
+    [
+        ("absent", NEEDS, "pending"),  # the release lacks what the case needs: the PR adds it
+        # An adaptation the release refuses says "has no" too: never what the PR adds.
+        (
+            "refused",
+            "not applicable: vLLM 0.34.0 has no model runner V1 (removed in 0.34.0)",
+            "not applicable",
+        ),
+        (
+            "not applicable",
+            "not applicable: claim C1 covers vLLM >=0.34; loaded 0.33.0",
+            "not applicable",
+        ),
+        ("needs CUDA", "needs CUDA: no CUDA device", "unverified"),
+        ("other", "not applicable: vLLM 0.33.0 has no case spec", "unverified"),  # words alone
+        # Formats 1 and 2 wrote no kind: the words they began a skip with name it, never absent.
+        (None, NEEDS, "not applicable"),
+    ],
+)
+def test_a_skip_reads_by_its_kind_never_by_its_words(write_record, tmp_path, kind, reason, verdict):
     record = load_record(write_record(OPEN.replace("before: fails", "before: holds")) / "7.yaml")
-    skipped = c1_test(
-        "skipped",
-        "not applicable: vLLM 0.33.0 has no spec_decode_src_indices (metadata, builder, backend or "
-        "module)",
+    skipped = {**c1_test("skipped", reason), **({"skip_kind": kind} if kind else {})}
+    written = written_evidence(
+        tmp_path / "e.json",
+        [skipped],
+        format=evidence_file.FORMAT if kind else "gdn-review-evidence/2",
     )
-    data = report_data(
-        record, evidence_file.load([written_evidence(tmp_path / "e.json", [skipped])])
-    )
-    assert data["claims"][0]["verdict"] == "pending"
-    assert "spec_decode_src_indices" in data["claims"][0]["reason"]
+    claim = report_data(record, evidence_file.load([written]))["claims"][0]
+    assert claim["verdict"] == verdict
+    if verdict != "unverified":  # (unverified: the module's other tests were not collected)
+        assert reason.split(": ", 1)[1] in claim["reason"]
 
 
 def test_an_open_pr_with_a_head_release_is_a_record_error(write_record):

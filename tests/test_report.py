@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from gdn_review.cli import main
 from gdn_review.common import fail_conditions, interrupts
+from gdn_review.common.vocabulary import Outcome
 from gdn_review.kb import load_kb, load_record
 from gdn_review.report import report, verdicts
 from gdn_review.run import evidence_file
@@ -165,7 +166,7 @@ def test_deselected_claim_is_unverified_not_holds():
     assert r1["coverage"] == "targeted" and "2 tests not run" in r1["missing"]
 
 
-@pytest.mark.parametrize("outcome", [evidence_file.COULD_NOT_RUN, evidence_file.CHECK_ERROR])
+@pytest.mark.parametrize("outcome", [Outcome.COULD_NOT_RUN, Outcome.CHECK_ERROR])
 def test_a_test_that_measured_nothing_is_no_verdict_and_no_passing_risk(tmp_path, outcome):
     """One passing test of R1 in the golden run turned into one that could not run (or whose
     check raised): its claim reads so, R1 is no longer passing, the next step says what to fix,
@@ -187,7 +188,7 @@ def test_a_test_that_measured_nothing_is_no_verdict_and_no_passing_risk(tmp_path
     assert r1["coverage"] == "targeted", r1
     assert any(outcome.split()[0] in m for m in r1["missing"]), r1["missing"]
     step = next(s for s in data["next_steps"] if s.startswith(f"Claim {claim['id']}"))
-    assert ("fix the set-up" if outcome == evidence_file.COULD_NOT_RUN else "report it") in step
+    assert ("fix the set-up" if outcome == Outcome.COULD_NOT_RUN else "report it") in step
     assert "Fix the code" not in step
     assert f"1 {outcome}" in report.summary_lines([data])[0]
     found = verdicts.findings([data])
@@ -201,7 +202,7 @@ def test_a_hostile_message_that_could_not_run_stays_inside_its_cell(tmp_path):
     evidence = json.loads((GOLDEN / "evidence" / "run.json").read_text(encoding="utf-8"))
     test = next(t for t in evidence["tests"] if t["outcome"] == "passed")
     hostile = "x | y\n# owned <img src=x onerror=alert(1)> [link](http://evil)"
-    test.update(outcome=evidence_file.COULD_NOT_RUN, reason=f"could not run: {hostile}")
+    test.update(outcome=Outcome.COULD_NOT_RUN, reason=f"could not run: {hostile}")
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence), encoding="utf-8")
     data = report.report_data(load_record(GOLDEN_RECORD), evidence_file.load([path]))

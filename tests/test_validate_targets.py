@@ -269,7 +269,8 @@ def test_needs_is_looked_up_at_run_time_where_validate_looks():
     """On the installed vLLM (0.33.0), a case needing the backend's classmethod runs; a made-up
     name skips, naming the places it looked."""
     from gdn_review import harness
-    from gdn_review.harness.case_build import scenario_skip_reason
+    from gdn_review.harness.case_build import skip_what_cannot_run
+    from gdn_review.harness.origin import SKIP_KIND
 
     builder = harness.make_builder(harness.BuilderSettings(device="cpu", speculative_tokens=2))
     rows = [{"seq_len": 10, "query_len": 3, "drafted": 2}]
@@ -279,10 +280,13 @@ def test_needs_is_looked_up_at_run_time_where_validate_looks():
         "prefill_state_indices",  # a metadata field
         "num_spec",  # the builder's
     ):
-        assert scenario_skip_reason({"rows": rows, "needs": [found]}, builder) is None, found
+        assert skip_what_cannot_run({"rows": rows, "needs": [found]}, builder) is None, found
     import vllm
 
-    assert scenario_skip_reason({"rows": rows, "needs": ["made_up_name"]}, builder) == (
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        skip_what_cannot_run({"rows": rows, "needs": ["made_up_name"]}, builder)
+    assert str(skipped.value) == (
         f"not applicable: vLLM {vllm.__version__} has no made_up_name (metadata, builder, "
         "backend or module)"
     )
+    assert getattr(skipped.value, SKIP_KIND) == "absent"  # what the PR adds: pending if open

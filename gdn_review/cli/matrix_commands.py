@@ -32,6 +32,7 @@ from gdn_review.cli.support import (
     write_option,
 )
 from gdn_review.common import fail_conditions
+from gdn_review.common.fail_conditions import ERROR
 from gdn_review.kb.subjects import key_label, key_short
 from gdn_review.run import evidence_file
 
@@ -165,7 +166,7 @@ def matrix_command(
             runs, reports_dir, history_path
         )
     except matrix_report.NothingRan as error:  # no verdict anywhere: exit 3, not bad input
-        sys.exit(exit_for([("error", str(error))], fail_on))
+        sys.exit(exit_for([(ERROR, str(error))], fail_on))
     indent = "  " if len(reports) > 1 else ""
     for report_data in reports:
         if indent:

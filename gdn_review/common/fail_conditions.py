@@ -8,36 +8,38 @@ accepts it, as ``CONDITIONS`` says (``--help`` shows it).
 
 from __future__ import annotations
 
+from gdn_review.common.vocabulary import ERROR, MutantStatus, Verdict
+
+FAILS, UNVERIFIED, PENDING = Verdict.FAILS, Verdict.UNVERIFIED, Verdict.PENDING
+SURVIVED = MutantStatus.SURVIVED
 CONDITIONS = {
-    "fails": "a claim fails; matrix: on the newest release",
-    "unverified": "a claim that could not be checked, or one not tied to the change: it holds, "
+    FAILS: "a claim fails; matrix: on the newest release",
+    UNVERIFIED: "a claim that could not be checked, or one not tied to the change: it holds, "
     "but no case executes the PR's own lines",
     "uncovered": "a risk no claim and case address",
-    "survived": "a mutant no test kills: it survived, or it was not reached, as no test "
+    SURVIVED: "a mutant no test kills: it survived, or it was not reached, as no test "
     "executes its lines",
-    "pending": "an open PR's claim that waits for its change",
+    PENDING: "an open PR's claim that waits for its change",
     "drift": "a case's field that moved between releases or with the change, or a metadata "
     "field that came or went, with no recorded change behind it",
     "breaks": "a claim that held and no longer does with the change, or the PR's own claim "
     "that fails with its diff",
     "unexplained": "a hunk of a release step's diff of the builder's files that no "
     "kb/history/changes.yaml entry names (hunks:)",
-    "error": "a check that could not run (set-up raised before the builder under test was "
+    ERROR: "a check that could not run (set-up raised before the builder under test was "
     "entered: platform, VllmConfig, imports) or raised an error in gdn-review's own code; "
     "exit code 3, not 1",
 }
 NONE = "none"  # the option's value for "nothing fails the run"
-SURVIVED = frozenset({"survived", "not reached"})  # the mutant statuses "survived" names
-
-# The condition whose findings are no verdict (exit code 3: ``exit_code``).
-ERROR = "error"
+# ``survived`` names the survivors (vocabulary.SURVIVORS); ``error`` (ERROR), what measured
+# nothing: its findings are no verdict (exit code 3: ``exit_code``).
 
 # What each command's result can trip, in the order --help lists them.
-REPORT = ("fails", "unverified", "uncovered", "survived", "pending", ERROR)  # run, report, mutate
-MATRIX = ("fails", "unverified", "uncovered", "drift", ERROR)  # matrix, its history page
+REPORT = (FAILS, UNVERIFIED, "uncovered", SURVIVED, PENDING, ERROR)  # run, report, mutate
+MATRIX = (FAILS, UNVERIFIED, "uncovered", "drift", ERROR)  # matrix, its history page
 HISTORY = ("drift", ERROR)  # the history page alone
-REVIEW = ("breaks", "drift", "survived", ERROR)  # review, review-merge
-RELEASE_STEP = ("fails", "breaks", "drift", "unexplained", "survived", ERROR)  # release-step
+REVIEW = ("breaks", "drift", SURVIVED, ERROR)  # review, review-merge
+RELEASE_STEP = (FAILS, "breaks", "drift", "unexplained", SURVIVED, ERROR)  # release-step
 
 
 def tripped(findings: list[tuple[str, str]], chosen: set[str]) -> list[str]:

@@ -21,6 +21,8 @@ HARNESS = Path(__file__).resolve().parent.parent / "harness"
 # (file, relative to gdn_review/harness/, names of its top-level definitions).
 HELPERS = (
     ("environment.py", ("prepare_platform",)),
+    # Why a test skipped, which origin.py's skip marks (the harness's skips name one).
+    ("../common/vocabulary.py", ("SkipKind",)),
     # Where an exception comes from (set-up: CouldNotRun; code under test: marked), which
     # builders.py, server.py, steps.py and case_build.py import: before them.
     ("origin.py", None),
@@ -76,7 +78,7 @@ HELPERS = (
             "settings_for",
             "_prefix_caching",
             "needs_own_builder",
-            "scenario_skip_reason",
+            "skip_what_cannot_run",
             "_OpCounter",
             "_call_entry",
             "_second_builder",

@@ -21,6 +21,7 @@ import jinja2
 
 from gdn_review.common import snapshots
 from gdn_review.common.files import atomic_write
+from gdn_review.common.vocabulary import MutantStatus, Outcome, Verdict
 from gdn_review.generate.literals import GENERATED, Call, Code, LiteralError, Style
 from gdn_review.generate.model import ClaimModel, module_model, module_name
 from gdn_review.kb import Record, is_draft, load_kb
@@ -158,6 +159,8 @@ def environment(templates: Path = DEFAULT_TEMPLATES, **filters) -> jinja2.Enviro
     env.filters["ident"] = python_name
     env.filters["short"] = key_short  # a record's key as people read it: #52078, update_block_table
     env.filters.update(filters)
+    # Templates compare against the vocabulary's words, never typed ones.
+    env.globals.update(Verdict=Verdict, Outcome=Outcome, MutantStatus=MutantStatus)
     return env
 
 

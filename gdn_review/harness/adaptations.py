@@ -13,7 +13,7 @@ A field a case sets that the release does not have is never dropped (``NotInRele
 the case could not run, rather than run in another configuration.
 
 ``gdn-review export`` copies this file into each exported module, so it imports only
-the standard library (and vLLM inside the functions).
+the standard library (and vLLM inside the functions), and what the export copies too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+
+from gdn_review.common.vocabulary import SkipKind
+from gdn_review.harness.origin import skip
 
 # Set to 1: no adaptation applies (a release runs as it is, or could not run).
 SWITCH_OFF = "GDN_REVIEW_NO_RELEASE_ADAPTATIONS"
@@ -237,11 +240,10 @@ def model_runner_env(runner: str | None) -> tuple[str, str] | None:
         return "VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0"
     if runner == "v2":
         return None
-    import pytest
-
-    pytest.skip(
+    skip(
+        SkipKind.REFUSED,
         f"not applicable: vLLM {vllm.__version__} has no model runner V1 (removed in "
-        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)"
+        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)",
     )
 
 

@@ -20,6 +20,7 @@ import os
 
 import torch
 
+from gdn_review.common.vocabulary import SkipKind
 from gdn_review.harness.adaptations import (
     accepted_kwargs,
     making_config,
@@ -29,7 +30,7 @@ from gdn_review.harness.adaptations import (
     set_field,
 )
 from gdn_review.harness.environment import prepare_platform
-from gdn_review.harness.origin import setting_up, under_test
+from gdn_review.harness.origin import setting_up, skip, under_test
 from gdn_review.harness.tiny_models import model_config, speculative_config
 
 
@@ -293,9 +294,7 @@ def builder_class(name: str | None):
         return getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
     module = family_modules().get(name)
     if module is None:
-        import pytest
-
-        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {name}")
+        skip(SkipKind.ABSENT, f"not applicable: vLLM {vllm.__version__} has no {name}")
     loaded = importlib.import_module(module)
     cls = getattr(loaded, name)
     gdn = getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)

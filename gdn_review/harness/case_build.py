@@ -37,6 +37,7 @@ import warnings
 
 import torch
 
+from gdn_review.common.vocabulary import SkipKind
 from gdn_review.harness.builders import BuilderSettings, make_builder, new_builder
 from gdn_review.harness.declarations import backend_classes, call_declaration
 from gdn_review.harness.environment import prepare_platform
@@ -45,6 +46,7 @@ from gdn_review.harness.origin import (
     CouldNotRun,
     raised_by_code_under_test,
     setting_up,
+    skip,
     under_test,
 )
 from gdn_review.harness.server import (
@@ -129,8 +131,9 @@ def needs_own_builder(case: dict) -> bool:
     )
 
 
-def scenario_skip_reason(case: dict, builder) -> str | None:
-    """Why the loaded release or device cannot run this case (None: it can)."""
+def skip_what_cannot_run(case: dict, builder) -> None:
+    """Skip, with its kind and reason, where the loaded release or device cannot run
+    this case."""
     import sys
 
     import vllm
@@ -139,14 +142,15 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     release = vllm.__version__
     method = ENTRY_METHODS[case.get("entry", "build")]
     if not hasattr(builder, method):
-        return (
-            f"not applicable: vLLM {release} has no {type(builder).__name__}.{method}"
+        skip(
+            SkipKind.ABSENT,
+            f"not applicable: vLLM {release} has no {type(builder).__name__}.{method}",
         )
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata
 
     step_reason = step_skip_reason(case, builder)
     if step_reason is not None:
-        return step_reason
+        skip(SkipKind.ABSENT, step_reason)
     # What the case needs is looked for where validate looks (kb.release_names): a
     # metadata field, the builder (its class and bases), the backend class whose
     # get_builder_cls returns the builder's class, a module-level name of its module.
@@ -155,18 +159,20 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     places = [builder, *backend_classes(type(builder)), module]
     for name in case.get("needs") or []:
         if name not in fields and not any(hasattr(place, name) for place in places):
-            return (
+            skip(
+                SkipKind.ABSENT,
                 f"not applicable: vLLM {release} has no {name} (metadata, builder, "
-                "backend or module)"
+                "backend or module)",
             )
     host_lens = case.get("host_seq_len_offset") or any(
         row.get("host_seq_len") is not None for row in case["rows"]
     )
     names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
     if host_lens and "seq_lens_cpu_upper_bound" not in names:
-        return (
+        skip(
+            SkipKind.ABSENT,
             f"not applicable: vLLM {release}'s CommonAttentionMetadata has no "
-            "seq_lens_cpu_upper_bound (host sequence lengths)"
+            "seq_lens_cpu_upper_bound (host sequence lengths)",
         )
     regather_indices = (case.get("second_builder") or {}).get(
         "aligned_state_indices"
@@ -177,12 +183,12 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
         and not getattr(builder, "supports_update_block_table", False)
         and regather_indices is None
     ):
-        return (
+        skip(
+            SkipKind.NOT_APPLICABLE,
             "not applicable: update_block_table in mamba_cache_mode 'align' re-gathers "
             "the V2 runner's aligned state indices, and the case gives none "
-            "(model_runner: v2 with aligned_state_indices)"
+            "(model_runner: v2 with aligned_state_indices)",
         )
-    return None
 
 
 class _OpCounter:
@@ -348,11 +354,7 @@ def _step_builders(device: str, case: dict):
     release cannot run it)."""
     settings = settings_for(case, device)
     builders = [new_builder(settings) for _ in range(case["step"].get("groups", 2))]
-    reason = scenario_skip_reason(case, builders[0])
-    if reason is not None:
-        import pytest
-
-        pytest.skip(reason)
+    skip_what_cannot_run(case, builders[0])
     return builders, settings
 
 
@@ -411,11 +413,7 @@ def _builder_after(device: str, case: dict):
         builder = new_builder(settings)
     else:
         builder = make_builder(settings)
-    reason = scenario_skip_reason(case, builder)
-    if reason is not None:
-        import pytest
-
-        pytest.skip(reason)
+    skip_what_cannot_run(case, builder)
     for earlier in case.get("after") or []:
         _run_after(builder, earlier, device)
     return builder, settings

@@ -21,6 +21,7 @@ import sys
 
 import torch
 
+from gdn_review.common.vocabulary import SkipKind
 from gdn_review.harness.builders import (
     as_on_server,
     builder_class,
@@ -28,7 +29,7 @@ from gdn_review.harness.builders import (
     mamba_spec,
 )
 from gdn_review.harness.environment import prepare_platform
-from gdn_review.harness.origin import setting_up
+from gdn_review.harness.origin import setting_up, skip
 from gdn_review.harness.server import measured_value, raised_words
 
 # Classes a call may pass as its builder_cls argument (kb.server_config.HostClass) ->
@@ -72,9 +73,8 @@ def declaration(target: str, builder: str | None):
             (b for b in backend_classes(cls) if b.__name__ == owner_name), None
         )
     if owner is None or not hasattr(owner, name):
-        import pytest
-
-        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {target}")
+        release = vllm.__version__
+        skip(SkipKind.ABSENT, f"not applicable: vLLM {release} has no {target}")
     return module, getattr(owner, name)
 
 

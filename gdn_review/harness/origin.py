@@ -23,6 +23,8 @@ import traceback
 
 # The attribute ``under_test`` sets on an exception that vLLM's code under test raised.
 UNDER_TEST = "gdn_review_under_test"
+# The attribute ``skip`` sets on its skip: why the test skipped (a SkipKind).
+SKIP_KIND = "gdn_review_skip_kind"
 
 
 def last_frame(error: BaseException) -> str:
@@ -113,3 +115,14 @@ def under_test(what: str):
 def raised_by_code_under_test(error: BaseException) -> str | None:
     """What code under test raised ``error`` (``under_test``'s mark), or None."""
     return getattr(error, UNDER_TEST, None)
+
+
+def skip(kind: str, reason: str):
+    """pytest's skip with ``reason``, marked with its ``kind`` (a SkipKind), which the
+    plugin records: a report reads the verdict from it, never from the reason."""
+    import pytest
+
+    __tracebackhide__ = True
+    skipped = pytest.skip.Exception(reason)
+    setattr(skipped, SKIP_KIND, kind)
+    raise skipped

@@ -11,9 +11,11 @@ import gc
 
 import pytest
 
+from gdn_review.common.vocabulary import SkipKind
 from gdn_review.harness.case_build import prepare_builders
 from gdn_review.harness.environment import device_skip_reason
 from gdn_review.harness.mutation import runs_a_mutant
+from gdn_review.harness.origin import skip
 from gdn_review.harness.release_ranges import (
     active_deviation,
     claim_in_range,
@@ -28,9 +30,10 @@ def skip_outside_releases(releases: str | None, what: str) -> None:
     case)."""
     __tracebackhide__ = True
     if not release_in_range(releases):
-        pytest.skip(
+        skip(
+            SkipKind.NOT_APPLICABLE,
             f"not applicable: {what} covers vLLM {releases}; loaded "
-            f"{release_for_ranges()}"
+            f"{release_for_ranges()}",
         )
 
 
@@ -39,9 +42,10 @@ def skip_outside_claim_releases(releases: str | None, claim_id: str) -> None:
     checks every claim."""
     __tracebackhide__ = True
     if not claim_in_range(releases):
-        pytest.skip(
+        skip(
+            SkipKind.NOT_APPLICABLE,
             f"not applicable: claim {claim_id} covers vLLM {releases}; loaded "
-            f"{release_for_ranges()}"
+            f"{release_for_ranges()}",
         )
 
 
@@ -97,7 +101,7 @@ def prepare_device(device: str, cases) -> str:
     reuses them)."""
     reason = device_skip_reason(device)
     if reason:
-        pytest.skip(reason)
+        skip(SkipKind.NEEDS_CUDA if device == "cuda" else SkipKind.OTHER, reason)
     if runs_a_mutant():
         # A mutant's child runs a few of the module's tests, then ends: each test makes
         # the one builder it uses when it asks (``make_builder``, before what it

@@ -19,7 +19,9 @@ import os
 import shutil
 import tempfile
 
+from gdn_review.common.vocabulary import SkipKind
 from gdn_review.harness.adaptations import accepted_kwargs
+from gdn_review.harness.origin import skip
 
 # A tiny Qwen3-Next: one linear-attention (GDN) layer and one full-attention layer.
 # transformers fills in every field left out. The architecture is named, as a
@@ -122,11 +124,10 @@ def speculative_config(method: str | None, tokens: int, target):
 
     method = method or "ngram"
     if method not in typing.get_args(getattr(module, "SpeculativeMethod", None)):
-        import pytest
-
-        pytest.skip(
+        skip(
+            SkipKind.ABSENT,
             f"not applicable: vLLM {vllm.__version__} has no speculative "
-            f"method {method}"
+            f"method {method}",
         )
     if method == "ngram":
         extra = {"prompt_lookup_max": 2, "prompt_lookup_min": 1}

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
+from gdn_review.common.vocabulary import Verdict
 from gdn_review.kb.cases import Case
 from gdn_review.kb.checks import Check, InvariantProperty, LatencyCheck
 from gdn_review.kb.server_config import BUILDER_EXPECT_FIELDS, SERVER_EXPECT_FIELDS
@@ -108,7 +109,7 @@ class Claim(Strict):
     note: str | None = None
     check: Check
     known_deviations: list[KnownDeviation] = Field(default_factory=list)
-    before: Literal["fails", "holds"] | None = Field(
+    before: Literal[Verdict.FAILS.value, Verdict.HOLDS.value] | None = Field(
         default=None,
         description="what the check should do on target.base_release (the release without the PR): "
         "fails for an improvement claim (the check must fail there, which proves it can fail), "
@@ -276,7 +277,7 @@ class Record(Strict):
             claim.id: f"PR #{self.pr.number} is {words}: claim {claim.id} (before: "
             "fails) holds once its change is in"
             for claim in self.claims
-            if claim.before == "fails"
+            if claim.before == Verdict.FAILS
         }
 
     @property

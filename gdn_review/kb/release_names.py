@@ -1,7 +1,7 @@
 """Where the releases at hand define a name a case ``needs``, read from their files.
 
 At run time a case whose ``needs`` names something the loaded release lacks is
-skipped as "not applicable" (``harness.case_build.scenario_skip_reason``), which
+skipped as "not applicable" (``harness.case_build.skip_what_cannot_run``), which
 looks in four places: a field of ``GDNAttentionMetadata``, an attribute or method
 of the case's builder (its class and bases), of the backend class whose
 ``get_builder_cls`` returns that builder (its class and bases), and a module-level

@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from gdn_review.common import snapshots
+from gdn_review.common.vocabulary import Verdict
 from gdn_review.kb import Record
 from gdn_review.kb.builder_family import GDN_BUILDER
 from gdn_review.run.snapshot_take import not_taken
@@ -213,7 +214,7 @@ def _applicability(old: dict, new: dict) -> list[dict]:
         sides = (old[case] or {}, new[case] or {})
         before, after = (side.get("not_applicable") for side in sides)
         if (before is None) != (after is None) and not any("raised" in side for side in sides):
-            became = "applicable" if after is None else "not applicable"
+            became = "applicable" if after is None else Verdict.NOT_APPLICABLE
             found.append({"case": case, "became": became, "reason": before or after})
     return found
 

@@ -14,13 +14,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from gdn_review.common.vocabulary import Verdict
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.matrix.history_sources import HistoryError, Matrices, load_bench, load_matrices
 from gdn_review.matrix.matrix_report import most_ops, not_measured
-
-# Short forms of verdicts for the release x claim table (the others are shown as they are).
-SHORT = {"fails": "**fails**", "known deviation": "deviates (known)", "not applicable": "n/a"}
 
 
 def _in(version: str, since: str | None) -> bool:
@@ -206,7 +204,8 @@ def _verdicts(
             by_version = {c["version"]: c for c in row["cells"]}
             claim = next(c for c in record.claims if c.id == row["id"])
             verdicts = [by_version[v]["verdict"] if v in by_version else "" for v in releases]
-            cells = [SHORT.get(verdict, verdict) for verdict in verdicts]
+            # A verdict's short form (Verdict.short); anything else ("not run", "") as it is.
+            cells = [getattr(Verdict.of(verdict), "short", verdict) for verdict in verdicts]
             verdict = row["discrimination"]
             base = record.target.base_release
             if base and base not in releases and claim.before:

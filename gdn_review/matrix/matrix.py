@@ -39,11 +39,11 @@ from packaging.version import Version
 from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.common.release_trees import CLAIMS_ON_ANY_RELEASE
+from gdn_review.common.vocabulary import NOT_MEASURED, Outcome
 from gdn_review.kb.subjects import as_key
 from gdn_review.matrix.matrix_files import MATRIX_FORMAT, MatrixError, write_matrix
 from gdn_review.matrix.release_plan import Planned, default_jobs
 from gdn_review.run import evidence_file, suite
-from gdn_review.run.evidence_file import NOT_MEASURED
 
 
 class Trees:
@@ -219,8 +219,8 @@ def outcome_summary(tests: list[dict], duration: float, records: int) -> str:
     """pytest's closing line for one record's share of a session ('12 passed, 3 skipped of a session
     of 4 records in 40.1s')."""
     counts = collections.Counter(test["outcome"] for test in tests)
-    order = ["failed", "passed", "skipped", "xfailed", "xpassed", *NOT_MEASURED, "deselected"]
-    order.append("not run")
+    order = [Outcome.FAILED, Outcome.PASSED, Outcome.SKIPPED, Outcome.XFAILED, Outcome.XPASSED]
+    order += [*NOT_MEASURED, Outcome.DESELECTED, Outcome.NOT_RUN]
     parts = [f"{counts[o]} {o}" for o in order if counts.get(o)]
     return f"{', '.join(parts) or 'no tests'} (one session of {records} records, {duration:.1f}s)"
 

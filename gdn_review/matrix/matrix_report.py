@@ -13,7 +13,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from gdn_review.common.fail_conditions import ERROR
 from gdn_review.common.release import Release
+from gdn_review.common.vocabulary import NOT_MEASURED, RAN, Outcome, Verdict
 from gdn_review.kb import Record
 from gdn_review.kb.builder_family import GDN_BUILDER
 from gdn_review.kb.subjects import key_label
@@ -25,7 +27,6 @@ from gdn_review.report.discrimination import discrimination, kept
 from gdn_review.report.markdown import text
 from gdn_review.report.report_contents import report_data
 from gdn_review.run import evidence_file
-from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_MEASURED, RAN
 
 
 def most_ops(tests: list[dict], key: str) -> int | None:
@@ -46,7 +47,7 @@ def cell_measure(claim, tests: list[dict]) -> str:
             if shown:
                 parts.append(f"{key.split('|')[0]} {shown}")
         return ", ".join(parts)
-    passed = sum(t["outcome"] == "passed" for t in ran)
+    passed = sum(t["outcome"] == Outcome.PASSED for t in ran)
     unit = "properties" if claim.check.kind == "invariant" else "cases"
     return f"{passed} of {len(ran)} {unit} match"
 
@@ -67,16 +68,16 @@ def builder_verdict(tests: list[dict]) -> str | None:
     if not tests:
         return None
     outcomes = {t["outcome"] for t in tests}
-    for unmeasured in (CHECK_ERROR, COULD_NOT_RUN):  # no verdict (our error first, as a claim's)
+    for unmeasured in (Outcome.CHECK_ERROR, Outcome.COULD_NOT_RUN):  # no verdict (ours first)
         if unmeasured in outcomes:
-            return unmeasured
-    if "failed" in outcomes or "xpassed" in outcomes:
-        return "fails"
-    if "passed" in outcomes:
-        return "known deviation" if "xfailed" in outcomes else "holds"
-    if "xfailed" in outcomes:
-        return "known deviation"
-    return "not applicable" if "skipped" in outcomes else "not run"
+            return Verdict(unmeasured)
+    if outcomes & {Outcome.FAILED, Outcome.XPASSED}:
+        return Verdict.FAILS
+    if Outcome.PASSED in outcomes:
+        return Verdict.KNOWN_DEVIATION if Outcome.XFAILED in outcomes else Verdict.HOLDS
+    if Outcome.XFAILED in outcomes:
+        return Verdict.KNOWN_DEVIATION
+    return Verdict.NOT_APPLICABLE if Outcome.SKIPPED in outcomes else Outcome.NOT_RUN
 
 
 def by_builder(record: Record, cells: list[dict]) -> dict[str, str]:
@@ -202,7 +203,7 @@ def _cell(record: Record, claim, entry: dict, ran: tuple | None) -> dict:
     if entry.get("could_not_run"):  # the release's probe: its set-up raised, no test ran
         return {
             "version": entry["version"],
-            "verdict": COULD_NOT_RUN,
+            "verdict": Verdict.COULD_NOT_RUN,
             "reason": f"vLLM {entry['version']} could not run: {entry['could_not_run']}",
             "measure": entry["could_not_run"],
             "release_could_not_run": True,
@@ -210,7 +211,7 @@ def _cell(record: Record, claim, entry: dict, ran: tuple | None) -> dict:
     if ran is None:
         return {
             "version": entry["version"],
-            "verdict": "not run",
+            "verdict": Outcome.NOT_RUN,
             "reason": entry.get("summary", ""),
             "measure": "",
         }
@@ -219,7 +220,7 @@ def _cell(record: Record, claim, entry: dict, ran: tuple | None) -> dict:
     tests = [t for t in evidence.tests if t["record"] == record.key and t["claim"] == claim.id]
     found = failing_batch.of_tests(tests)
     measure = cell_measure(claim, tests)
-    if row["verdict"] == "not applicable" and not measure:  # the skip's text says why
+    if row["verdict"] == Verdict.NOT_APPLICABLE and not measure:  # the skip's text says why
         measure = row["reason"].removeprefix("not applicable: ")
     return {
         "version": entry["version"],
@@ -263,11 +264,11 @@ def _before_after(record: Record, claim, cells: list[dict], per_release: dict) -
         claim.before, by_version.get(base), by_version.get(after) if after else None
     )
     if after != head:  # the whole reason is said once, with the releases left out
-        cause = "not run"
+        cause = Outcome.NOT_RUN
         if cannot_run_here(head):
             cause = "cannot run on this machine"
         elif (by_version.get(head) or {}).get("release_could_not_run"):
-            cause = "could not run"
+            cause = Outcome.COULD_NOT_RUN
         why += f" (head release {head} {cause}: {after}, the first later release that ran, "
         why += "stands in)"
     return verdict, why
@@ -281,7 +282,7 @@ def matrix_report(record: Record, matrix: dict, known_records: set[int] | None =
     """A record's report on its newest release's evidence, with the release matrix added."""
     entries = [e for e in matrix["releases"] if e.get("evidence_path")]
     could_not = [
-        f"vLLM {e['version']} {COULD_NOT_RUN}: {e['could_not_run']}"
+        f"vLLM {e['version']} {Outcome.COULD_NOT_RUN}: {e['could_not_run']}"
         for e in matrix["releases"]
         if e.get("could_not_run")
     ]
@@ -357,13 +358,13 @@ def not_measured(data: dict, every_release: bool = False) -> list[tuple[str, str
     who = key_label(data["key"])
     matrix = data["matrix"]
     found = [
-        ("error", f"{who} vLLM {version} {COULD_NOT_RUN}: {why}")
+        (ERROR, f"{who} vLLM {version} {Outcome.COULD_NOT_RUN}: {why}")
         for version, why in (matrix.get("could_not_run") or {}).items()
     ]
     for row in matrix["rows"]:
         found += [
             (
-                "error",
+                ERROR,
                 f"{who} claim {row['id']} {cell['verdict']} on vLLM {cell['version']}: "
                 f"{cell['reason']}",
             )
@@ -397,7 +398,7 @@ def findings(reports: list[dict] = (), history: dict | None = None) -> list[tupl
             )
     said = {data["key"] for data in reports}
     found += [
-        ("error", f"history: {row['what']}")
+        (ERROR, f"history: {row['what']}")
         for row in (history or {}).get("not_measured", [])
         if row["record"] not in said  # already said as that record's
     ]

@@ -21,6 +21,7 @@ from gdn_review.common import interrupts, release_cache, release_trees
 from gdn_review.common.release import Release, ReleaseError
 from gdn_review.common.release import loaded as loaded_release
 from gdn_review.common.release_range import contains
+from gdn_review.common.vocabulary import MutantStatus as M
 from gdn_review.kb import Record, RecordErrors
 from gdn_review.kb.subjects import key_label, state_words
 from gdn_review.mutation import operators
@@ -331,17 +332,17 @@ def result_entry(
 
     status, reason = runner.outcome(mutant, result)
     result = result or {}
-    if status == "survived" and mutant.source and found.source:
+    if status == M.SURVIVED and mutant.source and found.source:
         sites = reach.edit_sites(found.source, mutant.source)
         hint = reach.unreached(sites, reached)
         if hint:
-            status, reason = "not reached", hint
+            status, reason = M.NOT_REACHED, hint
         if notes is not None:
             lines = {line for site in sites or [] for line in site.lines}
             judged = judged_by_notes(
                 mutant.id, lines, notes, unreachable_lines(found.source, notes)[0]
             )
-            if judged and (judged[0] == "equivalent" or status == "not reached"):
+            if judged and (judged[0] == M.EQUIVALENT or status == M.NOT_REACHED):
                 status, reason = judged
     return {
         "record": found.record,

@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from gdn_review.common import release_range
 from gdn_review.common.release import Release
+from gdn_review.common.vocabulary import MutantStatus as M
 from gdn_review.kb import Record, RecordError
 from gdn_review.kb.yaml_source import SAFE_LOADER, error_at
 from gdn_review.mutation import operators
@@ -159,16 +160,16 @@ def record_mutants(
             entry = Mutant(mutant.id, "record", [risk.id], diff="")
             matches = loaded.count(mutant.find)
             if mutant.equivalent:
-                entry.status, entry.reason = "equivalent", mutant.equivalent
+                entry.status, entry.reason = M.EQUIVALENT, mutant.equivalent
             elif not release_range.contains(mutant.releases, release):
-                entry.status = "not applicable"
+                entry.status = M.NOT_APPLICABLE
                 entry.reason = f"written for vLLM {mutant.releases}; loaded {release}"
             elif matches == mutant.count:
                 entry.source = loaded.replace(mutant.find, mutant.replace)
                 entry.diff = edit_diff(loaded, entry.source, record.target.file)
             else:
                 head = record.target.head_release
-                entry.status = "not applicable"
+                entry.status = M.NOT_APPLICABLE
                 entry.reason = (
                     _changed_in(mutant, head, {**sources, release: loaded})
                     if matches == 0
@@ -228,6 +229,6 @@ def automatic(record: Record, loaded: str, base: str, head: str) -> tuple[list[M
         risks = sorted(named.get(auto.id, []))
         entry = from_automatic(auto, "diff", risks, loaded, record.target.file)
         if auto.id in equivalent:
-            entry.status, entry.reason, entry.source = "equivalent", equivalent[auto.id], None
+            entry.status, entry.reason, entry.source = M.EQUIVALENT, equivalent[auto.id], None
         mutants.append(entry)
     return mutants, [hunk.label() for hunk in gone]

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gdn_review.common import interrupts
-from gdn_review.common.fail_conditions import SURVIVED
+from gdn_review.common.vocabulary import KILLS, SURVIVORS, MutantStatus
 from gdn_review.mutation import family, operators
 from gdn_review.mutation.catalogue import Mutant, from_automatic
 from gdn_review.mutation.guard_lines import (
@@ -50,8 +50,8 @@ if TYPE_CHECKING:  # runner imports pytest: only where mutants run
     from gdn_review.mutation.runner import Progress
 
 GUARD_FORMAT = "gdn-review-guard/1"
-DETECTED = ("killed", "timeout")  # a mutant that hangs the suite is caught too
-SCORED = SURVIVED | {"killed", "timeout"}
+DETECTED = KILLS  # a mutant that hangs the suite is caught too
+SCORED = SURVIVORS | KILLS
 
 
 def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
@@ -62,9 +62,9 @@ def catalogue(source: str, target: str, notes: Notes) -> list[Mutant]:
     for auto in operators.automatic_mutants(source, set(lines), broad=True):
         entry = from_automatic(auto, "file", [], source, target)
         if auto.id in notes.equivalent:
-            entry.status, entry.reason = "equivalent", notes.equivalent[auto.id]
+            entry.status, entry.reason = MutantStatus.EQUIVALENT, notes.equivalent[auto.id]
         elif auto.id in notes.elsewhere:
-            entry.status, entry.reason = "unreachable here", notes.elsewhere[auto.id]
+            entry.status, entry.reason = MutantStatus.UNREACHABLE, notes.elsewhere[auto.id]
         mutants.append(entry)
     return mutants
 
@@ -109,9 +109,9 @@ def plan(
             function = scope_lines.get(first.line, first.function)
             reason = unreachable.get(first.line)
             decided[mutant.id] = (
-                ("unreachable here", reason)
+                (MutantStatus.UNREACHABLE, reason)
                 if reason
-                else ("not reached", f"no test executes line {first.line} of {function}")
+                else (MutantStatus.NOT_REACHED, f"no test executes line {first.line} of {function}")
             )
             continue
         if any(site.function in construction for site in sites):

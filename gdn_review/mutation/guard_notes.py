@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from gdn_review.common.vocabulary import MutantStatus as M
 from gdn_review.kb import RecordError, RecordErrors
 from gdn_review.kb.yaml_source import SAFE_LOADER, locate
 
@@ -162,10 +163,10 @@ def judged_by_notes(
     edit only on statements an ``unreachable`` note names, ``unreachable`` from
     ``unreachable_lines``); None where no note names it."""
     if mutant_id in notes.equivalent:
-        return "equivalent", notes.equivalent[mutant_id].strip()
+        return M.EQUIVALENT, notes.equivalent[mutant_id].strip()
     if mutant_id in notes.elsewhere:
-        return "unreachable here", notes.elsewhere[mutant_id].strip()
+        return M.UNREACHABLE, notes.elsewhere[mutant_id].strip()
     reasons = {unreachable[line] for line in lines if line in unreachable}
     if lines and len(reasons) == 1 and all(line in unreachable for line in lines):
-        return "unreachable here", reasons.pop().strip()
+        return M.UNREACHABLE, reasons.pop().strip()
     return None

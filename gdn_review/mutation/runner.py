@@ -28,6 +28,7 @@ from typing import Callable
 import pytest
 
 from gdn_review.common import forked, interrupts
+from gdn_review.common.vocabulary import FAILING, MutantStatus, Outcome
 from gdn_review.run import suite
 
 
@@ -79,11 +80,8 @@ def baseline_failed(code: int, evidence: Path | None = None) -> tuple[str, bool]
             tests = evidence_file.read(evidence)["tests"]
     said = []
     for outcome, fix in (
-        (
-            evidence_file.COULD_NOT_RUN,
-            "fix the set-up or the release's platform, not vLLM's code",
-        ),
-        (evidence_file.CHECK_ERROR, "gdn-review's own code raised: a bug to report"),
+        (Outcome.COULD_NOT_RUN, "fix the set-up or the release's platform, not vLLM's code"),
+        (Outcome.CHECK_ERROR, "gdn-review's own code raised: a bug to report"),
     ):
         these = [t for t in tests if t.get("outcome") == outcome]
         if these:
@@ -92,7 +90,7 @@ def baseline_failed(code: int, evidence: Path | None = None) -> tuple[str, bool]
                 f"{len(these)} test(s) {outcome_words(outcome)} ({fix}); "
                 f"first: {these[0]['nodeid']}: {reason}"
             )
-    failing = [t for t in tests if t.get("outcome") in ("failed", "xpassed")]
+    failing = [t for t in tests if t.get("outcome") in FAILING]
     if said and not failing:
         return (
             "the generated suite measured nothing without mutants: "
@@ -171,12 +169,12 @@ class KillCollector:
     def result(self, exit_code: int) -> dict:
         if exit_code not in (0, 1):
             return {
-                "status": "error",
+                "status": MutantStatus.ERROR,
                 "reason": f"pytest exit code {exit_code} under the mutant",
                 "tests_run": self.tests_run,
             }
         return {
-            "status": "killed" if self.killed_by else "survived",
+            "status": MutantStatus.KILLED if self.killed_by else MutantStatus.SURVIVED,
             "killed_by": {claim: sorted(ids) for claim, ids in sorted(self.killed_by.items())},
             "messages": self.messages,
             "claims_passed": sorted(self.passed - set(self.killed_by)),
@@ -198,7 +196,7 @@ def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
         if not mutation.loads_unmutated(relative_path):
             # Not the mutant's doing: the file cannot be swapped in memory at all.
             return {
-                "status": "error",
+                "status": MutantStatus.ERROR,
                 "reason": f"{relative_path} does not load in place unmutated either ({why})",
                 "tests_run": 0,
             }
@@ -213,7 +211,7 @@ def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
         )
         result = collector.result(exit_code)
         tests_run = result["tests_run"] = tests_run + result["tests_run"]
-        if result["status"] != "survived":
+        if result["status"] != MutantStatus.SURVIVED:
             break
     return result
 
@@ -221,7 +219,7 @@ def run_in_this_process(relative_path: str, code, *rounds: list[str]) -> dict:
 def _killed(claim: str, test: str, message: str | None = None) -> dict:
     """A kill that no test reported: the mutated module did not import, or the child crashed."""
     return {
-        "status": "killed",
+        "status": MutantStatus.KILLED,
         "killed_by": {claim: [test]},
         "messages": {test: message} if message else {},
         "claims_passed": [],
@@ -268,7 +266,7 @@ def run_mutants(
             mutant.code = loader.compile_source(relative_path, mutant.source)
         except SyntaxError as error:
             reason = f"does not compile: line {error.lineno}: {error.msg}"
-            on_result(mutant, {"status": "error", "reason": reason})
+            on_result(mutant, {"status": MutantStatus.ERROR, "reason": reason})
             continue
         ready.append(mutant)
     run_forked(ready, relative_path, tests, jobs, timeout, on_result)
@@ -278,10 +276,10 @@ def outcome(mutant, result: dict | None) -> tuple[str, str]:
     """(status, reason) of a mutant: decided before it ran, or how it ran; a kill's reason is its
     first failing test with that test's message."""
     result = result or {}
-    status = mutant.status or result.get("status", "error")
+    status = mutant.status or result.get("status", MutantStatus.ERROR)
     reason = mutant.reason or result.get("reason") or ""
     killed_by = result.get("killed_by", {})
-    if status == "killed" and not reason:
+    if status == MutantStatus.KILLED and not reason:
         first = next(iter(killed_by.values()))[0]
         reason = f"{first}: {result.get('messages', {}).get(first, 'failed')}"
     return status, reason
@@ -371,7 +369,7 @@ def run_fresh_process(
         seconds = round(time.monotonic() - started, 2)
         if not out.exists():
             return {
-                "status": "error",
+                "status": MutantStatus.ERROR,
                 "reason": f"fresh process exit {done.returncode}: {done.stderr[-500:]}",
                 "duration_s": seconds,
             }

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from gdn_review.common import interrupts, release_cache, release_trees
-from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
 from gdn_review.common.release import loaded as loaded_release
+from gdn_review.common.vocabulary import SURVIVORS, MutantStatus
 from gdn_review.kb.server_config import configuration_label
 from gdn_review.kb.subjects import key_order, key_short
 from gdn_review.mutation import family, guard, guard_notes
@@ -56,7 +56,7 @@ class Scored:
         detected: survivors and those no test reaches, in the file's order."""
         mutants = (self.data or {}).get("mutants", [])
         return sorted(
-            (m for m in mutants if m["status"] in SURVIVED),
+            (m for m in mutants if m["status"] in SURVIVORS),
             key=lambda m: (m.get("line") or 0, m["id"]),
         )
 
@@ -144,12 +144,12 @@ def remember_killers(
 ) -> None:
     """Keep ``before`` updated with this score's kills at ``path`` (a cache: where it cannot
     be written, the next score only takes longer)."""
-    killed = {entry["id"]: entry["killed_by"] for entry in mutants if entry["status"] == "killed"}
+    killed = {e["id"]: e["killed_by"] for e in mutants if e["status"] == MutantStatus.KILLED}
     merged = {**before, **killed}
     data = {
         "target": target,
         "mutants": [
-            {"id": ident, "status": "killed", "killed_by": merged[ident]}
+            {"id": ident, "status": MutantStatus.KILLED, "killed_by": merged[ident]}
             for ident in sorted(merged)
         ],
     }
@@ -174,7 +174,7 @@ def last_killers(report: Path, target: str) -> dict[str, list[str]]:
         entry["id"]: [str(test) for test in entry["killed_by"]]
         for entry in data.get("mutants", [])
         if isinstance(entry, dict)
-        and entry.get("status") == "killed"
+        and entry.get("status") == MutantStatus.KILLED
         and isinstance(entry.get("id"), str)
         and isinstance(entry.get("killed_by"), list)
     }

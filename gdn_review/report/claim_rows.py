@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from gdn_review.common.vocabulary import NOT_MEASURED, RAN, Outcome, SkipKind, Verdict
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import state_words
 from gdn_review.report import failing_batch
@@ -20,9 +21,10 @@ from gdn_review.report.verdicts import (
     label_of,
     pending_verdict,
     plural,
+    skipped,
     verdicts_by_device,
 )
-from gdn_review.run.evidence_file import NOT_MEASURED, RAN, Evidence
+from gdn_review.run.evidence_file import Evidence
 
 # Tests that were tried on a release: those that ran, and those that could not run there or
 # raised in the check (they name the release and device they were tried on).
@@ -85,9 +87,9 @@ def _measured_summary(claim, ran: list[dict]) -> str:
     if not ran:
         return "not measured"
     counts = Counter(t["outcome"] for t in ran)
-    parts = [f"{counts['passed']}/{len(ran)} as expected"]
-    if counts["xfailed"]:
-        parts.append(f"{counts['xfailed']} known deviation")
+    parts = [f"{counts[Outcome.PASSED]}/{len(ran)} as expected"]
+    if counts[Outcome.XFAILED]:
+        parts.append(f"{counts[Outcome.XFAILED]} {Verdict.KNOWN_DEVIATION}")
     if claim.check.kind == "op_budget":
         for op, limit in claim.check.budget.items():
             shown = span(op_values(ran, op))
@@ -172,7 +174,7 @@ def latency_claim(claim, record: Record, results: dict | None, path: Path | None
     """
     if not results:
         return {
-            "verdict": "unverified",
+            "verdict": Verdict.UNVERIFIED,
             "reason": not_measured(claim, record, path),
             "measured": "not measured",
             "vllm": "—",
@@ -190,7 +192,7 @@ def latency_claim(claim, record: Record, results: dict | None, path: Path | None
             f"{low:.3f}–{high:.3f}) over "
             f"{plural(len(result['cases']), 'case')}"
         )
-        by_device[device] = LATENCY_VERDICTS.get(result.get("verdict"), "unverified")
+        by_device[device] = LATENCY_VERDICTS.get(result.get("verdict"), Verdict.UNVERIFIED)
         reasons.append(
             f"{result.get('verdict')}: build() on {result['head']} vs "
             f"{result['base']}, {pooled}, {device}"
@@ -264,12 +266,10 @@ def _on_cpu_platform(evidence: Evidence, test: dict) -> bool:
 
 
 def tested_on(evidence: Evidence, tests: list[dict]) -> list[str]:
-    """The releases tests ran on, and those a "not applicable: vLLM X has no ..." skip names."""
+    """The releases tests ran on, and those that lack what a case needs ("vLLM X has no ...")."""
     found = {release_of(evidence, t) for t in tests if t["outcome"] in TRIED}
-    for test in tests:
-        reason = test.get("reason") or ""
-        if test["outcome"] == "skipped" and reason.startswith("not applicable: vLLM "):
-            found.add(reason.removeprefix("not applicable: vLLM ").split(" ", 1)[0].rstrip("'s"))
+    for test in skipped(tests, SkipKind.ABSENT, SkipKind.REFUSED):
+        found.add(evidence.environments[test["environment"]].get("vllm_version", "?"))
     return sorted(found)
 
 

@@ -7,7 +7,9 @@ a report's before/after); a side that could not run, or whose check raised, deci
 
 from __future__ import annotations
 
-from gdn_review.run.evidence_file import NOT_MEASURED
+from gdn_review.common.vocabulary import HOLDING, NOT_MEASURED, Outcome, Verdict
+
+FAILS, PENDING, UNVERIFIED = Verdict.FAILS, Verdict.PENDING, Verdict.UNVERIFIED
 
 
 def discrimination(
@@ -28,21 +30,21 @@ def discrimination(
     if base is not None and head is None and base.get("open"):
         # An open PR: no release has its change, and no diff of it ran.
         vb = base["verdict"]
-        if before == "fails":
-            if vb == "pending":
+        if before == FAILS:
+            if vb == PENDING:
                 return (
-                    "pending",
+                    PENDING,
                     "fails on the base release as the PR says it should; no release "
                     "has the PR's change yet (store its diff beside the record to "
                     "check it)",
                 )
-            if vb == "fails":  # pending_verdict: not by a measured difference
+            if vb == FAILS:  # pending_verdict: not by a measured difference
                 return "does not discriminate", f"fails on the base release: {base['reason']}"
             return (
                 "does not discriminate",
                 f"{vb} on the base release already: the check is never seen to fail",
             )
-        if vb in {"holds", "known deviation"}:
+        if vb in HOLDING:
             return "holds so far", f"{vb} on the base release; no release has the PR's change yet"
         return (
             "does not discriminate",
@@ -50,15 +52,15 @@ def discrimination(
         )
     if base is None or head is None:
         missing = "the base release" if base is None else "the head release"
-        return "unverified", f"the matrix did not run {missing}"
+        return UNVERIFIED, f"the matrix did not run {missing}"
     vb, vh = base["verdict"], head["verdict"]
-    if vb == "pending" and before == "fails":
-        vb = "fails"  # an open PR's improvement claim, read against its diff (the head side)
-    after_ok = vh in {"holds", "known deviation"}
-    if "unverified" in (vb, vh) or "not applicable" in (vb, vh):
-        return "unverified", f"{vb} on the base release, {vh} {on_head}"
-    if before == "fails":
-        if vb == "fails" and after_ok:
+    if vb == PENDING and before == FAILS:
+        vb = FAILS  # an open PR's improvement claim, read against its diff (the head side)
+    after_ok = vh in HOLDING
+    if UNVERIFIED in (vb, vh) or Verdict.NOT_APPLICABLE in (vb, vh):
+        return UNVERIFIED, f"{vb} on the base release, {vh} {on_head}"
+    if before == FAILS:
+        if vb == FAILS and after_ok:
             return (
                 "discriminates",
                 "fails on the base release "
@@ -66,13 +68,13 @@ def discrimination(
                 f"{'from the head release' if head_name == 'the head release' else on_head} "
                 f"({head['measure']})",
             )
-        if vb == "fails":
+        if vb == FAILS:
             return "does not discriminate", f"fails {on_head} too ({head['reason']})"
         return (
             "does not discriminate",
             f"{vb} on the base release too: the check is never seen to fail",
         )
-    if vb == "fails":
+    if vb == FAILS:
         return (
             "does not discriminate",
             f"fails on the base release although the record says it held there: {base['reason']}",
@@ -92,16 +94,16 @@ def discrimination(
 def kept(cells: list[dict]) -> tuple[str, str]:
     """(verdict, why) of a contract's claim across its releases: **kept** where it holds on every
     one that ran."""
-    ran = [c for c in cells if c["verdict"] not in {"not run", "not applicable"}]
+    ran = [c for c in cells if c["verdict"] not in {Outcome.NOT_RUN, Verdict.NOT_APPLICABLE}]
     if not ran:
-        return "unverified", "no release of the contract's range ran"
+        return UNVERIFIED, "no release of the contract's range ran"
     unmeasured = [c for c in ran if c["verdict"] in NOT_MEASURED]
     if unmeasured:
         first = unmeasured[0]
         return first["verdict"], "; ".join(
             f"{c['verdict']} on {c['version']}: {c['reason']}" for c in unmeasured
         )
-    broken = [c for c in ran if c["verdict"] not in {"holds", "known deviation"}]
+    broken = [c for c in ran if c["verdict"] not in HOLDING]
     if broken:
         return "broken", "; ".join(
             f"{c['verdict']} on {c['version']}: {c['reason']}" for c in broken

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gdn_review.common.vocabulary import NOT_MEASURED, RAN
 from gdn_review.kb import Record
-from gdn_review.run.evidence_file import NOT_MEASURED, RAN, Evidence, record_sha256
+from gdn_review.run.evidence_file import Evidence, record_sha256
 
 
 def stale_parts(

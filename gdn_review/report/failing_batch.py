@@ -21,6 +21,7 @@ import re
 
 import yaml
 
+from gdn_review.common.vocabulary import Outcome
 from gdn_review.report.markdown import cell, code, fence, text
 
 ROW_KEYS = ("seq_len", "query_len", "drafted", "accepted", "prefilling", "host_seq_len")
@@ -206,7 +207,7 @@ def of_test(test: dict) -> dict | None:
 def of_tests(tests: list[dict]) -> list[dict]:
     """The failing batches of the tests that failed (and kept one), in the tests' order: a test
     that could not run, or whose check raised, measured no batch."""
-    found = [of_test(test) for test in tests if test.get("outcome") == "failed"]
+    found = [of_test(test) for test in tests if test.get("outcome") == Outcome.FAILED]
     return [described for described in found if described]
 
 

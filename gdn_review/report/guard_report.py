@@ -5,34 +5,33 @@ from __future__ import annotations
 
 import collections
 
+from gdn_review.common.vocabulary import MutantStatus as M
+from gdn_review.common.vocabulary import Outcome
 from gdn_review.report.markdown import code, fence, text
 
-ORDER = ("survived", "not reached", "unreachable here", "timeout", "error", "equivalent", "killed")
-# A mutant's status "error": gdn-review's own code raised while running it (it did not compile,
-# pytest ended abnormally under it, its child's body raised): no kill and no survivor.
-ERROR = "error"
-# How the count table names a status where its key says less.
-STATUS_WORDS = {ERROR: "error in the check"}
+ORDER = (M.SURVIVED, M.NOT_REACHED, M.UNREACHABLE, M.TIMEOUT, M.ERROR, M.EQUIVALENT, M.KILLED)
+# How the count table names a status where its key says less (MutantStatus.ERROR: ours).
+STATUS_WORDS = {M.ERROR: Outcome.CHECK_ERROR}
 # The report's sections of mutants: title -> what a mutant in it means, then the statuses it lists
 # (Survivors show each mutant's diff).
 SECTIONS = {
-    "Survivors": ("Its edit ran and no test failed: a missing check.", "survived"),
+    "Survivors": ("Its edit ran and no test failed: a missing check.", M.SURVIVED),
     "Errors in the check": (
         "gdn-review's own code raised while running it (it did not compile, or pytest ended "
         "abnormally under it): neither killed nor survived, not scored; a gdn-review bug to "
         "report with its reason.",
-        ERROR,
+        M.ERROR,
     ),
     "Not reached": (
         "No test executes the edited line, though CPU can: a missing case.",
-        "not reached",
+        M.NOT_REACHED,
     ),
     "Unreachable here": (
         "Only CUDA or another backend runs these lines; not covered, only out of this machine's "
         "reach.",
-        "unreachable here",
+        M.UNREACHABLE,
     ),
-    "Equivalent": ("Cannot change behaviour (kb/guard/notes.yaml says why).", "equivalent"),
+    "Equivalent": ("Cannot change behaviour (kb/guard/notes.yaml says why).", M.EQUIVALENT),
 }
 
 

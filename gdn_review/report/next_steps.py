@@ -6,9 +6,9 @@ and its diff side; the wording is for the reader of reports/N.md.
 
 from __future__ import annotations
 
+from gdn_review.common.vocabulary import MutantStatus, Verdict
 from gdn_review.kb import Record
 from gdn_review.report.markdown import text
-from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN
 
 
 def next_steps(
@@ -27,10 +27,10 @@ def next_steps(
         f"Claim {claim['id']} fails: {claim['reason']}. Fix the code, or "
         "record the deviation with its measured reason."
         for claim in claims
-        if claim["verdict"] == "fails"
+        if claim["verdict"] == Verdict.FAILS
     ]
     for claim in claims:
-        if claim["verdict"] == "unverified":
+        if claim["verdict"] == Verdict.UNVERIFIED:
             hint = (
                 " Run the suite on a machine with a CUDA GPU."
                 if "needs CUDA" in claim["reason"]
@@ -42,7 +42,7 @@ def next_steps(
         "needs the suite on a machine with a CUDA GPU (gdn-review bundle)."
         for claim in claims
         if claim["kind"] == "gpu_sync"
-        and claim["verdict"] == "holds"
+        and claim["verdict"] == Verdict.HOLDS
         and "CPU proxy" in claim["reason"]
     ]
     for risk in risks:
@@ -60,7 +60,7 @@ def next_steps(
         f"Claim {claim['id']} is a known deviation (see its row): decide "
         "whether the claim's wording or vLLM should change."
         for claim in claims
-        if claim["verdict"] == "known deviation"
+        if claim["verdict"] == Verdict.KNOWN_DEVIATION
     ]
 
 
@@ -70,7 +70,7 @@ def _change_steps(
     """The PR's change: a pending claim's diff to store, a claim that fails with the diff, a case
     that moves with it unstated, a mutant of its code that no test reaches or kills."""
     steps = []
-    pending = [c["id"] for c in claims if c["verdict"] == "pending"]
+    pending = [c["id"] for c in claims if c["verdict"] == Verdict.PENDING]
     if pending and diff_side is None and record is not None and record.pr is not None:
         steps.append(
             f"Claim{'s' if len(pending) > 1 else ''} {', '.join(pending)} pending until the "
@@ -79,7 +79,7 @@ def _change_steps(
             f"`gdn-review run` checks {'them' if len(pending) > 1 else 'it'} with the change."
         )
     for row in (diff_side or {}).get("claims", []):
-        if row["with_diff"] == "fails":
+        if row["with_diff"] == Verdict.FAILS:
             # The reason and case names come from evidence: shown as text.
             steps.append(
                 f"Claim {row['id']} fails with the PR's diff: {text(row['reason'])}"
@@ -93,7 +93,7 @@ def _change_steps(
     ]
     return steps + [
         f"Missing test: mutant {row['id']} of the PR's code is not reached ({row['reason']})."
-        if row["status"] == "not reached"
+        if row["status"] == MutantStatus.NOT_REACHED
         else f"Missing test: the PR's code survives mutant {row['id']} (see its diff): add a "
         "case, an expected field or a property that catches it, or mark it equivalent with a "
         "reason."
@@ -108,14 +108,14 @@ def _not_measured_steps(claims: list[dict]) -> list[str]:
     steps = []
     for claim in claims:
         on = f" on vLLM {claim['vllm']}" if claim.get("vllm", "—") != "—" else ""
-        if claim["verdict"] == COULD_NOT_RUN:
+        if claim["verdict"] == Verdict.COULD_NOT_RUN:
             steps.append(
                 f"Claim {claim['id']} could not run{on}: {text(claim['reason'])}. Nothing was "
                 "measured: fix the set-up (the release's platform on this machine, its "
                 "VllmConfig or an import, as the message says), or run where that release "
                 "loads; the claim is neither held nor broken until then."
             )
-        elif claim["verdict"] == CHECK_ERROR:
+        elif claim["verdict"] == Verdict.CHECK_ERROR:
             steps.append(
                 f"Claim {claim['id']}: error in the check{on}: {text(claim['reason'])}. A fault in "
                 "gdn-review, not in vLLM: report it with this message (the record or the "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gdn_review.common.vocabulary import NOT_MEASURED, RAN, VERDICTS, Verdict
 from gdn_review.generate import expected_tests
 from gdn_review.kb import Record, is_draft
 from gdn_review.kb.subjects import state_words
@@ -27,10 +28,13 @@ from gdn_review.report.verdicts import (
     superseded_skips,
     tie_to_change,
 )
-from gdn_review.run.evidence_file import NOT_MEASURED, NOT_TIED, RAN, VERDICTS, Evidence
+from gdn_review.run.evidence_file import Evidence
 
 # A claim the diff side has no result for.
-NOT_WITH_DIFF = {"verdict": "unverified", "reason": "not run with the diff", "measured": ""}
+NOT_WITH_DIFF = {"verdict": Verdict.UNVERIFIED, "reason": "not run with the diff", "measured": ""}
+# The worst verdict first: the one an upstream test's row gives of its claims'.
+SEVERITY = (Verdict.CHECK_ERROR, Verdict.COULD_NOT_RUN, Verdict.FAILS, Verdict.UNVERIFIED)
+SEVERITY += (Verdict.PENDING, Verdict.KNOWN_DEVIATION, Verdict.NOT_APPLICABLE, Verdict.HOLDS)
 
 
 def report_data(
@@ -84,7 +88,8 @@ def report_data(
         # Could not run and error in the check are counted where they happened only.
         "verdict_counts": {
             v: sum(c["verdict"] == v for c in claims)
-            for v in VERDICTS + ((NOT_TIED,) if reach and reach.get("state") == "not tied" else ())
+            for v in VERDICTS
+            + ((Verdict.NOT_TIED,) if reach and reach.get("state") == "not tied" else ())
             if v not in NOT_MEASURED or any(c["verdict"] == v for c in claims)
         },
         "coverage_counts": {c: sum(r["coverage"] == c for r in risks) for c in COVERAGE},
@@ -111,16 +116,6 @@ def _upstream_rows(
     """Each vLLM test the record states: the verdict of its claims' tests on its cases only (a
     claim's other cases aside), the worst of them."""
     by_id = {claim.id: claim for claim in record.claims}
-    severity = (
-        "error in the check",
-        "could not run",
-        "fails",
-        "unverified",
-        "pending",
-        "known deviation",
-        "not applicable",
-        "holds",
-    )
     rows = []
     for item in record.upstream_tests:
         chosen = [
@@ -137,7 +132,7 @@ def _upstream_rows(
             verdicts.append(
                 pending_verdict(record, by_id[cid], verdict, reason, tested, with_change, picked)
             )
-        worst = min(verdicts, key=lambda v: severity.index(v[0]) if v[0] in severity else 0)
+        worst = min(verdicts, key=lambda v: SEVERITY.index(v[0]) if v[0] in SEVERITY else 0)
         rows.append(
             {
                 "test": item.test,

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gdn_review.common.fail_conditions import SURVIVED
+from gdn_review.common.vocabulary import SURVIVORS, MutantStatus, Outcome, Verdict
 from gdn_review.kb import Record
 from gdn_review.report.verdicts import protection, risk_coverage
-from gdn_review.run.evidence_file import MUTANT_STATUSES, Evidence
+from gdn_review.run.evidence_file import Evidence
 
 
 def _kill_cell(mutant: dict, claim_id: str) -> str:
-    if mutant["status"] != "killed" and mutant["status"] not in SURVIVED:
+    if mutant["status"] != MutantStatus.KILLED and mutant["status"] not in SURVIVORS:
         return "—"
     if mutant.get("killed_by", {}).get(claim_id):
-        return "killed"
-    return "passed" if claim_id in mutant.get("claims_passed", []) else "·"
+        return MutantStatus.KILLED
+    return Outcome.PASSED if claim_id in mutant.get("claims_passed", []) else "·"
 
 
 def mutation_data(record: Record, evidence: Evidence) -> dict | None:
@@ -58,12 +58,12 @@ def mutation_data(record: Record, evidence: Evidence) -> dict | None:
         "release": (info or {}).get("release", "?"),
         "claims": claims,
         "risks": per_risk,
-        "counts": {s: sum(r["status"] == s for r in rows) for s in MUTANT_STATUSES},
-        "survivors": [r for r in rows if r["status"] in SURVIVED | {"timeout"}],
+        "counts": {s: sum(r["status"] == s for r in rows) for s in MutantStatus},
+        "survivors": [r for r in rows if r["status"] in SURVIVORS | {MutantStatus.TIMEOUT}],
         # gdn-review's own code raised while running them: neither killed nor survived.
-        "errors": [r for r in rows if r["status"] == "error"],
+        "errors": [r for r in rows if r["status"] == MutantStatus.ERROR],
         "missing_tests": [
-            r for r in rows if r["status"] in SURVIVED and r["origin"] == "diff" and not r["risks"]
+            r for r in rows if r["status"] in SURVIVORS and r["origin"] == "diff" and not r["risks"]
         ],
         "others": [r for r in rows if not r["risks"]],
         "gone_hunks": (info or {}).get("gone_hunks", []),
@@ -90,7 +90,7 @@ def risk_rows(
     addressed = {risk for tests in expected.values() for test in tests for risk in test["risks"]}
     own_mutants = [m for m in evidence.mutants if m["record"] == record.key]
     risks = []
-    pending = {c["id"] for c in claims if c["verdict"] == "pending"}
+    pending = {c["id"] for c in claims if c["verdict"] == Verdict.PENDING}
     for risk in record.risks:
         tests = [t for t in mine if risk.id in t.get("risks", [])]
         # Its mutants' results (None: mutate never ran).

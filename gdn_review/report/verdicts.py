@@ -11,21 +11,27 @@ but do not demote what ran on CPU.
 
 from __future__ import annotations
 
-from gdn_review.common.fail_conditions import SURVIVED
-from gdn_review.kb.subjects import key_label, state_words
-from gdn_review.run.evidence_file import (
-    CHECK_ERROR,
-    COULD_NOT_RUN,
-    MEASURED,
+from gdn_review.common.fail_conditions import ERROR
+from gdn_review.common.vocabulary import (
+    FAILING,
     NOT_MEASURED,
-    NOT_TIED,
+    NOT_RUN,
     RAN,
+    SURVIVORS,
+    Outcome,
+    SkipKind,
+    Verdict,
 )
+from gdn_review.common.vocabulary import MutantStatus as M
+from gdn_review.kb.subjects import key_label, state_words
+from gdn_review.run.evidence_file import MEASURED
 
-FAILED = {"failed", "xpassed"}
 # Mutants a risk's coverage does not count: none of this release, one that cannot change
 # behaviour, one only another device or backend can run (kb/guard/ notes; named beside it).
-NOT_SCORED = {"not applicable", "equivalent", "unreachable here"}
+NOT_SCORED = {M.NOT_APPLICABLE, M.EQUIVALENT, M.UNREACHABLE}
+# The skips that make a claim not applicable; only a release that lacks what the case needs
+# (ABSENT) makes an open PR's claim pending.
+NOT_APPLICABLE = (SkipKind.ABSENT, SkipKind.NOT_APPLICABLE, SkipKind.REFUSED)
 # "not protected": its tests pass, but mutants that embody it survive them (or run on lines no test
 # executes).
 COVERAGE = ("uncovered", "targeted", "not protected", "passing", "mutation-verified")
@@ -43,9 +49,9 @@ def label_of(test: dict) -> str:
 
 # `gdn-review bench`'s word for a latency A/B -> the claim's verdict.
 LATENCY_VERDICTS = {
-    "supported": "holds",
-    "contradicted": "fails",
-    "not distinguishable from noise": "unverified",
+    "supported": Verdict.HOLDS,
+    "contradicted": Verdict.FAILS,
+    "not distinguishable from noise": Verdict.UNVERIFIED,
 }
 
 
@@ -66,30 +72,33 @@ def superseded_skips(tests: list[dict]) -> list[dict]:
     """Drop a test's "needs CUDA" skip where the same test ran in another evidence file (a GPU run
     merged)."""
     ran = {(t["record"], t["nodeid"]) for t in tests if t["outcome"] in RAN}
-    return [t for t in tests if not (_needs_cuda(t) and (t["record"], t["nodeid"]) in ran)]
+    cuda = skipped(tests, SkipKind.NEEDS_CUDA)
+    return [t for t in tests if not (t in cuda and (t["record"], t["nodeid"]) in ran)]
 
 
-def _needs_cuda(test: dict) -> bool:
-    """A test skipped for want of CUDA."""
-    return test["outcome"] == "skipped" and (test.get("reason") or "").startswith("needs CUDA")
+def skipped(tests: list[dict], *kinds: str) -> list[dict]:
+    """The tests that skipped for one of ``kinds`` (a skip without a kind is a plain one)."""
+    other = SkipKind.OTHER
+    return [
+        t for t in tests if t["outcome"] == Outcome.SKIPPED and t.get("skip_kind", other) in kinds
+    ]
 
 
 def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
     """(verdict, reason) of one claim from the tests that address it."""
     if claim.check.kind == "TODO":
-        return "unverified", "draft: the claim has no check yet"
+        return Verdict.UNVERIFIED, "draft: the claim has no check yet"
     if not tests:
         return (
-            "unverified",
+            Verdict.UNVERIFIED,
             "no test ran (none collected: run the generated module for this record)",
         )
     ran = [t for t in tests if t["outcome"] in RAN]
-    not_run = [t for t in tests if t["outcome"] in {"deselected", "not run"}]
-    skipped = [t for t in tests if t["outcome"] == "skipped"]
-    not_applicable = [t for t in skipped if (t.get("reason") or "").startswith("not applicable")]
-    needs_cuda = [t for t in skipped if _needs_cuda(t)]
-    other_skips = [t for t in skipped if t not in not_applicable and t not in needs_cuda]
-    failing = [t for t in ran if t["outcome"] in FAILED]
+    not_run = [t for t in tests if t["outcome"] in NOT_RUN]
+    not_applicable = skipped(tests, *NOT_APPLICABLE)
+    needs_cuda = skipped(tests, SkipKind.NEEDS_CUDA)
+    other_skips = skipped(tests, SkipKind.OTHER)
+    failing = [t for t in ran if t["outcome"] in FAILING]
     unmeasured = not_measured(tests)
     if unmeasured is not None:
         return unmeasured
@@ -101,7 +110,7 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
             else ""
         )
         return (
-            "fails",
+            Verdict.FAILS,
             f"{len(failing)} of {len(ran)} tests fail; first: "
             f"{label_of(first)} ({first.get('device')}){proxy}: "
             f"{first.get('reason') or first['outcome']}",
@@ -110,8 +119,8 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
         if not_run or other_skips:
             why = sorted({_not_run_reason(t) for t in not_run})
             skips = f", {len(other_skips)} skipped" if other_skips else ""
-            known = any(t["outcome"] == "xfailed" for t in ran)
-            return "unverified", (
+            known = any(t["outcome"] == Outcome.XFAILED for t in ran)
+            return Verdict.UNVERIFIED, (
                 f"only {plural(len(ran), 'test')} ran ({len(not_run)} {'; '.join(why) or 'not run'}"
                 f"{skips}); those that ran {'pass or deviate as known' if known else 'pass'}"
             )
@@ -122,49 +131,49 @@ def claim_verdict(claim, tests: list[dict]) -> tuple[str, str]:
             # Only the CPU proxy ran: say so, CUDA's count stays the authority.
             notes.insert(0, "CPU proxy: device-origin reads")
         note = f" ({'; '.join(notes)})" if notes else ""
-        deviations = [t for t in ran if t["outcome"] == "xfailed"]
+        deviations = [t for t in ran if t["outcome"] == Outcome.XFAILED]
         if deviations:
             reasons = sorted(
                 {(t.get("reason") or "").removeprefix("known deviation: ") for t in deviations}
             )
             where = ", ".join(sorted({label_of(t) for t in deviations}))
             return (
-                "known deviation",
+                Verdict.KNOWN_DEVIATION,
                 f"holds on {len(ran) - len(deviations)} of {len(ran)}; deviates "
                 f"on {where}: {' / '.join(reasons)}{note}",
             )
         return (
-            "holds",
+            Verdict.HOLDS,
             f"{'all ' if len(ran) > 1 else ''}{plural(len(ran), 'test')} "
             f"pass{'es' if len(ran) == 1 else ''}{note}",
         )
     # Nothing ran: say why, the release range first (CUDA variants of an
     # out-of-range claim are out of range too).
     if not_applicable:
-        return "not applicable", not_applicable[0]["reason"]
+        return Verdict.NOT_APPLICABLE, not_applicable[0]["reason"]
     if needs_cuda and not not_run:
-        return "unverified", "needs CUDA: " + needs_cuda[0]["reason"].removeprefix("needs CUDA: ")
+        return Verdict.UNVERIFIED, needs_cuda[0]["reason"]  # "needs CUDA: ...", the harness's
     if not_run:
-        return "unverified", _not_run_reason(not_run[0])
-    return "unverified", "skipped: " + (other_skips[0].get("reason") or "no reason given")
+        return Verdict.UNVERIFIED, _not_run_reason(not_run[0])
+    return Verdict.UNVERIFIED, "skipped: " + (other_skips[0].get("reason") or "no reason given")
 
 
 def not_measured(tests: list[dict]) -> tuple[str, str] | None:
     """(verdict, reason) where some of a claim's tests measured nothing: an error in the check
     (gdn-review's fault) first, then could not run. Never read as holds, fails or pending: what
     did run is named beside it. None where every test that ran measured."""
-    for outcome in (CHECK_ERROR, COULD_NOT_RUN):
+    for outcome in (Outcome.CHECK_ERROR, Outcome.COULD_NOT_RUN):
         these = [t for t in tests if t["outcome"] == outcome]
         if not these:
             continue
         first = these[0]
-        failing = sum(t["outcome"] in FAILED for t in tests)
-        passed = sum(t["outcome"] in {"passed", "xfailed"} for t in tests)
+        failing = sum(t["outcome"] in FAILING for t in tests)
+        passed = sum(t["outcome"] in {Outcome.PASSED, Outcome.XFAILED} for t in tests)
         others = [f"{plural(passed, 'other test')} passed"] if passed else []
         if failing:
             others.append(f"{failing} failed")
         beside = f" ({', '.join(others)})" if others else ""
-        return outcome, (
+        return Verdict(outcome), (
             f"{len(these)} of {plural(len(tests), 'test')} {outcome_words(outcome)}{beside}; "
             f"first: {label_of(first)} ({first.get('device')}): {message_of(first)}"
         )
@@ -185,13 +194,14 @@ def message_of(test: dict) -> str:
 
 def outcome_words(outcome: str) -> str:
     """``could not run``; ``raised an error in the check``."""
-    return "could not run" if outcome == COULD_NOT_RUN else "raised an error in the check"
+    return outcome if outcome == Outcome.COULD_NOT_RUN else f"raised an {Outcome.CHECK_ERROR}"
 
 
 def measured_failures(tests: list[dict]) -> bool:
     """Whether every failed test of these measured its failure (an assertion on measured values,
     or the exception a case expects), not an exception the code under test raised on its own."""
-    return all(t.get("failure", MEASURED) == MEASURED for t in tests if t["outcome"] == "failed")
+    failed = [t for t in tests if t["outcome"] == Outcome.FAILED]
+    return all(t.get("failure", MEASURED) == MEASURED for t in failed)
 
 
 def pending_verdict(
@@ -217,24 +227,28 @@ def pending_verdict(
         return verdict, reason
     where = f"vLLM {', '.join(releases)}" if releases else "this release"
     state = state_words(record.pr.state)
-    if verdict == "fails" and claim.before == "fails" and not measured_failures(tests):
+    improvement = verdict == Verdict.FAILS and claim.before == Verdict.FAILS
+    if improvement and not measured_failures(tests):
         raised = next(
-            t for t in tests if t["outcome"] == "failed" and t.get("failure", MEASURED) != MEASURED
+            t
+            for t in tests
+            if t["outcome"] == Outcome.FAILED and t.get("failure", MEASURED) != MEASURED
         )
         return (
-            "fails",
+            Verdict.FAILS,
             f"{reason}; not pending: on {where} {raised['failure']} raised "
             f"({raised.get('reason')}), not the difference the claim states",
         )
-    if verdict == "fails" and claim.before == "fails":
+    if improvement:
         return (
-            "pending",
+            Verdict.PENDING,
             f"fails on {where} as the PR says it should (before: fails); "
             f"holds once the change is in (the PR is {state})",
         )
-    if verdict == "not applicable" and " has no " in reason:
+    first = skipped(tests, *NOT_APPLICABLE)[:1]  # the skip whose reason the verdict gives
+    if verdict == Verdict.NOT_APPLICABLE and first and first[0]["skip_kind"] == SkipKind.ABSENT:
         return (
-            "pending",
+            Verdict.PENDING,
             f"{reason.removeprefix('not applicable: ')}: what the PR adds; "
             f"checked once the change is in (the PR is {state})",
         )
@@ -242,7 +256,7 @@ def pending_verdict(
 
 
 def _not_run_reason(test: dict) -> str:
-    if test["outcome"] == "deselected":
+    if test["outcome"] == Outcome.DESELECTED:
         return "not run: deselected"
     return (
         test.get("reason")
@@ -281,10 +295,10 @@ def risk_coverage(
                 "every test of it is pending: checked once the change is in (or with the PR's diff)"
             ]
     ran = [t for t in tests if t["outcome"] in RAN]
-    failing = [t for t in ran if t["outcome"] in FAILED]
-    passing = [t for t in ran if t["outcome"] == "passed"]
-    not_run = sum(t["outcome"] in {"deselected", "not run"} for t in tests)
-    needs_cuda = sum(_needs_cuda(t) for t in tests)
+    failing = [t for t in ran if t["outcome"] in FAILING]
+    passing = [t for t in ran if t["outcome"] == Outcome.PASSED]
+    not_run = sum(t["outcome"] in NOT_RUN for t in tests)
+    needs_cuda = len(skipped(tests, SkipKind.NEEDS_CUDA))
     # A test that could not run, or whose check raised, measured nothing: never passing.
     unmeasured = [t for t in tests if t["outcome"] in NOT_MEASURED]
     missing += _unmeasured_lines(unmeasured)
@@ -308,9 +322,9 @@ def risk_coverage(
             missing.append("no mutant embodies it: coverage cannot be mutation-verified")
     else:
         applicable = [m for m in mutants if m["status"] not in NOT_SCORED]
-        unkilled = [m for m in applicable if m["status"] != "killed"]
-        for m in unkilled + [m for m in mutants if m["status"] == "unreachable here"]:
-            said = m["status"] in ("not reached", "unreachable here") and m.get("reason")
+        unkilled = [m for m in applicable if m["status"] != M.KILLED]
+        for m in unkilled + [m for m in mutants if m["status"] == M.UNREACHABLE]:
+            said = m["status"] in (M.NOT_REACHED, M.UNREACHABLE) and m.get("reason")
             missing.append(f"mutant {m['id']} {m['status']}" + (f": {m['reason']}" if said else ""))
         if not applicable:
             missing.append(
@@ -332,7 +346,7 @@ def risk_coverage(
 def _unmeasured_lines(unmeasured: list[dict]) -> list[str]:
     """``2 tests could not run: case_a, case_b``, an error in the check first."""
     lines = []
-    for outcome in (CHECK_ERROR, COULD_NOT_RUN):
+    for outcome in (Outcome.CHECK_ERROR, Outcome.COULD_NOT_RUN):
         these = sorted({label_of(t) for t in unmeasured if t["outcome"] == outcome})
         if these:
             count = sum(t["outcome"] == outcome for t in unmeasured)
@@ -344,10 +358,10 @@ def protection(mutants: list[dict] | None) -> str | None:
     """``3 of 4 mutants survived (1 not reached)``: a risk's survivors among its applicable mutants;
     None if none survived."""
     applicable = [m for m in mutants or [] if m["status"] not in NOT_SCORED]
-    survived = [m for m in applicable if m["status"] in SURVIVED]
+    survived = [m for m in applicable if m["status"] in SURVIVORS]
     if not survived:
         return None
-    unreached = sum(m["status"] == "not reached" for m in survived)
+    unreached = sum(m["status"] == M.NOT_REACHED for m in survived)
     word = "mutant" if len(applicable) == 1 else "mutants"
     if unreached == len(survived):
         how = " (not reached)" if unreached == 1 else " (none of them reached)"
@@ -373,7 +387,7 @@ def missing_tests(
                         "risks": test["risks"],
                         "case": test["label"],
                         "device": test["device"],
-                        "outcome": "not run",
+                        "outcome": Outcome.NOT_RUN,
                         "reason": "not run: not collected",
                         "environment": None,
                     }
@@ -400,8 +414,8 @@ def tie_to_change(claims: list[dict], reach: dict | None) -> list[dict]:
     )
     tied = []
     for row in claims:
-        if row["verdict"] == "holds":
-            row = {**row, "verdict": NOT_TIED, "reason": f"{row['reason']}, but {why}"}
+        if row["verdict"] == Verdict.HOLDS:
+            row = {**row, "verdict": Verdict.NOT_TIED, "reason": f"{row['reason']}, but {why}"}
         tied.append(row)
     return tied
 
@@ -432,26 +446,25 @@ def findings(reports: list[dict]) -> list[tuple[str, str]]:
     for data in reports:
         who = key_label(data["key"])
         for claim in data["claims"]:
-            verdict, claim_id = claim["verdict"], f"{who} claim {claim['id']}"
-            if verdict == "fails":
-                found.append(("fails", claim_id))
+            verdict, claim_id = Verdict.of(claim["verdict"]), f"{who} claim {claim['id']}"
+            if verdict is None or verdict.condition is None:
+                continue
+            what = f"{claim_id}: {claim['reason']}"
+            if verdict in (Verdict.FAILS, Verdict.NOT_TIED):
+                what = claim_id if verdict == Verdict.FAILS else f"{claim_id} {verdict}"
             elif verdict in NOT_MEASURED:
-                found.append(("error", f"{claim_id} {verdict}: {claim['reason']}"))
-            elif verdict in ("pending", "unverified"):
-                found.append((verdict, f"{claim_id}: {claim['reason']}"))
-            elif verdict == NOT_TIED:
-                found.append(("unverified", f"{claim_id} {NOT_TIED}"))
+                what = f"{claim_id} {verdict}: {claim['reason']}"
+            found.append((verdict.condition, what))
         found += [
             ("uncovered", f"{who} risk {r['id']}")
             for r in data["risks"]
             if r["coverage"] == "uncovered"
         ]
         for row in (data.get("mutation") or {}).get("errors", []):
-            found.append(
-                ("error", f"{who} mutant {row['id']} error in the check: {row.get('reason')}")
-            )
+            what = f"{Outcome.CHECK_ERROR}: {row.get('reason')}"
+            found.append((ERROR, f"{who} mutant {row['id']} {what}"))
         for row in (data.get("mutation") or {}).get("survivors", []):
-            if row["status"] in SURVIVED:
-                how = "" if row["status"] == "survived" else f" ({row['status']})"
-                found.append(("survived", f"{who} mutant {row['id']}{how}"))
+            if row["status"] in SURVIVORS:
+                how = "" if row["status"] == M.SURVIVED else f" ({row['status']})"
+                found.append((M.SURVIVED, f"{who} mutant {row['id']}{how}"))
     return found

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gdn_review.common import snapshots
+from gdn_review.common import forked, snapshots
 from gdn_review.common.release import Release
+from gdn_review.common.vocabulary import FAILING, HOLDING, NOT_MEASURED, Outcome, Verdict
+from gdn_review.common.vocabulary import MutantStatus as M
 from gdn_review.kb.subjects import key_order
 from gdn_review.matrix.drift import drift_data
 from gdn_review.matrix.matrix_report import cell_measure
@@ -21,9 +23,6 @@ from gdn_review.report import failing_batch
 from gdn_review.report.report_contents import report_data
 from gdn_review.report.verdicts import label_of
 from gdn_review.run import evidence_file
-
-HOLDING = ("holds", "known deviation")
-FAILING = {"failed", "xpassed"}  # a test's outcomes that count against its claim
 
 
 def _side(
@@ -48,43 +47,34 @@ def failing_cases(tests: list[dict], claim_id: str) -> list[dict]:
     """The failing tests of a claim: its case (or property), device, and why; an invariant's
     smallest failing batch (Hypothesis's note, and the batch itself, described). A test that
     could not run, or whose check raised, is none of them (``unmeasured_cases``)."""
-    rows = []
-    for test in tests:
-        if test["claim"] != claim_id or test["outcome"] not in FAILING:
-            continue
-        reason = test.get("reason") or test["outcome"]
-        rows.append(
-            {
-                "case": label_of(test),
-                "device": test.get("device") or "?",
-                "reason": reason[:400],
-                "smallest": test.get("smallest_batch"),
-                # The batch it failed on: rows, configuration and a case to paste.
-                "failing_batch": failing_batch.of_test(test),
-            }
-        )
-    return rows
+    return [
+        {
+            "case": label_of(test),
+            "device": test.get("device") or "?",
+            "reason": (test.get("reason") or test["outcome"])[:400],
+            "smallest": test.get("smallest_batch"),
+            # The batch it failed on: rows, configuration and a case to paste.
+            "failing_batch": failing_batch.of_test(test),
+        }
+        for test in tests
+        if test["claim"] == claim_id and test["outcome"] in FAILING
+    ]
 
 
 def unmeasured_cases(tests: list[dict], claim_id: str) -> list[dict]:
     """The tests of a claim that measured nothing: could not run (set-up raised before the builder
     under test was entered) or raised an error in the check (gdn-review's own code); each its
     case, device, outcome and message."""
-    rows = []
-    for test in tests:
-        outcome = test["outcome"]
-        if test["claim"] != claim_id or outcome not in evidence_file.NOT_MEASURED:
-            continue
-        reason = (test.get("reason") or outcome).removeprefix(f"{outcome}: ")
-        rows.append(
-            {
-                "case": label_of(test),
-                "device": test.get("device") or "?",
-                "outcome": outcome,
-                "reason": reason[:400],
-            }
-        )
-    return rows
+    return [
+        {
+            "case": label_of(t),
+            "device": t.get("device") or "?",
+            "outcome": t["outcome"],
+            "reason": (t.get("reason") or t["outcome"]).removeprefix(f"{t['outcome']}: ")[:400],
+        }
+        for t in tests
+        if t["claim"] == claim_id and t["outcome"] in NOT_MEASURED
+    ]
 
 
 def _measure(claim, tests: list[dict]) -> str:
@@ -123,8 +113,8 @@ def record_effect(
     not_built = {row["case"]: row["reason"] for row in drift.get("not_compared", [])}
     for row in drift["rows"]:
         row.pop("from"), row.pop("to")
-    xfailed_before = {t["nodeid"] for t in before_tests if t["outcome"] == "xfailed"}
-    xfailed_after = {t["nodeid"] for t in after_tests if t["outcome"] == "xfailed"}
+    xfailed_before = {t["nodeid"] for t in before_tests if t["outcome"] == Outcome.XFAILED}
+    xfailed_after = {t["nodeid"] for t in after_tests if t["outcome"] == Outcome.XFAILED}
     moved_cases = {row["case"] for row in drift["rows"]}
     after_cases = (after_snapshot or {}).get("cases", {})
     return {
@@ -159,9 +149,9 @@ def _not_run_verdict(side: dict | None) -> tuple[str, str]:
     timed out or crashed (the change's doing: ``not run``, a break of what held), or our own
     code raised in it (``error in the check``)."""
     why = side_failure(side)
-    if side and side.get("status") == "error":
-        return evidence_file.CHECK_ERROR, f"the review's own code raised in that side: {why}"
-    return f"not run: {why}", ""
+    if side and side.get("status") == forked.ERROR:
+        return Verdict.CHECK_ERROR, f"the review's own code raised in that side: {why}"
+    return f"{Outcome.NOT_RUN}: {why}", ""
 
 
 def _claim_effect(claim, before: tuple, after: tuple, not_run: tuple[str, str], own: bool) -> dict:
@@ -171,11 +161,9 @@ def _claim_effect(claim, before: tuple, after: tuple, not_run: tuple[str, str], 
     A claim that could not run, or whose check raised, on either side measured nothing: it
     never breaks (``unmeasured``: the review says so, ``render.findings`` as an error)."""
     old, new = _claim_row(before[0], claim.id), _claim_row(after[0], claim.id)
-    old_verdict = old["verdict"] if old else "not run"
+    old_verdict = old["verdict"] if old else Outcome.NOT_RUN
     new_verdict = new["verdict"] if new else not_run[0]
-    unmeasured = old_verdict in evidence_file.NOT_MEASURED or new_verdict in (
-        evidence_file.NOT_MEASURED
-    )
+    unmeasured = old_verdict in NOT_MEASURED or new_verdict in NOT_MEASURED
     measures = (_measure(claim, before[1]), _measure(claim, after[1]))
     return {
         "id": claim.id,
@@ -201,9 +189,9 @@ def _claim_effect(claim, before: tuple, after: tuple, not_run: tuple[str, str], 
             (
                 old_verdict in HOLDING
                 and new_verdict not in HOLDING
-                and new_verdict != "not applicable"
+                and new_verdict != Verdict.NOT_APPLICABLE
             )
-            or (own and new_verdict == "fails")
+            or (own and new_verdict == Verdict.FAILS)
         ),
     }
 
@@ -241,7 +229,7 @@ def mutant_entries(catalogue: list[dict], results: list[dict]) -> list[dict]:
     by_id = {result["id"]: result for result in results}
     entries = []
     for mutant in catalogue:
-        result = by_id.get(mutant["id"], {"status": "not run"})
+        result = by_id.get(mutant["id"], {"status": Outcome.NOT_RUN})
         entries.append(
             {
                 **{k: v for k, v in mutant.items() if k != "source_file"},
@@ -256,7 +244,7 @@ def mutant_entries(catalogue: list[dict], results: list[dict]) -> list[dict]:
 
 # Merging shards: a mutant is killed when any shard's tests kill it (one run over
 # every record's tests fails as soon as one test fails).
-STATUS_ORDER = ("killed", "timeout", "error", "survived", "not reached", "not run")
+STATUS_ORDER = (M.KILLED, M.TIMEOUT, M.ERROR, M.SURVIVED, M.NOT_REACHED, Outcome.NOT_RUN)
 
 
 def merged_status(statuses: list[str]) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from gdn_review.common import unified_diff
+from gdn_review.common.vocabulary import Verdict
 from gdn_review.review import orchestrate
 
 
@@ -69,12 +70,12 @@ def run_diff_side(
     if effect is None:
         reason = f"the diff changes no file of the record's target ({record.target.file})"
         part["claims"] = {
-            c.id: {"verdict": "unverified", "reason": f"not run: {reason}", "measured": ""}
+            c.id: {"verdict": Verdict.UNVERIFIED, "reason": f"not run: {reason}", "measured": ""}
             for c in record.claims
         }
         return part
     for claim in effect["claims"]:
-        verdict = claim["after"] if not claim["after"].startswith("not run") else "unverified"
+        verdict = Verdict.of(claim["after"]) or Verdict.UNVERIFIED  # "not run: ...": none
         part["claims"][claim["id"]] = {
             "verdict": verdict,
             "reason": claim["reason_after"] or claim["after"],

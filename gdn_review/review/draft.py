@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from gdn_review.common import record_format
-from gdn_review.common.fail_conditions import SURVIVED
 from gdn_review.common.files import atomic_write
+from gdn_review.common.vocabulary import SURVIVORS
 from gdn_review.kb import RecordErrors, is_draft, parse_record
 from gdn_review.kb.subjects import key_short
 
@@ -64,7 +64,7 @@ def draft_data(review: dict, records: dict[int, object], number: int) -> dict:
                     f"record {key_short(effect['key'])})",
                 }
             )
-    survivors = [m for m in review["mutants"] if m["status"] in SURVIVED]
+    survivors = [m for m in review["mutants"] if m["status"] in SURVIVORS]
     return {
         "schema_version": record_format.CURRENT,
         "pr": {"number": number, "repo": "vllm-project/vllm", "title": "TODO: the PR's title"},

@@ -28,6 +28,7 @@ from typing import Callable, Iterator
 from gdn_review.common import interrupts, patched_tree, release_trees, unified_diff
 from gdn_review.common.release import Release
 from gdn_review.common.release_trees import CLAIMS_ON_ANY_RELEASE
+from gdn_review.common.vocabulary import MutantStatus
 from gdn_review.kb import Record
 from gdn_review.kb.subjects import key_short
 from gdn_review.mutation import family
@@ -331,7 +332,7 @@ def mutate(change: Change, chosen: Chosen, limit: int, workspace: Path) -> tuple
             "diff": catalogue.edit_diff(text, auto.source, target),
         }
         if auto.id in equivalent:
-            entry.update(status="equivalent", reason=equivalent[auto.id])
+            entry.update(status=MutantStatus.EQUIVALENT, reason=equivalent[auto.id])
         else:
             source_file = workspace / f"mutant-{index}.py.txt"
             source_file.write_text(auto.source, encoding="utf-8")

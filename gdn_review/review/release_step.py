@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Callable
 
 from gdn_review.common import published, release_cache, release_trees
-from gdn_review.common.fail_conditions import SURVIVED
+from gdn_review.common.fail_conditions import ERROR
 from gdn_review.common.release import Release, ReleaseError
+from gdn_review.common.vocabulary import SURVIVORS, MutantStatus
 from gdn_review.review import step_hunks
 
 STEP_FORMAT = 1
@@ -191,7 +192,7 @@ def unreached_mutants(diff: str, source: str, path: str) -> list[dict]:
             "operator": m.operator,
             "line": m.line,
             "diff": catalogue.edit_diff(source, m.source, path),
-            "status": "not reached",
+            "status": MutantStatus.NOT_REACHED,
             "killed_by": {},
             "reason": "no record in the step runs this file's code (no case names its builder)",
             "duration_s": None,
@@ -262,7 +263,7 @@ def name_by_guard_notes(mutants: list[dict], kb_dir: Path, path: str) -> None:
 
     notes = load_notes(notes_path(kb_dir, path))
     for mutant in mutants:
-        judged = mutant["status"] in SURVIVED and judged_by_notes(mutant["id"], set(), notes, {})
+        judged = mutant["status"] in SURVIVORS and judged_by_notes(mutant["id"], set(), notes, {})
         if judged:
             mutant["status"], mutant["guard_note"] = judged
 
@@ -275,7 +276,7 @@ def unguarded(reviews: list[dict]) -> list[dict]:
         for r in reviews
         if "review" in r
         for m in r["review"]["mutants"]
-        if m["status"] in SURVIVED
+        if m["status"] in SURVIVORS
     ]
 
 
@@ -287,7 +288,7 @@ def findings(data: dict) -> list[tuple[str, str]]:
     for entry in data["reviews"]:
         why = entry.get("could_not_run") or entry.get("not_reviewed")
         if why:
-            found.append(("error", f"{entry['file']}: not reviewed: {why}"))
+            found.append((ERROR, f"{entry['file']}: not reviewed: {why}"))
             continue
         found += [(c, f"{entry['file']}: {what}") for c, what in render.findings(entry["review"])]
     for row in data["hunks"]:

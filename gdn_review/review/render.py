@@ -10,18 +10,22 @@ in fences nothing can close).
 
 from __future__ import annotations
 
-from gdn_review.common.fail_conditions import SURVIVED
+from gdn_review.common.fail_conditions import ERROR
+from gdn_review.common.vocabulary import (
+    HOLDING,
+    KILLS,
+    NOT_MEASURED,
+    SURVIVORS,
+    MutantStatus,
+    Verdict,
+)
 from gdn_review.kb.subjects import is_record_key, key_label, key_order
 from gdn_review.report import failing_batch
 from gdn_review.report.markdown import cell, code, fence, text
 from gdn_review.review import compare
-from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN, NOT_MEASURED
 
 SHOWN_CHANGES = 6  # before → after values per moved case in the markdown; the JSON has all
-RAN = SURVIVED | {"killed", "timeout"}  # mutants whose tests ran to an end
-# A mutant's status ``error``: our own code raised while running it (it did not compile, pytest
-# ended abnormally, the child's body raised): no kill, no survivor.
-MUTANT_ERROR = "error"
+RAN = SURVIVORS | KILLS  # mutants whose tests ran to an end
 
 
 def _name(key) -> str:
@@ -50,7 +54,7 @@ def unmeasured_verdict(claim: dict) -> str | None:
     """``could not run`` or ``error in the check`` where a claim measured nothing on a side (the
     error first, after before before), else None."""
     verdicts = (claim["after"], claim["before"])
-    for outcome in (CHECK_ERROR, COULD_NOT_RUN):
+    for outcome in (Verdict.CHECK_ERROR, Verdict.COULD_NOT_RUN):
         if outcome in verdicts:
             return outcome
     return None
@@ -69,7 +73,7 @@ def findings(data: dict) -> list[tuple[str, str]]:
                 side = "with the change" if claim["after"] == unmeasured else "before the change"
                 reason = claim["reason_after"] if claim["after"] == unmeasured else ""
                 reason = reason or claim["reason_before"]
-                found.append(("error", f"{who} {claim['id']} {unmeasured} {side}: {reason}"))
+                found.append((ERROR, f"{who} {claim['id']} {unmeasured} {side}: {reason}"))
             elif claim["broke"]:
                 found.append(
                     ("breaks", f"{who} {claim['id']}: {claim['before']} → {claim['after']}")
@@ -79,7 +83,7 @@ def findings(data: dict) -> list[tuple[str, str]]:
             case, why = next(iter(sorted(not_built.items())))
             found.append(
                 (
-                    "error",
+                    ERROR,
                     f"{who}: {len(not_built)} case(s) not built, no drift read from them; "
                     f"first: {case}: {why}",
                 )
@@ -87,18 +91,18 @@ def findings(data: dict) -> list[tuple[str, str]]:
         for row in record["unexplained"]:
             found.append(("drift", f"{who} {row['case']}: {', '.join(row['fields'])}"))
     for mutant in data["mutants"]:
-        if mutant["status"] in SURVIVED:
-            how = "" if mutant["status"] == "survived" else f" ({mutant['status']})"
-            found.append(("survived", f"mutant {mutant['id']}{how}"))
-        elif mutant["status"] == MUTANT_ERROR:
-            found.append(("error", f"mutant {mutant['id']} {mutant_error_words(mutant)}"))
+        if mutant["status"] in SURVIVORS:
+            how = "" if mutant["status"] == MutantStatus.SURVIVED else f" ({mutant['status']})"
+            found.append((MutantStatus.SURVIVED, f"mutant {mutant['id']}{how}"))
+        elif mutant["status"] == MutantStatus.ERROR:
+            found.append((ERROR, f"mutant {mutant['id']} {mutant_error_words(mutant)}"))
     return found
 
 
 def mutant_error_words(mutant: dict) -> str:
     """A mutant our own code raised on, worded as such (neither killed nor survived)."""
     reason = mutant.get("reason") or "no reason given"
-    return f"{CHECK_ERROR} (gdn-review's fault, neither killed nor survived): {reason}"
+    return f"{Verdict.CHECK_ERROR} (gdn-review's fault, neither killed nor survived): {reason}"
 
 
 def headline(data: dict) -> str:
@@ -111,7 +115,7 @@ def headline(data: dict) -> str:
     for outcome in NOT_MEASURED:
         count = sum(unmeasured_verdict(c) == outcome for c in claims)
         if count:
-            words = "could not run" if outcome == COULD_NOT_RUN else "had an error in the check"
+            words = outcome if outcome == Verdict.COULD_NOT_RUN else f"had an {outcome}"
             parts.append(f"**{count} claim(s) {words}** (no verdict)")
     not_built = sum(len(r.get("not_built") or {}) for r in data["records"])
     if not_built:
@@ -127,7 +131,7 @@ def headline(data: dict) -> str:
         parts.append("**no recorded PR explains the change**")
     ran = [m for m in data["mutants"] if m["status"] in RAN]
     if data["mutants"]:
-        killed = sum(m["status"] in ("killed", "timeout") for m in ran)
+        killed = sum(m["status"] in KILLS for m in ran)
         parts.append(f"{killed} of {len(ran)} mutants of the new lines killed")
     return "; ".join(parts) + "."
 
@@ -138,19 +142,11 @@ def own_claims(data: dict) -> dict | None:
     record = next((r for r in data["records"] if r.get("own")), None)
     if record is None:
         return None
-    counts = {"hold": [], "pending": [], "fail": [], COULD_NOT_RUN: [], CHECK_ERROR: []}
+    counts = {v: [] for v in (Verdict.HOLDS, Verdict.PENDING, Verdict.FAILS, *NOT_MEASURED)}
     for claim in record["claims"]:
         after = claim["after"]
-        key = (
-            after
-            if after in NOT_MEASURED
-            else "hold"
-            if after in compare.HOLDING
-            else "fail"
-            if after == "fails"
-            else "pending"
-        )
-        counts[key].append(claim["id"])
+        key = after if after in NOT_MEASURED or after == Verdict.FAILS else Verdict.PENDING
+        counts[Verdict.HOLDS if after in HOLDING else key].append(claim["id"])
     return {"key": _key(record), **counts}
 
 
@@ -159,13 +155,14 @@ def own_claims_line(data: dict) -> str | None:
     own = own_claims(data)
     if own is None:
         return None
+    shown = (Verdict.HOLDS, Verdict.PENDING, Verdict.FAILS)
+    counted = ", ".join(f"{len(own[verdict])} {verdict.counted}" for verdict in shown)
     line = (
         f"**The PR's own claims** ({_name(own['key'])}, "
-        f"with its diff onto {text(data['onto'])}): "
-        f"{len(own['hold'])} hold, {len(own['pending'])} pending, {len(own['fail'])} fail"
+        f"with its diff onto {text(data['onto'])}): {counted}"
     )
-    if own["fail"]:
-        line += f" ({', '.join(text(c) for c in own['fail'])})"
+    if own[Verdict.FAILS]:
+        line += f" ({', '.join(text(c) for c in own[Verdict.FAILS])})"
     for outcome in NOT_MEASURED:
         if own[outcome]:
             line += f", {len(own[outcome])} {outcome} ({', '.join(text(c) for c in own[outcome])})"
@@ -316,7 +313,7 @@ def _unmeasured_lines(claim: dict) -> list[str]:
     fix = (
         "the set-up or the release's platform raised before the builder under test was "
         "entered: no verdict; fix the environment, not vLLM's code"
-        if outcome == COULD_NOT_RUN
+        if outcome == Verdict.COULD_NOT_RUN
         else "gdn-review's own code raised while checking: no verdict; a gdn-review bug to "
         "report with this message"
     )
@@ -381,7 +378,7 @@ def _more(items: list) -> list[str]:
 
 def _mutant_section(data: dict) -> list[str]:
     ran = [m for m in data["mutants"] if m["status"] in RAN]
-    killed = [m for m in ran if m["status"] in ("killed", "timeout")]
+    killed = [m for m in ran if m["status"] in KILLS]
     lines = [
         "### The change's own lines",
         "",
@@ -389,7 +386,7 @@ def _mutant_section(data: dict) -> list[str]:
     ]
     other = [m for m in data["mutants"] if m not in ran]
     for mutant in other:
-        if mutant["status"] == MUTANT_ERROR:
+        if mutant["status"] == MutantStatus.ERROR:
             lines.append(f"- {code(mutant['id'])}: {cell(mutant_error_words(mutant))}")
             continue
         lines.append(
@@ -398,7 +395,7 @@ def _mutant_section(data: dict) -> list[str]:
         )
     if data["mutants_left_out"]:
         lines.append(f"- {data['mutants_left_out']} more mutant(s) not run (over --max-mutants).")
-    survivors = [m for m in ran if m["status"] in SURVIVED]
+    survivors = [m for m in ran if m["status"] in SURVIVORS]
     if survivors:
         lines += ["", "Lines no recorded claim protects (each survivor's edit):", ""]
         for mutant in survivors:

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from gdn_review.common.files import atomic_write
+from gdn_review.common.vocabulary import KILLS
 from gdn_review.report.markdown import cell, code, fence, text
 
 DRAFT_HEAD = """\
@@ -34,8 +35,8 @@ def drafts_yaml(data: dict) -> str:
 
 def _mutant_counts(review: dict) -> tuple[int, int, list[dict]]:
     mutants = review["mutants"]
-    killed = [m for m in mutants if m["status"] in ("killed", "timeout")]
-    named = [m for m in mutants if m["status"] not in ("killed", "timeout")]
+    killed = [m for m in mutants if m["status"] in KILLS]
+    named = [m for m in mutants if m["status"] not in KILLS]
     return len(killed), len(mutants), named
 
 

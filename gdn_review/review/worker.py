@@ -134,16 +134,17 @@ def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
     """Each mutant of the change's new lines against the tests that passed with the change."""
     import types
 
+    from gdn_review.common.vocabulary import FAILING, NOT_MEASURED, Outcome
     from gdn_review.mutation import runner
     from gdn_review.run import evidence_file, suite
 
     tests = evidence_file.tests_of(patched_evidence)
     # A test that could not run (or whose check raised) would "fail" under every mutant too.
-    not_passing = {"failed", "xpassed", *evidence_file.NOT_MEASURED}
+    not_passing = {*FAILING, *NOT_MEASURED}
     failing = sorted({t["nodeid"] for t in tests if t["outcome"] in not_passing})
-    if not any(t["outcome"] == "passed" for t in tests):
+    if not any(t["outcome"] == Outcome.PASSED for t in tests):
         # Nothing measured with the change: a mutant's run would measure nothing either.
-        unmeasured = next((t for t in tests if t["outcome"] in evidence_file.NOT_MEASURED), None)
+        unmeasured = next((t for t in tests if t["outcome"] in NOT_MEASURED), None)
         why = (
             f"no test passed with the change ({unmeasured['reason']})"
             if unmeasured
@@ -151,7 +152,8 @@ def run_mutants(spec: dict, patched_evidence: Path) -> list[dict]:
         )
         say(f"mutants not run: {why}")
         return [
-            {"id": entry["id"], "status": "not run", "reason": why} for entry in spec["mutants"]
+            {"id": entry["id"], "status": Outcome.NOT_RUN, "reason": why}
+            for entry in spec["mutants"]
         ]
     # -x: a review needs killed or survived, not every claim's kills; a kill stops the run.
     # Tests already failing with the change are left out: they would kill every mutant.

@@ -30,35 +30,25 @@ from pathlib import Path
 from typing import Callable
 
 from gdn_review.common.files import atomic_write
+from gdn_review.common.vocabulary import NOT_MEASURED, VERDICTS, MutantStatus, Outcome, SkipKind
 
-FORMAT = "gdn-review-evidence/2"
+FORMAT = "gdn-review-evidence/3"
 # Format 1 had one outcome, "error", for whatever raised outside a test's call (a fixture,
 # the platform, VllmConfig): read as "could not run". Format 2 tells apart where an exception
-# came from (harness.origin, run.plugin): COULD_NOT_RUN and CHECK_ERROR, never a verdict.
-OLDER_FORMATS = ("gdn-review-evidence/1",)
+# came from (harness.origin, run.plugin): could not run and error in the check, never a verdict.
+# Format 3 gives each skipped test its ``skip_kind``; ``upgraded`` reads those of formats 1 and 2
+# from the words their harness began a skip's reason with (OLDER_SKIP_KINDS; any other: a plain
+# skip), never "absent": they cannot tell a release that lacks an open PR's addition from an
+# adaptation it refuses, so such a claim reads not applicable, not pending.
+OLDER_FORMATS = ("gdn-review-evidence/1", "gdn-review-evidence/2")
+OLDER_SKIP_KINDS = (SkipKind.NEEDS_CUDA, SkipKind.NOT_APPLICABLE)
 DEFAULT_PATH = Path(".gdn-review") / "evidence.json"
 BENCH_PATH = Path(".gdn-review") / "bench.json"  # `gdn-review bench`'s own file
 PARTS = ("mutation", "diff")  # what other commands add to a file of tests
 
-# The vocabulary of the format: how a test ended, how a mutant ended, a claim's verdict.
-# A test that could not run (set-up raised before the builder under test was entered), or
-# whose check raised in gdn-review's own code, measured nothing: neither is a verdict.
-COULD_NOT_RUN = "could not run"
-CHECK_ERROR = "error in the check"
-NOT_MEASURED = (COULD_NOT_RUN, CHECK_ERROR)
-RAN = {"passed", "failed", "xfailed", "xpassed"}
-OUTCOMES = RAN | {"skipped", "deselected", "not run", *NOT_MEASURED}
 # A failed test's ``failure``: what it measured (an assertion on measured values, or the
 # exception a case expects), or what the code under test raised on its own.
 MEASURED = "measured"
-# "unreachable here": a kb/guard/ note says only another device or backend runs its lines.
-MUTANT_STATUSES = ("killed", "survived", "not reached", "timeout", "error")
-MUTANT_STATUSES += ("not applicable", "equivalent", "unreachable here")
-VERDICTS = ("holds", "fails", "pending", "known deviation", "not applicable", "unverified")
-VERDICTS += NOT_MEASURED
-# A record whose cases never execute its PR's own lines (the ``reach`` part): its claims that
-# held are not tied to the change (report.verdicts.tie_to_change).
-NOT_TIED = "not tied to the change"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -78,8 +68,9 @@ def record_sha256(path: Path) -> str | None:
 
 
 def write(path: Path, data: dict) -> None:
-    """Write an evidence document (``format`` set here), whole or not at all."""
-    document = {**data, "format": FORMAT}
+    """Write an evidence document whole or not at all (``format`` set here, an old one upgraded)."""
+    old = data.get("format") in OLDER_FORMATS
+    document = {**(upgraded(data) if old else data), "format": FORMAT}
     atomic_write(Path(path), json.dumps(document, indent=1, sort_keys=True, default=str) + "\n")
 
 
@@ -133,14 +124,19 @@ def read(path: Path) -> dict:
 
 
 def upgraded(data: dict) -> dict:
-    """An older format's document in today's words (format 1's "error": could not run)."""
+    """An older format's document in today's words (format 1's "error"; a skip's kind)."""
     if data.get("format") == FORMAT:
         return data
     tests = []
     for test in data.get("tests", []):
         if isinstance(test, dict) and test.get("outcome") == "error":
             reason = test.get("reason") or "raised outside the test's call"
-            test = {**test, "outcome": COULD_NOT_RUN, "reason": f"{COULD_NOT_RUN}: {reason}"}
+            cannot = Outcome.COULD_NOT_RUN
+            test = {**test, "outcome": cannot, "reason": f"{cannot}: {reason}"}
+        if isinstance(test, dict) and test.get("outcome") == Outcome.SKIPPED:
+            first = str(test.get("reason") or "").partition(":")[0]
+            kind = first if first in OLDER_SKIP_KINDS else SkipKind.OTHER
+            test = {"skip_kind": kind, **test}
         tests.append(test)
     return {**data, "tests": tests, "format": FORMAT}
 
@@ -196,7 +192,7 @@ def record_slice(data: dict, key) -> dict:
     """A document cut down to one record's tests (and its claim and risk index)."""
     prefix = f"{key}:"
     tests = [t for t in data.get("tests", []) if t.get("record") == key]
-    broke = any(t["outcome"] in {"failed", *NOT_MEASURED} for t in tests)
+    broke = any(t["outcome"] in {Outcome.FAILED, *NOT_MEASURED} for t in tests)
     ran_alone = 1 if broke else (0 if tests else 5)
     return {
         **data,
@@ -435,7 +431,7 @@ def _diff_problem(side) -> str | None:
     for claim_id, row in side["claims"].items():
         if (
             not isinstance(row, dict)
-            or row.get("verdict") not in VERDICTS + ("not run",)
+            or row.get("verdict") not in (*VERDICTS, Outcome.NOT_RUN)
             or not isinstance(row.get("reason", ""), str)
         ):
             return f"claims.{claim_id}: expected an object with a verdict ({', '.join(VERDICTS)})"
@@ -453,10 +449,9 @@ def _mutant_problem(mutant) -> str | None:
         return f"expected an object, got {type(mutant).__name__}"
     if not is_record_key(mutant.get("record")) or not isinstance(mutant.get("id"), str):
         return "'record' (a PR number or a contract id) and 'id' (string) are required"
-    if mutant.get("status") not in MUTANT_STATUSES:
+    if mutant.get("status") not in set(MutantStatus):
         return (
-            f"unknown status {mutant.get('status')!r} (expected one of "
-            f"{', '.join(MUTANT_STATUSES)})"
+            f"unknown status {mutant.get('status')!r} (expected one of {', '.join(MutantStatus)})"
         )
     if not isinstance(mutant.get("killed_by", {}), dict) or not isinstance(
         mutant.get("risks", []), list
@@ -476,10 +471,8 @@ def _test_problem(test) -> str | None:
     for key in ("nodeid", "claim", "outcome"):
         if not isinstance(test.get(key), str):
             return f"{key!r} must be a string, got {test.get(key)!r}"
-    if test["outcome"] not in OUTCOMES:
-        return (
-            f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(OUTCOMES))})"
-        )
+    if test["outcome"] not in set(Outcome):
+        return f"unknown outcome {test['outcome']!r} (expected one of {', '.join(sorted(Outcome))})"
     risks = test.get("risks", [])
     if risks is not None and not (
         isinstance(risks, list) and all(isinstance(r, str) for r in risks)
@@ -488,7 +481,7 @@ def _test_problem(test) -> str | None:
     for key in ("measured", "expected"):
         if test.get(key) is not None and not isinstance(test[key], dict):
             return f"{key!r} must be an object, got {test[key]!r}"
-    for key in ("case", "property", "device", "reason"):
+    for key in ("case", "property", "device", "reason", "skip_kind"):
         if test.get(key) is not None and not isinstance(test[key], str):
             return f"{key!r} must be a string, got {test[key]!r}"
     return None

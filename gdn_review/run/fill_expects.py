@@ -36,6 +36,7 @@ import yaml
 
 from gdn_review.common import record_format, release_range
 from gdn_review.common.files import atomic_write
+from gdn_review.common.vocabulary import Verdict
 from gdn_review.kb import RecordErrors, parse_record
 from gdn_review.kb.measured_rules import CALL_FIELDS
 from gdn_review.kb.yaml_source import SAFE_LOADER
@@ -219,25 +220,25 @@ def default_release(record, wanted: list[str]) -> tuple[str | None, str]:
         if claim.check.kind == "equivalence" and set(claim.check.cases) & set(wanted)
     }
     base, head = record.target.base_release, record.target.head_release
-    if befores == {"holds"} and base:
+    if befores == {Verdict.HOLDS} and base:
         return (
             base,
             f"measured on vLLM {base}, the base release: a claim of no change "
             "(before: holds) expects what the release without the PR builds",
         )
-    if befores == {"fails"} and head:
+    if befores == {Verdict.FAILS} and head:
         return (
             head,
             f"measured on vLLM {head}, the head release: a fix or improvement "
             "(before: fails) expects what the PR builds",
         )
-    if befores == {"fails"}:  # an open PR: no release has it yet
+    if befores == {Verdict.FAILS}:  # an open PR: no release has it yet
         return None, (
             "measured on the installed vLLM: the claims naming these cases are fixes "
             "(before: fails) of an open PR, which has no head release; check that the "
             "measured values are what the PR builds (or give --release)"
         )
-    if {"holds", "fails"} <= befores:
+    if {Verdict.HOLDS, Verdict.FAILS} <= befores:
         raise SnapshotError(
             f"{record.label}: the cases to fill are named by claims of no "
             f"change (before: holds, measured on {base}) and by "

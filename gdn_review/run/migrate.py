@@ -35,6 +35,7 @@ import yaml
 from gdn_review.common import record_format, release_range, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.common.snapshots import TENSOR_KEYS, explicit_form, implied_shape
+from gdn_review.common.vocabulary import Verdict
 from gdn_review.kb import RecordErrors, load_kb, parse_record
 from gdn_review.kb.yaml_source import SAFE_LOADER
 from gdn_review.run import snapshot_take
@@ -332,7 +333,7 @@ def changed_verdicts(old, new, data: dict) -> list[str]:
         if bool(was) != bool(now):
             why = describe_differences(now or was)
             found.append(
-                f"{label}, case {case_id}: {'fails' if now else 'holds'} once migrated "
+                f"{label}, case {case_id}: {Verdict.FAILS if now else Verdict.HOLDS} once migrated "
                 f"({'held' if not was else 'failed'} in format {old.schema_version}): {why}"
             )
 

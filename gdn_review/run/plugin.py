@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from gdn_review.common import interrupts
+from gdn_review.common.vocabulary import Outcome, SkipKind
 from gdn_review.run import evidence_file
 from gdn_review.run.seeded_draws import draws_from_the_seed_alone
 
@@ -84,11 +85,12 @@ def pytest_runtest_makereport(item, call):
     """
     outcome = yield
     report = outcome.get_result()
+    if report.skipped and call.excinfo is not None:
+        report.gdn_skip_kind = getattr(call.excinfo.value, _SKIP_KIND, None) or SkipKind.OTHER
     if not report.failed or call.excinfo is None or item.get_closest_marker("claim") is None:
         return
-    report.gdn_outcome, report.gdn_failure, report.gdn_reason = origin(
-        call.excinfo.value, call.when
-    )
+    found, report.gdn_failure, report.gdn_reason = origin(call.excinfo.value, call.when)
+    report.gdn_outcome = found.value  # a plain str: xdist sends reports through execnet
     pending = getattr(getattr(item, "module", None), "PENDING", None)
     if not pending or report.when != "call" or report.gdn_failure != evidence_file.MEASURED:
         return
@@ -97,17 +99,18 @@ def pytest_runtest_makereport(item, call):
     if claim not in pending or str(record) in os.environ.get(CHANGE_APPLIED, "").split(","):
         return
     report.gdn_pending_failure = _reason(report)
-    report.outcome = "skipped"
+    report.outcome = Outcome.SKIPPED.value
     report.wasxfail = f"pending: {pending[claim]}"
 
 
-# The attribute harness.origin.under_test sets on what vLLM's code under test raised, and the
-# class harness.origin.setting_up raises: read by name, so that classifying a failure never
-# imports the harness (nor vLLM).
+# The attribute harness.origin.under_test sets on what vLLM's code under test raised, the
+# class harness.origin.setting_up raises, and the attribute harness.origin.skip sets on its
+# skip: read by name, so that classifying a failure never imports the harness (nor vLLM).
 _UNDER_TEST = "gdn_review_under_test"
 _COULD_NOT_RUN = "CouldNotRun"
+_SKIP_KIND = "gdn_review_skip_kind"
 # The order in which one test's several exceptions (a Hypothesis group) decide its outcome.
-_PRECEDENCE = (evidence_file.CHECK_ERROR, evidence_file.COULD_NOT_RUN, "failed")
+_PRECEDENCE = (Outcome.CHECK_ERROR, Outcome.COULD_NOT_RUN, Outcome.FAILED)
 
 
 def origin(error: BaseException, when: str) -> tuple[str, str | None, str]:
@@ -129,21 +132,21 @@ def origin(error: BaseException, when: str) -> tuple[str, str | None, str]:
     chain = _chain(error)
     cannot = next((e for e in chain if type(e).__name__ == _COULD_NOT_RUN), None)
     if cannot is not None:
-        return evidence_file.COULD_NOT_RUN, None, str(cannot)
+        return Outcome.COULD_NOT_RUN, None, str(cannot)
     under_test = getattr(error, _UNDER_TEST, None)
     words = f"{type(error).__name__}: {_first_line(error)}"
     if under_test is not None:
-        return "failed", f"raised by {under_test}", words
+        return Outcome.FAILED, f"raised by {under_test}", words
     if when == "setup":
         return (
-            evidence_file.COULD_NOT_RUN,
+            Outcome.COULD_NOT_RUN,
             None,
             f"could not run: set-up raised {words} (at {_last_frame(error)})",
         )
     if isinstance(error, (AssertionError, pytest.fail.Exception)):
-        return "failed", evidence_file.MEASURED, words
+        return Outcome.FAILED, evidence_file.MEASURED, words
     return (
-        evidence_file.CHECK_ERROR,
+        Outcome.CHECK_ERROR,
         None,
         f"error in the check (gdn-review's own code raised {words} at {_last_frame(error)})",
     )
@@ -255,7 +258,7 @@ def _test_entry(item) -> dict | None:
         # An invariant's boundary batch, by name (harness.boundary_batches); None elsewhere.
         "boundary": params.get("boundary"),
         "device": device,
-        "outcome": "not run",
+        "outcome": Outcome.NOT_RUN,
         "reason": None,
         "measured": None,
         "expected": None,
@@ -267,14 +270,12 @@ def _failed(entry: dict, report) -> None:
     """A failed phase's outcome, failure and reason (``origin``'s, made where the test ran)."""
     outcome = getattr(report, "gdn_outcome", None)
     if outcome is None:  # raised outside anything origin() saw: not a measurement
-        outcome = (
-            evidence_file.COULD_NOT_RUN if report.when == "setup" else evidence_file.CHECK_ERROR
-        )
+        outcome = Outcome.COULD_NOT_RUN if report.when == "setup" else Outcome.CHECK_ERROR
         entry["outcome"], entry["reason"] = outcome, f"{outcome}: {_reason(report)}"
         return
     entry["outcome"] = outcome
-    entry["reason"] = _reason(report) if outcome == "failed" else report.gdn_reason
-    if outcome == "failed":
+    entry["reason"] = _reason(report) if outcome == Outcome.FAILED else report.gdn_reason
+    if outcome == Outcome.FAILED:
         entry["failure"] = report.gdn_failure
 
 
@@ -384,7 +385,7 @@ class EvidenceCollector:
         for item in items:
             entry = _test_entry(item)
             if entry is not None:
-                entry["outcome"] = "deselected"
+                entry["outcome"] = Outcome.DESELECTED
                 entry["reason"] = "not run: deselected"
                 self.tests[item.nodeid] = entry
 
@@ -400,30 +401,32 @@ class EvidenceCollector:
             entry["duration_s"] = round(report.duration, 4)
         if report.when == "setup":
             if report.skipped:
-                entry["outcome"], entry["reason"] = "skipped", _reason(report)
+                entry["outcome"], entry["reason"] = Outcome.SKIPPED, _reason(report)
+                entry["skip_kind"] = getattr(report, "gdn_skip_kind", SkipKind.OTHER)
             elif report.failed:
                 _failed(entry, report)
         elif report.when == "call":
             if getattr(report, "gdn_pending_failure", None) is not None:
                 # Failed as the open PR says it should (pytest saw an xfail): evidence keeps it.
-                entry["outcome"], entry["reason"] = "failed", report.gdn_pending_failure
+                entry["outcome"], entry["reason"] = Outcome.FAILED, report.gdn_pending_failure
                 entry["failure"] = evidence_file.MEASURED
             elif getattr(report, "wasxfail", None) is not None:
-                entry["outcome"] = "xfailed" if report.skipped else "xpassed"
+                entry["outcome"] = Outcome.XFAILED if report.skipped else Outcome.XPASSED
                 entry["reason"] = report.wasxfail
             elif report.skipped:
-                entry["outcome"], entry["reason"] = "skipped", _reason(report)
+                entry["outcome"], entry["reason"] = Outcome.SKIPPED, _reason(report)
+                entry["skip_kind"] = getattr(report, "gdn_skip_kind", SkipKind.OTHER)
             elif report.failed:
                 _failed(entry, report)
             else:
                 entry["outcome"], entry["reason"] = report.outcome, None
-            if entry["outcome"] == "failed":  # a pending claim's failure too
+            if entry["outcome"] == Outcome.FAILED:  # a pending claim's failure too
                 smallest, failing = _falsifying_example(report), _failing_batch(report)
                 if smallest:
                     entry["smallest_batch"] = smallest
                 if failing:
                     entry["failing_batch"] = failing
-        elif report.when == "teardown" and report.failed and entry["outcome"] != "failed":
+        elif report.when == "teardown" and report.failed and entry["outcome"] != Outcome.FAILED:
             _failed(entry, report)
 
     def pytest_sessionfinish(self, session, exitstatus):

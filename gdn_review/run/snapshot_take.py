@@ -41,13 +41,13 @@ from gdn_review.common import interrupts, release, release_trees
 from gdn_review.common.files import atomic_write
 from gdn_review.common.release import Release
 from gdn_review.common.snapshots import FOLDER, document, dumps, load, snapshot_path
+from gdn_review.common.vocabulary import Outcome
 from gdn_review.kb.subjects import key_label
-from gdn_review.run.evidence_file import CHECK_ERROR, COULD_NOT_RUN
 
 # The harness's flags for the parts it measures only when asked (harness.case_build.build_case).
 MEASURE_FLAGS = ("layout", "builder_fields", "server_fields")
-# A case's snapshot that measured nothing: its key -> the outcome it is (evidence_file's words).
-NOT_TAKEN = {"could_not_run": COULD_NOT_RUN, "error_in_the_check": CHECK_ERROR}
+# A case's snapshot that measured nothing: its key -> the outcome it is.
+NOT_TAKEN = {"could_not_run": Outcome.COULD_NOT_RUN, "error_in_the_check": Outcome.CHECK_ERROR}
 
 
 def not_taken(measured: dict | None) -> tuple[str, str] | None:

@@ -77,8 +77,25 @@ def prepare_platform() -> None:
     os.environ["VLLM_TARGET_DEVICE"] = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+class SkipKind:
+    """Why a generated test skipped, as the harness says it (``harness.origin.skip``
+    marks pytest's skip; the plugin writes the test's ``skip_kind``): a report reads
+    the verdict from it, never from the reason. Plain words, not an enum: the export
+    copies this class into modules that run without gdn-review."""
+
+    ABSENT = "absent"  # the release lacks what the case needs: pending for an open PR
+    NOT_APPLICABLE = "not applicable"  # outside the claim's or case's releases, ...
+    REFUSED = "refused"  # an adaptation the release refuses: never pending
+    NEEDS_CUDA = "needs CUDA"
+    OTHER = "other"  # any other skip (pytest's own, no stored snapshot): unverified
+
+
 # The attribute ``under_test`` sets on an exception that vLLM's code under test raised.
 UNDER_TEST = "gdn_review_under_test"
+
+
+# The attribute ``skip`` sets on its skip: why the test skipped (a SkipKind).
+SKIP_KIND = "gdn_review_skip_kind"
 
 
 def last_frame(error: BaseException) -> str:
@@ -169,6 +186,17 @@ def under_test(what: str):
 def raised_by_code_under_test(error: BaseException) -> str | None:
     """What code under test raised ``error`` (``under_test``'s mark), or None."""
     return getattr(error, UNDER_TEST, None)
+
+
+def skip(kind: str, reason: str):
+    """pytest's skip with ``reason``, marked with its ``kind`` (a SkipKind), which the
+    plugin records: a report reads the verdict from it, never from the reason."""
+    import pytest
+
+    __tracebackhide__ = True
+    skipped = pytest.skip.Exception(reason)
+    setattr(skipped, SKIP_KIND, kind)
+    raise skipped
 
 
 # Set to 1: no adaptation applies (a release runs as it is, or could not run).
@@ -398,11 +426,10 @@ def model_runner_env(runner: str | None) -> tuple[str, str] | None:
         return "VLLM_USE_V2_MODEL_RUNNER", "1" if runner == "v2" else "0"
     if runner == "v2":
         return None
-    import pytest
-
-    pytest.skip(
+    skip(
+        SkipKind.REFUSED,
         f"not applicable: vLLM {vllm.__version__} has no model runner V1 (removed in "
-        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)"
+        "0.34.0: VLLM_USE_V2_MODEL_RUNNER is no longer read; V2 is the only runner)",
     )
 
 
@@ -555,11 +582,10 @@ def speculative_config(method: str | None, tokens: int, target):
 
     method = method or "ngram"
     if method not in typing.get_args(getattr(module, "SpeculativeMethod", None)):
-        import pytest
-
-        pytest.skip(
+        skip(
+            SkipKind.ABSENT,
             f"not applicable: vLLM {vllm.__version__} has no speculative "
-            f"method {method}"
+            f"method {method}",
         )
     if method == "ngram":
         extra = {"prompt_lookup_max": 2, "prompt_lookup_min": 1}
@@ -834,9 +860,7 @@ def builder_class(name: str | None):
         return getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
     module = family_modules().get(name)
     if module is None:
-        import pytest
-
-        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {name}")
+        skip(SkipKind.ABSENT, f"not applicable: vLLM {vllm.__version__} has no {name}")
     loaded = importlib.import_module(module)
     cls = getattr(loaded, name)
     gdn = getattr(importlib.import_module(GDN_BUILDER_MODULE), GDN_BUILDER)
@@ -1378,9 +1402,8 @@ def declaration(target: str, builder: str | None):
             (b for b in backend_classes(cls) if b.__name__ == owner_name), None
         )
     if owner is None or not hasattr(owner, name):
-        import pytest
-
-        pytest.skip(f"not applicable: vLLM {vllm.__version__} has no {target}")
+        release = vllm.__version__
+        skip(SkipKind.ABSENT, f"not applicable: vLLM {release} has no {target}")
     return module, getattr(owner, name)
 
 
@@ -1809,8 +1832,9 @@ def needs_own_builder(case: dict) -> bool:
     )
 
 
-def scenario_skip_reason(case: dict, builder) -> str | None:
-    """Why the loaded release or device cannot run this case (None: it can)."""
+def skip_what_cannot_run(case: dict, builder) -> None:
+    """Skip, with its kind and reason, where the loaded release or device cannot run
+    this case."""
     import sys
 
     import vllm
@@ -1819,14 +1843,15 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     release = vllm.__version__
     method = ENTRY_METHODS[case.get("entry", "build")]
     if not hasattr(builder, method):
-        return (
-            f"not applicable: vLLM {release} has no {type(builder).__name__}.{method}"
+        skip(
+            SkipKind.ABSENT,
+            f"not applicable: vLLM {release} has no {type(builder).__name__}.{method}",
         )
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadata
 
     step_reason = step_skip_reason(case, builder)
     if step_reason is not None:
-        return step_reason
+        skip(SkipKind.ABSENT, step_reason)
     # What the case needs is looked for where validate looks (kb.release_names): a
     # metadata field, the builder (its class and bases), the backend class whose
     # get_builder_cls returns the builder's class, a module-level name of its module.
@@ -1835,18 +1860,20 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
     places = [builder, *backend_classes(type(builder)), module]
     for name in case.get("needs") or []:
         if name not in fields and not any(hasattr(place, name) for place in places):
-            return (
+            skip(
+                SkipKind.ABSENT,
                 f"not applicable: vLLM {release} has no {name} (metadata, builder, "
-                "backend or module)"
+                "backend or module)",
             )
     host_lens = case.get("host_seq_len_offset") or any(
         row.get("host_seq_len") is not None for row in case["rows"]
     )
     names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
     if host_lens and "seq_lens_cpu_upper_bound" not in names:
-        return (
+        skip(
+            SkipKind.ABSENT,
             f"not applicable: vLLM {release}'s CommonAttentionMetadata has no "
-            "seq_lens_cpu_upper_bound (host sequence lengths)"
+            "seq_lens_cpu_upper_bound (host sequence lengths)",
         )
     regather_indices = (case.get("second_builder") or {}).get(
         "aligned_state_indices"
@@ -1857,12 +1884,12 @@ def scenario_skip_reason(case: dict, builder) -> str | None:
         and not getattr(builder, "supports_update_block_table", False)
         and regather_indices is None
     ):
-        return (
+        skip(
+            SkipKind.NOT_APPLICABLE,
             "not applicable: update_block_table in mamba_cache_mode 'align' re-gathers "
             "the V2 runner's aligned state indices, and the case gives none "
-            "(model_runner: v2 with aligned_state_indices)"
+            "(model_runner: v2 with aligned_state_indices)",
         )
-    return None
 
 
 class _OpCounter:
@@ -2028,11 +2055,7 @@ def _step_builders(device: str, case: dict):
     release cannot run it)."""
     settings = settings_for(case, device)
     builders = [new_builder(settings) for _ in range(case["step"].get("groups", 2))]
-    reason = scenario_skip_reason(case, builders[0])
-    if reason is not None:
-        import pytest
-
-        pytest.skip(reason)
+    skip_what_cannot_run(case, builders[0])
     return builders, settings
 
 
@@ -2091,11 +2114,7 @@ def _builder_after(device: str, case: dict):
         builder = new_builder(settings)
     else:
         builder = make_builder(settings)
-    reason = scenario_skip_reason(case, builder)
-    if reason is not None:
-        import pytest
-
-        pytest.skip(reason)
+    skip_what_cannot_run(case, builder)
     for earlier in case.get("after") or []:
         _run_after(builder, earlier, device)
     return builder, settings
