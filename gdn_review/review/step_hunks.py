@@ -72,16 +72,11 @@ def step_diff(paths: list[str], read_old: Callable, read_new: Callable) -> str:
 
 
 def split_by_file(text: str) -> dict[str, str]:
-    """Each file's part of a ``step_diff`` text, by its path."""
-    parts: dict[str, str] = {}
-    current = None
-    for line in text.splitlines(keepends=True):
-        if line.startswith("diff --git a/"):
-            current = line.split(" b/", 1)[1].strip()
-            parts[current] = ""
-        if current is not None:
-            parts[current] += line
-    return parts
+    """Each file's part of a ``step_diff`` text, by its path (``unified_diff`` reads it)."""
+    lines = text.splitlines(keepends=True)
+    files = unified_diff.read_diff(text, "step diff")
+    starts = [file.line - 1 for file in files] + [len(lines)]
+    return {file.path: "".join(lines[a:b]) for file, a, b in zip(files, starts, starts[1:])}
 
 
 def hunks(text: str, name: str = "step diff") -> list[dict]:
