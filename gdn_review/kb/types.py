@@ -134,8 +134,9 @@ StepExpectField = Literal["group_state_tables", "group_differences"]
 # ...and the others.
 ExpectField = Literal[
     CoreExpectField,
-    # The other fields build() returns (GDNAttentionMetadata, 0.28.0 to 0.33.0) as
-    # plain values: raw tensors as lists, the padded tails of FULL-graph buffers included.
+    # The other fields build() returns (GDNAttentionMetadata of every cached release, read
+    # by tests/test_release_facts.py) as plain values: raw tensors as lists, the padded
+    # tails of FULL-graph buffers included.
     "spec_state_indices_tensor",
     "non_spec_state_indices_tensor",
     "prefill_state_indices",
@@ -162,8 +163,8 @@ ExpectField = Literal[
     "raised",
     # With `raised: <type>` on a batch case: the exception's first line.
     "message",
-    # Fields of open PRs (#40738, #55504) that no release up to 0.33.0 has; a case
-    # stating them lists them in `needs`.
+    # Fields of open PRs (#40738, #55504) that no cached release has (read as above); a
+    # case stating them lists them in `needs`.
     "spec_decode_src_indices",
     "non_spec_num_accepted",
 ]
