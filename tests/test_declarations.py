@@ -173,3 +173,52 @@ def test_the_record_generates_and_passes_on_the_release_with_the_change(tmp_path
         code, printed = done.returncode, done.stdout
     last = printed.strip().splitlines()[-1]
     assert code == 0 and "4 passed" in last, printed[-3000:]
+
+
+# --- Where an exception of a call case comes from (harness/origin.py's rule) ---------------------
+
+CALL_CASE = {
+    "id": "backend_declares_mismatch",
+    "call": {"function": "GDNAttentionBackend.supports_device_cpu_query_lens_mismatch"},
+}
+
+
+def _settings():
+    from gdn_review.harness.case_build import settings_for
+
+    return settings_for(CALL_CASE, "cpu")
+
+
+def test_a_call_that_raises_is_what_the_case_measures(monkeypatch):
+    from gdn_review.harness import declarations
+
+    def refuses(*_):
+        raise ValueError("vLLM refuses")
+
+    monkeypatch.setattr(declarations, "declaration", lambda target, builder: (None, refuses))
+    measured = declarations.call_declaration(CALL_CASE, _settings())
+    assert measured["returned"] is None and "vLLM refuses" in str(measured["raised"])
+
+
+def test_a_server_set_up_that_raises_could_not_run_and_our_reading_is_our_own_error(monkeypatch):
+    import contextlib
+
+    from gdn_review.harness import declarations
+    from gdn_review.harness.origin import CouldNotRun
+
+    @contextlib.contextmanager
+    def no_resolver(settings):
+        raise AttributeError("module has no _resolve_gdn_prefill_backend")
+        yield
+
+    monkeypatch.setattr(declarations, "as_on_server", no_resolver)
+    with pytest.raises(CouldNotRun, match="_resolve_gdn_prefill_backend"):
+        declarations.call_declaration(CALL_CASE, _settings())
+    monkeypatch.undo()
+
+    def our_bug(value):
+        raise KeyError("a bug in measured_value")
+
+    monkeypatch.setattr(declarations, "measured_value", our_bug)
+    with pytest.raises(KeyError, match="a bug in measured_value"):  # not a measured "raised"
+        declarations.call_declaration(CALL_CASE, _settings())
