@@ -161,3 +161,40 @@ def test_a_case_asking_for_a_resolver_the_release_lacks_could_not_run(monkeypatc
     monkeypatch.setattr(adaptations, "RESOLVER_MODULES", ("vllm.no_such_module", "json"))
     with pytest.raises(adaptations.NotInRelease, match="_resolve_gdn_prefill_backend"):
         adaptations.prefill_backend_resolvers()
+
+
+# A row's own prefilling on a release whose CommonAttentionMetadata has no is_prefilling (0.18.0):
+# metadata_without_row_facts leaves out only the facts a case does not state.
+ROW_FACTS = """
+import json
+import pytest
+from gdn_review.harness.environment import prepare_platform
+prepare_platform()
+from gdn_review.harness.case_build import build_case
+rows = [{"seq_len": 10, "query_len": 1}, {"seq_len": 20, "query_len": 4}]
+seen = {}
+for name, stated in (("derived", rows), ("stated", [{**rows[0], "prefilling": False}, rows[1]])):
+    try:
+        seen[name] = sorted(build_case("cpu", {"rows": stated}, count_ops=False).metadata)[:1]
+    except pytest.skip.Exception as skip:
+        seen[name] = "skipped: " + str(skip.msg)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+def test_a_row_fact_the_case_states_is_not_applicable_where_the_release_has_no_field():
+    done = interrupts.run_child(
+        [sys.executable, "-c", ROW_FACTS],
+        env=release_trees.environment(release_trees.tree("0.18.0")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert isinstance(seen["derived"], list), seen  # built: the fact is left out
+    assert seen["stated"] == (
+        "skipped: not applicable: vLLM 0.18.0's CommonAttentionMetadata has no "
+        "is_prefilling (a row's prefilling)"
+    ), seen

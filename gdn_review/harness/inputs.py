@@ -111,8 +111,11 @@ def _common_metadata(case: dict, rows: list[dict], columns: int, device):
         "_num_computed_tokens_cpu": seq_lens_cpu - query_lens_cpu,
     }
     # The fields this release's class has: a row fact it lacks is left out
-    # (adaptations.METADATA_WITHOUT_ROW_FACTS), and so are the inputs of other releases.
-    fitted = accepted_kwargs(CommonAttentionMetadata, **candidates)
+    # (adaptations.METADATA_WITHOUT_ROW_FACTS), and so are the inputs of other releases;
+    # a row's own `prefilling` is not: NotInRelease, the case could not run.
+    stated = any(row.get("prefilling") is not None for row in case["rows"])
+    asked = ("is_prefilling",) if stated else ()
+    fitted = accepted_kwargs(CommonAttentionMetadata, asked, **candidates)
     return CommonAttentionMetadata(**fitted)
 
 
