@@ -161,6 +161,14 @@ def test_a_case_asking_for_a_resolver_the_release_lacks_could_not_run(monkeypatc
     monkeypatch.setattr(adaptations, "RESOLVER_MODULES", ("vllm.no_such_module", "json"))
     with pytest.raises(adaptations.NotInRelease, match="_resolve_gdn_prefill_backend"):
         adaptations.prefill_backend_resolvers()
+    # Making the builder, the server's configuration around it is set-up: that case could not
+    # run (it raised unmarked before, read as an error in gdn-review's own check).
+    from gdn_review.harness import builders
+    from gdn_review.harness.origin import CouldNotRun
+
+    settings = builders.BuilderSettings(device="cpu", resolved_prefill_backend="triton")
+    with pytest.raises(CouldNotRun, match="_resolve_gdn_prefill_backend"):
+        builders.new_builder(settings)
 
 
 # A row's own prefilling on a release whose CommonAttentionMetadata has no is_prefilling (0.18.0):

@@ -330,14 +330,18 @@ def new_builder(settings: BuilderSettings):
     spec = mamba_spec(settings)
     with setting_up("VllmConfig"):
         config = engine_config(settings)
-    with as_on_server(settings), under_test(f"{cls.__name__}.__init__"):
-        # As the engine does: builder_cls(kv_cache_spec, layer_names, config, device).
-        return cls(
-            spec,
-            ["model.layers.0.linear_attn"],
-            config,
-            torch.device(settings.device),
-        )
+    with contextlib.ExitStack() as server:
+        with setting_up("the server's configuration"):  # a release without its resolver
+            server.enter_context(as_on_server(settings))
+        with under_test(f"{cls.__name__}.__init__"):
+            # As the engine does: builder_cls(kv_cache_spec, layer_names, config,
+            # device).
+            return cls(
+                spec,
+                ["model.layers.0.linear_attn"],
+                config,
+                torch.device(settings.device),
+            )
 
 
 def mamba_spec(settings: BuilderSettings):
