@@ -99,6 +99,16 @@ INJECT = {
 
         patch.setattr(builder_class(), "build", refuse)
 """,
+    # A harness helper outside the checks' own code asserts (a slip of ours, not a measurement).
+    "assert": """\
+        from gdn_review.harness import case_build
+
+        # compiled as case_build.py's own code: an assert on its line 1
+        slip = "def slip(*args, **kwargs):\\n    assert False, \\"a helper's own assertion\\""
+        found = {}
+        exec(compile(slip, case_build.__file__, "exec"), found)
+        patch.setattr(case_build, "snapshot", found["slip"])
+""",
     # The module `gdn-review export` writes (no gdn-review in it): its own copy of the harness.
     "export": """\
         def refuse(settings):
@@ -126,7 +136,7 @@ def test_C3_equivalence(device, no_such_fixture):
 # The tests each kind runs (pytest -k over the module's name and the test's).
 SELECTED = (
     "cpu and ((kind_config and C2) or (kind_check and C1) or (kind_init and C3) "
-    "or (kind_build and C2) or kind_fixture or (kind_export and C2))"
+    "or (kind_build and C2) or kind_fixture or (kind_export and C2) or (kind_assert and C2))"
 )
 
 # Words no report may use for a claim that measured nothing.
@@ -296,6 +306,19 @@ def test_an_error_in_a_check_of_a_pending_claim_is_no_verdict(runs):
     assert step.startswith(f"Claim C1: error in the check on vLLM {INSTALLED}: ")
     assert "A fault in gdn-review, not in vLLM: report it with this message" in step
     assert "store its diff" not in result["markdown"]  # the pending claim's next step
+
+
+def test_an_assertion_in_our_own_helper_is_an_error_in_the_check_not_a_failure(runs):
+    """Only the checks' own code (harness/__init__.py, properties.py, pytest_checks.py,
+    sync_proxy.py, the generated module) measures with an assertion (run/plugin.py)."""
+    _, results = runs
+    claim = _check_not_measured(
+        results["assert"],
+        "C2",
+        "error in the check",
+        ["AssertionError: a helper's own assertion", "gdn_review/harness/case_build.py"],
+    )
+    assert "gdn-review's own code raised" in claim["reason"]
 
 
 def test_a_missing_fixture_could_not_run(runs):

@@ -1,19 +1,16 @@
 """pytest plugin: claim / risk / case markers and measured values -> evidence JSON.
 
-Registered through the ``pytest11`` entry point, so any pytest run in this
-environment that executes a generated test writes evidence: per test its
-outcome (passed, failed, xfailed, skipped, deselected...), the reason, and the
-``measured`` / ``expected`` values the test recorded with ``record_property``
-(and, of a failed test, the ``batch`` it recorded that failed: ``failing_batch``);
-per claim and per risk the tests that address it; and the environment (vLLM
-version and where it was loaded from, torch, device, Python, git revision of
-kb/). Runs without any generated test write nothing.
+Registered through the ``pytest11`` entry point: any pytest run here that executes a
+generated test writes evidence: per test its outcome, the reason, the ``measured`` /
+``expected`` values it recorded with ``record_property`` (of a failed test, the ``batch``
+that failed: ``failing_batch``); per claim and per risk the tests that address it; the
+environment (vLLM version and where it was loaded from, torch, device, Python, git
+revision of kb/). Runs without any generated test write nothing.
 
-It also provides the fixtures generated modules share: ``device`` (one
-parameter per entry of the module's ``DEVICES``, module-scoped; the ``cuda``
-one carries the ``cuda`` mark) and ``cuda_device``; both make the builders of
-the module's ``CASES`` once. vLLM is imported (through the harness) only when
-one of them is set up.
+It also provides the fixtures generated modules share: ``device`` (one parameter per
+entry of the module's ``DEVICES``, module-scoped; the ``cuda`` one carries the ``cuda``
+mark) and ``cuda_device``; both make the builders of the module's ``CASES`` once. vLLM
+is imported (through the harness) only when one of them is set up.
 """
 
 from __future__ import annotations
@@ -109,6 +106,9 @@ def pytest_runtest_makereport(item, call):
 _UNDER_TEST = "gdn_review_under_test"
 _COULD_NOT_RUN = "CouldNotRun"
 _SKIP_KIND = "gdn_review_skip_kind"
+# Where an assertion measures (the checks' own code); one raised in our other code is ours.
+_MEASURING = tuple(f"gdn_review/harness/{n}.py" for n in ("__init__", "properties"))
+_MEASURING += ("gdn_review/harness/pytest_checks.py", "gdn_review/harness/sync_proxy.py")
 # The order in which one test's several exceptions (a Hypothesis group) decide its outcome.
 _PRECEDENCE = (Outcome.CHECK_ERROR, Outcome.COULD_NOT_RUN, Outcome.FAILED)
 
@@ -143,12 +143,15 @@ def origin(error: BaseException, when: str) -> tuple[str, str | None, str]:
             None,
             f"could not run: set-up raised {words} (at {_last_frame(error)})",
         )
-    if isinstance(error, (AssertionError, pytest.fail.Exception)):
+    where = _last_frame(error)
+    if isinstance(error, (AssertionError, pytest.fail.Exception)) and (
+        not where.startswith("gdn_review/") or where.startswith(_MEASURING)
+    ):
         return Outcome.FAILED, evidence_file.MEASURED, words
     return (
         Outcome.CHECK_ERROR,
         None,
-        f"error in the check (gdn-review's own code raised {words} at {_last_frame(error)})",
+        f"error in the check (gdn-review's own code raised {words} at {where})",
     )
 
 
