@@ -167,20 +167,21 @@ def skip_what_cannot_run(case: dict, builder) -> None:
     # A row fact the case states, on a release whose CommonAttentionMetadata lacks it
     # (METADATA_WITHOUT_ROW_FACTS leaves out only those it does not state).
     rows = case["rows"]
+    host_lens = case.get("host_seq_len_offset") or any(
+        row.get("host_seq_len") is not None for row in rows
+    )
     stated = {
-        "seq_lens_cpu_upper_bound (host sequence lengths)": case.get(
-            "host_seq_len_offset"
-        )
-        or any(row.get("host_seq_len") is not None for row in rows),
-        "is_prefilling (a row's prefilling)": any(
-            row.get("prefilling") is not None for row in rows
+        "seq_lens_cpu_upper_bound": ("host sequence lengths", host_lens),
+        "is_prefilling": (
+            "a row's prefilling",
+            any(r.get("prefilling") is not None for r in rows),
         ),
     }
     names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    for fact in [fact for fact, given in stated.items() if given]:
-        if fact.split()[0] not in names:
+    for field, (what, given) in stated.items():
+        if given and field not in names:
             metadata = f"vLLM {release}'s CommonAttentionMetadata"
-            skip(SkipKind.ABSENT, f"not applicable: {metadata} has no {fact}")
+            skip(SkipKind.ABSENT, f"not applicable: {metadata} has no {field} ({what})")
     regather_indices = (case.get("second_builder") or {}).get(
         "aligned_state_indices"
     ) or (None if case.get("second_builder") else case.get("aligned_state_indices"))

@@ -107,8 +107,8 @@ _UNDER_TEST = "gdn_review_under_test"
 _COULD_NOT_RUN = "CouldNotRun"
 _SKIP_KIND = "gdn_review_skip_kind"
 # Where an assertion measures (the checks' own code); one raised in our other code is ours.
-_MEASURING = tuple(f"gdn_review/harness/{n}.py" for n in ("__init__", "properties"))
-_MEASURING += ("gdn_review/harness/pytest_checks.py", "gdn_review/harness/sync_proxy.py")
+_CHECKS = ("__init__", "properties", "pytest_checks", "sync_proxy")
+_MEASURING = tuple(f"gdn_review/harness/{name}.py" for name in _CHECKS)
 # The order in which one test's several exceptions (a Hypothesis group) decide its outcome.
 _PRECEDENCE = (Outcome.CHECK_ERROR, Outcome.COULD_NOT_RUN, Outcome.FAILED)
 
